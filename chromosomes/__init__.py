@@ -1,0 +1,1 @@
+"""Chromosome encodings of mappings: naive, advanced split point, vertical split point."""

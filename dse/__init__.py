@@ -1,0 +1,1 @@
+"""dse: design-space exploration of hybrid CNN partitionings across edge devices."""

@@ -1,0 +1,1 @@
+"""Analytical cost models (latency, communication, memory, energy) and their calibration."""
