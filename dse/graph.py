@@ -1,0 +1,430 @@
+"""The layer graph: an ONNX model reduced to the numbers the cost models need.
+
+Built once per network and immutable. Layers are the model's compute nodes in a fixed
+topological order; shape-computation nodes (Shape, Constant, Gather on shapes, ...) are folded
+into static tensors and are not layers. Per-layer quantities are numpy arrays indexed by layer
+position; edges are per tensor, so a tensor consumed twice on one device is counted once.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import ModelProto, NodeProto
+
+from dse.errors import DseError
+from dse.macs import OpView, count_macs
+from dse.onnx_load import TensorType, fold_constants, graph_inputs, infer_types, run_for_types
+
+#: Ops that split by output channel (Layer-Output-Partitioning), given a constant weight.
+SPLITTABLE_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+#: Ops whose outputs depend only on input shapes, so they fold once shapes are known.
+SHAPE_OPS = frozenset({"Shape", "Size"})
+#: Control flow is never folded: its subgraphs may read activations from the outer scope.
+CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
+#: Float inputs that are statistics or settings, not trained parameters (by input position).
+NOT_PARAMETERS: dict[str, frozenset[int]] = {
+    "BatchNormalization": frozenset({3, 4}),
+    "Clip": frozenset({1, 2}),
+    "Resize": frozenset({1, 2, 3}),
+    "Upsample": frozenset({1}),
+    "Pad": frozenset({1, 2, 3}),
+}
+FLOAT_TYPES = frozenset(
+    {
+        onnx.TensorProto.FLOAT,
+        onnx.TensorProto.FLOAT16,
+        onnx.TensorProto.DOUBLE,
+        onnx.TensorProto.BFLOAT16,
+    }
+)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A named tensor with its static shape and element size in bytes."""
+
+    name: str
+    shape: tuple[int, ...]
+    itemsize: int
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.itemsize
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One compute node of the network."""
+
+    index: int
+    name: str
+    op: str
+    inputs: tuple[Tensor, ...]  # activations (graph inputs or other layers' outputs)
+    outputs: tuple[Tensor, ...]
+    weights: tuple[Tensor, ...]  # static inputs: initializers, Constant-node and folded tensors
+    macs: int
+    params: int
+    out_channels: int
+    splittable: bool
+    estimated: bool  # True when the op had no MAC rule and MACs were estimated
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(t.nbytes for t in self.weights)
+
+    @property
+    def output_bytes(self) -> int:
+        return sum(t.nbytes for t in self.outputs)
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        return self.outputs[0].shape if self.outputs else ()
+
+
+@dataclass(frozen=True)
+class LayerGraph:
+    """An immutable layer graph in topological order.
+
+    ``edge_src[e] -> edge_dst[e]`` carries tensor ``edge_tensor[e]`` of ``edge_bytes[e]``
+    bytes; ``edge_src`` is -1 for a graph input.
+    """
+
+    name: str
+    layers: tuple[Layer, ...]
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    edge_src: np.ndarray
+    edge_dst: np.ndarray
+    edge_bytes: np.ndarray
+    edge_tensor: tuple[str, ...]
+    unique_params: int
+    unique_weight_bytes: int
+    producer: dict[str, int] = field(repr=False)  # tensor name -> producing layer index
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def __iter__(self) -> Iterator[Layer]:
+        return iter(self.layers)
+
+    def _array(self, attr: str, dtype: type) -> np.ndarray:
+        arr = np.array([getattr(layer, attr) for layer in self.layers], dtype=dtype)
+        arr.setflags(write=False)
+        return arr
+
+    @cached_property
+    def macs(self) -> np.ndarray:
+        return self._array("macs", np.int64)
+
+    @cached_property
+    def params(self) -> np.ndarray:
+        return self._array("params", np.int64)
+
+    @cached_property
+    def weight_bytes(self) -> np.ndarray:
+        return self._array("weight_bytes", np.int64)
+
+    @cached_property
+    def output_bytes(self) -> np.ndarray:
+        return self._array("output_bytes", np.int64)
+
+    @cached_property
+    def out_channels(self) -> np.ndarray:
+        return self._array("out_channels", np.int64)
+
+    @cached_property
+    def splittable(self) -> np.ndarray:
+        return self._array("splittable", bool)
+
+    @cached_property
+    def estimated(self) -> np.ndarray:
+        return self._array("estimated", bool)
+
+    @cached_property
+    def ops(self) -> tuple[str, ...]:
+        return tuple(layer.op for layer in self.layers)
+
+    @cached_property
+    def names(self) -> tuple[str, ...]:
+        return tuple(layer.name for layer in self.layers)
+
+    @cached_property
+    def index(self) -> dict[str, int]:
+        return {layer.name: layer.index for layer in self.layers}
+
+    def totals(self) -> dict[str, int]:
+        return {
+            "macs": int(self.macs.sum()),
+            "params": self.unique_params,
+            "weight_bytes": self.unique_weight_bytes,
+            "layers": len(self.layers),
+        }
+
+
+def build_graph(model: ModelProto, name: str, base_dir: Path | None = None) -> LayerGraph:
+    """Reduce a model whose inputs have static shapes to its layer graph.
+
+    ``base_dir`` is where external weight data lives; it is needed only when static shape
+    inference is incomplete and shapes must be measured by running the model.
+    """
+    nodes = _topological(list(model.graph.node))
+    names = _node_names(nodes)
+    types = infer_types(model)
+    static = _static_tensors(model, nodes)
+    if _unknown(nodes, static, types):
+        # fold shape computations that static inference could not see through, then retry
+        folded = fold_constants(model, types)
+        if folded is not model:
+            folded_types = infer_types(folded)
+            types = {**types, **{k: v for k, v in folded_types.items() if v is not None}}
+    compute = [n for n in nodes if not _is_folded(n, static)]
+    if not compute:
+        raise DseError(f"model '{name}' has no compute layers (every node is constant)")
+    needed = _unknown(nodes, static, types)
+    if needed:
+        types.update(_measure(model, base_dir, needed, name))
+    g = model.graph
+
+    def tensor(tname: str) -> Tensor:
+        tt: TensorType | None = types.get(tname)
+        if tt is None:
+            raise DseError(
+                f"model '{name}': the shape of tensor '{tname}' cannot be inferred; "
+                "set net.input_shape or export the model with static shapes"
+            )
+        return Tensor(tname, tt.shape, tt.itemsize)
+
+    producer: dict[str, int] = {}
+    layers: list[Layer] = []
+    param_names: set[str] = set()
+    for node in compute:
+        idx = len(layers)
+        acts = [t for t in _all_inputs(node) if t and t not in static]
+        weights = [t for t in node.input if t and t in static and types.get(t) is not None]
+        in_types = [types.get(t) if t else None for t in node.input]
+        outs = [tensor(t) for t in node.output if t]
+        view = OpView(
+            op=node.op_type,
+            attrs={a.name: onnx.helper.get_attribute_value(a) for a in node.attribute},
+            in_shapes=[tt.shape if tt is not None else None for tt in in_types],
+            out_shapes=[o.shape for o in outs],
+            in_static=[bool(t) and t in static for t in node.input],
+        )
+        try:
+            macs, estimated = count_macs(view)
+        except DseError as exc:
+            raise DseError(f"model '{name}', layer '{names[id(node)]}': {exc}") from None
+        except (ValueError, IndexError, TypeError):
+            macs, estimated = sum(o.numel for o in outs), True
+        wts = tuple(tensor(t) for t in dict.fromkeys(weights))
+        learned = _learned(node, static, types)
+        param_names.update(learned)
+        splittable, out_channels = _split_info(node, view)
+        layers.append(
+            Layer(
+                index=idx,
+                name=names[id(node)],
+                op=node.op_type,
+                inputs=tuple(tensor(t) for t in dict.fromkeys(acts)),
+                outputs=tuple(outs),
+                weights=wts,
+                macs=int(macs),
+                params=sum(w.numel for w in wts if w.name in learned),
+                out_channels=out_channels,
+                splittable=splittable,
+                estimated=estimated,
+            )
+        )
+        for t in node.output:
+            if t:
+                producer[t] = idx
+
+    in_names = {vi.name for vi in graph_inputs(model)}
+    src, dst, nbytes, tnames = [], [], [], []
+    for layer in layers:
+        for t in layer.inputs:
+            if t.name in producer:
+                src.append(producer[t.name])
+            elif t.name in in_names:
+                src.append(-1)
+            else:
+                raise DseError(
+                    f"model '{name}': layer '{layer.name}' reads tensor '{t.name}' "
+                    "that no node produces and that is not a graph input"
+                )
+            dst.append(layer.index)
+            nbytes.append(t.nbytes)
+            tnames.append(t.name)
+
+    unique: dict[str, Tensor] = {w.name: w for layer in layers for w in layer.weights}
+    arrays = [np.asarray(a, dtype=np.int64) for a in (src, dst, nbytes)]
+    for a in arrays:
+        a.setflags(write=False)
+    return LayerGraph(
+        name=name,
+        layers=tuple(layers),
+        inputs=tuple(tensor(vi.name) for vi in graph_inputs(model)),
+        outputs=tuple(tensor(o.name) for o in g.output if o.name not in static),
+        edge_src=arrays[0],
+        edge_dst=arrays[1],
+        edge_bytes=arrays[2],
+        edge_tensor=tuple(tnames),
+        unique_params=sum(w.numel for w in unique.values() if w.name in param_names),
+        unique_weight_bytes=sum(w.nbytes for w in unique.values()),
+        producer=producer,
+    )
+
+
+def _unknown(
+    nodes: Sequence[NodeProto], static: set[str], types: dict[str, TensorType | None]
+) -> list[str]:
+    """Activation tensors of compute nodes whose shapes are not yet known."""
+    names = [
+        t
+        for n in nodes
+        if not _is_folded(n, static)
+        for t in [*n.input, *n.output]
+        if t and t not in static and types.get(t) is None
+    ]
+    return list(dict.fromkeys(names))
+
+
+def _learned(node: NodeProto, static: set[str], types: dict[str, TensorType | None]) -> set[str]:
+    """Names of a node's trained parameters: its floating-point static inputs.
+
+    Statistics and settings such as BatchNormalization's running mean and variance or Clip's
+    bounds take memory (weight bytes) but are not trained, so they are left out of parameter
+    counts, as in the published counts of every BN network.
+    """
+    names = set()
+    for i, t in enumerate(node.input):
+        tt = types.get(t) if t else None
+        if tt is None or t not in static or tt.elem_type not in FLOAT_TYPES:
+            continue
+        if i in NOT_PARAMETERS.get(node.op_type, ()):
+            continue
+        names.add(t)
+    return names
+
+
+def _measure(
+    model: ModelProto, base_dir: Path | None, needed: list[str], name: str
+) -> dict[str, TensorType]:
+    try:
+        return run_for_types(model, base_dir, needed)
+    except Exception as exc:  # noqa: BLE001 - any runtime failure means shapes are unknowable
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise DseError(
+            f"model '{name}': shapes of {len(needed)} tensors (e.g. '{needed[0]}') "
+            f"cannot be inferred, and running the model failed: {first}"
+        ) from None
+
+
+def _all_inputs(node: NodeProto) -> list[str]:
+    """Explicit inputs plus outer-scope names read inside control-flow subgraphs."""
+    names = list(node.input)
+    for attr in node.attribute:
+        subgraphs = [attr.g] if attr.HasField("g") else list(attr.graphs)
+        for sg in subgraphs:
+            names.extend(_outer_refs(sg))
+    return names
+
+
+def _outer_refs(graph: onnx.GraphProto) -> list[str]:
+    local = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    refs: list[str] = []
+    for n in graph.node:
+        for t in _all_inputs(n):
+            if t and t not in local:
+                refs.append(t)
+        local.update(n.output)
+    return refs
+
+
+def _topological(nodes: list[NodeProto]) -> list[NodeProto]:
+    """Kahn's order that keeps the file order wherever the file order is valid."""
+    produced = {t: i for i, n in enumerate(nodes) for t in n.output if t}
+    deps: list[set[int]] = []
+    users: list[list[int]] = [[] for _ in nodes]
+    for i, n in enumerate(nodes):
+        d = {produced[t] for t in _all_inputs(n) if t in produced and produced[t] != i}
+        deps.append(d)
+        for j in d:
+            users[j].append(i)
+    indeg = [len(d) for d in deps]
+    ready = [i for i, k in enumerate(indeg) if k == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users[i]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(nodes):
+        raise DseError("the ONNX graph has a cycle: it is not a valid inference model")
+    return [nodes[i] for i in order]
+
+
+def _node_names(nodes: Sequence[NodeProto]) -> dict[int, str]:
+    """Stable unique layer names: the node name, else '<op>_<k>' in file order."""
+    taken = {n.name for n in nodes if n.name}
+    seen: set[str] = set()
+    counters: dict[str, int] = {}
+    names: dict[int, str] = {}
+    for n in nodes:
+        base = n.name
+        if not base:
+            k = counters.get(n.op_type, 0)
+            base = f"{n.op_type}_{k}"
+            while base in taken:
+                k += 1
+                base = f"{n.op_type}_{k}"
+            counters[n.op_type] = k + 1
+        nm, k = base, 1
+        while nm in seen:
+            nm, k = f"{base}_{k}", k + 1
+        seen.add(nm)
+        names[id(n)] = nm
+    return names
+
+
+def _static_tensors(model: ModelProto, nodes: Sequence[NodeProto]) -> set[str]:
+    """Tensors known before any input arrives: weights and shape computations over them."""
+    static = {t.name for t in model.graph.initializer}
+    for n in nodes:
+        if n.op_type in CONTROL_FLOW_OPS:
+            continue
+        ins = [t for t in n.input if t]
+        if n.op_type in SHAPE_OPS or all(t in static for t in ins):
+            static.update(t for t in n.output if t)
+    return static
+
+
+def _is_folded(node: NodeProto, static: set[str]) -> bool:
+    return bool(node.output) and all(t in static for t in node.output if t)
+
+
+def _split_info(node: NodeProto, view: OpView) -> tuple[bool, int]:
+    """Whether a layer can be LOP-split by output channel, and its output channels."""
+    out = view.out_shapes[0] if view.out_shapes else ()
+    op = node.op_type
+    const_weight = len(view.in_static) > 1 and bool(view.in_static[1])
+    if op in ("Conv", "ConvTranspose") and len(out) >= 2:
+        return const_weight, out[1]
+    if op in ("Gemm", "MatMul") and out:
+        return const_weight, out[-1]
+    return False, (out[1] if len(out) >= 2 else (out[0] if out else 0))

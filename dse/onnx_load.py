@@ -1,0 +1,327 @@
+"""Read an ONNX file without its weights, fix dynamic input shapes, infer tensor shapes."""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import ModelProto, NodeProto, TensorProto
+
+from dse.errors import DseError
+
+InputShape = Sequence[int] | Mapping[str, Sequence[int]] | None
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """Static shape and element type of one tensor."""
+
+    shape: tuple[int, ...]
+    elem_type: int
+
+    @property
+    def itemsize(self) -> int:
+        return elem_size(self.elem_type)
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.itemsize
+
+
+def elem_size(elem_type: int) -> int:
+    """Bytes per element of an ONNX tensor element type (0 for strings and undefined)."""
+    if elem_type in (TensorProto.UNDEFINED, TensorProto.STRING):
+        return 0
+    if elem_type in (TensorProto.INT4, TensorProto.UINT4):
+        return 1  # packed nibbles; count a byte to stay conservative
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).itemsize
+
+
+def read_model(path: str | Path) -> ModelProto:
+    """Parse an ONNX file's graph, leaving external weight data on disk."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise DseError(f"ONNX file not found: {p} (check net.path)")
+    if p.is_dir():
+        raise DseError(f"{p} is a directory, not an ONNX file (set net.path to the .onnx file)")
+    try:
+        model = onnx.load(str(p), load_external_data=False)
+    except (DecodeError, RuntimeWarning, ValueError, OSError) as exc:
+        raise DseError(
+            f"{p} is not an ONNX model ({exc.__class__.__name__}): "
+            "pass a .onnx file exported by your framework"
+        ) from None
+    if model.ir_version == 0 and not model.HasField("graph"):
+        raise DseError(
+            f"{p} is not an ONNX model (no graph found): "
+            "pass a .onnx file exported by your framework"
+        )
+    if not model.graph.node:
+        raise DseError(f"ONNX model {p} has no nodes: export the network with its layers")
+    return model
+
+
+def _dims(value_info: onnx.ValueInfoProto) -> list[int | str] | None:
+    """Dimensions of a tensor value info: ints where static, names or '?' where dynamic."""
+    tt = value_info.type.tensor_type
+    if not tt.HasField("shape"):
+        return None
+    dims: list[int | str] = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value") and d.dim_value > 0:
+            dims.append(d.dim_value)
+        else:
+            dims.append(d.dim_param or "?")
+    return dims
+
+
+def graph_inputs(model: ModelProto) -> list[onnx.ValueInfoProto]:
+    """The model's real inputs (old exporters also list initializers as inputs)."""
+    inits = {t.name for t in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in inits]
+
+
+def fix_input_shapes(model: ModelProto, input_shape: InputShape) -> None:
+    """Give every real input a fully static shape, in place.
+
+    ``input_shape`` is one shape (for a model with one input, or applied to the single input
+    that has dynamic dimensions) or a mapping from input name to shape.
+    """
+    inputs = graph_inputs(model)
+    by_name: dict[str, Sequence[int]] = {}
+    if isinstance(input_shape, Mapping):
+        unknown = sorted(set(input_shape) - {i.name for i in inputs})
+        if unknown:
+            names = ", ".join(i.name for i in inputs)
+            raise DseError(
+                f"net.input_shape names unknown input '{unknown[0]}': "
+                f"the model's inputs are {names}"
+            )
+        by_name = {k: list(v) for k, v in input_shape.items()}
+    elif input_shape is not None:
+        dynamic = [i for i in inputs if not _is_static(_dims(i))]
+        targets = dynamic or inputs
+        if len(targets) > 1:
+            names = ", ".join(i.name for i in targets)
+            raise DseError(
+                f"net.input_shape is one shape but the model has several inputs "
+                f"({names}): give a mapping, e.g. net.input_shape={{{targets[0].name}:"
+                f"[...]}}"
+            )
+        by_name = {targets[0].name: list(input_shape)}
+
+    for vi in inputs:
+        dims = _dims(vi)
+        given = by_name.get(vi.name)
+        if given is None:
+            if not _is_static(dims):
+                raise DseError(_needs_shape_message(vi.name, dims))
+            continue
+        given = [int(d) for d in given]
+        if dims is not None and len(dims) != len(given):
+            raise DseError(
+                f"net.input_shape {given} has rank {len(given)} but input "
+                f"'{vi.name}' has rank {len(dims)} ({_fmt(dims)})"
+            )
+        if dims is not None:
+            for d, g in zip(dims, given, strict=True):
+                if isinstance(d, int) and d != g:
+                    raise DseError(
+                        f"net.input_shape {given} conflicts with input '{vi.name}' "
+                        f"of fixed shape {_fmt(dims)}"
+                    )
+        if any(g <= 0 for g in given):
+            raise DseError(f"net.input_shape {given} must be positive integers")
+        shape = vi.type.tensor_type.shape
+        shape.ClearField("dim")
+        for g in given:
+            shape.dim.add().dim_value = g
+
+
+def _is_static(dims: list[int | str] | None) -> bool:
+    return dims is not None and all(isinstance(d, int) for d in dims)
+
+
+def _fmt(dims: Iterable[int | str] | None) -> str:
+    return "[" + ",".join(str(d) for d in dims) + "]" if dims is not None else "[unknown]"
+
+
+def _needs_shape_message(name: str, dims: list[int | str] | None) -> str:
+    if dims is None:
+        return (
+            f"input '{name}' has no shape in the model: set net.input_shape, "
+            f"e.g. net.input_shape=[1,3,224,224]"
+        )
+    example = ",".join(
+        str(d) if isinstance(d, int) else ("1" if i == 0 else "224") for i, d in enumerate(dims)
+    )
+    return (
+        f"input '{name}' has dynamic shape {_fmt(dims)}: set net.input_shape, "
+        f"e.g. net.input_shape=[{example}]"
+    )
+
+
+def infer_types(model: ModelProto) -> dict[str, TensorType | None]:
+    """ONNX shape inference (with constant data propagation) over the graph.
+
+    Returns every named tensor's type; ``None`` where the shape is not fully static.
+    """
+    try:
+        inferred = onnx.shape_inference.infer_shapes(
+            model, check_type=False, strict_mode=False, data_prop=True
+        )
+    except Exception:  # noqa: BLE001 - fall back to what the model itself declares
+        inferred = model
+    g = inferred.graph
+    types: dict[str, TensorType | None] = {}
+    for t in g.initializer:
+        types[t.name] = TensorType(tuple(int(d) for d in t.dims), t.data_type)
+    for vi in [*g.input, *g.value_info, *g.output]:
+        if vi.name in types and types[vi.name] is not None:
+            continue
+        dims = _dims(vi)
+        elem = vi.type.tensor_type.elem_type
+        if _is_static(dims) and vi.type.HasField("tensor_type"):
+            types[vi.name] = TensorType(tuple(dims), elem)  # type: ignore[arg-type]
+        else:
+            types[vi.name] = None
+    return types
+
+
+def run_for_types(
+    model: ModelProto, base_dir: Path | None, names: Sequence[str]
+) -> dict[str, TensorType]:
+    """Measure tensor shapes by running the model once in onnxruntime on zero inputs.
+
+    The fallback where static inference cannot see through the graph (custom ops, computed
+    resize scales, data-dependent shapes). Needs the weights, so ``base_dir`` is where the
+    model's external data lives.
+    """
+    import onnxruntime as ort
+
+    m = ModelProto()
+    m.CopyFrom(model)
+    # onnxruntime lags onnx in the IR versions it accepts; IR 10 covers opsets up to 21
+    m.ir_version = min(m.ir_version, 10)
+    if base_dir is not None:
+        onnx.load_external_data_for_model(m, str(base_dir))
+    existing = {o.name for o in m.graph.output}
+    for n in names:
+        if n not in existing:
+            m.graph.output.append(onnx.ValueInfoProto(name=n))
+    feeds = {}
+    for vi in graph_inputs(m):
+        dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+        feeds[vi.name] = np.zeros(dims, dtype=dtype)
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 4
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.onnx"
+        onnx.save_model(
+            m,
+            str(path),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location="weights.bin",
+            size_threshold=4096,
+        )
+        sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        outs = sess.run(None, feeds)
+    result = {}
+    for meta, value in zip(sess.get_outputs(), outs, strict=True):
+        arr = np.asarray(value)
+        elem = onnx.helper.np_dtype_to_tensor_dtype(arr.dtype) if arr.dtype != object else 8
+        result[meta.name] = TensorType(tuple(int(d) for d in arr.shape), elem)
+    return result
+
+
+#: Largest tensor (elements) the folder evaluates; shape computations are far smaller.
+FOLD_LIMIT = 1 << 20
+
+
+def fold_constants(model: ModelProto, types: Mapping[str, TensorType | None]) -> ModelProto:
+    """Evaluate shape-computation subgraphs and replace them by initializers.
+
+    ``Shape``/``Size`` take their values from the inferred ``types``; other nodes whose inputs
+    are all known (small initializers with data, or values folded before) run in ONNX's
+    reference evaluator. Returns a new model; what cannot be evaluated is left as it was.
+    """
+    from onnx.reference import ReferenceEvaluator
+
+    opsets = {o.domain or "": o.version for o in model.opset_import}
+    values: dict[str, np.ndarray] = {}
+    for t in model.graph.initializer:
+        if (
+            t.data_location != TensorProto.EXTERNAL
+            and math.prod(t.dims) <= FOLD_LIMIT
+            and (t.raw_data or _has_typed_data(t) or math.prod(t.dims) == 0)
+        ):
+            values[t.name] = onnx.numpy_helper.to_array(t)
+    folded: list[NodeProto] = []
+    for node in model.graph.node:
+        outs = _fold_node(node, values, types, opsets, ReferenceEvaluator)
+        if outs is None:
+            continue
+        values.update(outs)
+        folded.append(node)
+    if not folded:
+        return model
+    out = ModelProto()
+    out.CopyFrom(model)
+    gone = {id(n) for n in folded}
+    keep = [n for n in model.graph.node if id(n) not in gone]
+    used = {t for n in keep for t in n.input} | {o.name for o in model.graph.output}
+    produced = {t for n in folded for t in n.output}
+    out.graph.ClearField("node")
+    out.graph.node.extend(keep)
+    for name in sorted(produced & used):
+        out.graph.initializer.append(onnx.numpy_helper.from_array(values[name], name))
+    return out
+
+
+def _has_typed_data(t: TensorProto) -> bool:
+    return bool(t.float_data or t.int64_data or t.int32_data or t.double_data or t.uint64_data)
+
+
+def _fold_node(
+    node: NodeProto,
+    values: dict[str, np.ndarray],
+    types: Mapping[str, TensorType | None],
+    opsets: dict[str, int],
+    evaluator: type,
+) -> dict[str, np.ndarray] | None:
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    if node.op_type in ("Shape", "Size"):
+        tt = types.get(node.input[0])
+        if tt is None:
+            return None
+        shape = np.array(tt.shape, dtype=np.int64)
+        if node.op_type == "Size":
+            return {node.output[0]: np.array(math.prod(tt.shape), dtype=np.int64)}
+        attrs = {a.name: a.i for a in node.attribute}
+        start, end = attrs.get("start", 0), attrs.get("end", len(shape))
+        return {node.output[0]: shape[start:end]}
+    ins = [t for t in node.input if t]
+    if node.op_type in ("If", "Loop", "Scan") or not all(t in values for t in ins):
+        return None
+    try:
+        sess = evaluator(node, opsets=opsets)
+        results = sess.run(None, {t: values[t] for t in ins})
+    except Exception:  # noqa: BLE001 - an op the reference evaluator cannot run stays a node
+        return None
+    outs = {}
+    for name, val in zip(node.output, results, strict=False):
+        arr = np.asarray(val)
+        if arr.size > FOLD_LIMIT or arr.dtype == object:
+            return None
+        outs[name] = arr
+    return outs
