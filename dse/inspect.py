@@ -1,0 +1,99 @@
+"""`python -m dse.inspect +net=NAME`: print a network's layer table and totals."""
+
+from __future__ import annotations
+
+import json
+
+import hydra
+from omegaconf import DictConfig
+
+from dse.cli import CONF_DIR, guarded, run
+from dse.errors import DseError
+from dse.graph import LayerGraph
+from dse.nets import load_net
+
+
+def layer_rows(graph: LayerGraph) -> list[dict]:
+    return [
+        {
+            "name": layer.name,
+            "op": layer.op,
+            "output_shape": list(layer.output_shape),
+            "macs": layer.macs,
+            "params": layer.params,
+            "splittable": layer.splittable,
+            "estimated": layer.estimated,
+            "out_channels": layer.out_channels,
+            "weight_bytes": layer.weight_bytes,
+            "output_bytes": layer.output_bytes,
+        }
+        for layer in graph
+    ]
+
+
+def as_json(graph: LayerGraph) -> str:
+    estimated = sorted({layer.op for layer in graph if layer.estimated})
+    return json.dumps(
+        {
+            "net": graph.name,
+            "layers": layer_rows(graph),
+            "totals": graph.totals(),
+            "estimated_ops": estimated,
+        },
+        indent=1,
+    )
+
+
+def as_table(graph: LayerGraph) -> str:
+    head = ("#", "name", "op", "output shape", "MACs", "params", "split", "est.")
+    rows = [
+        (
+            str(i),
+            r["name"],
+            r["op"],
+            "x".join(map(str, r["output_shape"])),
+            f"{r['macs']:,}",
+            f"{r['params']:,}",
+            "yes" if r["splittable"] else "",
+            "est." if r["estimated"] else "",
+        )
+        for i, r in enumerate(layer_rows(graph))
+    ]
+    widths = [max(len(c) for c in col) for col in zip(head, *rows, strict=True)]
+    right = {0, 4, 5}
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "  ".join(
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    t = graph.totals()
+    out = [line(head), line(tuple("-" * w for w in widths)), *map(line, rows)]
+    out.append("")
+    out.append(
+        f"{graph.name}: {t['layers']} layers, {t['macs']:,} MACs "
+        f"({t['macs'] / 1e9:.3f} G), {t['params']:,} params "
+        f"({t['params'] / 1e6:.2f} M), weights {t['weight_bytes'] / 2**20:.1f} MiB, "
+        f"{int(graph.splittable.sum())} splittable"
+    )
+    estimated = sorted({layer.op for layer in graph if layer.estimated})
+    if estimated:
+        out.append(
+            f"MACs estimated from output size for ops without a rule: {', '.join(estimated)}"
+        )
+    return "\n".join(out)
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="inspect", version_base="1.3")
+@guarded
+def main(cfg: DictConfig) -> None:
+    fmt = cfg.get("format", "table")
+    if fmt not in ("table", "json"):
+        raise DseError(f"unknown format '{fmt}': choose table or json")
+    graph = load_net(cfg.get("net"))
+    print(as_json(graph) if fmt == "json" else as_table(graph))
+
+
+if __name__ == "__main__":
+    run(main)
