@@ -23,8 +23,18 @@ from dse.errors import DseError
 from dse.macs import OpView, count_macs
 from dse.onnx_load import TensorType, fold_constants, graph_inputs, infer_types, run_for_types
 
-#: Ops that split by output channel (Layer-Output-Partitioning), given a constant weight.
-SPLITTABLE_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+#: Ops that split by output channel (Layer-Output-Partitioning), given a constant weight:
+#: op -> (input position of the weight, True when channels are the output's axis 1 else last)
+SPLITTABLE_OPS: dict[str, tuple[int, bool]] = {
+    "Conv": (1, True),
+    "ConvInteger": (1, True),
+    "QLinearConv": (3, True),
+    "ConvTranspose": (1, True),
+    "Gemm": (1, False),
+    "MatMul": (1, False),
+    "MatMulInteger": (1, False),
+    "QLinearMatMul": (3, False),
+}
 #: Ops whose outputs depend only on input shapes, so they fold once shapes are known.
 SHAPE_OPS = frozenset({"Shape", "Size"})
 #: Control flow is never folded: its subgraphs may read activations from the outer scope.
@@ -37,12 +47,18 @@ NOT_PARAMETERS: dict[str, frozenset[int]] = {
     "Upsample": frozenset({1}),
     "Pad": frozenset({1, 2, 3}),
 }
-FLOAT_TYPES = frozenset(
+#: Element types of trained weights (floats, and the 8- and 4-bit types of quantized models);
+#: int32/int64 static tensors are shapes, indices or axes.
+WEIGHT_TYPES = frozenset(
     {
         onnx.TensorProto.FLOAT,
         onnx.TensorProto.FLOAT16,
         onnx.TensorProto.DOUBLE,
         onnx.TensorProto.BFLOAT16,
+        onnx.TensorProto.INT8,
+        onnx.TensorProto.UINT8,
+        onnx.TensorProto.INT4,
+        onnx.TensorProto.UINT4,
     }
 )
 
@@ -302,7 +318,7 @@ def _unknown(
 
 
 def _learned(node: NodeProto, static: set[str], types: dict[str, TensorType | None]) -> set[str]:
-    """Names of a node's trained parameters: its floating-point static inputs.
+    """Names of a node's trained parameters: its static float or quantized-integer inputs.
 
     Statistics and settings such as BatchNormalization's running mean and variance or Clip's
     bounds take memory (weight bytes) but are not trained, so they are left out of parameter
@@ -311,7 +327,7 @@ def _learned(node: NodeProto, static: set[str], types: dict[str, TensorType | No
     names = set()
     for i, t in enumerate(node.input):
         tt = types.get(t) if t else None
-        if tt is None or t not in static or tt.elem_type not in FLOAT_TYPES:
+        if tt is None or t not in static or tt.elem_type not in WEIGHT_TYPES:
             continue
         if i in NOT_PARAMETERS.get(node.op_type, ()):
             continue
@@ -421,10 +437,12 @@ def _is_folded(node: NodeProto, static: set[str]) -> bool:
 def _split_info(node: NodeProto, view: OpView) -> tuple[bool, int]:
     """Whether a layer can be LOP-split by output channel, and its output channels."""
     out = view.out_shapes[0] if view.out_shapes else ()
-    op = node.op_type
-    const_weight = len(view.in_static) > 1 and bool(view.in_static[1])
-    if op in ("Conv", "ConvTranspose") and len(out) >= 2:
-        return const_weight, out[1]
-    if op in ("Gemm", "MatMul") and out:
-        return const_weight, out[-1]
+    spec = SPLITTABLE_OPS.get(node.op_type)
+    if spec is not None and out:
+        w_pos, channels_first = spec
+        const_weight = len(view.in_static) > w_pos and bool(view.in_static[w_pos])
+        if channels_first and len(out) >= 2:
+            return const_weight, out[1]
+        if not channels_first:
+            return const_weight, out[-1]
     return False, (out[1] if len(out) >= 2 else (out[0] if out else 0))

@@ -114,6 +114,16 @@ def _matmul(v: OpView) -> int:
     return numel(v.out_shapes[0]) * a[-1]
 
 
+@rule("LSTM", "GRU", "RNN")
+def _recurrent(v: OpView) -> int:
+    # every step of every sequence multiplies the input by W and the state by R (all gates
+    # and directions are in W [dirs, gates*H, I] and R [dirs, gates*H, H])
+    x, w, r = v.in_shapes[0], v.in_shapes[1], v.in_shapes[2]
+    if x is None or w is None or r is None:
+        raise ValueError("recurrent shapes unknown")
+    return x[0] * x[1] * (numel(w) + numel(r))
+
+
 @rule("Einsum")
 def _einsum(v: OpView) -> int:
     # product over every distinct index letter (contracted and kept) of its extent

@@ -172,6 +172,23 @@ def test_external_data_is_not_loaded(tmp_path):
     assert g.totals()["params"] == 108 + 1440
 
 
+def test_model_over_2gb_with_external_data_loads(tmp_path):
+    # a 2.4 GB weight in a sparse file: loading reads the graph, never the weights
+    n_out, n_in = 4096, 150_000
+    w = onnx.TensorProto(name="w", data_type=onnx.TensorProto.FLOAT, dims=[n_out, n_in])
+    w.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", "w.bin"), ("offset", "0"), ("length", str(n_out * n_in * 4))):
+        entry = w.external_data.add()
+        entry.key, entry.value = key, value
+    node = helper.make_node("Gemm", ["x", "w"], ["y"], transB=1, name="fc")
+    onnx.save(f.model([node], {"x": [1, n_in]}, ["y"], [w]), tmp_path / "big.onnx")
+    with open(tmp_path / "w.bin", "wb") as fh:
+        fh.truncate(n_out * n_in * 4)
+    g = load_net({"name": "onnx", "path": str(tmp_path / "big.onnx")})
+    assert g.totals()["weight_bytes"] == n_out * n_in * 4 > 2**31
+    assert g.layers[0].macs == n_out * n_in
+
+
 def test_bad_files(tmp_path):
     with pytest.raises(DseError, match="not found"):
         read_model(tmp_path / "missing.onnx")
