@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -95,6 +96,7 @@ class Layer:
     out_channels: int
     splittable: bool
     estimated: bool  # True when the op had no MAC rule and MACs were estimated
+    attrs: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def weight_bytes(self) -> int:
@@ -261,6 +263,7 @@ def build_graph(model: ModelProto, name: str, base_dir: Path | None = None) -> L
                 out_channels=out_channels,
                 splittable=splittable,
                 estimated=estimated,
+                attrs=view.attrs,
             )
         )
         for t in node.output:
