@@ -1,0 +1,272 @@
+"""The event-driven schedule of one inference, compiled with numba, over a batch of mappings.
+
+Per mapping, layers are visited in the graph's topological order. Every device runs its parts
+in that order (a FIFO per device); a part starts when its device is free and all its inputs
+have arrived; a transfer starts when its tensor is ready and its link (a FIFO per channel) is
+free, and takes latency + bytes / bandwidth. A tensor crosses to a given device once. A split
+layer needs its whole input on every part's device and sends each part back to the owner,
+which concatenates them (Eq. 4.3). Memory follows allocate-then-free liveness per device over
+the same order (seed 002): a tensor is held from the step that creates or first receives it
+to the last step that reads or sends it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+
+@njit(cache=True, nogil=True)
+def _simulate_one(
+    share,
+    owner,
+    kind,
+    t_work,
+    t_fixed,
+    op_class,
+    out_bytes,
+    w_bytes,
+    in_ptr,
+    in_src,
+    in_tensor,
+    in_bytes,
+    last_use,
+    entry,
+    lat,
+    inv_bw,
+    e_byte,
+    channel,
+    n_channels,
+    streamed,
+    p_class,
+    p_overhead,
+    latency_out,
+    busy,
+    comm,
+    mem_peak,
+    energy,
+    n_parts,
+    sent,
+):
+    n_layers, n_dev = share.shape
+    n_tensors = in_tensor.max() + 1 if in_tensor.size else 0
+    ready = np.zeros(n_layers)
+    dev_free = np.zeros(n_dev)
+    link_free = np.zeros(n_channels)
+    arrival = np.full((n_tensors, n_dev), -1.0)
+    recv_first = np.full((n_tensors, n_dev), -1)
+    recv_last = np.full((n_tensors, n_dev), -1)
+    recv_bytes = np.zeros(n_tensors)
+    delta = np.zeros((n_dev, n_layers + 1))
+    part_end = np.zeros(n_dev)
+    finish = 0.0
+    for layer in range(n_layers):
+        n_here = 0
+        for d in range(n_dev):
+            if share[layer, d] > 0.0:
+                n_here += 1
+        for d in range(n_dev):
+            s = share[layer, d]
+            if s <= 0.0:
+                continue
+            t_in = 0.0
+            for e in range(in_ptr[layer], in_ptr[layer + 1]):
+                src = in_src[e]
+                t = in_tensor[e]
+                if src < 0:
+                    loc = entry
+                    rdy = 0.0
+                    # the input image is held where it enters until its last reader has it
+                    recv_first[t, entry] = 0
+                    recv_last[t, entry] = layer
+                    recv_bytes[t] = in_bytes[e]
+                else:
+                    loc = owner[src]
+                    rdy = ready[src]
+                if loc == d:
+                    a = rdy
+                else:
+                    a = arrival[t, d]
+                    if a < 0.0:
+                        ch = channel[loc, d]
+                        start = max(rdy, link_free[ch])
+                        dur = lat[loc, d] + in_bytes[e] * inv_bw[loc, d]
+                        a = start + dur
+                        link_free[ch] = a
+                        arrival[t, d] = a
+                        comm[loc] += dur
+                        comm[d] += dur
+                        sent[loc] += in_bytes[e]
+                        energy[loc] += in_bytes[e] * e_byte[loc, d]
+                        energy[d] += in_bytes[e] * e_byte[loc, d]
+                        recv_first[t, d] = layer
+                        recv_bytes[t] = in_bytes[e]
+                    recv_last[t, d] = layer
+                if a > t_in:
+                    t_in = a
+            k = kind[d]
+            work = s * t_work[k, layer]
+            fixed = t_fixed[k, layer]
+            start = max(dev_free[d], t_in)
+            end = start + work + fixed
+            dev_free[d] = end
+            part_end[d] = end
+            busy[d] += work + fixed
+            n_parts[d] += 1
+            energy[d] += work * p_class[k, op_class[layer]]
+            energy[d] += fixed * p_overhead[k]
+            # weights of this part: held for its step (streamed) or the whole run (resident)
+            wb = s * w_bytes[layer]
+            if streamed:
+                delta[d, layer] += wb
+                delta[d, layer + 1] -= wb
+            else:
+                delta[d, 0] += wb
+                delta[d, n_layers] -= wb
+        c = owner[layer]
+        if n_here == 1:
+            ready[layer] = part_end[c]
+        else:
+            # parts travel to the owner and are concatenated there
+            t_all = 0.0
+            for d in range(n_dev):
+                s = share[layer, d]
+                if s <= 0.0:
+                    continue
+                if d == c:
+                    a = part_end[d]
+                else:
+                    nbytes = s * out_bytes[layer]
+                    ch = channel[d, c]
+                    start = max(part_end[d], link_free[ch])
+                    dur = lat[d, c] + nbytes * inv_bw[d, c]
+                    a = start + dur
+                    link_free[ch] = a
+                    comm[d] += dur
+                    comm[c] += dur
+                    sent[d] += nbytes
+                    energy[d] += nbytes * e_byte[d, c]
+                    energy[c] += nbytes * e_byte[d, c]
+                    # the part is held on its device until it is sent
+                    delta[d, layer] += nbytes
+                    delta[d, layer + 1] -= nbytes
+                if a > t_all:
+                    t_all = a
+            k = kind[c]
+            start = max(dev_free[c], t_all)
+            end = start + t_fixed[k, layer]
+            dev_free[c] = end
+            busy[c] += t_fixed[k, layer]
+            energy[c] += t_fixed[k, layer] * p_overhead[k]
+            ready[layer] = end
+        # the owner holds the whole output until its last reader anywhere has it
+        delta[c, layer] += out_bytes[layer]
+        delta[c, last_use[layer] + 1] -= out_bytes[layer]
+        if ready[layer] > finish:
+            finish = ready[layer]
+    # receive buffers: from the first to the last step that reads them on that device
+    for t in range(n_tensors):
+        for d in range(n_dev):
+            if recv_first[t, d] >= 0:
+                delta[d, recv_first[t, d]] += recv_bytes[t]
+                delta[d, recv_last[t, d] + 1] -= recv_bytes[t]
+    for d in range(n_dev):
+        acc = 0.0
+        peak = 0.0
+        for i in range(n_layers):
+            acc += delta[d, i]
+            if acc > peak:
+                peak = acc
+        mem_peak[d] = peak
+    latency_out[0] = finish
+
+
+@njit(cache=True, parallel=True)
+def simulate_batch(
+    share,
+    owner,
+    kind,
+    t_work,
+    t_fixed,
+    op_class,
+    out_bytes,
+    w_bytes,
+    in_ptr,
+    in_src,
+    in_tensor,
+    in_bytes,
+    last_use,
+    entry,
+    lat,
+    inv_bw,
+    e_byte,
+    channel,
+    n_channels,
+    streamed,
+    p_class,
+    p_overhead,
+):
+    """Latency [P]; busy, communication, activation+weight peak bytes, energy (without idle),
+    parts and bytes sent, each [P, D]."""
+    n_pop, _, n_dev = share.shape
+    latency = np.zeros(n_pop)
+    busy = np.zeros((n_pop, n_dev))
+    comm = np.zeros((n_pop, n_dev))
+    mem = np.zeros((n_pop, n_dev))
+    energy = np.zeros((n_pop, n_dev))
+    parts = np.zeros((n_pop, n_dev), dtype=np.int64)
+    sent = np.zeros((n_pop, n_dev))
+    for p in prange(n_pop):
+        _simulate_one(
+            share[p],
+            owner[p],
+            kind,
+            t_work,
+            t_fixed,
+            op_class,
+            out_bytes,
+            w_bytes,
+            in_ptr,
+            in_src,
+            in_tensor,
+            in_bytes,
+            last_use,
+            entry,
+            lat,
+            inv_bw,
+            e_byte,
+            channel,
+            n_channels,
+            streamed,
+            p_class,
+            p_overhead,
+            latency[p : p + 1],
+            busy[p],
+            comm[p],
+            mem[p],
+            energy[p],
+            parts[p],
+            sent[p],
+        )
+    return latency, busy, comm, mem, energy, parts, sent
+
+
+def input_csr(
+    edge_src: np.ndarray,
+    edge_dst: np.ndarray,
+    edge_tensor: tuple[str, ...],
+    edge_bytes: np.ndarray,
+    n_layers: int,
+) -> tuple[np.ndarray, ...]:
+    """Per-layer input lists (CSR) with integer tensor ids."""
+    order = np.argsort(edge_dst, kind="stable")
+    ids: dict[str, int] = {}
+    tensor = np.array([ids.setdefault(edge_tensor[i], len(ids)) for i in order], dtype=np.int64)
+    ptr = np.zeros(n_layers + 1, dtype=np.int64)
+    np.add.at(ptr, edge_dst[order] + 1, 1)
+    return (
+        np.cumsum(ptr),
+        edge_src[order].astype(np.int64),
+        tensor,
+        edge_bytes[order].astype(np.float64),
+    )

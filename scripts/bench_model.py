@@ -1,0 +1,60 @@
+"""Speed of the analytical model: random valid hybrid mappings evaluated per second.
+
+    python scripts/bench_model.py [--nets vgg16 densenet121] [--batch 1000] [--seconds 3]
+
+Prints one line per network, `NET: N mappings/s`, on the default 16-device platform
+(jetson_xavier_nx_x8). Mappings put every layer on a random device and split every splittable
+layer over 1-4 random devices; numba compilation happens before timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import yaml
+
+from dse.cli import CONF_DIR
+from dse.mapping import MappingBatch, derive_owner
+from dse.nets import load_net
+from models_analytical.model import AnalyticalModel
+from models_analytical.platform import load_platform
+
+
+def random_batch(graph, n_dev: int, size: int, rng: np.random.Generator) -> MappingBatch:
+    share = np.zeros((size, len(graph), n_dev))
+    rows = np.arange(size)
+    for layer in range(len(graph)):
+        share[rows, layer, rng.integers(n_dev, size=size)] = 1.0
+        if graph.splittable[layer]:
+            extra = rng.random((size, n_dev)) < rng.integers(0, 4, size=size)[:, None] / n_dev
+            parts = (share[:, layer] > 0) | extra
+            share[:, layer] = parts / parts.sum(axis=1, keepdims=True)
+    return MappingBatch(share, derive_owner(graph, share))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nets", nargs="+", default=["vgg16", "densenet121"])
+    ap.add_argument("--batch", type=int, default=1000)
+    ap.add_argument("--seconds", type=float, default=3.0)
+    args = ap.parse_args()
+    cfg = yaml.safe_load((CONF_DIR / "platform" / "jetson_xavier_nx_x8.yaml").read_text())
+    plat = load_platform(cfg, CONF_DIR / "platform")
+    rng = np.random.default_rng(0)
+    for net in args.nets:
+        graph = load_net({"name": net})
+        model = AnalyticalModel(graph, plat)
+        batch = random_batch(graph, len(plat), args.batch, rng)
+        model.evaluate(batch[:2])  # compile
+        done, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < args.seconds:
+            model.evaluate(batch)
+            done += batch.size
+        rate = done / (time.perf_counter() - t0)
+        print(f"{net}: {rate:,.0f} mappings/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,287 @@
+"""The analytical model against schedules, byte counts and peaks worked out by hand."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx_factory as f
+import pytest
+from onnx import helper
+
+from dse.graph import build_graph
+from dse.mapping import MappingBatch, derive_owner, from_autodice, from_device_lists, to_autodice
+from dse.nets import load_net
+from models_analytical.model import AnalyticalModel
+from models_analytical.platform import (
+    OP_CLASSES,
+    Device,
+    KindCoefficients,
+    Link,
+    Platform,
+    load_platform,
+)
+
+RATE = 1e6  # MAC/s of every op class on the test device: a layer of n MACs takes n/1e6 s
+
+
+def platform(
+    n: int = 4,
+    bw: float = 1e6,
+    latency: float = 0.0,
+    capacity: float = 1e4,
+    power: float = 10.0,
+    idle: float = 1.0,
+    weights: str = "resident",
+) -> Platform:
+    """n CPUs on n hosts, one network link class, rate 1 MMAC/s, no per-layer overhead."""
+    coeff = KindCoefficients(
+        frequency_hz=RATE,
+        layer={c: 1.0 for c in OP_CLASSES},
+        layer_overhead_s=0.0,
+        memory_coefficient=1.0,
+        memory_bias_mb=0.0,
+        memory_per_layer_mb=0.0,
+        power_w={**{c: power for c in OP_CLASSES}, "overhead": 0.0, "idle": idle},
+    )
+    devices = tuple(Device(f"h{i}_cpu", f"h{i}", "cpu", 1, capacity) for i in range(n))
+    return Platform(
+        "test", devices, {"network": Link(latency, bw)}, {"cpu": coeff}, entry=0, weights=weights
+    )
+
+
+def relu_chain(n_elems: int, length: int):
+    nodes = [
+        helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"], name=f"r{i}") for i in range(length)
+    ]
+    return build_graph(f.model(nodes, {"t0": [n_elems]}, [f"t{length}"]), "chain")
+
+
+def run(graph, plat, devices):
+    model = AnalyticalModel(graph, plat)
+    return model.evaluate(from_device_lists(graph, len(plat), [devices]))
+
+
+def test_two_layer_chain_on_two_devices():
+    # r0 (2e6 MACs = 2 s) on h0; its 8 MB output crosses a 1 MB/s link with 0.5 s latency
+    # (8.5 s); r1 (2 s) on h1. Latency 2 + 8.5 + 2 = 12.5 s.
+    g = relu_chain(2_000_000, 2)
+    ev = run(g, platform(bw=1e6 * 8 / 8, latency=0.5), [[0], [1]])
+    assert ev.latency_s[0] == pytest.approx(2 + 0.5 + 8.0 + 2)
+    assert ev.busy_s[0, :2] == pytest.approx([2, 2])
+    assert ev.idle_s[0, :2] == pytest.approx([10.5, 10.5])
+    assert ev.comm_s[0, :2] == pytest.approx([8.5, 8.5])
+    assert ev.bytes_sent[0].tolist() == [8e6, 0, 0, 0]
+    # energy: busy at 10 W plus idle at 1 W; unused devices draw nothing
+    assert ev.energy_j[0].tolist() == pytest.approx([2 * 10 + 10.5, 2 * 10 + 10.5, 0, 0])
+    assert ev.used[0].tolist() == [True, True, False, False]
+
+
+def conv_then_relu():
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+        helper.make_node("Relu", ["c"], ["y"], name="relu"),
+    ]
+    return build_graph(
+        f.model(nodes, {"x": [1, 4, 10, 10]}, ["y"], [f.weight("w", [6, 4, 1, 1])]), "cr"
+    )
+
+
+def test_lop_split_over_three_devices_moves_eq_4_3_bytes():
+    # conv split over h0..h2, its successor on h3, the input entering on h3: every part needs
+    # the whole input (IS * N) and the parts come back to h3 (OS): Eq. 4.3
+    g = conv_then_relu()
+    plat = platform(n=4)
+    plat = Platform(plat.name, plat.devices, plat.links, plat.coefficients, entry=3)
+    ev = run(g, plat, [[0, 1, 2], [3]])
+    in_bytes, out_bytes = 4 * 100 * 4, 6 * 100 * 4
+    assert ev.bytes_sent[0].sum() == pytest.approx(3 * in_bytes + out_bytes)
+    assert ev.bytes_sent[0].tolist() == pytest.approx(
+        [out_bytes / 3, out_bytes / 3, out_bytes / 3, 3 * in_bytes]
+    )
+    # the three inputs queue on separate links (one per pair); each part computes a third
+    part_s = g.layers[0].macs / 3 / RATE
+    t_in = in_bytes / 1e6
+    back = (out_bytes / 3) / 1e6
+    relu_s = g.layers[1].macs / RATE
+    assert ev.latency_s[0] == pytest.approx(t_in + part_s + back + relu_s)
+
+
+def test_owner_of_a_split_layer_follows_the_thesis_rule():
+    g = conv_then_relu()
+    batch = from_device_lists(g, 4, [[[1, 2], [3]], [[0, 1], [1]]])
+    assert batch.owner.tolist() == [[3, 3], [1, 1]]  # concat on the next layer's device
+    share = np.zeros((1, 2, 4))
+    share[0, 0, 0] = 1
+    share[0, 1, [2, 3]] = 0.5  # the last layer split: concatenated on the previous layer's
+    assert derive_owner(g, share).tolist() == [[0, 0]]
+
+
+def test_equal_split_spreads_the_remainder():
+    g = conv_then_relu()  # 6 channels
+    batch = from_device_lists(g, 4, [[[0, 1, 2, 3], [0]]])
+    assert (batch.share[0, 0] * 6).tolist() == pytest.approx([2, 2, 1, 1])
+
+
+def fork_join():
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="a"),
+        helper.make_node("Relu", ["a"], ["b"], name="b"),
+        helper.make_node("Relu", ["a"], ["c"], name="c"),
+        helper.make_node("Add", ["b", "c"], ["y"], name="join"),
+    ]
+    return build_graph(f.model(nodes, {"x": [1_000_000]}, ["y"]), "fj")
+
+
+def test_fork_join_branches_on_two_devices_overlap():
+    # each layer 1 s; a on h0 sends 4 MB (4 s at 1 MB/s) to h1 and h2, on separate links;
+    # b and c run in parallel, then both send 4 MB back to h0: the branches overlap
+    g = fork_join()
+    ev = run(g, platform(), [[0], [1], [2], [0]])
+    assert ev.latency_s[0] == pytest.approx(1 + 4 + 1 + 4 + 1)
+    serial = run(g, platform(), [[0], [0], [0], [0]])
+    assert serial.latency_s[0] == pytest.approx(4)
+
+
+def test_transfers_on_one_link_queue():
+    # a and b run on h0 in (almost) no time; their outputs of 3 MB and 5 MB both go to h1 over
+    # the same link and queue: they arrive at 3 s and 8 s, not both by 5 s.
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="a"),
+        helper.make_node("Relu", ["x2"], ["b"], name="b"),
+        helper.make_node("Relu", ["a"], ["ya"], name="ca"),
+        helper.make_node("Relu", ["b"], ["yb"], name="cb"),
+    ]
+    g = build_graph(f.model(nodes, {"x": [750_000], "x2": [1_250_000]}, ["ya", "yb"]), "q")
+    plat = platform(n=2, bw=1e6)
+    fast = {c: 1e9 for c in OP_CLASSES}
+    coeff = plat.coefficients["cpu"]
+    plat = Platform(
+        plat.name,
+        plat.devices,
+        plat.links,
+        {"cpu": KindCoefficients(1e6, fast, 0.0, 1.0, 0.0, 0.0, coeff.power_w)},
+        entry=0,
+    )
+    ev = run(g, plat, [[0], [0], [1], [1]])
+    assert ev.latency_s[0] == pytest.approx((3e6 + 5e6) / 1e6, rel=1e-6)
+
+
+def two_orders():
+    """A (1 MB) feeds two branches B (10 MB) -> B2 (1 MB) and C (10 MB) -> C2 (1 MB), joined."""
+    mb, ten = 250_000, 2_500_000  # float32 elements of 1 MB and 10 MB
+    inits = [
+        f.const("shape_b", [ten]),
+        f.const("shape_s", [mb]),
+        f.const("s0", [0]),
+        f.const("s1", [mb]),
+    ]
+    a = helper.make_node("Relu", ["x"], ["A"], name="A")
+    b = helper.make_node("Tile", ["A", "ten"], ["B"], name="B")
+    c = helper.make_node("Tile", ["A", "ten"], ["C"], name="C")
+    b2 = helper.make_node("Slice", ["B", "s0", "s1"], ["B2"], name="B2")
+    c2 = helper.make_node("Slice", ["C", "s0", "s1"], ["C2"], name="C2")
+    e = helper.make_node("Add", ["B2", "C2"], ["E"], name="E")
+    inits.append(f.const("ten", [10]))
+    bad = [a, b, c, b2, c2, e]  # both 10 MB branches live at once
+    good = [a, b, b2, c, c2, e]  # finish one branch before starting the other
+    return [build_graph(f.model(order, {"x": [mb]}, ["E"], inits), "o") for order in (bad, good)]
+
+
+def test_liveness_peak_depends_on_the_order():
+    plat = platform(n=1, weights="resident")
+    peaks = []
+    for g in two_orders():
+        ev = run(g, plat, [[0]] * len(g))
+        peaks.append(ev.memory_mb[0, 0])
+    # allocate-then-free: A + B + C = 21 MB in the first order; at most 12 MB in the second
+    # (plus 48 bytes of int64 constants: the Tile repeats and Slice bounds)
+    assert peaks == pytest.approx([21.0, 12.0], abs=1e-4)
+
+
+def test_infeasible_mapping_violates_capacity():
+    g = relu_chain(1_000_000, 3)  # 4 MB per tensor
+    ev = run(g, platform(capacity=7.0), [[0], [0], [0]])
+    assert ev.memory_mb[0, 0] == pytest.approx(8.0)  # input and output of a layer
+    assert not ev.feasible[0]
+    assert ev.constraints()[0, 0] == pytest.approx(8.0 / 7.0 - 1)
+    ok = run(g, platform(capacity=8.0), [[0], [0], [0]])
+    assert ok.feasible[0]
+
+
+def test_autodice_round_trip(tmp_path):
+    g = load_net({"name": "alexnet"})
+    keys = [f"xavier{i}_cpu" for i in range(4)]
+    rng = np.random.default_rng(0)
+    lists = []
+    for layer in g:
+        if layer.splittable:
+            lists.append(sorted(rng.choice(4, size=rng.integers(1, 5), replace=False).tolist()))
+        else:
+            lists.append([int(rng.integers(4))])
+    batch = from_device_lists(g, 4, [lists])
+    mapping, horizontal = to_autodice(g, keys, batch)
+    (tmp_path / "mapping.json").write_text(json.dumps(mapping))
+    back = from_autodice(
+        g,
+        keys,
+        json.loads((tmp_path / "mapping.json").read_text()),
+        json.loads(json.dumps(horizontal)),
+    )
+    assert np.allclose(back.share, batch.share)
+    assert (back.owner == batch.owner).all()
+    # uneven split points are kept
+    name = next(n for n, spec in horizontal.items() if len(spec[2]) == 2)
+    horizontal[name][1] = [1]
+    uneven = from_autodice(g, keys, mapping, horizontal)
+    layer = g.index[name]
+    assert uneven.share[0, layer].max() == pytest.approx(1 - 1 / g.out_channels[layer])
+
+
+@pytest.mark.parametrize(
+    ("mapping", "horizontal", "message"),
+    [
+        ({"xavier0_cpu": ["conv1", "nope"]}, None, "unknown node 'nope'"),
+        ({"mars_cpu": ["conv1"]}, None, "unknown device 'mars_cpu'"),
+        ({"xavier0_cpu": ["conv1"]}, None, "mapped to no device"),
+    ],
+)
+def test_autodice_errors(mapping, horizontal, message):
+    from dse.errors import DseError
+
+    g = load_net({"name": "alexnet"})
+    with pytest.raises(DseError, match=message):
+        from_autodice(g, ["xavier0_cpu", "xavier1_cpu"], mapping, horizontal)
+
+
+def test_split_of_a_non_splittable_layer_is_refused():
+    from dse.errors import DseError
+
+    g = load_net({"name": "alexnet"})
+    mapping = {"xavier0_cpu": list(g.names), "xavier1_cpu": ["relu1"]}
+    with pytest.raises(DseError, match="'relu1' .* cannot be split"):
+        from_autodice(g, ["xavier0_cpu", "xavier1_cpu"], mapping)
+
+
+TABLE2 = {
+    "alexnet": (28.3e-3, 152.746, 0.352),
+    "vgg16": (122.46e-3, 446.852, 1.959),
+    "densenet121": (138.68e-3, 95.969, 1.026),
+}
+
+
+@pytest.mark.parametrize("net", sorted(TABLE2))
+def test_default_platform_reproduces_thesis_table2(net):
+    import yaml
+
+    from dse.cli import CONF_DIR
+
+    cfg = yaml.safe_load((CONF_DIR / "platform" / "jetson_xavier_nx_x8.yaml").read_text())
+    plat = load_platform(cfg, CONF_DIR / "platform")
+    g = load_net({"name": net})
+    ev = run(g, plat, [[plat.entry]] * len(g))
+    latency, memory, energy = TABLE2[net]
+    assert ev.latency_s[0] == pytest.approx(latency, rel=0.05)
+    assert ev.memory_mb[0].max() == pytest.approx(memory, rel=0.15)
+    assert ev.energy_j[0].max() == pytest.approx(energy, rel=0.05)
+    assert isinstance(MappingBatch, type)
