@@ -1,0 +1,131 @@
+"""`python -m dse.evaluate +net=NAME mapping=mapping.json`: score one mapping with the model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig
+
+from dse.cli import CONF_DIR, guarded, run
+from dse.errors import DseError
+from dse.mapping import from_autodice
+from dse.nets import load_net
+from dse.platforms import platform_from_config
+from models_analytical.model import AnalyticalModel, Evaluation
+from models_analytical.platform import Platform
+
+
+def read_json(path: str, what: str) -> Any:
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise DseError(f"{what} file not found: {p}")
+    try:
+        return json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise DseError(f"{what} file {p} is not valid JSON: {exc}") from None
+
+
+def report(platform: Platform, ev: Evaluation) -> dict[str, Any]:
+    """The evaluation of mapping 0 as plain numbers (ms, MB, J), used devices only."""
+    used = [i for i in range(len(platform)) if ev.used[0, i]]
+    keys = platform.keys
+
+    def per_device(values, scale: float = 1.0, digits: int = 4) -> dict[str, float]:
+        return {keys[i]: round(float(values[0, i]) * scale, digits) for i in used}
+
+    return {
+        "latency_ms": round(float(ev.latency_s[0]) * 1e3, 4),
+        "memory_mb": per_device(ev.memory_mb, digits=3),
+        "energy_j": per_device(ev.energy_j, digits=5),
+        "feasible": bool(ev.feasible[0]),
+        "compute_ms": per_device(ev.busy_s, 1e3),
+        "communication_ms": per_device(ev.comm_s, 1e3),
+        "idle_ms": per_device(ev.idle_s, 1e3),
+        "bytes_sent": per_device(ev.bytes_sent, digits=0),
+        "capacity_mb": {keys[i]: platform.devices[i].memory_mb for i in used},
+        "objectives": {
+            "latency_ms": round(float(ev.latency_s[0]) * 1e3, 4),
+            "max_memory_mb": round(float(ev.objective("memory")[0]), 3),
+            "max_energy_j": round(float(ev.objective("energy")[0]), 5),
+            "total_energy_j": round(float(ev.objective("total_energy")[0]), 5),
+            "bytes_communicated": int(ev.objective("bytes")[0]),
+            "period_ms": round(float(ev.objective("period")[0]) * 1e3, 4),
+        },
+    }
+
+
+def as_table(net: str, platform: Platform, r: dict[str, Any]) -> str:
+    o = r["objectives"]
+    head = (
+        "device",
+        "compute ms",
+        "comm ms",
+        "idle ms",
+        "memory MB",
+        "capacity",
+        "energy J",
+        "bytes sent",
+    )
+    rows = [
+        (
+            d,
+            f"{r['compute_ms'][d]:.3f}",
+            f"{r['communication_ms'][d]:.3f}",
+            f"{r['idle_ms'][d]:.3f}",
+            f"{r['memory_mb'][d]:.1f}",
+            f"{r['capacity_mb'][d]:.0f}",
+            f"{r['energy_j'][d]:.4f}",
+            f"{r['bytes_sent'][d]:,.0f}",
+        )
+        for d in r["memory_mb"]
+    ]
+    widths = [max(len(c) for c in col) for col in zip(head, *rows, strict=True)]
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+
+    status = "feasible" if r["feasible"] else "INFEASIBLE: a device is over its memory capacity"
+    return "\n".join(
+        [
+            f"{net} on {platform.name}: {status}",
+            f"latency {o['latency_ms']:.3f} ms | max memory {o['max_memory_mb']:.1f} MB | "
+            f"max energy {o['max_energy_j']:.4f} J | total energy {o['total_energy_j']:.4f} J | "
+            f"{o['bytes_communicated']:,} bytes sent | period {o['period_ms']:.3f} ms",
+            "",
+            line(head),
+            line(tuple("-" * w for w in widths)),
+            *map(line, rows),
+        ]
+    )
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="evaluate", version_base="1.3")
+@guarded
+def main(cfg: DictConfig) -> None:
+    fmt = cfg.get("format", "table")
+    if fmt not in ("table", "json"):
+        raise DseError(f"unknown format '{fmt}': choose table or json")
+    if not cfg.get("mapping"):
+        raise DseError(
+            "no mapping given: add mapping=path/mapping.json "
+            "(and horizontal=path/horizontal.json for split layers)"
+        )
+    graph = load_net(cfg.get("net"))
+    platform = platform_from_config(cfg.get("platform"))
+    mapping = read_json(cfg.mapping, "mapping")
+    horizontal = read_json(cfg.horizontal, "horizontal") if cfg.get("horizontal") else None
+    if not isinstance(mapping, dict):
+        raise DseError('mapping.json must be an object {"<host>_<resource>": [node names]}')
+    batch = from_autodice(graph, platform.keys, mapping, horizontal)
+    r = report(platform, AnalyticalModel(graph, platform).evaluate(batch))
+    print(json.dumps(r, indent=1) if fmt == "json" else as_table(graph.name, platform, r))
+
+
+if __name__ == "__main__":
+    run(main)
