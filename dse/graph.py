@@ -8,6 +8,7 @@ position; edges are per tensor, so a tensor consumed twice on one device is coun
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections.abc import Iterator, Mapping, Sequence
@@ -181,6 +182,34 @@ class LayerGraph:
     @cached_property
     def index(self) -> dict[str, int]:
         return {layer.name: layer.index for layer in self.layers}
+
+    def reordered(self, order: Sequence[int]) -> LayerGraph:
+        """The same graph with its layers in another topological ``order``."""
+        order = [int(i) for i in order]
+        if sorted(order) != list(range(len(self.layers))):
+            raise ValueError("order must be a permutation of the layers")
+        pos = {old: new for new, old in enumerate(order)}
+        src = np.array([pos[s] if s >= 0 else -1 for s in self.edge_src.tolist()], dtype=np.int64)
+        dst = np.array([pos[d] for d in self.edge_dst.tolist()], dtype=np.int64)
+        if ((src >= dst) & (src >= 0)).any():
+            raise ValueError("order is not topological")
+        for a in (src, dst):
+            a.setflags(write=False)
+        return LayerGraph(
+            name=self.name,
+            layers=tuple(
+                dataclasses.replace(self.layers[old], index=new) for new, old in enumerate(order)
+            ),
+            inputs=self.inputs,
+            outputs=self.outputs,
+            edge_src=src,
+            edge_dst=dst,
+            edge_bytes=self.edge_bytes,
+            edge_tensor=self.edge_tensor,
+            unique_params=self.unique_params,
+            unique_weight_bytes=self.unique_weight_bytes,
+            producer={t: pos[i] for t, i in self.producer.items()},
+        )
 
     def totals(self) -> dict[str, int]:
         return {

@@ -32,3 +32,22 @@ def model(
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
     return m
+
+
+def two_branches(order: Sequence[str] = ("A", "B", "C", "B2", "C2", "E")) -> onnx.ModelProto:
+    """A (1 MB) feeds branches B (10 MB) -> B2 (1 MB) and C (10 MB) -> C2 (1 MB), joined by E.
+
+    Stored in ``order``: run as stored, the default keeps both 10 MB tensors live (21 MB);
+    finishing one branch first needs 12 MB.
+    """
+    mb = 250_000  # float32 elements in 1 MB
+    nodes = {
+        "A": helper.make_node("Relu", ["x"], ["A"], name="A"),
+        "B": helper.make_node("Tile", ["A", "ten"], ["B"], name="B"),
+        "C": helper.make_node("Tile", ["A", "ten"], ["C"], name="C"),
+        "B2": helper.make_node("Slice", ["B", "s0", "s1"], ["B2"], name="B2"),
+        "C2": helper.make_node("Slice", ["C", "s0", "s1"], ["C2"], name="C2"),
+        "E": helper.make_node("Add", ["B2", "C2"], ["E"], name="E"),
+    }
+    inits = [const("ten", [10]), const("s0", [0]), const("s1", [mb])]
+    return model([nodes[n] for n in order], {"x": [mb]}, ["E"], inits)

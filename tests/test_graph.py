@@ -222,3 +222,16 @@ def test_inconsistent_conv_is_reported():
     m = f.model([node], {"x": [1, 3, 8, 8]}, ["y"], [f.weight("w", [4, 5, 3, 3])])
     with pytest.raises(DseError, match="layer 'conv1'.*receives 3 input channels"):
         build_graph(m, "bad")
+
+
+def test_load_net_runs_branches_in_a_memory_aware_order(tmp_path):
+    from models_analytical.liveness import peak_memory
+
+    path = tmp_path / "branches.onnx"
+    onnx.save(f.two_branches(), path)
+    stored = load_net({"name": "onnx", "path": str(path), "order": "file"})
+    aware = load_net({"name": "onnx", "path": str(path)})
+    assert stored.names == ("A", "B", "C", "B2", "C2", "E")
+    assert aware.names in (("A", "B", "B2", "C", "C2", "E"), ("A", "C", "C2", "B", "B2", "E"))
+    assert peak_memory(stored, range(6)) == 21e6  # A, B and C live together
+    assert peak_memory(aware, range(6)) == 12e6
