@@ -285,3 +285,29 @@ def test_memory_aware_order_finds_the_low_peak():
     plat = platform(n=1, weights="resident")
     ev = run(bad.reordered(order), plat, [[0]] * len(bad))
     assert ev.memory_mb[0, 0] == pytest.approx(12.0, abs=1e-4)
+
+
+def test_shared_medium_queues_every_network_transfer():
+    # the fork-join of above, on Wi-Fi: a's two sends and the two sends back share one medium.
+    # a 0-1; to h1 1-5; to h2 5-9; b 5-6; c 9-10; b back 9-13; c back 13-17; join 17-18
+    g = fork_join()
+    plat = platform()
+    wifi = Platform(
+        plat.name, plat.devices, plat.links, plat.coefficients, entry=0, shared_network=True
+    )
+    assert run(g, wifi, [[0], [1], [2], [0]]).latency_s[0] == pytest.approx(18)
+
+
+def test_pair_override_changes_one_link():
+    g = relu_chain(2_000_000, 2)
+    plat = platform()
+    fast = Platform(
+        plat.name,
+        plat.devices,
+        plat.links,
+        plat.coefficients,
+        entry=0,
+        pair_links={(0, 1): Link(0.0, 8e6), (1, 0): Link(0.0, 8e6)},
+    )
+    assert run(g, fast, [[0], [1]]).latency_s[0] == pytest.approx(2 + 1 + 2)
+    assert run(g, fast, [[0], [2]]).latency_s[0] == pytest.approx(2 + 8 + 2)
