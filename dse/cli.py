@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from dse.errors import DseError
 
@@ -28,6 +29,14 @@ def check_group_overrides(argv: Sequence[str]) -> None:
         choices = group_choices(key)
         if value not in choices:
             raise DseError(f"unknown {key} '{value}': choose one of {', '.join(choices)}")
+
+
+def output_format(cfg: Mapping[str, Any]) -> str:
+    """The `format` key of a printing entry point: table (default) or json."""
+    fmt = str(cfg.get("format", "table"))
+    if fmt not in ("table", "json"):
+        raise DseError(f"unknown format '{fmt}': choose table or json")
+    return fmt
 
 
 def fail(message: str) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from dse.cli import CONF_DIR, guarded, run
+from dse.cli import CONF_DIR, guarded, output_format, run
 from dse.errors import DseError
 from dse.mapping import from_autodice
 from dse.nets import load_net
@@ -108,9 +108,7 @@ def as_table(net: str, platform: Platform, r: dict[str, Any]) -> str:
 @hydra.main(config_path=str(CONF_DIR), config_name="evaluate", version_base="1.3")
 @guarded
 def main(cfg: DictConfig) -> None:
-    fmt = cfg.get("format", "table")
-    if fmt not in ("table", "json"):
-        raise DseError(f"unknown format '{fmt}': choose table or json")
+    fmt = output_format(cfg)
     if not cfg.get("mapping"):
         raise DseError(
             "no mapping given: add mapping=path/mapping.json "

@@ -7,8 +7,7 @@ import json
 import hydra
 from omegaconf import DictConfig
 
-from dse.cli import CONF_DIR, guarded, run
-from dse.errors import DseError
+from dse.cli import CONF_DIR, guarded, output_format, run
 from dse.graph import LayerGraph
 from dse.nets import load_net
 
@@ -88,9 +87,7 @@ def as_table(graph: LayerGraph) -> str:
 @hydra.main(config_path=str(CONF_DIR), config_name="inspect", version_base="1.3")
 @guarded
 def main(cfg: DictConfig) -> None:
-    fmt = cfg.get("format", "table")
-    if fmt not in ("table", "json"):
-        raise DseError(f"unknown format '{fmt}': choose table or json")
+    fmt = output_format(cfg)
     graph = load_net(cfg.get("net"))
     print(as_json(graph) if fmt == "json" else as_table(graph))
 

@@ -4,24 +4,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli import ROOT, run_module
 
 from dse.nets import load_net
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def evaluate(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "dse.evaluate", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-    )
+    return run_module("dse.evaluate", *args)
 
 
 @pytest.fixture(scope="module")

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import onnx
 import onnx_factory as f
 import pytest
+from cli import run_module
 from onnx import helper
 
 from dse.nets import load_net
-
-ROOT = Path(__file__).resolve().parent.parent
 
 # Published trained-parameter counts and Conv+FC multiply-accumulates at 224x224.
 PUBLISHED = {
@@ -28,13 +26,7 @@ PUBLISHED = {
 
 
 def inspect(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "dse.inspect", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
+    return run_module("dse.inspect", *args)
 
 
 @pytest.mark.parametrize("net", sorted(PUBLISHED))
