@@ -1,1 +1,33 @@
 """Chromosome encodings of mappings: naive, advanced split point, vertical split point."""
+
+from __future__ import annotations
+
+from chromosomes.base import Chromosome
+from chromosomes.naive import NaiveChromosome
+from chromosomes.split_point import AdvancedChromosome, VerticalChromosome
+from dse.errors import DseError
+from dse.graph import LayerGraph
+
+CHROMOSOMES: dict[str, type[Chromosome]] = {
+    "naive": NaiveChromosome,
+    "advanced": AdvancedChromosome,
+    "vertical": VerticalChromosome,
+}
+
+
+def make_chromosome(name: str, graph: LayerGraph, n_devices: int, splits: int = 2) -> Chromosome:
+    if name not in CHROMOSOMES:
+        raise DseError(f"unknown chromosome '{name}': choose one of {', '.join(CHROMOSOMES)}")
+    if name == "advanced":
+        return AdvancedChromosome(graph, n_devices, splits=splits)
+    return CHROMOSOMES[name](graph, n_devices)
+
+
+__all__ = [
+    "CHROMOSOMES",
+    "AdvancedChromosome",
+    "Chromosome",
+    "NaiveChromosome",
+    "VerticalChromosome",
+    "make_chromosome",
+]

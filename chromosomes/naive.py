@@ -1,0 +1,43 @@
+"""The naive chromosome (thesis section 4.2.1): a device id per layer, n per splittable layer.
+
+Length sp*n + ol - sp (Eq. 4.5). A splittable layer's n genes name the devices computing its
+parts; repeated devices mean fewer, larger parts (equal shares among the distinct devices).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from chromosomes.base import Chromosome, shares_from_counts
+from dse.mapping import MappingBatch
+
+
+class NaiveChromosome(Chromosome):
+    name = "naive"
+
+    def __init__(self, graph, n_devices: int) -> None:
+        super().__init__(graph, n_devices)
+        width = np.where(graph.splittable, n_devices, 1)
+        self.start = np.concatenate([[0], np.cumsum(width)[:-1]])  # first gene of each layer
+        self.width = width
+
+    @property
+    def n_genes(self) -> int:
+        return int(self.width.sum())
+
+    @property
+    def upper(self) -> np.ndarray:
+        return np.full(self.n_genes, self.n_devices - 1, dtype=np.int64)
+
+    def single_device(self, device: int) -> np.ndarray:
+        return np.full(self.n_genes, device, dtype=np.int64)
+
+    def decode(self, genes: np.ndarray) -> MappingBatch:
+        genes = np.asarray(genes, dtype=np.int64)
+        pop, n_layers = genes.shape[0], len(self.graph)
+        present = np.zeros((pop, n_layers, self.n_devices), dtype=bool)
+        rows = np.arange(pop)[:, None]
+        layer_of_gene = np.repeat(np.arange(n_layers), self.width)
+        present[rows, layer_of_gene[None, :], genes] = True
+        share = shares_from_counts(present.astype(np.int64), self.graph.out_channels)
+        return self._batch(share)

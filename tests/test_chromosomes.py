@@ -1,0 +1,150 @@
+"""Chromosome decoding: the thesis's worked examples, search-space sizes, validity."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx_factory as f
+import pytest
+from onnx import helper
+
+from chromosomes import AdvancedChromosome, NaiveChromosome, VerticalChromosome, make_chromosome
+from dse.errors import DseError
+from dse.graph import build_graph
+from dse.nets import load_net
+from dse.zoo import NETS
+
+
+def figure8_net():
+    """The 6-layer CNN of the thesis's Figure 8a: l1 Conv, l2-l4 not splittable, l5 FC, l6."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["l1"], name="l1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["l1"], ["l2"], name="l2"),
+        helper.make_node("MaxPool", ["l2"], ["l3"], name="l3", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Flatten", ["l3"], ["l4"], name="l4"),
+        helper.make_node("Gemm", ["l4", "g"], ["l5"], name="l5", transB=1),
+        helper.make_node("Softmax", ["l5"], ["l6"], name="l6"),
+    ]
+    inits = [f.weight("w", [10, 3, 3, 3]), f.weight("g", [10, 10 * 4 * 4])]
+    return build_graph(f.model(nodes, {"x": [1, 3, 8, 8]}, ["l6"], inits), "fig8")
+
+
+def test_advanced_figure_11_decodes_to_figure_9():
+    g = figure8_net()
+    genes = np.array(
+        [
+            [0, 0, 1, 2, 0],  # split 1
+            [1, 2, 0, 0, 0],  # split 2
+            [0, 1, 0, 0, 2],  # split 3
+            [2, 1, 0, 0, 0],  # split 4
+            [2, 0, 0, 0, 0],
+        ]
+    )  # split 5
+    batch = AdvancedChromosome(g, 5, splits=5).decode(genes.reshape(1, -1))
+    share = batch.share[0] * 10  # channels out of 10, five parts of 2
+    # l1: parts 1..5 on devices 3, 1, 2, 2, 1; l5: on devices 4, 2, 5, 1, 1
+    assert share[0].tolist() == [4, 4, 2, 0, 0]
+    assert share[4].tolist() == [4, 2, 0, 2, 2]
+    # l2-l4 follow l1's first part (device 3), l6 follows l5's first part (device 4)
+    for layer in (1, 2, 3):
+        assert share[layer].tolist() == [0, 0, 10, 0, 0]
+    assert share[5].tolist() == [0, 0, 0, 10, 0]
+    # parts are concatenated on the device of the next layer
+    assert batch.owner[0].tolist() == [2, 2, 2, 2, 3, 3]
+
+
+def test_advanced_edge_cases():
+    g = figure8_net()
+    chrom = AdvancedChromosome(g, 5, splits=2)
+    # Figure 10: devices 2 and 4 hold split points 1 and 2, the second row is empty
+    fig10 = np.array([[0, 1, 0, 2, 0, 0, 0, 0, 0, 0]])
+    share = chrom.decode(fig10).share[0]
+    assert share[:4, 1].tolist() == [1, 1, 1, 1] and share[4:, 3].tolist() == [1, 1]
+    # device 2 with 0 as well: device 4 takes everything up to its split point
+    only4 = np.array([[0, 0, 0, 2, 0, 0, 0, 0, 0, 0]])
+    assert (chrom.decode(only4).share[0, :, 3] == 1).all()
+    # split point short of the end: the last device of row 1 takes the rest; all zeros: device 0
+    short = np.array([[1, 0, 0, 0, 0, 0, 0, 0, 0, 0], [0] * 10])
+    out = chrom.decode(short).share
+    assert (out[0, :, 0] == 1).all() and (out[1, :, 0] == 1).all()
+
+
+def test_leading_non_splittable_layers_follow_the_first_split():
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="r"),
+        helper.make_node("Conv", ["r", "w"], ["c"], name="c"),
+        helper.make_node("Relu", ["c"], ["y"], name="y"),
+    ]
+    g = build_graph(
+        f.model(nodes, {"x": [1, 3, 4, 4]}, ["y"], [f.weight("w", [4, 3, 1, 1])]), "lead"
+    )
+    batch = AdvancedChromosome(g, 3, splits=2).decode(np.array([[0, 1, 0, 1, 0, 1]]))
+    assert batch.share[0, 0].tolist() == [0, 1, 0]  # like the first part of the conv
+    assert (batch.share[0, 1] * 4).tolist() == [2, 2, 0]  # parts on devices 2 and 1
+    assert batch.share[0, 2].tolist() == [0, 1, 0]
+
+
+def test_naive_decoding_by_hand():
+    g = figure8_net()
+    chrom = NaiveChromosome(g, 5)
+    assert chrom.n_genes == 2 * 5 + 6 - 2  # Eq. 4.5
+    #         l1 (5 genes)   l2 l3 l4  l5 (5 genes)  l6
+    genes = [2, 0, 1, 1, 0, 4, 4, 3, 3, 3, 3, 3, 3, 1]
+    batch = chrom.decode(np.array([genes]))
+    share = batch.share[0] * 10
+    assert share[0].tolist() == [4, 3, 3, 0, 0]  # devices {0, 1, 2}: 10 channels as 4, 3, 3
+    assert share[1].tolist() == [0, 0, 0, 0, 10] and share[3].tolist() == [0, 0, 0, 10, 0]
+    assert share[4].tolist() == [0, 0, 0, 10, 0]  # repeated device: not split
+    assert batch.owner[0].tolist() == [4, 4, 4, 3, 3, 1]
+
+
+def test_vertical_decoding():
+    g = figure8_net()
+    batch = VerticalChromosome(g, 4).decode(np.array([[0, 2, 6, 0], [3, 0, 0, 0]]))
+    dev = batch.share.argmax(axis=2)
+    assert dev[0].tolist() == [1, 1, 2, 2, 2, 2]
+    assert dev[1].tolist() == [0, 0, 0, 0, 0, 0]  # layers after the last point: extended
+    assert (batch.share.max(axis=2) == 1).all()
+
+
+def test_search_space_sizes_of_the_thesis_alexnet_example():
+    g = load_net({"name": "alexnet"})
+    assert NaiveChromosome(g, 5).search_space_log10() == pytest.approx(56 * math.log10(5))
+    assert AdvancedChromosome(g, 5, splits=5).search_space_log10() == pytest.approx(
+        25 * math.log10(9)
+    )
+
+
+@pytest.mark.parametrize("net", NETS)
+@pytest.mark.parametrize("name", ["naive", "advanced", "vertical"])
+def test_random_genes_decode_to_valid_mappings(net, name):
+    g = load_net({"name": net})
+    chrom = make_chromosome(name, g, 16, splits=3)
+    genes = chrom.sample(40, np.random.default_rng(1))
+    genes[0] = chrom.upper  # extremes too
+    genes[1] = 0
+    batch = chrom.decode(genes)
+    assert batch.share.shape == (40, len(g), 16)
+    assert np.allclose(batch.share.sum(axis=2), 1.0)
+    parts = (batch.share > 0).sum(axis=2)
+    assert (parts[:, ~g.splittable] == 1).all()
+    # channel shares are whole channels
+    channels = batch.share * np.maximum(g.out_channels, 1)[None, :, None]
+    assert np.allclose(channels[:, g.splittable], np.rint(channels[:, g.splittable]))
+    assert ((batch.owner >= 0) & (batch.owner < 16)).all()
+    for d in (0, 7):
+        single = chrom.decode(chrom.single_device(d)[None])
+        assert (single.share[0, :, d] == 1).all()
+
+
+def test_bad_chromosome_settings():
+    g = load_net({"name": "alexnet"})
+    with pytest.raises(DseError, match="unknown chromosome 'fancy'"):
+        make_chromosome("fancy", g, 4)
+    with pytest.raises(DseError, match="splits=5 must be between 1 and the number of devices"):
+        make_chromosome("advanced", g, 4, splits=5)
+    relu = build_graph(f.model([helper.make_node("Relu", ["x"], ["y"])], {"x": [4]}, ["y"]), "relu")
+    with pytest.raises(DseError, match="no splittable layer"):
+        make_chromosome("advanced", relu, 4)
+    assert make_chromosome("vertical", relu, 4).n_genes == 4
