@@ -1,0 +1,169 @@
+"""NSGA-II over a chromosome with pymoo: setup, the generation loop, history and checkpoints."""
+
+from __future__ import annotations
+
+import pickle
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from pymoo.algorithms.moo.nsga2 import NSGA2
+from pymoo.core.duplicate import HashDuplicateElimination
+from pymoo.core.population import Population
+from pymoo.indicators.hv import HV
+from pymoo.operators.crossover.sbx import SBX
+from pymoo.operators.mutation.pm import PM
+from pymoo.operators.repair.rounding import RoundingRepair
+
+from dse.errors import DseError
+from dse.problem import MappingProblem
+
+CHECKPOINT = "checkpoint.pkl"
+
+
+@dataclass
+class SearchSettings:
+    pop_size: int = 1000
+    n_gen: int = 100
+    seed: int = 0
+    crossover_prob: float = 0.9
+    crossover_eta: float = 15.0
+    mutation_eta: float = 20.0
+    seed_single_device: bool = True
+    checkpoint_every: int = 10
+
+    def validate(self) -> None:
+        if self.pop_size < 2:
+            raise DseError(
+                f"algorithm.pop_size={self.pop_size}: the population needs at least 2 individuals"
+            )
+        if self.n_gen < 1:
+            raise DseError(f"algorithm.n_gen={self.n_gen} must be at least 1")
+
+
+@dataclass
+class SearchState:
+    """What a run carries from generation to generation, checkpointed as one pickle."""
+
+    algorithm: NSGA2
+    settings: SearchSettings
+    history: list[dict] = field(default_factory=list)
+    hv_ideal: np.ndarray | None = None
+    hv_scale: np.ndarray | None = None
+    seconds: float = 0.0
+
+
+def initial_population(problem: MappingProblem, settings: SearchSettings) -> np.ndarray:
+    chrom = problem.chromosome
+    x = chrom.sample(settings.pop_size, np.random.default_rng(settings.seed))
+    if settings.seed_single_device:
+        for d in range(min(chrom.n_devices, settings.pop_size)):
+            x[d] = chrom.single_device(d)
+    return x
+
+
+def new_search(problem: MappingProblem, settings: SearchSettings) -> SearchState:
+    settings.validate()
+    algorithm = NSGA2(
+        pop_size=settings.pop_size,
+        sampling=Population.new(X=initial_population(problem, settings).astype(float)),
+        crossover=SBX(
+            prob=settings.crossover_prob,
+            eta=settings.crossover_eta,
+            vtype=float,
+            repair=RoundingRepair(),
+        ),
+        mutation=PM(eta=settings.mutation_eta, vtype=float, repair=RoundingRepair()),
+        eliminate_duplicates=HashDuplicateElimination(),
+    )
+    algorithm.setup(
+        problem, termination=("n_gen", settings.n_gen), seed=settings.seed, verbose=False
+    )
+    return SearchState(algorithm, settings)
+
+
+def generations(algorithm: NSGA2) -> int:
+    """Generations completed (the initial population is generation 1)."""
+    return (algorithm.n_iter or 1) - 1
+
+
+def front(state: SearchState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Genes, objectives and constraint of the current non-dominated set."""
+    opt = state.algorithm.opt
+    return opt.get("X").astype(np.int64), opt.get("F"), opt.get("G")
+
+
+def record(state: SearchState) -> dict:
+    """Append this generation's best objectives and hypervolume to the history."""
+    alg = state.algorithm
+    pop = alg.pop
+    f, g = pop.get("F"), pop.get("G")[:, 0]
+    feasible = g <= 0
+    names = alg.problem.objectives
+    row = {
+        "generation": generations(alg),
+        "evaluations": alg.evaluator.n_eval,
+        "feasible": int(feasible.sum()),
+    }
+    for i, n in enumerate(names):
+        row[f"best_{n}"] = float(f[feasible, i].min()) if feasible.any() else float("nan")
+    opt_f = alg.opt.get("F")
+    opt_feasible = alg.opt.get("G")[:, 0] <= 0
+    if state.hv_ideal is None and opt_feasible.any():
+        # normalise by the first feasible front: hypervolumes of one run stay comparable
+        base = f[feasible] if feasible.any() else f
+        state.hv_ideal = base.min(axis=0)
+        state.hv_scale = np.maximum(base.max(axis=0) - state.hv_ideal, 1e-12)
+    if state.hv_ideal is not None and opt_feasible.any():
+        norm = (opt_f[opt_feasible] - state.hv_ideal) / state.hv_scale
+        row["hypervolume"] = float(HV(ref_point=np.full(len(names), 1.1))(norm))
+    else:
+        row["hypervolume"] = 0.0
+    state.history.append(row)
+    return row
+
+
+def run(
+    state: SearchState,
+    on_generation: Callable[[dict], None] | None = None,
+    checkpoint_dir: Path | None = None,
+) -> SearchState:
+    """Advance to the final generation; checkpoint every few generations."""
+    alg = state.algorithm
+    while alg.has_next():
+        t0 = time.perf_counter()
+        alg.next()
+        state.seconds += time.perf_counter() - t0
+        row = record(state)
+        if on_generation:
+            on_generation(row)
+        if checkpoint_dir and generations(alg) % state.settings.checkpoint_every == 0:
+            save(state, checkpoint_dir)
+    return state
+
+
+def save(state: SearchState, directory: Path) -> Path:
+    path = directory / CHECKPOINT
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as fh:
+        pickle.dump(state, fh)
+    tmp.replace(path)
+    return path
+
+
+def load(directory: Path, problem: MappingProblem) -> SearchState:
+    path = Path(directory) / CHECKPOINT
+    if not path.is_file():
+        raise DseError(f"nothing to resume in {directory}: no {CHECKPOINT} there")
+    with open(path, "rb") as fh:
+        state: SearchState = pickle.load(fh)
+    old = state.algorithm.problem
+    if old.n_var != problem.n_var or old.objectives != problem.objectives:
+        raise DseError(
+            f"the checkpoint in {directory} was made with another network, "
+            "chromosome or objectives: resume with the run's own config"
+        )
+    old.model = problem.model  # re-attach the compiled model
+    return state
