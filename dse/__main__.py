@@ -120,7 +120,7 @@ def main(cfg: DictConfig) -> None:
     if cfg.get("resume"):
         out = Path(str(cfg.resume)).expanduser()
         state = search.load(out, problem)
-        state.algorithm.termination.n_max_gen = state.settings.n_gen = int(cfg.algorithm.n_gen)
+        search.extend(state, int(cfg.algorithm.n_gen))
     else:
         out = Path(HydraConfig.get().runtime.output_dir)
         state = search.new_search(problem, settings_from(cfg))

@@ -16,6 +16,7 @@ from pymoo.indicators.hv import HV
 from pymoo.operators.crossover.sbx import SBX
 from pymoo.operators.mutation.pm import PM
 from pymoo.operators.repair.rounding import RoundingRepair
+from pymoo.termination.max_gen import MaximumGenerationTermination
 
 from dse.errors import DseError
 from dse.problem import MappingProblem
@@ -142,6 +143,17 @@ def run(
         if checkpoint_dir and generations(alg) % state.settings.checkpoint_every == 0:
             save(state, checkpoint_dir)
     return state
+
+
+def extend(state: SearchState, n_gen: int) -> None:
+    """Let a loaded search run until generation ``n_gen`` (a finished one remembers it ended)."""
+    if n_gen < generations(state.algorithm):
+        raise DseError(
+            f"algorithm.n_gen={n_gen} is before the checkpoint's generation "
+            f"{generations(state.algorithm)}"
+        )
+    state.settings.n_gen = n_gen
+    state.algorithm.termination = MaximumGenerationTermination(n_gen)
 
 
 def save(state: SearchState, directory: Path) -> Path:

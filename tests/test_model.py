@@ -8,46 +8,13 @@ import numpy as np
 import onnx_factory as f
 import pytest
 from onnx import helper
+from platforms import RATE, platform
 
 from dse.graph import build_graph
 from dse.mapping import MappingBatch, derive_owner, from_autodice, from_device_lists, to_autodice
 from dse.nets import load_net
 from models_analytical.model import AnalyticalModel
-from models_analytical.platform import (
-    OP_CLASSES,
-    Device,
-    KindCoefficients,
-    Link,
-    Platform,
-    load_platform,
-)
-
-RATE = 1e6  # MAC/s of every op class on the test device: a layer of n MACs takes n/1e6 s
-
-
-def platform(
-    n: int = 4,
-    bw: float = 1e6,
-    latency: float = 0.0,
-    capacity: float = 1e4,
-    power: float = 10.0,
-    idle: float = 1.0,
-    weights: str = "resident",
-) -> Platform:
-    """n CPUs on n hosts, one network link class, rate 1 MMAC/s, no per-layer overhead."""
-    coeff = KindCoefficients(
-        frequency_hz=RATE,
-        layer={c: 1.0 for c in OP_CLASSES},
-        layer_overhead_s=0.0,
-        memory_coefficient=1.0,
-        memory_bias_mb=0.0,
-        memory_per_layer_mb=0.0,
-        power_w={**{c: power for c in OP_CLASSES}, "overhead": 0.0, "idle": idle},
-    )
-    devices = tuple(Device(f"h{i}_cpu", f"h{i}", "cpu", 1, capacity) for i in range(n))
-    return Platform(
-        "test", devices, {"network": Link(latency, bw)}, {"cpu": coeff}, entry=0, weights=weights
-    )
+from models_analytical.platform import OP_CLASSES, KindCoefficients, Link, Platform, load_platform
 
 
 def relu_chain(n_elems: int, length: int):

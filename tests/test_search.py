@@ -1,0 +1,194 @@
+"""NSGA-II search: recovering an enumerable front, determinism, resume, and the app's errors."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx_factory as f
+import pytest
+from cli import ROOT, run_module
+from onnx import helper
+from platforms import platform
+
+from chromosomes import make_chromosome
+from dse import search
+from dse.graph import build_graph
+from dse.problem import MappingProblem
+from models_analytical.model import AnalyticalModel
+
+
+def small_problem(chromosome: str = "naive") -> MappingProblem:
+    """conv -> relu -> conv on 3 devices: 3**7 naive gene vectors, few enough to enumerate."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r"], name="relu"),
+        helper.make_node("Conv", ["r", "w2"], ["y"], name="conv2"),
+    ]
+    inits = [f.weight("w1", [12, 8, 3, 3]), f.weight("w2", [6, 12, 3, 3])]
+    g = build_graph(f.model(nodes, {"x": [1, 8, 16, 16]}, ["y"], inits), "small")
+    plat = platform(n=3, bw=2e6, latency=1e-3)
+    return MappingProblem(
+        make_chromosome(chromosome, g, 3), AnalyticalModel(g, plat), ["latency", "memory", "energy"]
+    )
+
+
+def non_dominated(f: np.ndarray) -> np.ndarray:
+    keep = np.ones(len(f), dtype=bool)
+    for i in range(len(f)):
+        dominated = (f <= f[i]).all(axis=1) & (f < f[i]).any(axis=1)
+        keep[i] = not dominated.any()
+    return keep
+
+
+def objective_set(f: np.ndarray) -> set[tuple[float, ...]]:
+    return {tuple(row) for row in np.round(f, 6).tolist()}
+
+
+def settings(**kw) -> search.SearchSettings:
+    return search.SearchSettings(**{"pop_size": 40, "n_gen": 40, "seed": 3, **kw})
+
+
+def test_nsga2_recovers_the_enumerated_front():
+    problem = small_problem()
+    every = np.array(list(itertools.product(range(3), repeat=problem.n_var)))
+    out: dict = {}
+    problem._evaluate(every, out)
+    truth = objective_set(out["F"][non_dominated(out["F"])])
+    state = search.run(search.new_search(problem, settings()))
+    _, f_found, g_found = search.front(state)
+    assert (g_found <= 0).all()
+    found = objective_set(f_found)
+    assert found == truth, (len(found & truth), len(truth))
+    assert state.algorithm.evaluator.n_eval < len(every)  # found with fewer evaluations
+
+
+def test_same_seed_same_front():
+    fronts = [
+        search.front(search.run(search.new_search(small_problem("advanced"), settings(n_gen=15))))[
+            1
+        ]
+        for _ in range(2)
+    ]
+    assert np.array_equal(fronts[0], fronts[1])
+
+
+def test_resume_continues_exactly(tmp_path):
+    full = search.run(search.new_search(small_problem(), settings(n_gen=12)))
+    half = search.run(search.new_search(small_problem(), settings(n_gen=6)))
+    search.save(half, tmp_path)
+    resumed = search.load(tmp_path, small_problem())
+    search.extend(resumed, 12)
+    search.run(resumed)
+    assert search.generations(resumed.algorithm) == 12
+    assert np.array_equal(search.front(resumed)[1], search.front(full)[1])
+    assert [h["generation"] for h in resumed.history] == list(range(1, 13))
+
+
+def dse(*args: str):
+    return run_module("dse", "progress=false", *args)
+
+
+def test_app_writes_its_outputs(tmp_path):
+    out = tmp_path / "run"
+    r = dse("+net=alexnet", "algorithm.pop_size=40", "algorithm.n_gen=5", f"hydra.run.dir={out}")
+    assert r.returncode == 0, r.stderr
+    for name in (
+        "pareto.csv",
+        "history.csv",
+        "convergence.png",
+        "pareto.png",
+        "summary.json",
+        "best_latency/mapping.json",
+        "best_memory/horizontal.json",
+        "best_energy/mapping.md",
+    ):
+        assert (out / name).is_file(), name
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["generations"] == 5 and summary["evaluations"] == 200
+    history = (out / "history.csv").read_text().splitlines()
+    assert len(history) == 6 and history[0].startswith("generation,evaluations")
+    mapping = json.loads((out / "best_latency" / "mapping.json").read_text())
+    assert sum(len(v) for v in mapping.values()) >= 24  # every layer somewhere
+
+
+def test_ctrl_c_keeps_the_front_and_resume_finishes(tmp_path):
+    out = tmp_path / "run"
+    args = [
+        sys.executable,
+        "-m",
+        "dse",
+        "progress=false",
+        "+net=vgg16",
+        "algorithm.pop_size=200",
+        "algorithm.n_gen=400",
+        "algorithm.checkpoint_every=5",
+        f"hydra.run.dir={out}",
+    ]
+    proc = subprocess.Popen(
+        args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.time() + 120
+    while not (out / "checkpoint.pkl").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "continue with resume=" in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] and 5 <= summary["generations"] < 400
+    assert (out / "pareto.csv").read_text().count("\n") > 1
+    r = dse(
+        "+net=vgg16",
+        "algorithm.pop_size=200",
+        f"algorithm.n_gen={summary['generations'] + 2}",
+        f"resume={out}",
+    )
+    assert r.returncode == 0, r.stderr
+    done = json.loads((out / "summary.json").read_text())
+    assert done["generations"] == summary["generations"] + 2 and not done["interrupted"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "no network given: add +net=NAME with NAME one of alexnet"),
+        (
+            ["+net=alexnet", "chromosome=fancy"],
+            "unknown chromosome 'fancy': choose one of advanced",
+        ),
+        (["+net=alexnet", "platform=mars"], "unknown platform 'mars'"),
+        (["+net=alexnet", "chromosome.splits=17"], "chromosome.splits=17 must be between 1 and"),
+        (["+net=alexnet", "algorithm.pop_size=0"], "algorithm.pop_size=0"),
+        (["+net=alexnet", "objectives=[speed]"], "unknown objective 'speed'"),
+        (["+net=alexnet", "resume=/nonexistent"], "nothing to resume in /nonexistent"),
+    ],
+)
+def test_bad_input_is_one_line(args, message, tmp_path):
+    r = dse(*args, f"hydra.run.dir={tmp_path / 'run'}")
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], r.stderr
+
+
+def test_network_without_splittable_layer_refused_for_hybrid(tmp_path):
+    path = tmp_path / "relu.onnx"
+    import onnx
+
+    onnx.save(f.model([helper.make_node("Relu", ["x"], ["y"])], {"x": [4]}, ["y"]), path)
+    r = dse("+net=onnx", f"net.path={path}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert r.returncode == 2 and "use chromosome=vertical" in r.stderr
+    ok = dse(
+        "+net=onnx",
+        f"net.path={path}",
+        "chromosome=vertical",
+        "algorithm.pop_size=8",
+        "algorithm.n_gen=2",
+        f"hydra.run.dir={tmp_path / 'run2'}",
+    )
+    assert ok.returncode == 0, ok.stderr
