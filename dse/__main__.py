@@ -114,7 +114,10 @@ def main(cfg: DictConfig) -> None:
     graph = load_net(cfg.get("net"))
     platform = platform_from_config(cfg.get("platform"))
     chrom = make_chromosome(
-        str(cfg.chromosome.name), graph, len(platform), splits=int(cfg.chromosome.get("splits", 2))
+        str(cfg.chromosome.name),
+        graph,
+        len(platform),
+        splits=int(cfg.chromosome.get("splits") or 2),
     )
     problem = MappingProblem(chrom, AnalyticalModel(graph, platform), list(cfg.objectives))
     if cfg.get("resume"):
