@@ -104,13 +104,19 @@ def write_history(path: Path, history: list[dict]) -> None:
         writer.writerows(history)
 
 
-def plot_convergence(path: Path, runs: dict[str, list[dict]], objectives: list[str]) -> None:
-    """One panel per objective: best value per generation (the thesis's Figure 12)."""
+def _pyplot():
+    """matplotlib's pyplot on the file-only Agg backend (runs have no screen)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def plot_convergence(path: Path, runs: dict[str, list[dict]], objectives: list[str]) -> None:
+    """One panel per objective: best value per generation (the thesis's Figure 12)."""
+    plt = _pyplot()
     fig, axes = plt.subplots(
         1, len(objectives), figsize=(4.5 * len(objectives), 3.6), squeeze=False
     )
@@ -129,11 +135,7 @@ def plot_convergence(path: Path, runs: dict[str, list[dict]], objectives: list[s
 
 def plot_pareto(path: Path, f: np.ndarray, feasible: np.ndarray, objectives: list[str]) -> None:
     """Pairwise scatter of the final front."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     pairs = [(i, j) for i in range(len(objectives)) for j in range(i + 1, len(objectives))]
     pairs = pairs or [(0, 0)]
     fig, axes = plt.subplots(1, len(pairs), figsize=(4.5 * len(pairs), 3.8), squeeze=False)
