@@ -54,19 +54,3 @@ class Chromosome(ABC):
 
     def _batch(self, share: np.ndarray) -> MappingBatch:
         return MappingBatch(share, derive_owner(self.graph, share))
-
-
-def shares_from_counts(counts: np.ndarray, channels: np.ndarray) -> np.ndarray:
-    """Channel fractions when a layer is cut into sum(counts) near-equal contiguous parts.
-
-    ``counts[..., l, d]`` is how many parts of layer l device d computes; parts are ordered by
-    device and the first ``channels % parts`` parts get one channel more.
-    """
-    parts = counts.sum(axis=-1, keepdims=True)
-    safe = np.maximum(parts, 1)
-    ch = channels.reshape((1,) * (counts.ndim - 2) + (-1, 1)).astype(np.int64)
-    ch = np.maximum(ch, safe)  # a layer with fewer channels than parts: one per part at least
-    base, extra = ch // safe, ch % safe
-    before = np.cumsum(counts, axis=-1) - counts
-    bonus = np.clip(extra - before, 0, counts)
-    return (counts * base + bonus) / ch

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from chromosomes.base import Chromosome, shares_from_counts
-from dse.mapping import MappingBatch
+from chromosomes.base import Chromosome
+from dse.mapping import MappingBatch, shares_from_counts
 
 
 class NaiveChromosome(Chromosome):

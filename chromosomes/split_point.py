@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from chromosomes.base import Chromosome, shares_from_counts
+from chromosomes.base import Chromosome
 from dse.errors import DseError
-from dse.mapping import MappingBatch
+from dse.mapping import MappingBatch, shares_from_counts
 
 
 def cover(values: np.ndarray, n_items: int) -> np.ndarray:

@@ -4,7 +4,7 @@ A batch of P mappings over a graph of L layers and a platform of D devices is tw
 
 * ``share[P, L, D]``: the fraction of layer l's output channels that device d computes. A
   layer that is not split has a single 1. A split layer (Layer-Output-Partitioning) gives each
-  participating device a contiguous channel range; :func:`equal_shares` spreads the remainder
+  participating device a contiguous channel range; :func:`shares_from_counts` spreads the remainder
   over the first parts, so 10 channels over 3 devices are 4, 3, 3.
 * ``owner[P, L]``: the device that holds the layer's complete output: the device that runs it
   whole, or where its parts are concatenated. Following the thesis (section 4.2), the parts are
@@ -82,15 +82,24 @@ def derive_owner(graph: LayerGraph, share: np.ndarray) -> np.ndarray:
     return owner
 
 
-def equal_shares(channels: int, n_parts: int) -> np.ndarray:
-    """Channel fractions of ``n_parts`` contiguous, near-equal parts (remainder spread first)."""
-    base, extra = divmod(channels, n_parts)
-    counts = np.full(n_parts, base, dtype=np.int64)
-    counts[:extra] += 1
-    return counts / channels
+def shares_from_counts(counts: np.ndarray, channels: np.ndarray) -> np.ndarray:
+    """Channel fractions when a layer is cut into sum(counts) near-equal contiguous parts.
+
+    ``counts[..., l, d]`` is how many parts of layer l device d computes; parts are ordered by
+    device and the first ``channels % parts`` parts get one channel more, so 10 channels over
+    three devices are 4, 3, 3.
+    """
+    parts = counts.sum(axis=-1, keepdims=True)
+    safe = np.maximum(parts, 1)
+    ch = channels.reshape((1,) * (counts.ndim - 2) + (-1, 1)).astype(np.int64)
+    ch = np.maximum(ch, safe)  # a layer with fewer channels than parts: one per part at least
+    base, extra = ch // safe, ch % safe
+    before = np.cumsum(counts, axis=-1) - counts
+    bonus = np.clip(extra - before, 0, counts)
+    return (counts * base + bonus) / ch
 
 
-def from_parts(graph: LayerGraph, n_devices: int, parts: np.ndarray) -> MappingBatch:
+def from_parts(graph: LayerGraph, parts: np.ndarray) -> MappingBatch:
     """A batch from a boolean ``parts[P, L, D]`` (which devices compute each layer).
 
     Split layers get near-equal contiguous channel ranges in device order; a layer that is not
@@ -110,13 +119,7 @@ def from_parts(graph: LayerGraph, n_devices: int, parts: np.ndarray) -> MappingB
             f"layer '{graph.names[layer]}' ({graph.ops[layer]}) cannot be split "
             f"across devices: only Conv/Gemm/MatMul layers with constant weights can"
         )
-    share = parts.astype(np.float64)
-    multi = count > 1
-    for p, layer in np.argwhere(multi):
-        devs = np.flatnonzero(parts[p, layer])
-        channels = max(int(graph.out_channels[layer]), len(devs))
-        share[p, layer, devs] = equal_shares(channels, len(devs))
-    share[~multi] = parts[~multi]
+    share = shares_from_counts(parts.astype(np.int64), graph.out_channels)
     return MappingBatch(share, derive_owner(graph, share))
 
 
@@ -128,7 +131,7 @@ def from_device_lists(
     for p, layers in enumerate(devices):
         for layer, devs in enumerate(layers):
             parts[p, layer, list(devs)] = True
-    return from_parts(graph, n_devices, parts)
+    return from_parts(graph, parts)
 
 
 # --- AutoDiCE specification -----------------------------------------------------------------
@@ -180,7 +183,7 @@ def from_autodice(
             f"node '{graph.names[missing[0]]}' is mapped to no device "
             f"({len(missing)} unmapped): every layer needs a device in mapping.json"
         )
-    batch = from_parts(graph, len(keys), parts)
+    batch = from_parts(graph, parts)
     for name, spec in (horizontal or {}).items():
         if name not in graph.index:
             raise DseError(f"horizontal.json names unknown node '{name}'")
