@@ -45,8 +45,8 @@ class LayerTables:
     op_class: np.ndarray  # int [L], index into OP_CLASSES
     t_work: np.ndarray  # [K, L] seconds to compute the whole layer (scales with its share)
     t_fixed: np.ndarray  # [K, L] seconds per part regardless of share (dispatch, sync)
-    out_bytes: np.ndarray  # int [L]
-    weight_bytes: np.ndarray  # int [L]
+    out_bytes: np.ndarray  # float64 [L], as the kernel reads them
+    weight_bytes: np.ndarray  # float64 [L]
 
 
 def layer_tables(graph: LayerGraph, platform: Platform) -> LayerTables:
@@ -63,5 +63,9 @@ def layer_tables(graph: LayerGraph, platform: Platform) -> LayerTables:
         t_work[k] = macs / (coeff.frequency_hz * per_class[classes])  # Eq. 4.7
         t_fixed[k] = coeff.layer_overhead_s
     return LayerTables(
-        classes, t_work, t_fixed, graph.output_bytes.copy(), graph.weight_bytes.copy()
+        classes,
+        t_work,
+        t_fixed,
+        graph.output_bytes.astype(np.float64),
+        graph.weight_bytes.astype(np.float64),
     )
