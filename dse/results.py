@@ -114,6 +114,13 @@ def _pyplot():
     return plt
 
 
+def _save(plt, fig, axes, path: Path) -> None:
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def plot_convergence(path: Path, runs: dict[str, list[dict]], objectives: list[str]) -> None:
     """One panel per objective: best value per generation (the thesis's Figure 12)."""
     plt = _pyplot()
@@ -127,10 +134,7 @@ def plot_convergence(path: Path, runs: dict[str, list[dict]], objectives: list[s
         ax.set_xlabel("generation")
         ax.set_ylabel(f"best {n} ({UNITS[n]})")
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(plt, fig, axes, path)
 
 
 def plot_pareto(path: Path, f: np.ndarray, feasible: np.ndarray, objectives: list[str]) -> None:
@@ -146,7 +150,4 @@ def plot_pareto(path: Path, f: np.ndarray, feasible: np.ndarray, objectives: lis
         ax.set_xlabel(f"{objectives[i]} ({UNITS[objectives[i]]})")
         ax.set_ylabel(f"{objectives[j]} ({UNITS[objectives[j]]})")
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(plt, fig, axes, path)
