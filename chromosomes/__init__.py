@@ -6,7 +6,7 @@ from chromosomes.base import Chromosome
 from chromosomes.naive import NaiveChromosome
 from chromosomes.split_point import AdvancedChromosome, VerticalChromosome
 from dse.errors import DseError
-from dse.graph import LayerGraph
+from dse.net.graph import LayerGraph
 
 CHROMOSOMES: dict[str, type[Chromosome]] = {
     "naive": NaiveChromosome,
@@ -15,12 +15,12 @@ CHROMOSOMES: dict[str, type[Chromosome]] = {
 }
 
 
-def make_chromosome(name: str, graph: LayerGraph, n_devices: int, splits: int = 2) -> Chromosome:
+def make_chromosome(
+    name: str, graph: LayerGraph, n_devices: int, splits: int | None = None
+) -> Chromosome:
     if name not in CHROMOSOMES:
         raise DseError(f"unknown chromosome '{name}': choose one of {', '.join(CHROMOSOMES)}")
-    if name == "advanced":
-        return AdvancedChromosome(graph, n_devices, splits=splits)
-    return CHROMOSOMES[name](graph, n_devices)
+    return CHROMOSOMES[name](graph, n_devices, splits=splits)
 
 
 __all__ = [

@@ -7,8 +7,9 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from dse.graph import LayerGraph
+from dse.errors import DseError
 from dse.mapping import MappingBatch, derive_owner
+from dse.net.graph import LayerGraph
 
 
 class Chromosome(ABC):
@@ -20,9 +21,14 @@ class Chromosome(ABC):
 
     name: str = ""
 
-    def __init__(self, graph: LayerGraph, n_devices: int) -> None:
+    def __init__(self, graph: LayerGraph, n_devices: int, splits: int | None = None) -> None:
         self.graph, self.n_devices = graph, n_devices
         self.split_layers = np.flatnonzero(graph.splittable)
+        if splits is not None and not 1 <= splits <= n_devices:
+            raise DseError(
+                f"chromosome.splits={splits} must be between 1 and the number of "
+                f"devices ({n_devices})"
+            )
 
     @property
     @abstractmethod

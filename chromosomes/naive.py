@@ -2,6 +2,7 @@
 
 Length sp*n + ol - sp (Eq. 4.5). A splittable layer's n genes name the devices computing its
 parts; repeated devices mean fewer, larger parts (equal shares among the distinct devices).
+With ``splits=p`` a splittable layer gets p genes instead of n (at most p parts).
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from dse.mapping import MappingBatch, shares_from_counts
 class NaiveChromosome(Chromosome):
     name = "naive"
 
-    def __init__(self, graph, n_devices: int) -> None:
-        super().__init__(graph, n_devices)
-        width = np.where(graph.splittable, n_devices, 1)
+    def __init__(self, graph, n_devices: int, splits: int | None = None) -> None:
+        super().__init__(graph, n_devices, splits)
+        width = np.where(graph.splittable, n_devices if splits is None else splits, 1)
         self.start = np.concatenate([[0], np.cumsum(width)[:-1]])  # first gene of each layer
         self.width = width
 

@@ -45,17 +45,13 @@ class AdvancedChromosome(Chromosome):
 
     name = "advanced"
 
-    def __init__(self, graph, n_devices: int, splits: int = 2) -> None:
-        super().__init__(graph, n_devices)
+    def __init__(self, graph, n_devices: int, splits: int | None = None) -> None:
+        splits = min(2, n_devices) if splits is None else splits
+        super().__init__(graph, n_devices, splits)
         if len(self.split_layers) == 0:
             raise DseError(
                 f"network '{graph.name}' has no splittable layer: the hybrid "
                 "encodings need one; use chromosome=vertical"
-            )
-        if not 1 <= splits <= n_devices:
-            raise DseError(
-                f"chromosome.splits={splits} must be between 1 and the number of "
-                f"devices ({n_devices})"
             )
         self.splits = splits
         # for every layer, the splittable index (0-based) whose first part decides its device
@@ -107,7 +103,8 @@ class AdvancedChromosome(Chromosome):
 
 class VerticalChromosome(Chromosome):
     """The vertical split-point encoding of the thesis's reference [18]: n split points over
-    all layers; no layer is split. The baseline of the thesis's Figures 14, 21 and 27."""
+    all layers; no layer is split. The baseline of the thesis's Figures 14, 21 and 27.
+    ``splits`` is accepted (so sweeps over it run) and ignored: no layer is split."""
 
     name = "vertical"
 

@@ -1,4 +1,9 @@
-"""Shared entry-point plumbing: Hydra config location, group checks, one-line user errors."""
+"""Shared entry-point plumbing: the config tree, override checks and one-line user errors.
+
+A user error is a :class:`~dse.errors.DseError`: one line on stderr and exit status 2. Inside a
+Hydra job it does not end the process: in ``--multirun`` the other jobs still run, and the
+process exits 2 at the end if any job failed. Interrupted work exits 130.
+"""
 
 from __future__ import annotations
 
@@ -12,23 +17,24 @@ from dse.errors import DseError
 
 #: The Hydra config tree shared by every entry point (`python -m dse`, `dse.inspect`, ...).
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+#: Exit status of a run stopped by Ctrl-C or SIGTERM (its outputs are complete).
+INTERRUPTED = 130
+#: User errors of the Hydra jobs run by this process.
+FAILED_JOBS: list[str] = []
 
 
 def group_choices(group: str) -> list[str]:
-    """Option names of a Hydra config group (the yaml files under conf/<group>/)."""
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+    """Option names of a config group: registered structured configs and conf/<group>/*.yaml."""
+    from hydra.core.config_store import ConfigStore
 
+    import dse.config  # noqa: F401 - registers the structured configs
 
-def check_group_overrides(argv: Sequence[str]) -> None:
-    """Reject an unknown choice for a config group before Hydra prints a multi-line error."""
-    groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()} if CONF_DIR.is_dir() else set()
-    for arg in argv:
-        key, sep, value = arg.lstrip("+~").partition("=")
-        if not sep or key not in groups or not value or "," in value:
-            continue
-        choices = group_choices(key)
-        if value not in choices:
-            raise DseError(f"unknown {key} '{value}': choose one of {', '.join(choices)}")
+    try:
+        stored = [n.removesuffix(".yaml") for n in ConfigStore.instance().list(group)]
+    except OSError:
+        stored = []
+    files = [p.stem for p in (CONF_DIR / group).glob("*.yaml")]
+    return sorted({*stored, *files} - {"base_config"})
 
 
 def output_format(cfg: Mapping[str, Any]) -> str:
@@ -39,31 +45,110 @@ def output_format(cfg: Mapping[str, Any]) -> str:
     return fmt
 
 
-def fail(message: str) -> None:
+def one_line(exc: BaseException) -> str:
+    """The first line of an exception and of each of its causes, joined."""
+    parts = []
+    while exc is not None and len(parts) < 4:
+        text = str(exc).strip().splitlines()
+        if text and text[0] not in parts and "$" not in text[0]:
+            parts.append(text[0].rstrip("."))
+        exc = exc.__cause__ or exc.__context__
+    return ": ".join(parts) or "invalid configuration"
+
+
+def check_overrides(argv: Sequence[str], config_name: str) -> None:
+    """Compose the config once for every value the command line lists, so an unknown option,
+    a wrong type or a bad value is one line before any job starts."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    import dse.config  # noqa: F401
+
+    args = [a for a in argv if not a.startswith("-")]
+    try:
+        overrides = OverridesParser.create().parse_overrides(args)
+    except Exception as exc:  # noqa: BLE001 - Hydra's parser errors are many classes
+        raise DseError(f"cannot read the command line: {one_line(exc)}") from None
+    base, variants = [], []
+    for o in overrides:
+        key = o.get_key_element()
+        if key.lstrip("+~").startswith("hydra"):
+            continue
+        if o.is_sweep_override():
+            try:
+                values = list(o.sweep_string_iterator())
+            except Exception:  # noqa: BLE001 - interval(), tag(): checked by the job itself
+                continue
+            variants.append([f"{key}={v}" for v in values])
+        else:
+            base.append(o.input_line)
+        group = key.lstrip("+~")
+        if o.is_sweep_override() or "." in group or not o.value():
+            continue
+        choices = group_choices(group)
+        if choices and str(o.value()) not in choices:
+            raise DseError(f"unknown {group} '{o.value()}': choose one of {', '.join(choices)}")
+    tries = [base] + [[*base, v] for vs in variants for v in vs]
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        for ov in tries:
+            try:
+                cfg = compose(config_name, overrides=ov)
+                if "algorithm" in cfg:
+                    OmegaConf.to_object(cfg.algorithm)  # runs the schema's checks
+            except DseError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - composition errors are many classes
+                raise DseError(one_line(exc)) from None
+
+
+def fail(message: str, status: int = 2) -> None:
     """Print one error line and exit non-zero."""
     print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(status)
 
 
-def run(main: Callable[[], None]) -> None:
-    """Run a Hydra main function, turning user errors into one line and exit status 2."""
+def run(main: Callable[[], Any], config_name: str = "config") -> None:
+    """Run a Hydra main function: overrides checked first, user errors as one line (exit 2),
+    Ctrl-C as exit 130, and exit 2 at the end when any job of a multirun failed."""
     try:
-        check_group_overrides(sys.argv[1:])
+        check_overrides(sys.argv[1:], config_name)
         main()
     except DseError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
-        fail("interrupted")
+        fail("interrupted", INTERRUPTED)
+    if FAILED_JOBS:
+        if len(FAILED_JOBS) > 1:
+            print(f"error: {len(FAILED_JOBS)} jobs failed (see above)", file=sys.stderr)
+        sys.exit(2)
 
 
-def guarded(task: Callable[..., None]) -> Callable[..., None]:
-    """Wrap a Hydra task so a DseError raised inside it exits with one line, not a traceback."""
+def _job_label() -> str:
+    """`job 3 (chromosome.splits=99): ` inside a multirun, else ''."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hc = HydraConfig.get()
+        if hc.mode == RunMode.MULTIRUN:
+            return f"job {hc.job.num} ({','.join(hc.overrides.task)}): "
+    except Exception:  # noqa: BLE001 - not inside a Hydra job
+        pass
+    return ""
+
+
+def guarded(task: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a Hydra task: a DseError becomes one line and a failed result, not a traceback and
+    not the end of the other jobs of a multirun."""
 
     @functools.wraps(task)
-    def wrapper(*args: object, **kwargs: object) -> None:
+    def wrapper(*args: object, **kwargs: object) -> Any:
         try:
-            task(*args, **kwargs)
+            return task(*args, **kwargs)
         except DseError as exc:
-            fail(str(exc))
+            print(f"error: {_job_label()}{exc}", file=sys.stderr)
+            FAILED_JOBS.append(str(exc))
+            return {"status": "failed", "reason": str(exc)}
 
     return wrapper

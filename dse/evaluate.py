@@ -9,13 +9,13 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
+from dse import app
 from dse.cli import CONF_DIR, guarded, output_format, run
 from dse.errors import DseError
 from dse.mapping import from_autodice
-from dse.nets import load_net
-from dse.platforms import platform_from_config
-from models_analytical.model import AnalyticalModel, Evaluation
-from models_analytical.platform import Platform
+from dse.objectives import OBJECTIVES
+from dse.platform import Platform
+from models_analytical.model import Evaluation
 
 
 def read_json(path: str, what: str) -> Any:
@@ -46,19 +46,16 @@ def report(platform: Platform, ev: Evaluation) -> dict[str, Any]:
         "idle_ms": per_device(ev.idle_s, 1e3),
         "bytes_sent": per_device(ev.bytes_sent, digits=0),
         "capacity_mb": {keys[i]: platform.devices[i].memory_mb for i in used},
-        "objectives": {
-            "latency_ms": round(float(ev.latency_s[0]) * 1e3, 4),
-            "max_memory_mb": round(float(ev.objective("memory")[0]), 3),
-            "max_energy_j": round(float(ev.objective("energy")[0]), 5),
-            "total_energy_j": round(float(ev.objective("total_energy")[0]), 5),
-            "bytes_communicated": int(ev.objective("bytes")[0]),
-            "period_ms": round(float(ev.objective("period")[0]) * 1e3, 4),
-        },
+        "objectives": {o.column: round(float(o.values(ev)[0]), 6) for o in OBJECTIVES.values()},
     }
 
 
 def as_table(net: str, platform: Platform, r: dict[str, Any]) -> str:
     o = r["objectives"]
+    summary = " | ".join(
+        f"{OBJECTIVES[n].label} {o[OBJECTIVES[n].column]:.4g} {OBJECTIVES[n].unit}"
+        for n in OBJECTIVES
+    )
     head = (
         "device",
         "compute ms",
@@ -94,9 +91,7 @@ def as_table(net: str, platform: Platform, r: dict[str, Any]) -> str:
     return "\n".join(
         [
             f"{net} on {platform.name}: {status}",
-            f"latency {o['latency_ms']:.3f} ms | max memory {o['max_memory_mb']:.1f} MB | "
-            f"max energy {o['max_energy_j']:.4f} J | total energy {o['total_energy_j']:.4f} J | "
-            f"{o['bytes_communicated']:,} bytes sent | period {o['period_ms']:.3f} ms",
+            summary,
             "",
             line(head),
             line(tuple("-" * w for w in widths)),
@@ -107,23 +102,24 @@ def as_table(net: str, platform: Platform, r: dict[str, Any]) -> str:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="evaluate", version_base="1.3")
 @guarded
-def main(cfg: DictConfig) -> None:
+def main(cfg: DictConfig) -> dict[str, Any]:
     fmt = output_format(cfg)
     if not cfg.get("mapping"):
         raise DseError(
             "no mapping given: add mapping=path/mapping.json "
             "(and horizontal=path/horizontal.json for split layers)"
         )
-    graph = load_net(cfg.get("net"))
-    platform = platform_from_config(cfg.get("platform"))
+    net, platform, model = app.model_from(cfg)
+    graph = net.graph
     mapping = read_json(cfg.mapping, "mapping")
     horizontal = read_json(cfg.horizontal, "horizontal") if cfg.get("horizontal") else None
     if not isinstance(mapping, dict):
         raise DseError('mapping.json must be an object {"<host>_<resource>": [node names]}')
     batch = from_autodice(graph, platform.keys, mapping, horizontal)
-    r = report(platform, AnalyticalModel(graph, platform).evaluate(batch))
+    r = report(platform, model.evaluate(batch))
     print(json.dumps(r, indent=1) if fmt == "json" else as_table(graph.name, platform, r))
+    return r
 
 
 if __name__ == "__main__":
-    run(main)
+    run(main, "evaluate")

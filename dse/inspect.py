@@ -7,9 +7,10 @@ import json
 import hydra
 from omegaconf import DictConfig
 
+import dse.config  # noqa: F401 - registers the structured configs
 from dse.cli import CONF_DIR, guarded, output_format, run
-from dse.graph import LayerGraph
-from dse.nets import load_net
+from dse.net import load_net
+from dse.net.graph import LayerGraph
 
 
 def layer_rows(graph: LayerGraph) -> list[dict]:
@@ -88,9 +89,9 @@ def as_table(graph: LayerGraph) -> str:
 @guarded
 def main(cfg: DictConfig) -> None:
     fmt = output_format(cfg)
-    graph = load_net(cfg.get("net"))
+    graph = load_net(cfg.get("net")).graph
     print(as_json(graph) if fmt == "json" else as_table(graph))
 
 
 if __name__ == "__main__":
-    run(main)
+    run(main, "inspect")

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dse.errors import DseError
-from dse.graph import LayerGraph
+from dse.net.graph import LayerGraph
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dse.graph import Layer, LayerGraph
-from models_analytical.platform import KINDS, OP_CLASSES, Platform
+from dse.net.graph import Layer, LayerGraph
+from dse.platform import KINDS
+from models_analytical.coefficients import OP_CLASSES, Coefficients
 
 CONV_OPS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv"})
 FC_OPS = frozenset(
@@ -49,16 +50,16 @@ class LayerTables:
     weight_bytes: np.ndarray  # float64 [L]
 
 
-def layer_tables(graph: LayerGraph, platform: Platform) -> LayerTables:
+def layer_tables(graph: LayerGraph, coefficients: Coefficients) -> LayerTables:
     classes = np.array([OP_CLASSES.index(op_class(layer)) for layer in graph], dtype=np.int64)
     n_kinds = len(KINDS)
     t_work = np.zeros((n_kinds, len(graph)))
     t_fixed = np.zeros((n_kinds, len(graph)))
     macs = graph.macs.astype(np.float64)
     for k, kind in enumerate(KINDS):
-        coeff = platform.coefficients.get(kind)
-        if coeff is None:
+        if kind not in coefficients:
             continue
+        coeff = coefficients[kind]
         per_class = np.array([coeff.layer[c] for c in OP_CLASSES])
         t_work[k] = macs / (coeff.frequency_hz * per_class[classes])  # Eq. 4.7
         t_fixed[k] = coeff.layer_overhead_s

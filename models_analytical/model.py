@@ -1,4 +1,7 @@
-"""The analytical model: a batch of mappings -> objectives, constraints and per-device breakdown."""
+"""The analytical model: a batch of mappings -> per-device figures, feasibility, constraints.
+
+Objectives are computed from an :class:`Evaluation` by :mod:`dse.objectives`.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +10,14 @@ from functools import cached_property
 
 import numpy as np
 
-from dse.graph import LayerGraph
 from dse.mapping import MappingBatch
+from dse.net.graph import LayerGraph
+from dse.platform import KINDS, Platform
+from models_analytical.coefficients import OP_CLASSES, Coefficients
 from models_analytical.layer_costs import LayerTables, layer_tables
-from models_analytical.platform import KINDS, OP_CLASSES, Platform
-from models_analytical.simulate import input_csr, simulate_batch
+from models_analytical.simulate import KernelInputs, input_csr, simulate_batch
 
 MB = 1e6
-#: Objectives the search can minimise; the thesis's three come first.
-OBJECTIVES = ("latency", "memory", "energy", "total_energy", "bytes", "period")
 
 
 @dataclass(frozen=True)
@@ -40,99 +42,69 @@ class Evaluation:
         """pymoo-style G <= 0: memory over capacity, relative, per device."""
         return self.memory_mb / self.capacity_mb - 1.0
 
-    def objective(self, name: str) -> np.ndarray:
-        if name == "latency":
-            return self.latency_s
-        if name == "memory":
-            return self.memory_mb.max(axis=1)
-        if name == "energy":
-            return self.energy_j.max(axis=1)
-        if name == "total_energy":
-            return self.energy_j.sum(axis=1)
-        if name == "bytes":
-            return self.bytes_sent.sum(axis=1)
-        if name == "period":  # pipelined throughput: the busiest device or its links
-            return np.maximum(self.busy_s.max(axis=1), self.comm_s.max(axis=1))
-        raise KeyError(name)
+
+def kernel_inputs(
+    graph: LayerGraph, platform: Platform, coefficients: Coefficients, tables: LayerTables
+) -> KernelInputs:
+    """The kernel's read-only arrays for one (graph, platform, coefficients)."""
+    n = len(graph)
+    in_ptr, in_src, in_tensor, in_bytes = input_csr(
+        graph.edge_src, graph.edge_dst, graph.edge_tensor, graph.edge_bytes, n
+    )
+    last_use = np.arange(n, dtype=np.int64)
+    read = graph.edge_src >= 0
+    np.maximum.at(last_use, graph.edge_src[read], graph.edge_dst[read])
+    outputs = {graph.producer[t.name] for t in graph.outputs if t.name in graph.producer}
+    last_use[list(outputs)] = n - 1
+    links = platform.link_arrays()
+
+    def power(kind: str, key: str) -> float:
+        return coefficients[kind].power_w[key] if kind in coefficients else 0.0
+
+    return KernelInputs(
+        kind=np.array([KINDS.index(d.kind) for d in platform.devices], dtype=np.int64),
+        t_work=tables.t_work,
+        t_fixed=tables.t_fixed,
+        op_class=tables.op_class,
+        out_bytes=tables.out_bytes,
+        w_bytes=tables.weight_bytes,
+        in_ptr=in_ptr,
+        in_src=in_src,
+        in_tensor=in_tensor,
+        in_bytes=in_bytes,
+        last_use=last_use,
+        entry=int(platform.entry),
+        lat=links["latency"],
+        inv_bw=links["inv_bw"],
+        e_byte=links["energy"],
+        channel=links["channel"],
+        n_channels=int(links["channel"].max()) + 1,
+        streamed=platform.weights == "streamed",
+        p_class=np.array([[power(k, c) for c in OP_CLASSES] for k in KINDS]),
+        p_overhead=np.array([power(k, "overhead") for k in KINDS]),
+    )
 
 
 class AnalyticalModel:
     """Evaluates mapping batches of one graph on one platform; build once, call often."""
 
-    def __init__(self, graph: LayerGraph, platform: Platform) -> None:
-        self.graph, self.platform = graph, platform
-        self.tables: LayerTables = layer_tables(graph, platform)
-        n = len(graph)
-        self._csr = input_csr(
-            graph.edge_src, graph.edge_dst, graph.edge_tensor, graph.edge_bytes, n
-        )
-        last_use = np.arange(n, dtype=np.int64)
-        np.maximum.at(
-            last_use, graph.edge_src[graph.edge_src >= 0], graph.edge_dst[graph.edge_src >= 0]
-        )
-        producers_of_outputs = {
-            graph.producer[t.name] for t in graph.outputs if t.name in graph.producer
-        }
-        last_use[list(producers_of_outputs)] = n - 1
-        self._last_use = last_use
-        links = platform.link_arrays()
-        self._links = (
-            links["latency"],
-            links["inv_bw"],
-            links["energy"],
-            links["channel"],
-            int(links["channel"].max()) + 1,
-        )
-        self._kind = np.array([KINDS.index(d.kind) for d in platform.devices], dtype=np.int64)
-
-        def per_kind(key: str) -> np.ndarray:
-            return np.array(
-                [
-                    platform.coefficients[k].power_w[key] if k in platform.coefficients else 0.0
-                    for k in KINDS
-                ]
-            )
-
-        self._p_class = np.array(
-            [
-                [
-                    platform.coefficients[k].power_w[c] if k in platform.coefficients else 0.0
-                    for c in OP_CLASSES
-                ]
-                for k in KINDS
-            ]
-        )
-        self._p_overhead = per_kind("overhead")
-        self._idle_w = per_kind("idle")[self._kind]
-        coeff = [platform.coefficients[d.kind] for d in platform.devices]
+    def __init__(self, graph: LayerGraph, platform: Platform, coefficients: Coefficients) -> None:
+        coefficients.check_covers(platform)
+        self.graph, self.platform, self.coefficients = graph, platform, coefficients
+        self.tables: LayerTables = layer_tables(graph, coefficients)
+        self.inputs = kernel_inputs(graph, platform, coefficients, self.tables)
+        coeff = [coefficients[d.kind] for d in platform.devices]
+        self._idle_w = np.array([c.power_w["idle"] for c in coeff])
         self._mem_coef = np.array([c.memory_coefficient for c in coeff])
         self._mem_bias = np.array([c.memory_bias_mb for c in coeff])
         self._mem_layer = np.array([c.memory_per_layer_mb for c in coeff])
         self.capacity_mb = np.array([d.memory_mb for d in platform.devices])
 
     def evaluate(self, batch: MappingBatch) -> Evaluation:
-        t = self.tables
-        lat, inv_bw, e_byte, channel, n_channels = self._links
         latency, busy, comm, peak, energy, parts, sent = simulate_batch(
             np.ascontiguousarray(batch.share, dtype=np.float64),
             np.ascontiguousarray(batch.owner, dtype=np.int64),
-            self._kind,
-            t.t_work,
-            t.t_fixed,
-            t.op_class,
-            t.out_bytes,
-            t.weight_bytes,
-            *self._csr,
-            self._last_use,
-            self.platform.entry,
-            lat,
-            inv_bw,
-            e_byte,
-            channel,
-            n_channels,
-            self.platform.weights == "streamed",
-            self._p_class,
-            self._p_overhead,
+            self.inputs,
         )
         used = parts > 0
         idle = np.where(used, np.maximum(latency[:, None] - busy, 0.0), 0.0)

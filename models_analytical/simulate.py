@@ -12,34 +12,43 @@ to the last step that reads or sends it.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit, prange
+
+
+class KernelInputs(NamedTuple):
+    """Everything the kernel reads besides the mappings: built once per (graph, platform,
+    coefficients) by the model, read by field name in compiled code (a numba namedtuple)."""
+
+    kind: np.ndarray  # int64 [D] index into KINDS
+    t_work: np.ndarray  # [K, L] seconds to compute a whole layer (scales with its share)
+    t_fixed: np.ndarray  # [K, L] seconds per part regardless of share
+    op_class: np.ndarray  # int64 [L] index into OP_CLASSES
+    out_bytes: np.ndarray  # float64 [L]
+    w_bytes: np.ndarray  # float64 [L]
+    in_ptr: np.ndarray  # int64 [L+1] CSR of each layer's inputs
+    in_src: np.ndarray  # int64 [E] producing layer, -1 for a graph input
+    in_tensor: np.ndarray  # int64 [E] tensor id
+    in_bytes: np.ndarray  # float64 [E]
+    last_use: np.ndarray  # int64 [L] last layer reading each output (L-1 for graph outputs)
+    entry: int  # device where the input image enters
+    lat: np.ndarray  # [D, D] link latency, s
+    inv_bw: np.ndarray  # [D, D] s per byte
+    e_byte: np.ndarray  # [D, D] J per byte
+    channel: np.ndarray  # int64 [D, D] link queue id
+    n_channels: int
+    streamed: bool  # weights held only while their layer runs
+    p_class: np.ndarray  # [K, op classes] W while computing
+    p_overhead: np.ndarray  # [K] W during per-layer overhead
 
 
 @njit(cache=True, nogil=True)
 def _simulate_one(
     share,
     owner,
-    kind,
-    t_work,
-    t_fixed,
-    op_class,
-    out_bytes,
-    w_bytes,
-    in_ptr,
-    in_src,
-    in_tensor,
-    in_bytes,
-    last_use,
-    entry,
-    lat,
-    inv_bw,
-    e_byte,
-    channel,
-    n_channels,
-    streamed,
-    p_class,
-    p_overhead,
+    k_in,
     latency_out,
     busy,
     comm,
@@ -48,6 +57,12 @@ def _simulate_one(
     n_parts,
     sent,
 ):
+    kind, t_work, t_fixed, op_class = k_in.kind, k_in.t_work, k_in.t_fixed, k_in.op_class
+    out_bytes, w_bytes, last_use, entry = k_in.out_bytes, k_in.w_bytes, k_in.last_use, k_in.entry
+    in_ptr, in_src, in_tensor, in_bytes = k_in.in_ptr, k_in.in_src, k_in.in_tensor, k_in.in_bytes
+    lat, inv_bw, e_byte, channel = k_in.lat, k_in.inv_bw, k_in.e_byte, k_in.channel
+    n_channels, streamed = k_in.n_channels, k_in.streamed
+    p_class, p_overhead = k_in.p_class, k_in.p_overhead
     n_layers, n_dev = share.shape
     n_tensors = in_tensor.max() + 1 if in_tensor.size else 0
     ready = np.zeros(n_layers)
@@ -182,30 +197,7 @@ def _simulate_one(
 
 
 @njit(cache=True, parallel=True)
-def simulate_batch(
-    share,
-    owner,
-    kind,
-    t_work,
-    t_fixed,
-    op_class,
-    out_bytes,
-    w_bytes,
-    in_ptr,
-    in_src,
-    in_tensor,
-    in_bytes,
-    last_use,
-    entry,
-    lat,
-    inv_bw,
-    e_byte,
-    channel,
-    n_channels,
-    streamed,
-    p_class,
-    p_overhead,
-):
+def simulate_batch(share, owner, k_in):
     """Latency [P]; busy, communication, activation+weight peak bytes, energy (without idle),
     parts and bytes sent, each [P, D]."""
     n_pop, _, n_dev = share.shape
@@ -220,26 +212,7 @@ def simulate_batch(
         _simulate_one(
             share[p],
             owner[p],
-            kind,
-            t_work,
-            t_fixed,
-            op_class,
-            out_bytes,
-            w_bytes,
-            in_ptr,
-            in_src,
-            in_tensor,
-            in_bytes,
-            last_use,
-            entry,
-            lat,
-            inv_bw,
-            e_byte,
-            channel,
-            n_channels,
-            streamed,
-            p_class,
-            p_overhead,
+            k_in,
             latency[p : p + 1],
             busy[p],
             comm[p],

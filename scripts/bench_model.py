@@ -17,9 +17,10 @@ import yaml
 
 from dse.cli import CONF_DIR
 from dse.mapping import MappingBatch, derive_owner
-from dse.nets import load_net
+from dse.net import load_net
+from dse.platform import load_platform
+from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
-from models_analytical.platform import load_platform
 
 
 def random_batch(graph, n_dev: int, size: int, rng: np.random.Generator) -> MappingBatch:
@@ -41,11 +42,12 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0)
     args = ap.parse_args()
     cfg = yaml.safe_load((CONF_DIR / "platform" / "jetson_xavier_nx_x8.yaml").read_text())
-    plat = load_platform(cfg, CONF_DIR / "platform")
+    plat = load_platform(cfg)
+    coeff = load_coefficients(CONF_DIR / "platform" / cfg["coefficients"])
     rng = np.random.default_rng(0)
     for net in args.nets:
-        graph = load_net({"name": net})
-        model = AnalyticalModel(graph, plat)
+        graph = load_net({"name": net}).graph
+        model = AnalyticalModel(graph, plat, coeff)
         batch = random_batch(graph, len(plat), args.batch, rng)
         model.evaluate(batch[:2])  # compile
         done, t0 = 0, time.perf_counter()

@@ -35,9 +35,9 @@ PRODUCT_OPS = {
 def compare(path: str, input_shape: list[int] | None) -> dict:
     import onnx_tool
 
-    from dse.nets import load_net
+    from dse.net import load_net
 
-    g = load_net({"name": "onnx", "path": path, "input_shape": input_shape})
+    g = load_net({"name": "onnx", "path": path, "input_shape": input_shape}).graph
     m = onnx_tool.Model(path, {"verbose": False})
     if input_shape is not None:
         name = g.inputs[0].name
@@ -71,7 +71,7 @@ def main() -> None:
     ap.add_argument("--zoo", action="store_true", help="compare every zoo network")
     args = ap.parse_args()
     if args.zoo:
-        from dse.zoo import NETS, materialize
+        from dse.net.zoo import NETS, materialize
 
         targets = [(str(materialize(n)), None) for n in NETS]
     elif args.model:

@@ -14,7 +14,7 @@ import csv
 import json
 from pathlib import Path
 
-from dse.results import plot_convergence
+from dse.results.writers import plot_convergence
 
 
 def label(run: Path, summary: dict) -> str:

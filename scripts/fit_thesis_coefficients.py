@@ -22,11 +22,12 @@ from pathlib import Path
 import numpy as np
 
 from dse.mapping import from_device_lists
-from dse.nets import load_net
+from dse.net import load_net
+from dse.platform import load_platform
 from models_analytical.calibration import fit_nonnegative
+from models_analytical.coefficients import OP_CLASSES, Coefficients
 from models_analytical.layer_costs import op_class
 from models_analytical.model import AnalyticalModel
-from models_analytical.platform import OP_CLASSES, load_platform
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf" / "platform"
@@ -70,7 +71,7 @@ def class_macs(graph) -> np.ndarray:
 
 
 def fit(platform_cfg: dict) -> dict:
-    graphs = {n: load_net({"name": n}) for n in TABLE2}
+    graphs = {n: load_net({"name": n}).graph for n in TABLE2}
     latency = np.array([v[0] for v in TABLE2.values()])
     memory = np.array([v[1] for v in TABLE2.values()])
     energy = np.array([v[2] for v in TABLE2.values()])
@@ -108,19 +109,14 @@ def fit(platform_cfg: dict) -> dict:
     }
     # raw liveness peak of each network on one CPU, from the model itself
     raw_peak, parts = [], []
-    coeffs = {"cpu": cpu, "gpu": GPU}
-    tmp = CONF / ".fit-tmp.json"
-    tmp.write_text(json.dumps(coeffs))
-    try:
-        plat = load_platform({**platform_cfg, "coefficients": tmp.name}, CONF)
-        for g in graphs.values():
-            ev = AnalyticalModel(g, plat).evaluate(
-                from_device_lists(g, len(plat), [[[plat.entry]] * len(g)])
-            )
-            raw_peak.append(ev.memory_mb[0, plat.entry])
-            parts.append(len(g))
-    finally:
-        tmp.unlink()
+    coeffs = Coefficients.from_dict({"cpu": cpu, "gpu": GPU})
+    plat = load_platform(platform_cfg)
+    for g in graphs.values():
+        ev = AnalyticalModel(g, plat, coeffs).evaluate(
+            from_device_lists(g, len(plat), [[[plat.entry]] * len(g)])
+        )
+        raw_peak.append(ev.memory_mb[0, plat.entry])
+        parts.append(len(g))
     m = fit_nonnegative(np.column_stack([raw_peak, np.ones(3), parts]), memory)
     cpu["memory"] = {"coefficient": m[0], "bias_mb": m[1], "per_layer_mb": m[2]}
     return {
@@ -154,10 +150,11 @@ def main() -> None:
     if args.write:
         OUT.write_text(json.dumps(coeffs, indent=2) + "\n")
         print(f"wrote {OUT.relative_to(ROOT)}")
-        plat = load_platform(cfg, CONF)
+        plat = load_platform(cfg)
+        fitted = Coefficients.from_dict(coeffs)
         for net, (lat, mem, en) in TABLE2.items():
-            g = load_net({"name": net})
-            ev = AnalyticalModel(g, plat).evaluate(
+            g = load_net({"name": net}).graph
+            ev = AnalyticalModel(g, plat, fitted).evaluate(
                 from_device_lists(g, len(plat), [[[plat.entry]] * len(g)])
             )
             pl, pm, pe = ev.latency_s[0], ev.memory_mb[0].max(), ev.energy_j[0].max()

@@ -11,9 +11,9 @@ from onnx import helper
 
 from chromosomes import AdvancedChromosome, NaiveChromosome, VerticalChromosome, make_chromosome
 from dse.errors import DseError
-from dse.graph import build_graph
-from dse.nets import load_net
-from dse.zoo import NETS
+from dse.net import load_net
+from dse.net.graph import build_graph
+from dse.net.zoo import NETS
 
 
 def figure8_net():
@@ -109,7 +109,7 @@ def test_vertical_decoding():
 
 
 def test_search_space_sizes_of_the_thesis_alexnet_example():
-    g = load_net({"name": "alexnet"})
+    g = load_net({"name": "alexnet"}).graph
     assert NaiveChromosome(g, 5).search_space_log10() == pytest.approx(56 * math.log10(5))
     assert AdvancedChromosome(g, 5, splits=5).search_space_log10() == pytest.approx(
         25 * math.log10(9)
@@ -119,7 +119,7 @@ def test_search_space_sizes_of_the_thesis_alexnet_example():
 @pytest.mark.parametrize("net", NETS)
 @pytest.mark.parametrize("name", ["naive", "advanced", "vertical"])
 def test_random_genes_decode_to_valid_mappings(net, name):
-    g = load_net({"name": net})
+    g = load_net({"name": net}).graph
     chrom = make_chromosome(name, g, 16, splits=3)
     genes = chrom.sample(40, np.random.default_rng(1))
     genes[0] = chrom.upper  # extremes too
@@ -139,7 +139,7 @@ def test_random_genes_decode_to_valid_mappings(net, name):
 
 
 def test_bad_chromosome_settings():
-    g = load_net({"name": "alexnet"})
+    g = load_net({"name": "alexnet"}).graph
     with pytest.raises(DseError, match="unknown chromosome 'fancy'"):
         make_chromosome("fancy", g, 4)
     with pytest.raises(DseError, match="splits=5 must be between 1 and the number of devices"):

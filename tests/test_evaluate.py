@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from cli import ROOT, run_module
 
-from dse.nets import load_net
+from dse.net import load_net
 
 
 def evaluate(*args: str) -> subprocess.CompletedProcess[str]:
@@ -19,7 +19,7 @@ def evaluate(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("mapping")
-    g = load_net({"name": "alexnet"})
+    g = load_net({"name": "alexnet"}).graph
     names = list(g.names)
     whole = d / "whole.json"
     whole.write_text(json.dumps({"xavier0_cpu": names}))

@@ -9,9 +9,9 @@ import pytest
 from onnx import helper
 
 from dse.errors import DseError
-from dse.graph import build_graph
-from dse.nets import load_net
-from dse.onnx_load import fix_input_shapes, read_model
+from dse.net import load_net
+from dse.net.graph import build_graph
+from dse.net.onnx_load import fix_input_shapes, read_model
 
 
 def fork_join():
@@ -151,7 +151,7 @@ def test_shapes_beyond_static_inference_are_measured_with_onnxruntime(tmp_path):
     m = f.model(nodes, {"x": [1, 2, 4, 4]}, ["y"], inits)
     path = tmp_path / "m.onnx"
     onnx.save(m, path)
-    g = load_net({"name": "onnx", "path": str(path)})
+    g = load_net({"name": "onnx", "path": str(path)}).graph
     assert g.layers[-1].op == "Resize"
     assert g.layers[-1].output_shape == (1, 2, 3, 3)  # three non-zeros in the mask
 
@@ -168,7 +168,7 @@ def test_external_data_is_not_loaded(tmp_path):
         size_threshold=0,
     )
     (tmp_path / "ext.bin").write_bytes(b"")  # weights gone: loading must not need them
-    g = load_net({"name": "onnx", "path": str(path), "input_shape": None})
+    g = load_net({"name": "onnx", "path": str(path), "input_shape": None}).graph
     assert g.totals()["params"] == 108 + 1440
 
 
@@ -184,7 +184,7 @@ def test_model_over_2gb_with_external_data_loads(tmp_path):
     onnx.save(f.model([node], {"x": [1, n_in]}, ["y"], [w]), tmp_path / "big.onnx")
     with open(tmp_path / "w.bin", "wb") as fh:
         fh.truncate(n_out * n_in * 4)
-    g = load_net({"name": "onnx", "path": str(tmp_path / "big.onnx")})
+    g = load_net({"name": "onnx", "path": str(tmp_path / "big.onnx")}).graph
     assert g.totals()["weight_bytes"] == n_out * n_in * 4 > 2**31
     assert g.layers[0].macs == n_out * n_in
 
@@ -225,12 +225,12 @@ def test_inconsistent_conv_is_reported():
 
 
 def test_load_net_runs_branches_in_a_memory_aware_order(tmp_path):
-    from models_analytical.liveness import peak_memory
+    from dse.net.order import peak_memory
 
     path = tmp_path / "branches.onnx"
     onnx.save(f.two_branches(), path)
-    stored = load_net({"name": "onnx", "path": str(path), "order": "file"})
-    aware = load_net({"name": "onnx", "path": str(path)})
+    stored = load_net({"name": "onnx", "path": str(path), "order": "file"}).graph
+    aware = load_net({"name": "onnx", "path": str(path)}).graph
     assert stored.names == ("A", "B", "C", "B2", "C2", "E")
     assert aware.names in (("A", "B", "B2", "C", "C2", "E"), ("A", "C", "C2", "B", "B2", "E"))
     assert peak_memory(stored, range(6)) == 21e6  # A, B and C live together

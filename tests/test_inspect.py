@@ -12,7 +12,7 @@ import pytest
 from cli import run_module
 from onnx import helper
 
-from dse.nets import load_net
+from dse.net import load_net
 
 # Published trained-parameter counts and Conv+FC multiply-accumulates at 224x224.
 PUBLISHED = {
@@ -31,7 +31,7 @@ def inspect(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("net", sorted(PUBLISHED))
 def test_zoo_totals_match_published(net):
-    g = load_net({"name": net})
+    g = load_net({"name": net}).graph
     params, macs = PUBLISHED[net]
     assert g.totals()["params"] == params
     conv_fc = int(g.macs[[op in ("Conv", "Gemm") for op in g.ops]].sum())
@@ -40,7 +40,7 @@ def test_zoo_totals_match_published(net):
 
 
 def test_alexnet_is_the_thesis_24_layer_network():
-    g = load_net({"name": "alexnet"})
+    g = load_net({"name": "alexnet"}).graph
     assert len(g) == 24
     assert g.ops.count("Conv") == 5 and g.ops.count("Gemm") == 3
     assert int(g.splittable.sum()) == 8
@@ -51,7 +51,7 @@ def test_json_output():
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["totals"] == {
-        "macs": load_net({"name": "alexnet"}).totals()["macs"],
+        "macs": load_net({"name": "alexnet"}).graph.totals()["macs"],
         "params": 60_965_224,
         "weight_bytes": 60_965_224 * 4,
         "layers": 24,

@@ -6,7 +6,7 @@ import onnx_factory as f
 import pytest
 from onnx import helper
 
-from dse.graph import build_graph
+from dse.net.graph import build_graph
 
 
 def one_layer(node, x_shape, inits):

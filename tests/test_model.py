@@ -8,13 +8,14 @@ import numpy as np
 import onnx_factory as f
 import pytest
 from onnx import helper
-from platforms import RATE, platform
+from platforms import RATE, coefficients, platform
 
-from dse.graph import build_graph
 from dse.mapping import derive_owner, from_autodice, from_device_lists, to_autodice
-from dse.nets import load_net
+from dse.net import load_net
+from dse.net.graph import build_graph
+from dse.platform import Link, Platform, load_platform
+from models_analytical.coefficients import OP_CLASSES, Coefficients, KindCoefficients
 from models_analytical.model import AnalyticalModel
-from models_analytical.platform import OP_CLASSES, KindCoefficients, Link, Platform, load_platform
 
 
 def relu_chain(n_elems: int, length: int):
@@ -24,8 +25,8 @@ def relu_chain(n_elems: int, length: int):
     return build_graph(f.model(nodes, {"t0": [n_elems]}, [f"t{length}"]), "chain")
 
 
-def run(graph, plat, devices):
-    model = AnalyticalModel(graph, plat)
+def run(graph, plat, devices, coeff=None):
+    model = AnalyticalModel(graph, plat, coeff or coefficients())
     return model.evaluate(from_device_lists(graph, len(plat), [devices]))
 
 
@@ -59,7 +60,7 @@ def test_lop_split_over_three_devices_moves_eq_4_3_bytes():
     # the whole input (IS * N) and the parts come back to h3 (OS): Eq. 4.3
     g = conv_then_relu()
     plat = platform(n=4)
-    plat = Platform(plat.name, plat.devices, plat.links, plat.coefficients, entry=3)
+    plat = Platform(plat.name, plat.devices, plat.links, entry=3)
     ev = run(g, plat, [[0, 1, 2], [3]])
     in_bytes, out_bytes = 4 * 100 * 4, 6 * 100 * 4
     assert ev.bytes_sent[0].sum() == pytest.approx(3 * in_bytes + out_bytes)
@@ -122,15 +123,9 @@ def test_transfers_on_one_link_queue():
     g = build_graph(f.model(nodes, {"x": [750_000], "x2": [1_250_000]}, ["ya", "yb"]), "q")
     plat = platform(n=2, bw=1e6)
     fast = {c: 1e9 for c in OP_CLASSES}
-    coeff = plat.coefficients["cpu"]
-    plat = Platform(
-        plat.name,
-        plat.devices,
-        plat.links,
-        {"cpu": KindCoefficients(1e6, fast, 0.0, 1.0, 0.0, 0.0, coeff.power_w)},
-        entry=0,
-    )
-    ev = run(g, plat, [[0], [0], [1], [1]])
+    power = coefficients()["cpu"].power_w
+    coeff = Coefficients({"cpu": KindCoefficients(1e6, fast, 0.0, 1.0, 0.0, 0.0, power)})
+    ev = run(g, plat, [[0], [0], [1], [1]], coeff)
     assert ev.latency_s[0] == pytest.approx((3e6 + 5e6) / 1e6, rel=1e-6)
 
 
@@ -164,7 +159,7 @@ def test_infeasible_mapping_violates_capacity():
 
 
 def test_autodice_round_trip(tmp_path):
-    g = load_net({"name": "alexnet"})
+    g = load_net({"name": "alexnet"}).graph
     keys = [f"xavier{i}_cpu" for i in range(4)]
     rng = np.random.default_rng(0)
     lists = []
@@ -203,7 +198,7 @@ def test_autodice_round_trip(tmp_path):
 def test_autodice_errors(mapping, horizontal, message):
     from dse.errors import DseError
 
-    g = load_net({"name": "alexnet"})
+    g = load_net({"name": "alexnet"}).graph
     with pytest.raises(DseError, match=message):
         from_autodice(g, ["xavier0_cpu", "xavier1_cpu"], mapping, horizontal)
 
@@ -211,7 +206,7 @@ def test_autodice_errors(mapping, horizontal, message):
 def test_split_of_a_non_splittable_layer_is_refused():
     from dse.errors import DseError
 
-    g = load_net({"name": "alexnet"})
+    g = load_net({"name": "alexnet"}).graph
     mapping = {"xavier0_cpu": list(g.names), "xavier1_cpu": ["relu1"]}
     with pytest.raises(DseError, match="'relu1' .* cannot be split"):
         from_autodice(g, ["xavier0_cpu", "xavier1_cpu"], mapping)
@@ -229,11 +224,13 @@ def test_default_platform_reproduces_thesis_table2(net):
     import yaml
 
     from dse.cli import CONF_DIR
+    from models_analytical.coefficients import load_coefficients
 
     cfg = yaml.safe_load((CONF_DIR / "platform" / "jetson_xavier_nx_x8.yaml").read_text())
-    plat = load_platform(cfg, CONF_DIR / "platform")
-    g = load_net({"name": net})
-    ev = run(g, plat, [[plat.entry]] * len(g))
+    plat = load_platform(cfg)
+    coeff = load_coefficients(CONF_DIR / "platform" / cfg["coefficients"])
+    g = load_net({"name": net}).graph
+    ev = run(g, plat, [[plat.entry]] * len(g), coeff)
     latency, memory, energy = TABLE2[net]
     assert ev.latency_s[0] == pytest.approx(latency, rel=0.05)
     assert ev.memory_mb[0].max() == pytest.approx(memory, rel=0.15)
@@ -241,7 +238,7 @@ def test_default_platform_reproduces_thesis_table2(net):
 
 
 def test_memory_aware_order_finds_the_low_peak():
-    from models_analytical.liveness import memory_aware_order, peak_memory
+    from dse.net.order import memory_aware_order, peak_memory
 
     bad, _ = two_orders()
     assert peak_memory(bad, range(len(bad))) == pytest.approx(21e6, abs=100)
@@ -258,9 +255,7 @@ def test_shared_medium_queues_every_network_transfer():
     # a 0-1; to h1 1-5; to h2 5-9; b 5-6; c 9-10; b back 9-13; c back 13-17; join 17-18
     g = fork_join()
     plat = platform()
-    wifi = Platform(
-        plat.name, plat.devices, plat.links, plat.coefficients, entry=0, shared_network=True
-    )
+    wifi = Platform(plat.name, plat.devices, plat.links, entry=0, shared_network=True)
     assert run(g, wifi, [[0], [1], [2], [0]]).latency_s[0] == pytest.approx(18)
 
 
@@ -271,7 +266,6 @@ def test_pair_override_changes_one_link():
         plat.name,
         plat.devices,
         plat.links,
-        plat.coefficients,
         entry=0,
         pair_links={(0, 1): Link(0.0, 8e6), (1, 0): Link(0.0, 8e6)},
     )

@@ -14,12 +14,13 @@ import onnx_factory as f
 import pytest
 from cli import ROOT, run_module
 from onnx import helper
-from platforms import platform
+from platforms import coefficients, platform
 
 from chromosomes import make_chromosome
-from dse import search
-from dse.graph import build_graph
-from dse.problem import MappingProblem
+from dse.config import AlgorithmConfig
+from dse.net.graph import build_graph
+from dse.search import nsga2 as search
+from dse.search.problem import MappingProblem
 from models_analytical.model import AnalyticalModel
 
 
@@ -34,7 +35,9 @@ def small_problem(chromosome: str = "naive") -> MappingProblem:
     g = build_graph(f.model(nodes, {"x": [1, 8, 16, 16]}, ["y"], inits), "small")
     plat = platform(n=3, bw=2e6, latency=1e-3)
     return MappingProblem(
-        make_chromosome(chromosome, g, 3), AnalyticalModel(g, plat), ["latency", "memory", "energy"]
+        make_chromosome(chromosome, g, 3),
+        AnalyticalModel(g, plat, coefficients()),
+        ["latency", "memory", "energy"],
     )
 
 
@@ -50,8 +53,8 @@ def objective_set(f: np.ndarray) -> set[tuple[float, ...]]:
     return {tuple(row) for row in np.round(f, 6).tolist()}
 
 
-def settings(**kw) -> search.SearchSettings:
-    return search.SearchSettings(**{"pop_size": 40, "n_gen": 40, "seed": 3, **kw})
+def settings(**kw) -> AlgorithmConfig:
+    return AlgorithmConfig(**{"pop_size": 40, "n_gen": 40, **kw})
 
 
 def test_nsga2_recovers_the_enumerated_front():
@@ -60,7 +63,7 @@ def test_nsga2_recovers_the_enumerated_front():
     out: dict = {}
     problem._evaluate(every, out)
     truth = objective_set(out["F"][non_dominated(out["F"])])
-    state = search.run(search.new_search(problem, settings()))
+    state = search.run(search.new_search(problem, settings(), 3))
     _, f_found, g_found = search.front(state)
     assert (g_found <= 0).all()
     found = objective_set(f_found)
@@ -70,17 +73,17 @@ def test_nsga2_recovers_the_enumerated_front():
 
 def test_same_seed_same_front():
     fronts = [
-        search.front(search.run(search.new_search(small_problem("advanced"), settings(n_gen=15))))[
-            1
-        ]
+        search.front(
+            search.run(search.new_search(small_problem("advanced"), settings(n_gen=15), 3))
+        )[1]
         for _ in range(2)
     ]
     assert np.array_equal(fronts[0], fronts[1])
 
 
 def test_resume_continues_exactly(tmp_path):
-    full = search.run(search.new_search(small_problem(), settings(n_gen=12)))
-    half = search.run(search.new_search(small_problem(), settings(n_gen=6)))
+    full = search.run(search.new_search(small_problem(), settings(n_gen=12), 3))
+    half = search.run(search.new_search(small_problem(), settings(n_gen=6), 3))
     search.save(half, tmp_path)
     resumed = search.load(tmp_path, small_problem())
     search.extend(resumed, 12)

@@ -1,4 +1,4 @@
-"""Tests for dse.zoo: architecture sizes, shapes, MACs, hollowness and weight materialization."""
+"""Tests for the zoo: architecture sizes, shapes, MACs, hollowness and weight materialization."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from onnx import numpy_helper, shape_inference
 
 from dse.errors import DseError
-from dse.zoo import NETS, NetBuilder, build, materialize
-from dse.zoo.materialize import fill_weights
+from dse.net.zoo import NETS, NetBuilder, build, materialize
+from dse.net.zoo.materialize import fill_weights
 
 # Published learnable-parameter counts (torchvision / Caffe).
 PARAMS = {

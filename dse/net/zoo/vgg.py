@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dse.zoo.builder import NetBuilder
+from dse.net.zoo.builder import NetBuilder
 
 # Output channels of each conv, stage by stage; every stage ends with a 2x2/2 max pool.
 VGG16_STAGES: tuple[tuple[int, ...], ...] = (

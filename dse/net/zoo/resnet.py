@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dse.zoo.builder import NetBuilder
+from dse.net.zoo.builder import NetBuilder
 
 # (bottleneck width, blocks, stride of the first block) for layer1..layer4.
 RESNET50_LAYERS: tuple[tuple[int, int, int], ...] = (

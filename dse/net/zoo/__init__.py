@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dse.zoo.builder import NetBuilder
-from dse.zoo.materialize import materialize
-from dse.zoo.registry import NETS, build
+from dse.net.zoo.builder import NetBuilder
+from dse.net.zoo.materialize import materialize
+from dse.net.zoo.registry import NETS, build
 
 __all__ = ["NETS", "NetBuilder", "build", "materialize"]

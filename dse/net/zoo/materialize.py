@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from dse.zoo.builder import Fill
-from dse.zoo.registry import construct, network
+from dse.net.zoo.builder import Fill
+from dse.net.zoo.registry import construct, network
 
 CACHE_ENV = "DSE_CACHE"
 

@@ -9,14 +9,15 @@ from typing import Any
 
 import numpy as np
 
-from dse.graph import LayerGraph
 from dse.mapping import MappingBatch, to_autodice
-from dse.problem import SCALE, UNITS, MappingProblem
-from models_analytical.platform import Platform
+from dse.net.graph import LayerGraph
+from dse.objectives import OBJECTIVES, fmt
+from dse.platform import Platform
+from dse.search.problem import MappingProblem
 
 
 def _columns(objectives: list[str]) -> list[str]:
-    return [f"{n}_{UNITS[n]}" for n in objectives]
+    return [OBJECTIVES[n].column for n in objectives]
 
 
 def write_pareto(path: Path, problem: MappingProblem, genes: np.ndarray) -> list[dict]:
@@ -29,8 +30,8 @@ def write_pareto(path: Path, problem: MappingProblem, genes: np.ndarray) -> list
     _, unique = np.unique(batch.share.reshape(len(genes), -1).round(9), axis=0, return_index=True)
     for i in sorted(unique.tolist()):
         row: dict[str, Any] = {"point": i}
-        for n, col in zip(problem.objectives, _columns(problem.objectives), strict=True):
-            row[col] = round(float(ev.objective(n)[i] * SCALE[n]), 6)
+        for n in problem.objectives:
+            row[OBJECTIVES[n].column] = round(float(OBJECTIVES[n].values(ev)[i]), 6)
         row.update(
             {
                 "feasible": bool(ev.feasible[i]),
@@ -87,7 +88,10 @@ def write_best(
         (out / "horizontal.json").write_text(json.dumps(horizontal, indent=1) + "\n")
         (out / "mapping.md").write_text(
             f"# Best {name} mapping of {graph.name} on {platform.name}\n\n"
-            + ", ".join(f"{n}: {f[k, j]:.4g} {UNITS[n]}" for j, n in enumerate(problem.objectives))
+            + ", ".join(
+                f"{OBJECTIVES[n].label}: {fmt(n, f[k, j])}"
+                for j, n in enumerate(problem.objectives)
+            )
             + "\n\n"
             + mapping_table(graph, platform.keys, batch)
         )
@@ -102,52 +106,3 @@ def write_history(path: Path, history: list[dict]) -> None:
         writer = csv.DictWriter(fh, fieldnames=list(history[0]))
         writer.writeheader()
         writer.writerows(history)
-
-
-def _pyplot():
-    """matplotlib's pyplot on the file-only Agg backend (runs have no screen)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(plt, fig, axes, path: Path) -> None:
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def plot_convergence(path: Path, runs: dict[str, list[dict]], objectives: list[str]) -> None:
-    """One panel per objective: best value per generation (the thesis's Figure 12)."""
-    plt = _pyplot()
-    fig, axes = plt.subplots(
-        1, len(objectives), figsize=(4.5 * len(objectives), 3.6), squeeze=False
-    )
-    for ax, n in zip(axes[0], objectives, strict=True):
-        for label, history in runs.items():
-            gens = [h["generation"] for h in history]
-            ax.plot(gens, [h.get(f"best_{n}", np.nan) for h in history], label=label)
-        ax.set_xlabel("generation")
-        ax.set_ylabel(f"best {n} ({UNITS[n]})")
-        ax.grid(alpha=0.3)
-    _save(plt, fig, axes, path)
-
-
-def plot_pareto(path: Path, f: np.ndarray, feasible: np.ndarray, objectives: list[str]) -> None:
-    """Pairwise scatter of the final front."""
-    plt = _pyplot()
-    pairs = [(i, j) for i in range(len(objectives)) for j in range(i + 1, len(objectives))]
-    pairs = pairs or [(0, 0)]
-    fig, axes = plt.subplots(1, len(pairs), figsize=(4.5 * len(pairs), 3.8), squeeze=False)
-    for ax, (i, j) in zip(axes[0], pairs, strict=True):
-        ax.scatter(f[feasible, i], f[feasible, j], s=12, label="feasible")
-        if (~feasible).any():
-            ax.scatter(f[~feasible, i], f[~feasible, j], s=12, marker="x", label="over capacity")
-        ax.set_xlabel(f"{objectives[i]} ({UNITS[objectives[i]]})")
-        ax.set_ylabel(f"{objectives[j]} ({UNITS[objectives[j]]})")
-        ax.grid(alpha=0.3)
-    _save(plt, fig, axes, path)

@@ -22,8 +22,8 @@ import onnx
 from onnx import ModelProto, NodeProto
 
 from dse.errors import DseError
-from dse.macs import OpView, count_macs
-from dse.onnx_load import TensorType, fold_constants, graph_inputs, infer_types, run_for_types
+from dse.net.macs import OpView, count_macs
+from dse.net.onnx_load import TensorType, fold_constants, graph_inputs, infer_types, run_for_types
 
 #: Ops that split by output channel (Layer-Output-Partitioning), given a constant weight:
 #: op -> (input position of the weight, True when channels are the output's axis 1 else last)
@@ -97,6 +97,7 @@ class Layer:
     out_channels: int
     splittable: bool
     estimated: bool  # True when the op had no MAC rule and MACs were estimated
+    node: int = -1  # position of its node in the ONNX model's graph.node
     attrs: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -226,8 +227,10 @@ def build_graph(model: ModelProto, name: str, base_dir: Path | None = None) -> L
     ``base_dir`` is where external weight data lives; it is needed only when static shape
     inference is incomplete and shapes must be measured by running the model.
     """
-    nodes = _topological(list(model.graph.node))
-    names = _node_names(nodes)
+    in_file = list(model.graph.node)  # one list: protobuf wrappers are not stable objects
+    position = {id(n): i for i, n in enumerate(in_file)}
+    nodes = _topological(in_file)
+    names = _node_names(nodes, position)
     types = infer_types(model)
     static = _static_tensors(model, nodes)
     if _unknown(nodes, static, types):
@@ -272,7 +275,7 @@ def build_graph(model: ModelProto, name: str, base_dir: Path | None = None) -> L
         try:
             macs, estimated = count_macs(view)
         except DseError as exc:
-            raise DseError(f"model '{name}', layer '{names[id(node)]}': {exc}") from None
+            raise DseError(f"model '{name}', layer '{names[position[id(node)]]}': {exc}") from None
         except (ValueError, IndexError, TypeError):
             macs, estimated = sum(o.numel for o in outs), True
         wts = tuple(tensor(t) for t in dict.fromkeys(weights))
@@ -282,7 +285,7 @@ def build_graph(model: ModelProto, name: str, base_dir: Path | None = None) -> L
         layers.append(
             Layer(
                 index=idx,
-                name=names[id(node)],
+                name=names[position[id(node)]],
                 op=node.op_type,
                 inputs=tuple(tensor(t) for t in dict.fromkeys(acts)),
                 outputs=tuple(outs),
@@ -292,6 +295,7 @@ def build_graph(model: ModelProto, name: str, base_dir: Path | None = None) -> L
                 out_channels=out_channels,
                 splittable=splittable,
                 estimated=estimated,
+                node=position[id(node)],
                 attrs=view.attrs,
             )
         )
@@ -427,8 +431,9 @@ def _topological(nodes: list[NodeProto]) -> list[NodeProto]:
     return [nodes[i] for i in order]
 
 
-def _node_names(nodes: Sequence[NodeProto]) -> dict[int, str]:
-    """Stable unique layer names: the node name, else '<op>_<k>' in file order."""
+def _node_names(nodes: Sequence[NodeProto], position: Mapping[int, int]) -> dict[int, str]:
+    """Stable unique layer names by node position: the node name, else '<op>_<k>' counted in
+    the (deterministic) topological order, so a reload of the same file gives the same names."""
     taken = {n.name for n in nodes if n.name}
     seen: set[str] = set()
     counters: dict[str, int] = {}
@@ -446,7 +451,7 @@ def _node_names(nodes: Sequence[NodeProto]) -> dict[int, str]:
         while nm in seen:
             nm, k = f"{base}_{k}", k + 1
         seen.add(nm)
-        names[id(n)] = nm
+        names[position[id(n)]] = nm
     return names
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dse.zoo.builder import NetBuilder
+from dse.net.zoo.builder import NetBuilder
 
 GROWTH, BN_SIZE, INIT_FEATURES = 32, 4, 64
 DENSENET121_BLOCKS: tuple[int, ...] = (6, 12, 24, 16)

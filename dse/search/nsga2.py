@@ -13,35 +13,14 @@ from pymoo.algorithms.moo.nsga2 import NSGA2
 from pymoo.core.duplicate import HashDuplicateElimination
 from pymoo.core.population import Population
 from pymoo.indicators.hv import HV
-from pymoo.operators.crossover.sbx import SBX
-from pymoo.operators.mutation.pm import PM
 from pymoo.operators.repair.rounding import RoundingRepair
 from pymoo.termination.max_gen import MaximumGenerationTermination
 
+from dse.config import AlgorithmConfig
 from dse.errors import DseError
-from dse.problem import MappingProblem
+from dse.search.problem import MappingProblem
 
 CHECKPOINT = "checkpoint.pkl"
-
-
-@dataclass
-class SearchSettings:
-    pop_size: int = 1000
-    n_gen: int = 100
-    seed: int = 0
-    crossover_prob: float = 0.9
-    crossover_eta: float = 15.0
-    mutation_eta: float = 20.0
-    seed_single_device: bool = True
-    checkpoint_every: int = 10
-
-    def validate(self) -> None:
-        if self.pop_size < 2:
-            raise DseError(
-                f"algorithm.pop_size={self.pop_size}: the population needs at least 2 individuals"
-            )
-        if self.n_gen < 1:
-            raise DseError(f"algorithm.n_gen={self.n_gen} must be at least 1")
 
 
 @dataclass
@@ -49,40 +28,34 @@ class SearchState:
     """What a run carries from generation to generation, checkpointed as one pickle."""
 
     algorithm: NSGA2
-    settings: SearchSettings
+    settings: AlgorithmConfig
+    seed: int
     history: list[dict] = field(default_factory=list)
     hv_ideal: np.ndarray | None = None
     hv_scale: np.ndarray | None = None
     seconds: float = 0.0
 
 
-def initial_population(problem: MappingProblem, settings: SearchSettings) -> np.ndarray:
+def initial_population(problem: MappingProblem, settings: AlgorithmConfig, seed: int) -> np.ndarray:
     chrom = problem.chromosome
-    x = chrom.sample(settings.pop_size, np.random.default_rng(settings.seed))
+    x = chrom.sample(settings.pop_size, np.random.default_rng(seed))
     if settings.seed_single_device:
         for d in range(min(chrom.n_devices, settings.pop_size)):
             x[d] = chrom.single_device(d)
     return x
 
 
-def new_search(problem: MappingProblem, settings: SearchSettings) -> SearchState:
-    settings.validate()
+def new_search(problem: MappingProblem, settings: AlgorithmConfig, seed: int) -> SearchState:
+    """NSGA-II with the configured operators; genes are integers, rounded after each operator."""
     algorithm = NSGA2(
         pop_size=settings.pop_size,
-        sampling=Population.new(X=initial_population(problem, settings).astype(float)),
-        crossover=SBX(
-            prob=settings.crossover_prob,
-            eta=settings.crossover_eta,
-            vtype=float,
-            repair=RoundingRepair(),
-        ),
-        mutation=PM(eta=settings.mutation_eta, vtype=float, repair=RoundingRepair()),
+        sampling=Population.new(X=initial_population(problem, settings, seed).astype(float)),
+        crossover=settings.crossover.build(vtype=float, repair=RoundingRepair()),
+        mutation=settings.mutation.build(vtype=float, repair=RoundingRepair()),
         eliminate_duplicates=HashDuplicateElimination(),
     )
-    algorithm.setup(
-        problem, termination=("n_gen", settings.n_gen), seed=settings.seed, verbose=False
-    )
-    return SearchState(algorithm, settings)
+    algorithm.setup(problem, termination=("n_gen", settings.n_gen), seed=seed, verbose=False)
+    return SearchState(algorithm, settings, seed)
 
 
 def generations(algorithm: NSGA2) -> int:

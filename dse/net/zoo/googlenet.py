@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dse.zoo.builder import NetBuilder
+from dse.net.zoo.builder import NetBuilder
 
 # Inception modules: (1x1, 3x3 reduce, 3x3, "5x5" reduce, "5x5" (a 3x3, as torchvision), pool proj).
 INCEPTIONS: dict[str, tuple[int, int, int, int, int, int]] = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dse.graph import LayerGraph
+from dse.net.graph import LayerGraph
 
 
 @dataclass(frozen=True)

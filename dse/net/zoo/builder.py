@@ -253,7 +253,7 @@ class NetBuilder:
         )
         return helper.make_model(
             graph,
-            producer_name="dse.zoo",
+            producer_name="dse.net.zoo",
             opset_imports=[helper.make_opsetid("", OPSET)],
             ir_version=IR_VERSION,
         )

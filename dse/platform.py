@@ -1,11 +1,14 @@
-"""Platforms: devices, link classes and calibrated coefficients, loaded from config + JSON."""
+"""Hardware: devices (host, kind, threads, memory), link classes and the entry device.
+
+No cost figure lives here: the runtime needs the hardware without any model, and calibration
+writes coefficients (``models_analytical.coefficients``) without touching it.
+"""
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,10 +18,6 @@ from dse.errors import DseError
 KINDS = ("cpu", "gpu")
 #: Link classes, from cheapest to dearest; `same_device` is a tensor staying in one process.
 LINK_CLASSES = ("same_device", "cpu_gpu", "same_host", "network")
-#: Op classes of the compute model (Eq. 4.7 keeps one coefficient per class and device kind).
-OP_CLASSES = ("conv_winograd", "conv", "fc", "elementwise")
-#: What a device draws (W) while computing each op class, during per-layer overhead, and idle.
-POWER_CLASSES = (*OP_CLASSES, "overhead", "idle")
 
 
 @dataclass(frozen=True)
@@ -38,24 +37,10 @@ class Link:
 
 
 @dataclass(frozen=True)
-class KindCoefficients:
-    """Calibrated values for one device kind (section 4.3, extended)."""
-
-    frequency_hz: float
-    layer: dict[str, float]  # Eq. 4.7: time = MACs / (frequency * layer[op class])
-    layer_overhead_s: float  # fixed cost of running one layer (dispatch, sync)
-    memory_coefficient: float  # Eq. 4.9: memory = expected * coefficient + bias
-    memory_bias_mb: float
-    memory_per_layer_mb: float  # runtime structures per layer held by the device
-    power_w: dict[str, float]  # per op class, 'overhead' and 'idle'
-
-
-@dataclass(frozen=True)
 class Platform:
     name: str
     devices: tuple[Device, ...]
     links: dict[str, Link]
-    coefficients: dict[str, KindCoefficients]
     entry: int  # device where the input image enters
     weights: str = "resident"  # resident | streamed (weights loaded layer by layer)
     shared_network: bool = False  # network transfers queue on one shared medium (Wi-Fi)
@@ -101,46 +86,28 @@ class Platform:
 
 
 def _need(cfg: Mapping[str, Any], key: str, where: str) -> Any:
+    if not isinstance(cfg, Mapping):
+        raise DseError(f"{where} must be a mapping of keys to values, not {cfg!r}")
     if key not in cfg or cfg[key] is None:
         raise DseError(f"{where} is missing '{key}'")
     return cfg[key]
 
 
-def load_coefficients(path: str | Path) -> dict[str, KindCoefficients]:
-    p = Path(path)
-    if not p.is_file():
-        raise DseError(f"coefficients file not found: {p} (set platform.coefficients)")
+def number(value: Any, where: str, *, positive: bool = False, integer: bool = False) -> float:
+    """``value`` as a finite float (non-negative, or positive), else one clear DseError."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise DseError(f"{where} must be a number, not {value!r}")
     try:
-        raw = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise DseError(f"coefficients file {p} is not valid JSON: {exc}") from None
-    out = {}
-    for kind in KINDS:
-        if kind not in raw:
-            continue
-        k = raw[kind]
-        where = f"coefficients file {p.name}, '{kind}'"
-        layer = _need(k, "layer", where)
-        for cls in OP_CLASSES:
-            if cls not in layer:
-                raise DseError(f"{where}.layer is missing '{cls}'")
-        mem = _need(k, "memory", where)
-        power = _need(k, "power_w", where)
-        for cls in POWER_CLASSES:
-            if cls not in power:
-                raise DseError(f"{where}.power_w is missing '{cls}'")
-        out[kind] = KindCoefficients(
-            frequency_hz=float(_need(k, "frequency_hz", where)),
-            layer={c: float(layer[c]) for c in OP_CLASSES},
-            layer_overhead_s=float(_need(k, "layer_overhead_s", where)),
-            memory_coefficient=float(_need(mem, "coefficient", where + ".memory")),
-            memory_bias_mb=float(_need(mem, "bias_mb", where + ".memory")),
-            memory_per_layer_mb=float(_need(mem, "per_layer_mb", where + ".memory")),
-            power_w={c: float(power[c]) for c in POWER_CLASSES},
-        )
-    if not out:
-        raise DseError(f"coefficients file {p} has no 'cpu' or 'gpu' section")
-    return out
+        x = float(value)
+    except ValueError:
+        raise DseError(f"{where} must be a number, not {value!r}") from None
+    if not math.isfinite(x):
+        raise DseError(f"{where} must be a finite number, not {value!r}")
+    if x < 0 or (positive and x == 0):
+        raise DseError(f"{where} must be {'positive' if positive else 'zero or more'}, not {x:g}")
+    if integer and x != int(x):
+        raise DseError(f"{where} must be a whole number, not {x:g}")
+    return x
 
 
 def _devices(cfg: Mapping[str, Any], name: str) -> list[Device]:
@@ -149,6 +116,8 @@ def _devices(cfg: Mapping[str, Any], name: str) -> list[Device]:
         specs = list(cfg["devices"])
     elif cfg.get("hosts"):
         resources = _need(cfg, "resources", where)
+        if not isinstance(resources, Mapping) or isinstance(cfg["hosts"], str | Mapping):
+            raise DseError(f"{where}: hosts must be a list and resources a mapping")
         specs = [
             {"host": h, "resource": r, **dict(spec)}
             for h in cfg["hosts"]
@@ -170,8 +139,10 @@ def _devices(cfg: Mapping[str, Any], name: str) -> list[Device]:
                 name=str(s.get("name") or f"{host}_{s.get('resource', kind)}"),
                 host=host,
                 kind=kind,
-                threads=int(s.get("threads", 1)),
-                memory_mb=float(s["memory_mb"]),
+                threads=int(
+                    number(s.get("threads", 1), f"{dw}: threads", positive=True, integer=True)
+                ),
+                memory_mb=number(s["memory_mb"], f"{dw}: memory_mb", positive=True),
             )
         )
     names = [d.name for d in devices]
@@ -181,20 +152,20 @@ def _devices(cfg: Mapping[str, Any], name: str) -> list[Device]:
 
 
 def _link(spec: Mapping[str, Any], where: str) -> Link:
-    bw = float(_need(spec, "bandwidth_Bps", where))
-    if bw <= 0:
-        raise DseError(f"{where}: bandwidth_Bps must be positive")
     return Link(
-        float(_need(spec, "latency_s", where)), bw, float(spec.get("energy_J_per_byte", 0.0))
+        number(_need(spec, "latency_s", where), f"{where}: latency_s"),
+        number(_need(spec, "bandwidth_Bps", where), f"{where}: bandwidth_Bps", positive=True),
+        number(spec.get("energy_J_per_byte", 0.0), f"{where}: energy_J_per_byte"),
     )
 
 
-def load_platform(cfg: Mapping[str, Any], base_dir: str | Path) -> Platform:
-    """A platform from its config mapping; the coefficients path is relative to ``base_dir``."""
+def load_platform(cfg: Mapping[str, Any]) -> Platform:
+    """The hardware from its config mapping (``conf/platform/NAME.yaml``)."""
+    if not isinstance(cfg, Mapping):
+        raise DseError("platform must be a mapping (conf/platform/NAME.yaml)")
     name = str(cfg.get("name", "platform"))
     devices = _devices(cfg, name)
     links_cfg = cfg.get("links") or {}
-    kinds_used = {d.kind for d in devices}
     hosts = {d.host for d in devices}
     needed = set()
     if len(hosts) > 1:
@@ -214,16 +185,6 @@ def load_platform(cfg: Mapping[str, Any], base_dir: str | Path) -> Platform:
                 f"platform '{name}' has no link figures for '{cls}': "
                 f"set links.{cls}.latency_s and links.{cls}.bandwidth_Bps"
             )
-    coeff_path = Path(str(_need(cfg, "coefficients", f"platform '{name}'")))
-    if not coeff_path.is_absolute():
-        coeff_path = Path(base_dir) / coeff_path
-    coefficients = load_coefficients(coeff_path)
-    missing = kinds_used - set(coefficients)
-    if missing:
-        raise DseError(
-            f"coefficients file {coeff_path.name} has no '{sorted(missing)[0]}' "
-            f"section but platform '{name}' has such devices"
-        )
     index = {d.name: i for i, d in enumerate(devices)}
     entry_name = str(cfg.get("entry") or devices[0].name)
     if entry_name not in index:
@@ -242,7 +203,6 @@ def load_platform(cfg: Mapping[str, Any], base_dir: str | Path) -> Platform:
         name=name,
         devices=tuple(devices),
         links=links,
-        coefficients=coefficients,
         entry=index[entry_name],
         weights=weights,
         shared_network=bool(cfg.get("shared_network", False)),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dse.zoo.builder import NetBuilder
+from dse.net.zoo.builder import NetBuilder
 
 # Inverted residual settings: expansion t, output channels c, repeats n, first stride s.
 MOBILENETV2_SETTINGS: tuple[tuple[int, int, int, int], ...] = (

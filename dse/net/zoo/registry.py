@@ -7,13 +7,13 @@ from collections.abc import Callable
 import onnx
 
 from dse.errors import DseError
-from dse.zoo.alexnet import alexnet
-from dse.zoo.builder import Fill, NetBuilder
-from dse.zoo.densenet import densenet121
-from dse.zoo.googlenet import googlenet
-from dse.zoo.mobilenet import mobilenetv2
-from dse.zoo.resnet import resnet50
-from dse.zoo.vgg import vgg16
+from dse.net.zoo.alexnet import alexnet
+from dse.net.zoo.builder import Fill, NetBuilder
+from dse.net.zoo.densenet import densenet121
+from dse.net.zoo.googlenet import googlenet
+from dse.net.zoo.mobilenet import mobilenetv2
+from dse.net.zoo.resnet import resnet50
+from dse.net.zoo.vgg import vgg16
 
 _NETWORKS: dict[str, Callable[[NetBuilder], str]] = {
     "alexnet": alexnet,

@@ -1,0 +1,69 @@
+"""The pieces of a run built from its config: network, platform, coefficients, model, chromosome.
+
+Every entry point composes the same config tree (``conf/`` + :mod:`dse.config`) and builds what
+it needs here, so a setting means the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from chromosomes import Chromosome
+from dse.cli import CONF_DIR
+from dse.config import target_class
+from dse.errors import DseError
+from dse.net import Net, load_net
+from dse.platform import Platform, load_platform
+from models_analytical.coefficients import Coefficients, load_coefficients
+from models_analytical.model import AnalyticalModel
+
+
+def plain(cfg: Any) -> Any:
+    """A config node as plain Python containers."""
+    return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+
+
+def platform_from(cfg: DictConfig) -> Platform:
+    raw = cfg.get("platform")
+    if raw is None:
+        raise DseError("no platform given: add platform=NAME (conf/platform/NAME.yaml)")
+    return load_platform(plain(raw))
+
+
+def coefficients_path(cfg: DictConfig) -> Path:
+    """``coefficients=PATH`` if given, else the file the platform config names (relative to
+    ``conf/platform/``)."""
+    if cfg.get("coefficients"):
+        return Path(str(cfg.coefficients)).expanduser()
+    raw = plain(cfg.get("platform")) or {}
+    if not isinstance(raw, Mapping) or not raw.get("coefficients"):
+        raise DseError(
+            "no coefficients for this platform: set coefficients=PATH or platform.coefficients"
+        )
+    path = Path(str(raw["coefficients"])).expanduser()
+    return path if path.is_absolute() else CONF_DIR / "platform" / path
+
+
+def coefficients_from(cfg: DictConfig, platform: Platform) -> Coefficients:
+    coefficients = load_coefficients(coefficients_path(cfg))
+    coefficients.check_covers(platform)
+    return coefficients
+
+
+def model_from(cfg: DictConfig) -> tuple[Net, Platform, AnalyticalModel]:
+    """The network, the platform and the analytical model scoring mappings of one on the other."""
+    net = load_net(cfg.get("net"))
+    platform = platform_from(cfg)
+    model = AnalyticalModel(net.graph, platform, coefficients_from(cfg, platform))
+    return net, platform, model
+
+
+def chromosome_from(cfg: DictConfig, net: Net, platform: Platform) -> Chromosome:
+    """The encoding ``cfg.chromosome`` names (its ``_target_``), over this net and platform."""
+    c = cfg.chromosome
+    cls = target_class(str(c._target_), "chromosome")
+    return cls(net.graph, len(platform), splits=c.get("splits"))

@@ -1,0 +1,177 @@
+"""Structured configs: the one source of defaults and types for every config group.
+
+Registered in Hydra's ConfigStore as the options of the groups ``net`` (one per zoo network,
+plus ``onnx``), ``chromosome``, ``algorithm``, ``algorithm/crossover`` and
+``algorithm/mutation``, and as ``base_config``, the schema the primary configs in ``conf/``
+extend. Platforms stay YAML files (``conf/platform/``): they describe hardware, not settings.
+
+Classes named by ``_target_`` are looked up only among :data:`ALLOWED_TARGETS`, so a config read
+back from a run directory (resume) can never name arbitrary code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from hydra.utils import get_class
+from omegaconf import MISSING
+
+from dse.errors import DseError
+from dse.net.zoo import NETS
+
+#: The only classes a config may name with ``_target_``.
+ALLOWED_TARGETS = frozenset(
+    {
+        "chromosomes.NaiveChromosome",
+        "chromosomes.AdvancedChromosome",
+        "chromosomes.VerticalChromosome",
+        "pymoo.operators.crossover.sbx.SBX",
+        "pymoo.operators.crossover.ux.UniformCrossover",
+        "pymoo.operators.crossover.pntx.TwoPointCrossover",
+        "pymoo.operators.mutation.pm.PM",
+        "pymoo.operators.mutation.rm.ChoiceRandomMutation",
+    }
+)
+
+
+def target_class(target: str, key: str) -> type:
+    """The class ``target`` names, if it is allowed."""
+    if target not in ALLOWED_TARGETS:
+        raise DseError(
+            f"{key}._target_={target!r} is not one of dse's classes: "
+            f"choose one of {', '.join(sorted(ALLOWED_TARGETS))}"
+        )
+    return get_class(target)
+
+
+@dataclass
+class NetConfig:
+    name: str = MISSING  # a zoo network, or 'onnx' with path
+    path: str | None = None  # an ONNX file (+net=onnx net.path=model.onnx)
+    input_shape: Any = None  # [1,3,224,224], or {input_name: shape}, for dynamic dimensions
+    order: str = "memory"  # memory: memory-aware branch order (seed 002) | file: as stored
+
+
+@dataclass
+class ChromosomeConfig:
+    _target_: str = MISSING
+    name: str = MISSING
+    # most parts a splittable layer gets; None: the encoding's default (advanced: 2, naive: one
+    # gene per device as in Eq. 4.5); the vertical encoding splits no layer and ignores it
+    splits: int | None = None
+
+
+@dataclass
+class OperatorConfig:
+    _target_: str = MISSING
+    name: str = MISSING
+    prob: float = 0.9  # crossover: of mating a pair; mutation: of mutating an offspring
+    eta: float | None = None  # SBX and PM distribution index (larger: offspring nearer parents)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.prob <= 1.0:
+            raise DseError(f"{self.name} prob={self.prob} must be between 0 and 1")
+        if self.eta is not None and not self.eta >= 0:
+            raise DseError(f"{self.name} eta={self.eta} must be zero or more")
+
+    def build(self, **fixed: Any) -> Any:
+        """The pymoo operator, with ``fixed`` keyword arguments (vtype, repair)."""
+        cls = target_class(self._target_, self.name)
+        kwargs = {"prob": self.prob, **({} if self.eta is None else {"eta": self.eta})}
+        return cls(**kwargs, **fixed)
+
+
+_OPS = "pymoo.operators"
+#: algorithm/crossover and algorithm/mutation options.
+CROSSOVERS = {
+    "sbx": OperatorConfig(f"{_OPS}.crossover.sbx.SBX", "sbx", 0.9, 15.0),
+    "uniform": OperatorConfig(f"{_OPS}.crossover.ux.UniformCrossover", "uniform", 0.9),
+    "two_point": OperatorConfig(f"{_OPS}.crossover.pntx.TwoPointCrossover", "two_point", 0.9),
+}
+MUTATIONS = {
+    "pm": OperatorConfig(f"{_OPS}.mutation.pm.PM", "pm", 0.9, 20.0),
+    "random": OperatorConfig(f"{_OPS}.mutation.rm.ChoiceRandomMutation", "random", 1.0),
+}
+
+
+@dataclass
+class AlgorithmConfig:
+    defaults: list[Any] = field(
+        default_factory=lambda: [{"crossover": "sbx"}, {"mutation": "pm"}, "_self_"]
+    )
+    name: str = "nsga2"
+    pop_size: int = 1000  # the thesis's settings: 1000 x 100 generations
+    n_gen: int = 100
+    seed_single_device: bool = True  # the first population includes every one-device mapping
+    checkpoint_every: int = 10  # generations between checkpoints (resume=<run dir>)
+    crossover: OperatorConfig = field(default_factory=lambda: CROSSOVERS["sbx"])
+    mutation: OperatorConfig = field(default_factory=lambda: MUTATIONS["pm"])
+
+    def __post_init__(self) -> None:
+        if self.pop_size < 2:
+            raise DseError(
+                f"algorithm.pop_size={self.pop_size}: the population needs at least 2 individuals"
+            )
+        if self.n_gen < 1:
+            raise DseError(f"algorithm.n_gen={self.n_gen} must be at least 1")
+        if self.checkpoint_every < 1:
+            raise DseError(f"algorithm.checkpoint_every={self.checkpoint_every} must be at least 1")
+
+
+@dataclass
+class BaseConfig:
+    """Top-level keys of every entry point (the groups come from the defaults lists)."""
+
+    net: NetConfig | None = None
+    platform: Any = MISSING
+    chromosome: ChromosomeConfig = MISSING
+    algorithm: AlgorithmConfig = MISSING
+    seed: int = 0
+    objectives: list[str] = field(default_factory=lambda: ["latency", "memory", "energy"])
+    coefficients: str | None = None  # a coefficients JSON; None: the platform's own
+    resume: str | None = None  # a run directory to continue from its checkpoint
+    progress: bool = True  # progress bar on stderr
+
+
+@dataclass
+class InspectConfig(BaseConfig):
+    format: str = "table"  # table | json
+
+
+@dataclass
+class EvaluateConfig(InspectConfig):
+    mapping: str | None = None  # AutoDiCE mapping.json: {"<host>_<resource>": [node names]}
+    horizontal: str | None = None  # AutoDiCE horizontal.json: {layer: ["lop", points, devices]}
+
+
+def register() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=BaseConfig)
+    cs.store(name="base_inspect", node=InspectConfig)
+    cs.store(name="base_evaluate", node=EvaluateConfig)
+    for name in NETS:
+        cs.store(group="net", name=name, node=NetConfig(name=name))
+    cs.store(group="net", name="onnx", node=NetConfig(name="onnx", path=MISSING))
+    for name, cls, splits in (
+        ("naive", "NaiveChromosome", None),
+        ("advanced", "AdvancedChromosome", 2),
+        ("vertical", "VerticalChromosome", None),
+    ):
+        node = ChromosomeConfig(_target_=f"chromosomes.{cls}", name=name, splits=splits)
+        cs.store(group="chromosome", name=name, node=node)
+    cs.store(group="algorithm", name="nsga2", node=AlgorithmConfig)
+    ops = "pymoo.operators"
+    for group, name, target, prob, eta in (
+        ("crossover", "sbx", f"{ops}.crossover.sbx.SBX", 0.9, 15.0),
+        ("crossover", "uniform", f"{ops}.crossover.ux.UniformCrossover", 0.9, None),
+        ("crossover", "two_point", f"{ops}.crossover.pntx.TwoPointCrossover", 0.9, None),
+        ("mutation", "pm", f"{ops}.mutation.pm.PM", 0.9, 20.0),
+        ("mutation", "random", f"{ops}.mutation.rm.ChoiceRandomMutation", 1.0, None),
+    ):
+        node = OperatorConfig(_target_=target, name=name, prob=prob, eta=eta)
+        cs.store(group=f"algorithm/{group}", name=name, node=node)
+
+
+register()

@@ -1,0 +1,1 @@
+"""Run outputs: Pareto CSV, best mappings, history, plots and the run summary."""

@@ -1,0 +1,63 @@
+"""Everything a run writes to its directory, from the search state: the one place that does."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from dse.platform import Platform
+from dse.results import plots, writers
+from dse.search import nsga2
+from dse.search.problem import MappingProblem
+
+
+def write_outputs(
+    out: Path,
+    state: nsga2.SearchState,
+    problem: MappingProblem,
+    platform: Platform,
+    cfg: DictConfig,
+    started: float,
+    interrupted: bool,
+) -> dict[str, Any]:
+    """Pareto CSV, best mappings, history, plots and ``summary.json``; returns the summary."""
+    genes, f, g = nsga2.front(state)
+    feasible = g[:, 0] <= 0
+    rows = writers.write_pareto(out / "pareto.csv", problem, genes)
+    best = writers.write_best(
+        out,
+        problem,
+        platform,
+        genes[feasible] if feasible.any() else genes,
+        f[feasible] if feasible.any() else f,
+    )
+    writers.write_history(out / "history.csv", state.history)
+    if state.history:
+        plots.plot_convergence(
+            out / "convergence.png", {cfg.chromosome.name: state.history}, problem.objectives
+        )
+    plots.plot_pareto(out / "pareto.png", f, feasible, problem.objectives)
+    summary = {
+        "net": problem.chromosome.graph.name,
+        "platform": platform.name,
+        "chromosome": cfg.chromosome.name,
+        "genes": problem.chromosome.n_genes,
+        "search_space_log10": round(problem.chromosome.search_space_log10(), 2),
+        "objectives": problem.objectives,
+        "generations": nsga2.generations(state.algorithm),
+        "evaluations": int(state.algorithm.evaluator.n_eval),
+        "search_seconds": round(state.seconds, 3),
+        "wall_seconds": round(time.perf_counter() - started, 3),
+        "pareto_points": len(rows),
+        "feasible_points": int(feasible.sum()),
+        "hypervolume": state.history[-1]["hypervolume"] if state.history else 0.0,
+        "best": best,
+        "interrupted": interrupted,
+        "config": OmegaConf.to_container(cfg, resolve=True),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary

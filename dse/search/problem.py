@@ -1,0 +1,42 @@
+"""The pymoo problem: gene matrix -> decode -> analytical model -> objectives and constraints."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from pymoo.core.problem import Problem
+
+from chromosomes import Chromosome
+from dse import objectives
+from models_analytical.model import AnalyticalModel
+
+
+class MappingProblem(Problem):
+    """Minimise the chosen objectives (display units, :mod:`dse.objectives`); one constraint:
+    the fullest device within its capacity."""
+
+    def __init__(
+        self, chromosome: Chromosome, model: AnalyticalModel, names: Sequence[str]
+    ) -> None:
+        self.chromosome, self.model = chromosome, model
+        self.objectives = objectives.check_objectives(names)
+        super().__init__(
+            n_var=chromosome.n_genes,
+            n_obj=len(self.objectives),
+            n_ieq_constr=1,
+            xl=chromosome.lower,
+            xu=chromosome.upper,
+            vtype=int,
+        )
+
+    def _evaluate(self, x: np.ndarray, out: dict, *args: object, **kwargs: object) -> None:
+        ev = self.model.evaluate(self.chromosome.decode(np.rint(x).astype(np.int64)))
+        out["F"] = objectives.values(self.objectives, ev)
+        out["G"] = ev.constraints().max(axis=1, keepdims=True)
+
+    def __getstate__(self) -> dict:
+        # the compiled model is rebuilt on load; checkpoints keep only what the search needs
+        state = self.__dict__.copy()
+        state["model"] = None
+        return state

@@ -1,0 +1,133 @@
+"""Fitted model coefficients per device kind: built in memory (calibration, tests) or read
+from a JSON file. The hardware they describe is :mod:`dse.platform`; nothing here knows it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dse.errors import DseError
+from dse.platform import KINDS, Platform, number
+
+#: Op classes of the compute model (Eq. 4.7 keeps one coefficient per class and device kind).
+OP_CLASSES = ("conv_winograd", "conv", "fc", "elementwise")
+#: What a device draws (W) while computing each op class, during per-layer overhead, and idle.
+POWER_CLASSES = (*OP_CLASSES, "overhead", "idle")
+
+
+@dataclass(frozen=True)
+class KindCoefficients:
+    """Calibrated values for one device kind (section 4.3, extended)."""
+
+    frequency_hz: float
+    layer: dict[str, float]  # Eq. 4.7: time = MACs / (frequency * layer[op class])
+    layer_overhead_s: float  # fixed cost of running one layer (dispatch, sync)
+    memory_coefficient: float  # Eq. 4.9: memory = expected * coefficient + bias
+    memory_bias_mb: float
+    memory_per_layer_mb: float  # runtime structures per layer held by the device
+    power_w: dict[str, float]  # per op class, 'overhead' and 'idle'
+
+    @classmethod
+    def from_dict(cls, k: Mapping[str, Any], where: str) -> KindCoefficients:
+        def need(m: Any, key: str, at: str) -> Any:
+            if not isinstance(m, Mapping):
+                raise DseError(f"{at} must be a mapping, not {m!r}")
+            if m.get(key) is None:
+                raise DseError(f"{at} is missing '{key}'")
+            return m[key]
+
+        def table(key: str, names: tuple[str, ...], positive: bool) -> dict[str, float]:
+            m = need(k, key, where)
+            return {
+                c: number(need(m, c, f"{where}.{key}"), f"{where}.{key}.{c}", positive=positive)
+                for c in names
+            }
+
+        mem = need(k, "memory", where)
+        return cls(
+            frequency_hz=number(
+                need(k, "frequency_hz", where), f"{where}.frequency_hz", positive=True
+            ),
+            layer=table("layer", OP_CLASSES, positive=True),
+            layer_overhead_s=number(
+                need(k, "layer_overhead_s", where), f"{where}.layer_overhead_s"
+            ),
+            memory_coefficient=number(
+                need(mem, "coefficient", f"{where}.memory"),
+                f"{where}.memory.coefficient",
+                positive=True,
+            ),
+            memory_bias_mb=number(
+                need(mem, "bias_mb", f"{where}.memory"), f"{where}.memory.bias_mb"
+            ),
+            memory_per_layer_mb=number(
+                need(mem, "per_layer_mb", f"{where}.memory"), f"{where}.memory.per_layer_mb"
+            ),
+            power_w=table("power_w", POWER_CLASSES, positive=False),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["memory"] = {
+            "coefficient": d.pop("memory_coefficient"),
+            "bias_mb": d.pop("memory_bias_mb"),
+            "per_layer_mb": d.pop("memory_per_layer_mb"),
+        }
+        return d
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    """Coefficients per device kind, and where they came from (file, calibration, ...)."""
+
+    kinds: dict[str, KindCoefficients]
+    source: str = "in memory"
+    calibrated: bool = False  # True when measured on the hardware by dse.calibrate
+    notes: dict[str, Any] = field(default_factory=dict)  # description, provenance, spreads
+
+    def __getitem__(self, kind: str) -> KindCoefficients:
+        return self.kinds[kind]
+
+    def __contains__(self, kind: object) -> bool:
+        return kind in self.kinds
+
+    def check_covers(self, platform: Platform) -> None:
+        """Fail in one line when a device kind of ``platform`` has no coefficients."""
+        missing = sorted({d.kind for d in platform.devices} - set(self.kinds))
+        if missing:
+            raise DseError(
+                f"coefficients {self.source} have no '{missing[0]}' section but platform "
+                f"'{platform.name}' has such devices"
+            )
+
+    @classmethod
+    def from_dict(cls, raw: Any, source: str = "in memory") -> Coefficients:
+        if not isinstance(raw, Mapping):
+            raise DseError(f"coefficients {source} must be a JSON object with 'cpu'/'gpu' sections")
+        kinds = {
+            k: KindCoefficients.from_dict(raw[k], f"coefficients {source}, '{k}'")
+            for k in KINDS
+            if k in raw
+        }
+        if not kinds:
+            raise DseError(f"coefficients {source} have no 'cpu' or 'gpu' section")
+        notes = {k: v for k, v in raw.items() if k not in (*KINDS, "calibrated")}
+        return cls(kinds, source, bool(raw.get("calibrated", False)), notes)
+
+    def to_dict(self) -> dict[str, Any]:
+        kinds = {k: c.to_dict() for k, c in self.kinds.items()}
+        return {**self.notes, "calibrated": self.calibrated, **kinds}
+
+
+def load_coefficients(path: str | Path) -> Coefficients:
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise DseError(f"coefficients file not found: {p} (set coefficients=PATH)")
+    try:
+        raw = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DseError(f"coefficients file {p} is not valid JSON: {exc}") from None
+    return Coefficients.from_dict(raw, p.name)
