@@ -12,11 +12,13 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from dse import app
-from dse.cli import CONF_DIR, INTERRUPTED, guarded, run
+from dse.cli import CONF_DIR, INTERRUPTED, DeferredSignals, guarded, run
+from dse.config import check
 from dse.errors import DseError
 from dse.objectives import OBJECTIVES, fmt
+from dse.results.atomic import remove_stale
 from dse.results.outputs import write_outputs
-from dse.search import nsga2
+from dse.search import checkpoint, nsga2
 from dse.search.problem import MappingProblem
 
 
@@ -26,10 +28,10 @@ class Progress:
     def __init__(self, state: nsga2.SearchState, enabled: bool) -> None:
         from tqdm import tqdm
 
-        self.names = state.algorithm.problem.objectives
+        self.names = state.problem.objectives
         self.bar = tqdm(
             total=state.settings.n_gen,
-            initial=nsga2.generations(state.algorithm),
+            initial=state.generation,
             unit="gen",
             disable=not enabled,
             file=sys.stderr,
@@ -46,39 +48,68 @@ class Progress:
         self.bar.close()
 
 
+def resume_args(argv: list[str]) -> list[str]:
+    """A resumed run writes into its own directory, not a new one: add hydra.run.dir."""
+    given = [a.split("=", 1)[1] for a in argv if a.startswith("resume=")]
+    if not given or any(a.startswith("hydra.run.dir=") for a in argv):
+        return argv
+    if "-m" in argv or "--multirun" in argv:
+        return argv
+    return [*argv, f"hydra.run.dir={given[-1]}", "hydra.output_subdir=null"]
+
+
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 @guarded
 def main(cfg: DictConfig) -> dict[str, Any]:
     """One exploration; returns the run's result (bests, hypervolume, run directory) so a
     sweeper can optimise it."""
     started = time.perf_counter()
+    check(cfg)
+    if cfg.get("resume"):
+        if HydraConfig.get().mode.name == "MULTIRUN":
+            raise DseError("resume one run at a time, without --multirun")
+        out = Path(str(cfg.resume)).expanduser()
+        meta, data = checkpoint.read(out)
+        cfg = app.resumed_config(cfg, meta["config"], list(HydraConfig.get().overrides.task))
+    else:
+        out = Path(HydraConfig.get().runtime.output_dir)
     net, platform, model = app.model_from(cfg)
     problem = MappingProblem(app.chromosome_from(cfg, net, platform), model, cfg.objectives)
     settings = OmegaConf.to_object(cfg.algorithm)
+    ident = checkpoint.identity(problem, net.fingerprint, platform.keys)
+    stored = {k: v for k, v in app.plain(cfg).items() if k not in ("resume", "progress")}
     if cfg.get("resume"):
-        out = Path(str(cfg.resume)).expanduser()
-        state = nsga2.load(out, problem)
-        nsga2.extend(state, settings.n_gen)
+        state = checkpoint.restore(meta, data, problem, settings, ident)
+        nsga2.extend(state, settings.n_gen, settings.max_evaluations)
     else:
-        out = Path(HydraConfig.get().runtime.output_dir)
         state = nsga2.new_search(problem, settings, int(cfg.seed))
-    progress = Progress(state, bool(cfg.get("progress", True)))
-    interrupted = False
-    try:
-        nsga2.run(state, progress, checkpoint_dir=out)
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        progress.close()
-        if state.algorithm.opt is not None:
-            nsga2.save(state, out)
-            summary = write_outputs(out, state, problem, platform, cfg, started, interrupted)
-    if state.algorithm.opt is None:
-        raise DseError("interrupted before the first generation finished: nothing to save")
+    remove_stale(out)
+
+    def save(s: nsga2.SearchState) -> None:
+        checkpoint.save(s, out, ident, stored)
+
+    with DeferredSignals() as signals:
+        progress = Progress(state, bool(cfg.get("progress", True)))
+        crashed: BaseException | None = None
+        try:
+            nsga2.run(state, progress, on_checkpoint=save, stop=signals.requested)
+        except Exception as exc:  # noqa: BLE001 - keep what was computed, then re-raise
+            crashed = exc
+        finally:
+            progress.close()
+        if state.pop is None:
+            if crashed:
+                raise crashed
+            raise DseError("stopped before the first generation finished: nothing to save")
+        save(state)
+        interrupted = signals.requested()
+        summary = write_outputs(out, state, problem, platform, cfg, started, interrupted)
+    if crashed:
+        raise crashed
     if interrupted:
         print(
-            f"interrupted after generation {nsga2.generations(state.algorithm)}: the front "
-            f"and a checkpoint are in {out}; continue with resume={out}",
+            f"interrupted after generation {state.generation}: the front and a checkpoint are "
+            f"in {out}; continue with: python -m dse resume={out}",
             file=sys.stderr,
         )
         sys.exit(INTERRUPTED)
@@ -102,4 +133,5 @@ def main(cfg: DictConfig) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    sys.argv = [sys.argv[0], *resume_args(sys.argv[1:])]
     run(main)

@@ -67,3 +67,37 @@ def chromosome_from(cfg: DictConfig, net: Net, platform: Platform) -> Chromosome
     c = cfg.chromosome
     cls = target_class(str(c._target_), "chromosome")
     return cls(net.graph, len(platform), splits=c.get("splits"))
+
+
+#: Settings a resumed run takes from the command line: how far it goes and how it reports.
+RESUMABLE = ("resume", "progress", "algorithm.n_gen", "algorithm.max_evaluations")
+
+
+def resumed_config(cfg: DictConfig, stored: dict, overrides: list[str]) -> DictConfig:
+    """The run's own config (from its checkpoint) with only :data:`RESUMABLE` keys taken from
+    the command line; any other override that changes a setting is refused in one line."""
+    from dse.config import BaseConfig
+
+    try:
+        run_cfg = OmegaConf.merge(OmegaConf.structured(BaseConfig), stored)
+    except Exception as exc:  # noqa: BLE001 - OmegaConf validation errors are many classes
+        raise DseError(f"the checkpoint's config is not valid: {exc}") from None
+    for line in overrides:
+        key = line.split("=", 1)[0].lstrip("+~").replace("/", ".")
+        if key.startswith("hydra") or key in RESUMABLE:
+            continue
+        given = OmegaConf.select(cfg, key, default=None)
+        had = OmegaConf.select(run_cfg, key, default=None)
+        as_plain = [
+            OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for v in (given, had)
+        ]
+        if as_plain[0] != as_plain[1]:
+            raise DseError(
+                f"resume continues the run with its own settings, but {line} changes "
+                f"{key} (the run has {as_plain[1]!r}): drop it, or start a new run"
+            )
+    for key in RESUMABLE[1:]:
+        if any(line.split("=", 1)[0].lstrip("+~") == key for line in overrides):
+            OmegaConf.update(run_cfg, key, OmegaConf.select(cfg, key), merge=False)
+    run_cfg.resume = cfg.resume
+    return run_cfg

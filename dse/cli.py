@@ -61,9 +61,8 @@ def check_overrides(argv: Sequence[str], config_name: str) -> None:
     a wrong type or a bad value is one line before any job starts."""
     from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import OmegaConf
 
-    import dse.config  # noqa: F401
+    from dse.config import check
 
     args = [a for a in argv if not a.startswith("-")]
     try:
@@ -93,13 +92,47 @@ def check_overrides(argv: Sequence[str], config_name: str) -> None:
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         for ov in tries:
             try:
-                cfg = compose(config_name, overrides=ov)
-                if "algorithm" in cfg:
-                    OmegaConf.to_object(cfg.algorithm)  # runs the schema's checks
+                check(compose(config_name, overrides=ov))
             except DseError:
                 raise
             except Exception as exc:  # noqa: BLE001 - composition errors are many classes
                 raise DseError(one_line(exc)) from None
+
+
+class DeferredSignals:
+    """SIGINT and SIGTERM noted, not raised: the work asks :meth:`requested` where it is safe
+    to stop (between generations), finishes its outputs, and exits 130. Outside the main
+    thread (a threaded launcher) nothing is installed."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self._old: dict[int, Any] = {}
+
+    def _note(self, signum: int, frame: object) -> None:
+        if self.signal is None:
+            self.signal = signum
+            print(
+                "\nstopping after this generation (outputs and a checkpoint will be written)",
+                file=sys.stderr,
+            )
+
+    def requested(self) -> bool:
+        return self.signal is not None
+
+    def __enter__(self) -> DeferredSignals:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                self._old[s] = signal.signal(s, self._note)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        for s, handler in self._old.items():
+            signal.signal(s, handler)
 
 
 def fail(message: str, status: int = 2) -> None:

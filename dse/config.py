@@ -31,7 +31,7 @@ ALLOWED_TARGETS = frozenset(
         "pymoo.operators.crossover.ux.UniformCrossover",
         "pymoo.operators.crossover.pntx.TwoPointCrossover",
         "pymoo.operators.mutation.pm.PM",
-        "pymoo.operators.mutation.rm.ChoiceRandomMutation",
+        "dse.search.operators.RandomReset",
     }
 )
 
@@ -92,7 +92,7 @@ CROSSOVERS = {
 }
 MUTATIONS = {
     "pm": OperatorConfig(f"{_OPS}.mutation.pm.PM", "pm", 0.9, 20.0),
-    "random": OperatorConfig(f"{_OPS}.mutation.rm.ChoiceRandomMutation", "random", 1.0),
+    "random": OperatorConfig("dse.search.operators.RandomReset", "random", 1.0),
 }
 
 
@@ -104,6 +104,7 @@ class AlgorithmConfig:
     name: str = "nsga2"
     pop_size: int = 1000  # the thesis's settings: 1000 x 100 generations
     n_gen: int = 100
+    max_evaluations: int | None = None  # stop once this many distinct mappings were evaluated
     seed_single_device: bool = True  # the first population includes every one-device mapping
     checkpoint_every: int = 10  # generations between checkpoints (resume=<run dir>)
     crossover: OperatorConfig = field(default_factory=lambda: CROSSOVERS["sbx"])
@@ -116,6 +117,11 @@ class AlgorithmConfig:
             )
         if self.n_gen < 1:
             raise DseError(f"algorithm.n_gen={self.n_gen} must be at least 1")
+        if self.max_evaluations is not None and self.max_evaluations < self.pop_size:
+            raise DseError(
+                f"algorithm.max_evaluations={self.max_evaluations} must be at least "
+                f"algorithm.pop_size ({self.pop_size})"
+            )
         if self.checkpoint_every < 1:
             raise DseError(f"algorithm.checkpoint_every={self.checkpoint_every} must be at least 1")
 
@@ -144,6 +150,21 @@ class InspectConfig(BaseConfig):
 class EvaluateConfig(InspectConfig):
     mapping: str | None = None  # AutoDiCE mapping.json: {"<host>_<resource>": [node names]}
     horizontal: str | None = None  # AutoDiCE horizontal.json: {layer: ["lop", points, devices]}
+
+
+def check(cfg: Any) -> None:
+    """The checks a composed config must pass beyond its types (one line each)."""
+    from omegaconf import OmegaConf
+
+    from dse.objectives import check_objectives
+
+    if "algorithm" in cfg:
+        OmegaConf.to_object(cfg.algorithm)  # runs AlgorithmConfig/OperatorConfig checks
+    if "seed" in cfg and not 0 <= int(cfg.seed) < 2**32:
+        raise DseError(f"seed={cfg.seed} must be a whole number from 0 to 2^32 - 1")
+    if "objectives" in cfg:
+        objectives = cfg.objectives
+        check_objectives(list(objectives) if OmegaConf.is_list(objectives) else objectives)
 
 
 def register() -> None:

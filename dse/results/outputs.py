@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from dse.platform import Platform
 from dse.results import plots, writers
+from dse.results.atomic import write_text
 from dse.search import nsga2
 from dse.search.problem import MappingProblem
 
@@ -24,7 +25,12 @@ def write_outputs(
     started: float,
     interrupted: bool,
 ) -> dict[str, Any]:
-    """Pareto CSV, best mappings, history, plots and ``summary.json``; returns the summary."""
+    """Pareto CSV, best mappings, history, plots and ``summary.json``; returns the summary.
+
+    Each file is replaced atomically, and ``summary.json`` is removed first and written last:
+    where it exists, every output beside it is complete and from the same generation.
+    """
+    (out / "summary.json").unlink(missing_ok=True)
     genes, f, g = nsga2.front(state)
     feasible = g[:, 0] <= 0
     rows = writers.write_pareto(out / "pareto.csv", problem, genes)
@@ -48,16 +54,17 @@ def write_outputs(
         "genes": problem.chromosome.n_genes,
         "search_space_log10": round(problem.chromosome.search_space_log10(), 2),
         "objectives": problem.objectives,
-        "generations": nsga2.generations(state.algorithm),
-        "evaluations": int(state.algorithm.evaluator.n_eval),
+        "generations": state.generation,
+        "evaluations": state.evaluations,
         "search_seconds": round(state.seconds, 3),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "pareto_points": len(rows),
         "feasible_points": int(feasible.sum()),
         "hypervolume": state.history[-1]["hypervolume"] if state.history else 0.0,
+        "hypervolume_reference": state.reference.to_dict(),
         "best": best,
         "interrupted": interrupted,
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
     return summary

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from dse.objectives import OBJECTIVES
+from dse.results.atomic import staged
 
 
 def axis_label(name: str) -> str:
@@ -27,7 +28,8 @@ def _pyplot():
 def _save(plt, fig, axes, path: Path) -> None:
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with staged(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
 
 

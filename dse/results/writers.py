@@ -13,6 +13,7 @@ from dse.mapping import MappingBatch, to_autodice
 from dse.net.graph import LayerGraph
 from dse.objectives import OBJECTIVES, fmt
 from dse.platform import Platform
+from dse.results.atomic import staged, write_text
 from dse.search.problem import MappingProblem
 
 
@@ -43,10 +44,7 @@ def write_pareto(path: Path, problem: MappingProblem, genes: np.ndarray) -> list
         )
         rows.append(row)
     rows.sort(key=lambda r: r[_columns(problem.objectives)[0]])
-    with open(path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(path, rows)
     return rows
 
 
@@ -84,25 +82,30 @@ def write_best(
         mapping, horizontal = to_autodice(graph, platform.keys, batch)
         out = directory / f"best_{name}"
         out.mkdir(parents=True, exist_ok=True)
-        (out / "mapping.json").write_text(json.dumps(mapping, indent=1) + "\n")
-        (out / "horizontal.json").write_text(json.dumps(horizontal, indent=1) + "\n")
-        (out / "mapping.md").write_text(
+        write_text(out / "mapping.json", json.dumps(mapping, indent=1) + "\n")
+        write_text(out / "horizontal.json", json.dumps(horizontal, indent=1) + "\n")
+        write_text(
+            out / "mapping.md",
             f"# Best {name} mapping of {graph.name} on {platform.name}\n\n"
             + ", ".join(
                 f"{OBJECTIVES[n].label}: {fmt(n, f[k, j])}"
                 for j, n in enumerate(problem.objectives)
             )
             + "\n\n"
-            + mapping_table(graph, platform.keys, batch)
+            + mapping_table(graph, platform.keys, batch),
         )
         best[name] = {n: float(f[k, j]) for j, n in enumerate(problem.objectives)}
     return best
 
 
 def write_history(path: Path, history: list[dict]) -> None:
-    if not history:
-        return
-    with open(path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(history[0]))
+    if history:
+        write_csv(path, history)
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    """Rows with the first row's keys as the header, written atomically."""
+    with staged(path) as tmp, open(tmp, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
-        writer.writerows(history)
+        writer.writerows(rows)

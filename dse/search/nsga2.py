@@ -1,39 +1,190 @@
-"""NSGA-II over a chromosome with pymoo: setup, the generation loop, history and checkpoints."""
+"""NSGA-II on arrays: pymoo's operators and sorting, without its per-individual objects.
+
+The steps are pymoo's NSGA-II (Deb et al. 2002) as pymoo runs it: binary tournament on
+constraint violation, then rank, then crowding distance; the configured crossover and mutation
+(pymoo operators, called on gene arrays, then rounded: genes are integers); rank-and-crowding
+survival with feasible individuals first and infeasible ones by violation. Two departures,
+both for mapping search:
+
+* duplicates are mappings, not gene vectors: offspring that decode to a mapping already in the
+  population (or twice among themselves) are dropped and replaced, so every evaluation is a
+  distinct mapping;
+* the whole state is arrays and the generator's state (:class:`SearchState`), so checkpoints
+  are plain data (:mod:`dse.search.checkpoint`) and a resumed run continues exactly.
+"""
 
 from __future__ import annotations
 
-import pickle
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
-from pymoo.algorithms.moo.nsga2 import NSGA2
-from pymoo.core.duplicate import HashDuplicateElimination
-from pymoo.core.population import Population
-from pymoo.indicators.hv import HV
-from pymoo.operators.repair.rounding import RoundingRepair
-from pymoo.termination.max_gen import MaximumGenerationTermination
+from pymoo.operators.survival.rank_and_crowding.metrics import get_crowding_function
+from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
+from pymoo.util.randomized_argsort import randomized_argsort
 
 from dse.config import AlgorithmConfig
 from dse.errors import DseError
+from dse.mapping import MappingBatch
+from dse.search.hypervolume import Reference
 from dse.search.problem import MappingProblem
 
-CHECKPOINT = "checkpoint.pkl"
+_NDS = NonDominatedSorting()
+_CROWDING = get_crowding_function("cd")
+#: Attempts to fill a generation with new mappings before it goes on with fewer offspring.
+MAX_MATING_ROUNDS = 100
+
+
+@dataclass
+class Population:
+    """Genes, objectives (display units), constraint, rank and crowding of N individuals."""
+
+    X: np.ndarray  # int64 [N, n_var]
+    F: np.ndarray  # float64 [N, n_obj]
+    G: np.ndarray  # float64 [N, 1]: fullest device's memory / capacity - 1
+    rank: np.ndarray  # int64 [N], -1 for infeasible individuals
+    crowding: np.ndarray  # float64 [N]
+
+    def __len__(self) -> int:
+        return len(self.X)
+
+    @property
+    def cv(self) -> np.ndarray:
+        return np.maximum(self.G[:, 0], 0.0)
+
+    def take(self, idx: np.ndarray) -> Population:
+        return Population(self.X[idx], self.F[idx], self.G[idx], self.rank[idx], self.crowding[idx])
 
 
 @dataclass
 class SearchState:
-    """What a run carries from generation to generation, checkpointed as one pickle."""
+    """Everything a search carries from one generation to the next."""
 
-    algorithm: NSGA2
+    problem: MappingProblem
     settings: AlgorithmConfig
     seed: int
+    rng: np.random.Generator
+    reference: Reference  # fixed hypervolume normalisation of this problem
+    pop: Population | None = None
+    generation: int = 0  # generations completed; the initial population is generation 1
+    evaluations: int = 0  # distinct mappings evaluated
     history: list[dict] = field(default_factory=list)
-    hv_ideal: np.ndarray | None = None
-    hv_scale: np.ndarray | None = None
     seconds: float = 0.0
+    keys: set[bytes] = field(default_factory=set)  # mappings of the current population
+
+    def __post_init__(self) -> None:
+        self.crossover = self.settings.crossover.build()
+        self.mutation = self.settings.mutation.build()
+
+    @property
+    def done(self) -> bool:
+        cap = self.settings.max_evaluations
+        return self.generation >= self.settings.n_gen or (
+            cap is not None and self.evaluations >= cap
+        )
+
+
+# --- mappings as keys ------------------------------------------------------------------------
+
+
+def mapping_keys(problem: MappingProblem, batch: MappingBatch) -> list[bytes]:
+    """One key per mapping: the channels each device computes of each layer."""
+    channels = problem.chromosome.graph.out_channels.astype(np.float64)
+    counts = np.rint(batch.share * channels[None, :, None]).astype(np.int32)
+    return [row.tobytes() for row in counts.reshape(batch.size, -1)]
+
+
+def evaluate(problem: MappingProblem, batch: MappingBatch) -> tuple[np.ndarray, np.ndarray]:
+    out: dict = {}
+    problem.evaluate_batch(batch, out)
+    return out["F"], out["G"]
+
+
+# --- survival and selection --------------------------------------------------------------------
+
+
+def survive(pop: Population, n: int, rng: np.random.Generator) -> Population:
+    """Rank-and-crowding survival of ``n`` individuals (pymoo's RankAndCrowding with
+    infeasible individuals last, by violation); sets rank and crowding."""
+    cv = pop.cv
+    feas = np.flatnonzero(cv <= 0)
+    infeas = np.flatnonzero(cv > 0)
+    infeas = infeas[np.argsort(cv[infeas], kind="stable")]
+    rank = np.full(len(pop), -1, dtype=np.int64)
+    crowding = np.zeros(len(pop))
+    chosen: list[np.ndarray] = []
+    if len(feas):
+        n_feas = min(len(feas), n)
+        F = pop.F[feas]
+        taken = 0
+        for k, front in enumerate(_NDS.do(F, n_stop_if_ranked=n_feas)):
+            if taken + len(front) > n_feas:
+                n_remove = taken + len(front) - n_feas
+                cd = _CROWDING.do(F[front], n_remove=n_remove)
+                keep = randomized_argsort(cd, order="descending", random_state=rng)[:-n_remove]
+            else:
+                cd = _CROWDING.do(F[front], n_remove=0)
+                keep = np.arange(len(front))
+            rank[feas[front]] = k
+            crowding[feas[front]] = cd
+            chosen.append(feas[front[keep]])
+            taken += len(keep)
+    remaining = n - sum(len(c) for c in chosen)
+    if remaining > 0:
+        chosen.append(infeas[:remaining])
+    idx = np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
+    out = pop.take(idx)
+    out.rank, out.crowding = rank[idx], crowding[idx]
+    return out
+
+
+def tournament(pop: Population, n_select: int, rng: np.random.Generator) -> np.ndarray:
+    """Winners of ``n_select`` binary tournaments: lower violation, else lower rank, else
+    larger crowding, else a coin flip (pymoo's comp_by_rank_and_crowding)."""
+    n = len(pop)
+    perms = [rng.permutation(n) for _ in range(math.ceil(2 * n_select / n))]
+    pairs = np.concatenate(perms)[: 2 * n_select].reshape(n_select, 2)
+    a, b = pairs[:, 0], pairs[:, 1]
+    cv, rank, cd = pop.cv, pop.rank, pop.crowding
+    coin = rng.random(n_select) < 0.5
+    either_infeasible = (cv[a] > 0) | (cv[b] > 0)
+    by_cv = np.where(cv[a] < cv[b], a, np.where(cv[b] < cv[a], b, np.where(coin, a, b)))
+    by_rank = np.where(
+        rank[a] < rank[b],
+        a,
+        np.where(
+            rank[b] < rank[a],
+            b,
+            np.where(cd[a] > cd[b], a, np.where(cd[b] > cd[a], b, np.where(coin, a, b))),
+        ),
+    )
+    return np.where(either_infeasible, by_cv, by_rank)
+
+
+def offspring(state: SearchState, n_off: int) -> np.ndarray:
+    """``n_off`` new gene vectors: tournament, crossover (with its probability), mutation
+    (with its probability per individual), rounded to integer genes within the bounds."""
+    problem, pop, rng = state.problem, state.pop, state.rng
+    assert pop is not None
+    cx, mut = state.crossover, state.mutation
+    n_matings = math.ceil(n_off / cx.n_offsprings)
+    parents = tournament(pop, n_matings * cx.n_parents, rng).reshape(n_matings, cx.n_parents)
+    X = np.swapaxes(pop.X[parents], 0, 1).astype(np.float64)  # [n_parents, n_matings, n_var]
+    Xp = X[: cx.n_offsprings].copy()
+    cross = rng.random(n_matings) < cx.prob.value
+    if cross.any():
+        Q = cx._do(problem, X, random_state=rng)
+        Xp[:, cross] = Q[:, cross]
+    Xp = Xp.reshape(-1, problem.n_var)
+    Xm = mut._do(problem, Xp, random_state=rng)
+    mutate = rng.random(len(Xp)) <= mut.prob.value
+    Xp[mutate] = Xm[mutate]
+    return np.clip(np.rint(Xp), problem.xl, problem.xu).astype(np.int64)
+
+
+# --- the loop ------------------------------------------------------------------------------------
 
 
 def initial_population(problem: MappingProblem, settings: AlgorithmConfig, seed: int) -> np.ndarray:
@@ -46,55 +197,101 @@ def initial_population(problem: MappingProblem, settings: AlgorithmConfig, seed:
 
 
 def new_search(problem: MappingProblem, settings: AlgorithmConfig, seed: int) -> SearchState:
-    """NSGA-II with the configured operators; genes are integers, rounded after each operator."""
-    algorithm = NSGA2(
-        pop_size=settings.pop_size,
-        sampling=Population.new(X=initial_population(problem, settings, seed).astype(float)),
-        crossover=settings.crossover.build(vtype=float, repair=RoundingRepair()),
-        mutation=settings.mutation.build(vtype=float, repair=RoundingRepair()),
-        eliminate_duplicates=HashDuplicateElimination(),
+    return SearchState(problem, settings, seed, np.random.default_rng(seed), Reference.of(problem))
+
+
+def _distinct(
+    state: SearchState, X: np.ndarray, limit: int
+) -> tuple[np.ndarray, MappingBatch, list[bytes]]:
+    """The first ``limit`` gene vectors of X whose mappings are new to the population."""
+    batch = state.problem.chromosome.decode(X)
+    keys = mapping_keys(state.problem, batch)
+    keep, seen = [], set()
+    for i, k in enumerate(keys):
+        if k not in state.keys and k not in seen:
+            seen.add(k)
+            keep.append(i)
+            if len(keep) == limit:
+                break
+    idx = np.array(keep, dtype=np.int64)
+    return X[idx], batch[idx], [keys[i] for i in keep]
+
+
+def step(state: SearchState) -> None:
+    """One generation: the initial population, or offspring + survival."""
+    problem, settings = state.problem, state.settings
+    if state.pop is None:
+        X0 = initial_population(problem, settings, state.seed)
+        X, batch, keys = _distinct(state, X0, len(X0))
+        parents = None
+    else:
+        budget = settings.pop_size
+        if settings.max_evaluations is not None:
+            budget = min(budget, settings.max_evaluations - state.evaluations)
+        found_x: list[np.ndarray] = []
+        found_b: list[MappingBatch] = []
+        keys = []
+        for _ in range(MAX_MATING_ROUNDS):
+            missing = budget - len(keys)
+            if missing <= 0:
+                break
+            Xn, bn, kn = _distinct(state, offspring(state, missing), missing)
+            state.keys.update(kn)  # so the next round does not produce them again
+            found_x.append(Xn)
+            found_b.append(bn)
+            keys.extend(kn)
+        state.keys.difference_update(keys)
+        X = np.concatenate(found_x) if found_x else np.zeros((0, problem.n_var), np.int64)
+        batch = MappingBatch(
+            np.concatenate([b.share for b in found_b]), np.concatenate([b.owner for b in found_b])
+        )
+        parents = state.pop
+    F, G = evaluate(problem, batch) if len(X) else (np.zeros((0, problem.n_obj)), np.zeros((0, 1)))
+    state.evaluations += len(X)
+    new = Population(X, F, G, np.zeros(len(X), np.int64), np.zeros(len(X)))
+    merged = new if parents is None else _concat(parents, new)
+    state.pop = survive(merged, min(settings.pop_size, len(merged)), state.rng)
+    state.keys = set(mapping_keys(problem, problem.chromosome.decode(state.pop.X)))
+    state.generation += 1
+
+
+def _concat(a: Population, b: Population) -> Population:
+    return Population(
+        *(
+            np.concatenate([getattr(a, f), getattr(b, f)])
+            for f in ("X", "F", "G", "rank", "crowding")
+        )
     )
-    algorithm.setup(problem, termination=("n_gen", settings.n_gen), seed=seed, verbose=False)
-    return SearchState(algorithm, settings, seed)
-
-
-def generations(algorithm: NSGA2) -> int:
-    """Generations completed (the initial population is generation 1)."""
-    return (algorithm.n_iter or 1) - 1
 
 
 def front(state: SearchState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Genes, objectives and constraint of the current non-dominated set."""
-    opt = state.algorithm.opt
-    return opt.get("X").astype(np.int64), opt.get("F"), opt.get("G")
+    """Genes, objectives and constraint of the current best set: the feasible non-dominated
+    individuals, or the least infeasible one when none is feasible."""
+    pop = state.pop
+    assert pop is not None
+    feasible = pop.cv <= 0
+    if feasible.any():
+        idx = np.flatnonzero(feasible & (pop.rank == 0))
+    else:
+        idx = np.array([int(np.argmin(pop.cv))])
+    return pop.X[idx], pop.F[idx], pop.G[idx]
 
 
 def record(state: SearchState) -> dict:
-    """Append this generation's best objectives and hypervolume to the history."""
-    alg = state.algorithm
-    pop = alg.pop
-    f, g = pop.get("F"), pop.get("G")[:, 0]
-    feasible = g <= 0
-    names = alg.problem.objectives
+    """This generation's row of the history: best of each objective, feasible count,
+    hypervolume of the front in the problem's fixed normalisation."""
+    pop = state.pop
+    assert pop is not None
+    feasible = pop.cv <= 0
     row = {
-        "generation": generations(alg),
-        "evaluations": alg.evaluator.n_eval,
+        "generation": state.generation,
+        "evaluations": state.evaluations,
         "feasible": int(feasible.sum()),
     }
-    for i, n in enumerate(names):
-        row[f"best_{n}"] = float(f[feasible, i].min()) if feasible.any() else float("nan")
-    opt_f = alg.opt.get("F")
-    opt_feasible = alg.opt.get("G")[:, 0] <= 0
-    if state.hv_ideal is None and opt_feasible.any():
-        # normalise by the first feasible front: hypervolumes of one run stay comparable
-        base = f[feasible] if feasible.any() else f
-        state.hv_ideal = base.min(axis=0)
-        state.hv_scale = np.maximum(base.max(axis=0) - state.hv_ideal, 1e-12)
-    if state.hv_ideal is not None and opt_feasible.any():
-        norm = (opt_f[opt_feasible] - state.hv_ideal) / state.hv_scale
-        row["hypervolume"] = float(HV(ref_point=np.full(len(names), 1.1))(norm))
-    else:
-        row["hypervolume"] = 0.0
+    for i, n in enumerate(state.problem.objectives):
+        row[f"best_{n}"] = float(pop.F[feasible, i].min()) if feasible.any() else float("nan")
+    _, f, g = front(state)
+    row["hypervolume"] = state.reference.hypervolume(f[g[:, 0] <= 0])
     state.history.append(row)
     return row
 
@@ -102,53 +299,29 @@ def record(state: SearchState) -> dict:
 def run(
     state: SearchState,
     on_generation: Callable[[dict], None] | None = None,
-    checkpoint_dir: Path | None = None,
+    on_checkpoint: Callable[[SearchState], None] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> SearchState:
-    """Advance to the final generation; checkpoint every few generations."""
-    alg = state.algorithm
-    while alg.has_next():
+    """Advance until done or until ``stop()`` says so (checked between generations only)."""
+    while not state.done:
+        if stop is not None and stop():
+            break
         t0 = time.perf_counter()
-        alg.next()
+        step(state)
         state.seconds += time.perf_counter() - t0
         row = record(state)
         if on_generation:
             on_generation(row)
-        if checkpoint_dir and generations(alg) % state.settings.checkpoint_every == 0:
-            save(state, checkpoint_dir)
+        if on_checkpoint and state.generation % state.settings.checkpoint_every == 0:
+            on_checkpoint(state)
     return state
 
 
-def extend(state: SearchState, n_gen: int) -> None:
-    """Let a loaded search run until generation ``n_gen`` (a finished one remembers it ended)."""
-    if n_gen < generations(state.algorithm):
+def extend(state: SearchState, n_gen: int, max_evaluations: int | None) -> None:
+    """Let a loaded search run until generation ``n_gen`` (and the evaluation cap)."""
+    if n_gen < state.generation:
         raise DseError(
-            f"algorithm.n_gen={n_gen} is before the checkpoint's generation "
-            f"{generations(state.algorithm)}"
+            f"algorithm.n_gen={n_gen} is before the checkpoint's generation {state.generation}"
         )
     state.settings.n_gen = n_gen
-    state.algorithm.termination = MaximumGenerationTermination(n_gen)
-
-
-def save(state: SearchState, directory: Path) -> Path:
-    path = directory / CHECKPOINT
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as fh:
-        pickle.dump(state, fh)
-    tmp.replace(path)
-    return path
-
-
-def load(directory: Path, problem: MappingProblem) -> SearchState:
-    path = Path(directory) / CHECKPOINT
-    if not path.is_file():
-        raise DseError(f"nothing to resume in {directory}: no {CHECKPOINT} there")
-    with open(path, "rb") as fh:
-        state: SearchState = pickle.load(fh)
-    old = state.algorithm.problem
-    if old.n_var != problem.n_var or old.objectives != problem.objectives:
-        raise DseError(
-            f"the checkpoint in {directory} was made with another network, "
-            "chromosome or objectives: resume with the run's own config"
-        )
-    old.model = problem.model  # re-attach the compiled model
-    return state
+    state.settings.max_evaluations = max_evaluations

@@ -9,6 +9,7 @@ from pymoo.core.problem import Problem
 
 from chromosomes import Chromosome
 from dse import objectives
+from dse.mapping import MappingBatch
 from models_analytical.model import AnalyticalModel
 
 
@@ -31,12 +32,10 @@ class MappingProblem(Problem):
         )
 
     def _evaluate(self, x: np.ndarray, out: dict, *args: object, **kwargs: object) -> None:
-        ev = self.model.evaluate(self.chromosome.decode(np.rint(x).astype(np.int64)))
+        self.evaluate_batch(self.chromosome.decode(np.rint(x).astype(np.int64)), out)
+
+    def evaluate_batch(self, batch: MappingBatch, out: dict) -> None:
+        """F (display units) and G of already decoded mappings."""
+        ev = self.model.evaluate(batch)
         out["F"] = objectives.values(self.objectives, ev)
         out["G"] = ev.constraints().max(axis=1, keepdims=True)
-
-    def __getstate__(self) -> dict:
-        # the compiled model is rebuilt on load; checkpoints keep only what the search needs
-        state = self.__dict__.copy()
-        state["model"] = None
-        return state

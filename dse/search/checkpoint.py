@@ -1,0 +1,143 @@
+"""Checkpoints as plain data: one ``.npz`` of arrays and JSON, loaded without pickle.
+
+A checkpoint holds the population (genes, objectives, constraint, rank, crowding), the random
+generator's state, the generation and evaluation counts, the history, the run's resolved config
+and the identity of what was searched (network fingerprint, platform devices, encoding,
+objectives). :func:`restore` rebuilds the search from it; nothing in the file is executed.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dse.config import AlgorithmConfig
+from dse.errors import DseError
+from dse.results.atomic import write_bytes
+from dse.search.hypervolume import Reference
+from dse.search.nsga2 import Population, SearchState, mapping_keys
+from dse.search.problem import MappingProblem
+
+CHECKPOINT = "checkpoint.npz"
+FORMAT = 1
+_ARRAYS = ("X", "F", "G", "rank", "crowding")
+
+
+def identity(problem: MappingProblem, net_fingerprint: str, platform_keys: list[str]) -> dict:
+    """What a checkpoint must match to be resumed."""
+    chrom = problem.chromosome
+    return {
+        "net": chrom.graph.name,
+        "layers": len(chrom.graph),
+        "fingerprint": net_fingerprint,
+        "devices": list(platform_keys),
+        "chromosome": type(chrom).__name__,
+        "genes": int(chrom.n_genes),
+        "objectives": list(problem.objectives),
+    }
+
+
+def save(state: SearchState, directory: Path, ident: dict, config: dict) -> Path:
+    pop = state.pop
+    assert pop is not None
+    meta = {
+        "format": FORMAT,
+        "identity": ident,
+        "config": config,
+        "seed": state.seed,
+        "generation": state.generation,
+        "evaluations": state.evaluations,
+        "seconds": state.seconds,
+        "history": state.history,
+        "rng": state.rng.bit_generator.state,
+        "reference": state.reference.to_dict(),
+    }
+    buf = io.BytesIO()
+    arrays = {name: getattr(pop, name) for name in _ARRAYS}
+    meta_bytes = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    np.savez(buf, meta=meta_bytes, **arrays)
+    path = Path(directory) / CHECKPOINT
+    write_bytes(path, buf.getvalue())
+    return path
+
+
+def read(directory: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The checkpoint's metadata and arrays, checked for shape and type; never unpickled."""
+    path = Path(directory) / CHECKPOINT
+    if not path.is_file():
+        raise DseError(f"nothing to resume in {directory}: no {CHECKPOINT} there")
+    bad = f"{path} is not a readable dse checkpoint"
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            data = {k: z[k] for k in z.files}
+        meta = json.loads(data.pop("meta").tobytes().decode())
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, UnicodeDecodeError):
+        raise DseError(f"{bad} (truncated or damaged): start a new run") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise DseError(f"{bad} (format {meta.get('format') if isinstance(meta, dict) else '?'})")
+    for key in ("identity", "config", "history", "rng", "reference"):
+        if not isinstance(meta.get(key), dict | list):
+            raise DseError(f"{bad}: '{key}' is missing")
+    missing = [k for k in _ARRAYS if k not in data]
+    n = len(data.get("X", []))
+    if missing or any(data[k].shape[:1] != (n,) for k in _ARRAYS) or data["X"].ndim != 2:
+        raise DseError(f"{bad}: its population arrays are inconsistent")
+    for k in _ARRAYS:
+        if data[k].dtype.kind not in "iuf":
+            raise DseError(f"{bad}: array '{k}' is not numeric")
+    return meta, data
+
+
+def restore(
+    meta: dict[str, Any],
+    data: dict[str, np.ndarray],
+    problem: MappingProblem,
+    settings: AlgorithmConfig,
+    ident: dict,
+) -> SearchState:
+    """The search a checkpoint describes, on ``problem`` (which must have its identity)."""
+    stored = meta["identity"]
+    diff = [k for k in ident if stored.get(k) != ident[k]]
+    if diff:
+        k = diff[0]
+        raise DseError(
+            f"the checkpoint was made for another {k} ({stored.get(k)!r}, now {ident[k]!r}): "
+            "resume with the run's own network, platform, chromosome and objectives"
+        )
+    X = data["X"].astype(np.int64)
+    if X.shape[1] != problem.n_var or (problem.xl > X).any() or (problem.xu < X).any():
+        raise DseError("the checkpoint's genes do not fit this encoding: start a new run")
+    F = data["F"].astype(np.float64)
+    if F.ndim != 2 or F.shape[1] != problem.n_obj or data["G"].ndim != 2:
+        raise DseError("the checkpoint's objectives do not fit this run: start a new run")
+    rng = np.random.default_rng()
+    try:
+        rng.bit_generator.state = meta["rng"]
+    except (TypeError, ValueError, KeyError):
+        raise DseError("the checkpoint's random state is damaged: start a new run") from None
+    ref = meta["reference"]
+    state = SearchState(
+        problem,
+        settings,
+        int(meta["seed"]),
+        rng,
+        Reference(np.asarray(ref["ideal"], float), np.asarray(ref["nadir"], float)),
+        Population(
+            X,
+            F,
+            data["G"].astype(np.float64),
+            data["rank"].astype(np.int64),
+            data["crowding"].astype(np.float64),
+        ),
+        generation=int(meta["generation"]),
+        evaluations=int(meta["evaluations"]),
+        history=list(meta["history"]),
+        seconds=float(meta["seconds"]),
+    )
+    state.keys = set(mapping_keys(problem, problem.chromosome.decode(X)))
+    return state
