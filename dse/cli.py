@@ -171,6 +171,24 @@ def _job_label() -> str:
     return ""
 
 
+def _remove_empty_run_dir() -> None:
+    """A job that failed before writing anything leaves no directory behind (only Hydra's own
+    ``.hydra/`` and an empty log would be in it)."""
+    import shutil
+
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        out = Path(HydraConfig.get().runtime.output_dir)
+    except Exception:  # noqa: BLE001 - not inside a Hydra job
+        return
+    if not out.is_dir() or out.resolve() == Path.cwd().resolve():
+        return
+    entries = list(out.iterdir())
+    if all(p.name == ".hydra" or (p.suffix == ".log" and p.stat().st_size == 0) for p in entries):
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def guarded(task: Callable[..., Any]) -> Callable[..., Any]:
     """Wrap a Hydra task: a DseError becomes one line and a failed result, not a traceback and
     not the end of the other jobs of a multirun."""
@@ -182,6 +200,7 @@ def guarded(task: Callable[..., Any]) -> Callable[..., Any]:
         except DseError as exc:
             print(f"error: {_job_label()}{exc}", file=sys.stderr)
             FAILED_JOBS.append(str(exc))
+            _remove_empty_run_dir()
             return {"status": "failed", "reason": str(exc)}
 
     return wrapper

@@ -11,12 +11,13 @@ back from a run directory (resume) can never name arbitrary code.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.utils import get_class
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 from dse.errors import DseError
 from dse.net.zoo import NETS
@@ -154,8 +155,6 @@ class EvaluateConfig(InspectConfig):
 
 def check(cfg: Any) -> None:
     """The checks a composed config must pass beyond its types (one line each)."""
-    from omegaconf import OmegaConf
-
     from dse.objectives import check_objectives
 
     if "algorithm" in cfg:
@@ -168,6 +167,8 @@ def check(cfg: Any) -> None:
 
 
 def register() -> None:
+    # ${pid:} in run directory names: two runs started in the same second get two directories
+    OmegaConf.register_new_resolver("pid", os.getpid, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=BaseConfig)
     cs.store(name="base_inspect", node=InspectConfig)

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import onnx_factory as f
 import pytest
-from cli import ROOT, run_module
+from cli import run_module
 from onnx import helper
 from platforms import coefficients, platform
 
@@ -123,43 +119,6 @@ def test_app_writes_its_outputs(tmp_path):
     assert len(history) == 6 and history[0].startswith("generation,evaluations")
     mapping = json.loads((out / "best_latency" / "mapping.json").read_text())
     assert sum(len(v) for v in mapping.values()) >= 24  # every layer somewhere
-
-
-def test_ctrl_c_keeps_the_front_and_resume_finishes(tmp_path):
-    out = tmp_path / "run"
-    args = [
-        sys.executable,
-        "-m",
-        "dse",
-        "progress=false",
-        "+net=vgg16",
-        "algorithm.pop_size=200",
-        "algorithm.n_gen=400",
-        "algorithm.checkpoint_every=5",
-        f"hydra.run.dir={out}",
-    ]
-    proc = subprocess.Popen(
-        args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    deadline = time.time() + 120
-    while not (out / "checkpoint.npz").exists() and time.time() < deadline:
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
-    assert f"continue with: python -m dse resume={out}" in err
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["interrupted"] and 5 <= summary["generations"] < 400
-    assert (out / "pareto.csv").read_text().count("\n") > 1
-    r = dse(
-        "+net=vgg16",
-        "algorithm.pop_size=200",
-        f"algorithm.n_gen={summary['generations'] + 2}",
-        f"resume={out}",
-    )
-    assert r.returncode == 0, r.stderr
-    done = json.loads((out / "summary.json").read_text())
-    assert done["generations"] == summary["generations"] + 2 and not done["interrupted"]
 
 
 @pytest.mark.parametrize(
