@@ -54,7 +54,7 @@ def assert_complete(out: Path) -> dict | None:
     if not (out / "summary.json").exists():
         return None
     summary = json.loads((out / "summary.json").read_text())
-    history = list(csv.DictReader(open(out / "history.csv")))
+    history = list(csv.DictReader((out / "history.csv").read_text().splitlines()))
     assert int(history[-1]["generation"]) == summary["generations"]
     assert len(front(out)) == summary["pareto_points"]
     for png in ("convergence.png", "pareto.png"):
