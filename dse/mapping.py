@@ -87,12 +87,13 @@ def shares_from_counts(counts: np.ndarray, channels: np.ndarray) -> np.ndarray:
 
     ``counts[..., l, d]`` is how many parts of layer l device d computes; parts are ordered by
     device and the first ``channels % parts`` parts get one channel more, so 10 channels over
-    three devices are 4, 3, 3.
+    three devices are 4, 3, 3. A layer never gets more parts than it has channels: with 2
+    channels over 3 devices the third gets none (it does not take part).
     """
     parts = counts.sum(axis=-1, keepdims=True)
     safe = np.maximum(parts, 1)
     ch = channels.reshape((1,) * (counts.ndim - 2) + (-1, 1)).astype(np.int64)
-    ch = np.maximum(ch, safe)  # a layer with fewer channels than parts: one per part at least
+    ch = np.maximum(ch, 1)  # fewer channels than parts: one channel each for the first parts
     base, extra = ch // safe, ch % safe
     before = np.cumsum(counts, axis=-1) - counts
     bonus = np.clip(extra - before, 0, counts)
@@ -118,6 +119,13 @@ def from_parts(graph: LayerGraph, parts: np.ndarray) -> MappingBatch:
         raise DseError(
             f"layer '{graph.names[layer]}' ({graph.ops[layer]}) cannot be split "
             f"across devices: only Conv/Gemm/MatMul layers with constant weights can"
+        )
+    over = count > np.maximum(graph.out_channels, 1)[None, :]
+    if over.any():
+        p, layer = np.argwhere(over)[0]
+        raise DseError(
+            f"layer '{graph.names[layer]}' has {graph.out_channels[layer]} output channels: it "
+            f"cannot be split into {count[p, layer]} parts"
         )
     share = shares_from_counts(parts.astype(np.int64), graph.out_channels)
     return MappingBatch(share, derive_owner(graph, share))

@@ -148,3 +148,33 @@ def test_bad_chromosome_settings():
     with pytest.raises(DseError, match="no splittable layer"):
         make_chromosome("advanced", relu, 4)
     assert make_chromosome("vertical", relu, 4).n_genes == 4
+
+
+def test_no_layer_gets_more_parts_than_channels_and_every_mapping_reimports():
+    import itertools
+
+    import onnx_factory as f
+    from onnx import helper
+
+    from dse.mapping import from_autodice, to_autodice
+    from dse.net.graph import build_graph
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1"),  # 2 output channels
+        helper.make_node("Relu", ["c1"], ["r"], name="relu"),
+        helper.make_node("Conv", ["r", "w2"], ["y"], name="conv2"),  # 3 output channels
+    ]
+    inits = [f.weight("w1", [2, 4, 3, 3]), f.weight("w2", [3, 2, 3, 3])]
+    g = build_graph(f.model(nodes, {"x": [1, 4, 8, 8]}, ["y"], inits), "tiny")
+    chrom = NaiveChromosome(g, 3)
+    genes = np.array(list(itertools.product(range(3), repeat=chrom.n_genes)))
+    batch = chrom.decode(genes)
+    channels = batch.share * g.out_channels[None, :, None]
+    assert np.allclose(channels, np.rint(channels))  # whole channels only
+    assert ((batch.share > 0).sum(axis=2) <= g.out_channels[None, :]).all()
+    keys = [f"h{i}_cpu" for i in range(3)]
+    for i in range(0, len(genes), 97):
+        mapping, horizontal = to_autodice(g, keys, batch, i)
+        again = from_autodice(g, keys, mapping, horizontal)
+        assert np.array_equal(again.share[0], batch.share[i])
+        assert np.array_equal(again.owner[0], batch.owner[i])

@@ -133,11 +133,11 @@ def restore(
             data["G"].astype(np.float64),
             data["rank"].astype(np.int64),
             data["crowding"].astype(np.float64),
+            mapping_keys(problem.chromosome.decode(X)),
         ),
         generation=int(meta["generation"]),
         evaluations=int(meta["evaluations"]),
         history=list(meta["history"]),
         seconds=float(meta["seconds"]),
     )
-    state.keys = set(mapping_keys(problem, problem.chromosome.decode(X)))
     return state

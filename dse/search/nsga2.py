@@ -33,6 +33,7 @@ from dse.search.problem import MappingProblem
 
 _NDS = NonDominatedSorting()
 _CROWDING = get_crowding_function("cd")
+_ARRAY_FIELDS = ("X", "F", "G", "rank", "crowding")
 #: Attempts to fill a generation with new mappings before it goes on with fewer offspring.
 MAX_MATING_ROUNDS = 100
 
@@ -46,6 +47,7 @@ class Population:
     G: np.ndarray  # float64 [N, 1]: fullest device's memory / capacity - 1
     rank: np.ndarray  # int64 [N], -1 for infeasible individuals
     crowding: np.ndarray  # float64 [N]
+    keys: list[bytes]  # [N] the mapping of each individual (:func:`mapping_keys`)
 
     def __len__(self) -> int:
         return len(self.X)
@@ -55,7 +57,14 @@ class Population:
         return np.maximum(self.G[:, 0], 0.0)
 
     def take(self, idx: np.ndarray) -> Population:
-        return Population(self.X[idx], self.F[idx], self.G[idx], self.rank[idx], self.crowding[idx])
+        return Population(
+            self.X[idx],
+            self.F[idx],
+            self.G[idx],
+            self.rank[idx],
+            self.crowding[idx],
+            [self.keys[i] for i in idx.tolist()],
+        )
 
 
 @dataclass
@@ -72,7 +81,6 @@ class SearchState:
     evaluations: int = 0  # distinct mappings evaluated
     history: list[dict] = field(default_factory=list)
     seconds: float = 0.0
-    keys: set[bytes] = field(default_factory=set)  # mappings of the current population
 
     def __post_init__(self) -> None:
         self.crossover = self.settings.crossover.build()
@@ -89,11 +97,11 @@ class SearchState:
 # --- mappings as keys ------------------------------------------------------------------------
 
 
-def mapping_keys(problem: MappingProblem, batch: MappingBatch) -> list[bytes]:
-    """One key per mapping: the channels each device computes of each layer."""
-    channels = problem.chromosome.graph.out_channels.astype(np.float64)
-    counts = np.rint(batch.share * channels[None, :, None]).astype(np.int32)
-    return [row.tobytes() for row in counts.reshape(batch.size, -1)]
+def mapping_keys(batch: MappingBatch) -> list[bytes]:
+    """One key per mapping: its share array's bytes (a mapping's shares are computed the same
+    way from the same channel counts, so equal mappings have equal bytes)."""
+    share = np.ascontiguousarray(batch.share, dtype=np.float64).reshape(batch.size, -1)
+    return [row.tobytes() for row in share]
 
 
 def evaluate(problem: MappingProblem, batch: MappingBatch) -> tuple[np.ndarray, np.ndarray]:
@@ -201,15 +209,16 @@ def new_search(problem: MappingProblem, settings: AlgorithmConfig, seed: int) ->
 
 
 def _distinct(
-    state: SearchState, X: np.ndarray, limit: int
+    problem: MappingProblem, X: np.ndarray, limit: int, taken: set[bytes]
 ) -> tuple[np.ndarray, MappingBatch, list[bytes]]:
-    """The first ``limit`` gene vectors of X whose mappings are new to the population."""
-    batch = state.problem.chromosome.decode(X)
-    keys = mapping_keys(state.problem, batch)
-    keep, seen = [], set()
+    """The first ``limit`` gene vectors of X whose mappings are not in ``taken`` (nor twice in
+    X); their keys are added to ``taken``."""
+    batch = problem.chromosome.decode(X)
+    keys = mapping_keys(batch)
+    keep = []
     for i, k in enumerate(keys):
-        if k not in state.keys and k not in seen:
-            seen.add(k)
+        if k not in taken:
+            taken.add(k)
             keep.append(i)
             if len(keep) == limit:
                 break
@@ -222,46 +231,45 @@ def step(state: SearchState) -> None:
     problem, settings = state.problem, state.settings
     if state.pop is None:
         X0 = initial_population(problem, settings, state.seed)
-        X, batch, keys = _distinct(state, X0, len(X0))
+        X, batch, keys = _distinct(problem, X0, len(X0), set())
         parents = None
     else:
         budget = settings.pop_size
         if settings.max_evaluations is not None:
             budget = min(budget, settings.max_evaluations - state.evaluations)
+        taken = set(state.pop.keys)
         found_x: list[np.ndarray] = []
         found_b: list[MappingBatch] = []
-        keys = []
-        for _ in range(MAX_MATING_ROUNDS):
+        keys: list[bytes] = []
+        for attempt in range(MAX_MATING_ROUNDS):
             missing = budget - len(keys)
             if missing <= 0:
                 break
-            Xn, bn, kn = _distinct(state, offspring(state, missing), missing)
-            state.keys.update(kn)  # so the next round does not produce them again
+            # after the first round most candidates are copies: ask for more at once
+            n_try = missing if attempt == 0 else min(settings.pop_size, 2 * missing + 8)
+            Xn, bn, kn = _distinct(problem, offspring(state, n_try), missing, taken)
             found_x.append(Xn)
             found_b.append(bn)
             keys.extend(kn)
-        state.keys.difference_update(keys)
-        X = np.concatenate(found_x) if found_x else np.zeros((0, problem.n_var), np.int64)
+        X = np.concatenate(found_x)
         batch = MappingBatch(
             np.concatenate([b.share for b in found_b]), np.concatenate([b.owner for b in found_b])
         )
         parents = state.pop
-    F, G = evaluate(problem, batch) if len(X) else (np.zeros((0, problem.n_obj)), np.zeros((0, 1)))
+    if len(X):
+        F, G = evaluate(problem, batch)
+    else:
+        F, G = np.zeros((0, problem.n_obj)), np.zeros((0, 1))
     state.evaluations += len(X)
-    new = Population(X, F, G, np.zeros(len(X), np.int64), np.zeros(len(X)))
+    new = Population(X, F, G, np.zeros(len(X), np.int64), np.zeros(len(X)), keys)
     merged = new if parents is None else _concat(parents, new)
     state.pop = survive(merged, min(settings.pop_size, len(merged)), state.rng)
-    state.keys = set(mapping_keys(problem, problem.chromosome.decode(state.pop.X)))
     state.generation += 1
 
 
 def _concat(a: Population, b: Population) -> Population:
-    return Population(
-        *(
-            np.concatenate([getattr(a, f), getattr(b, f)])
-            for f in ("X", "F", "G", "rank", "crowding")
-        )
-    )
+    arrays = (np.concatenate([getattr(a, f), getattr(b, f)]) for f in _ARRAY_FIELDS)
+    return Population(*arrays, a.keys + b.keys)
 
 
 def front(state: SearchState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
