@@ -16,6 +16,7 @@ from dse.cli import CONF_DIR, INTERRUPTED, DeferredSignals, guarded, run
 from dse.config import check
 from dse.errors import DseError
 from dse.objectives import OBJECTIVES, fmt
+from dse.results import writers
 from dse.results.atomic import remove_stale
 from dse.results.outputs import write_outputs
 from dse.search import checkpoint, nsga2
@@ -106,6 +107,13 @@ def main(cfg: DictConfig) -> dict[str, Any]:
         summary = write_outputs(out, state, problem, platform, cfg, started, interrupted)
     if crashed:
         raise crashed
+    if not summary["feasible"] and not interrupted:
+        genes, _, _ = nsga2.front(state)
+        raise DseError(
+            f"no mapping fits in memory: the best attempt has "
+            f"{writers.overflow(problem, platform, genes[0])}; its outputs in {out} are marked "
+            "infeasible (add devices, raise memory_mb, or choose a smaller network)"
+        )
     if interrupted:
         print(
             f"interrupted after generation {state.generation}: the front and a checkpoint are "

@@ -159,3 +159,22 @@ def test_network_without_splittable_layer_refused_for_hybrid(tmp_path):
         f"hydra.run.dir={tmp_path / 'run2'}",
     )
     assert ok.returncode == 0, ok.stderr
+
+
+def test_run_where_nothing_fits_says_so_and_exits_non_zero(tmp_path):
+    out = tmp_path / "run"
+    r = dse(
+        "+net=alexnet",
+        "platform.resources.cpu.memory_mb=50",
+        "platform.resources.gpu.memory_mb=50",
+        "algorithm.pop_size=20",
+        "algorithm.n_gen=2",
+        f"hydra.run.dir={out}",
+    )
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: no mapping fits in memory"), r.stderr
+    assert "of its 50 MB" in lines[0]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["feasible"] is False and summary["feasible_points"] == 0
+    assert "INFEASIBLE" in (out / "best_latency" / "mapping.md").read_text()

@@ -60,6 +60,7 @@ def write_outputs(
         "wall_seconds": round(time.perf_counter() - started, 3),
         "pareto_points": len(rows),
         "feasible_points": int(feasible.sum()),
+        "feasible": bool(feasible.any()),
         "hypervolume": state.history[-1]["hypervolume"] if state.history else 0.0,
         "hypervolume_reference": state.reference.to_dict(),
         "best": best,

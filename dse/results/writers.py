@@ -70,6 +70,19 @@ def mapping_table(graph: LayerGraph, keys: list[str], batch: MappingBatch) -> st
     return "\n".join(lines) + "\n"
 
 
+def overflow(problem: MappingProblem, platform: Platform, genes: np.ndarray) -> str | None:
+    """Which devices a mapping overflows, e.g. ``xavier0_gpu needs 9120 MB of its 8192 MB``;
+    None when it fits."""
+    ev = problem.model.evaluate(problem.chromosome.decode(genes[None, :]))
+    over = np.flatnonzero(ev.memory_mb[0] > ev.capacity_mb)
+    if not len(over):
+        return None
+    return ", ".join(
+        f"{platform.keys[d]} needs {ev.memory_mb[0, d]:.0f} MB of its {ev.capacity_mb[d]:.0f} MB"
+        for d in over[np.argsort(-(ev.memory_mb[0, over] / ev.capacity_mb[over]))]
+    )
+
+
 def write_best(
     directory: Path, problem: MappingProblem, platform: Platform, genes: np.ndarray, f: np.ndarray
 ) -> dict[str, dict]:
@@ -82,11 +95,14 @@ def write_best(
         mapping, horizontal = to_autodice(graph, platform.keys, batch)
         out = directory / f"best_{name}"
         out.mkdir(parents=True, exist_ok=True)
+        over = overflow(problem, platform, genes[k])
+        warning = f"**INFEASIBLE: over memory capacity ({over})**\n\n" if over else ""
         write_text(out / "mapping.json", json.dumps(mapping, indent=1) + "\n")
         write_text(out / "horizontal.json", json.dumps(horizontal, indent=1) + "\n")
         write_text(
             out / "mapping.md",
             f"# Best {name} mapping of {graph.name} on {platform.name}\n\n"
+            + warning
             + ", ".join(
                 f"{OBJECTIVES[n].label}: {fmt(n, f[k, j])}"
                 for j, n in enumerate(problem.objectives)
