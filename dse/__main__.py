@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from pathlib import Path
@@ -12,7 +13,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from dse import app
-from dse.cli import CONF_DIR, INTERRUPTED, DeferredSignals, guarded, run
+from dse.cli import CONF_DIR, INTERRUPTED, DeferredSignals, guarded, run, say
 from dse.config import check
 from dse.errors import DseError
 from dse.objectives import OBJECTIVES, fmt
@@ -40,10 +41,14 @@ class Progress:
         )
 
     def __call__(self, row: dict) -> None:
-        self.bar.set_postfix_str(
-            " ".join(f"{n}={row[f'best_{n}']:.4g}{OBJECTIVES[n].unit}" for n in self.names)
-        )
+        bests = " ".join(f"{n}={row[f'best_{n}']:.4g}{OBJECTIVES[n].unit}" for n in self.names)
+        self.bar.set_postfix_str(bests)
         self.bar.update(1)
+        if row["generation"] % 10 == 0 or row["generation"] == self.bar.total:
+            logging.getLogger("dse").info(
+                f"generation {row['generation']}: {row['evaluations']} evaluations, "
+                f"{row['feasible']} feasible, hypervolume {row['hypervolume']:.4f}, best {bests}"
+            )
 
     def close(self) -> None:
         self.bar.close()
@@ -85,6 +90,15 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     else:
         state = nsga2.new_search(problem, settings, int(cfg.seed))
     remove_stale(out)
+    say(
+        f"{net.name} ({len(net.graph)} layers) on {platform.name} ({len(platform)} devices), "
+        f"{cfg.chromosome.name} encoding ({problem.n_var} genes), objectives "
+        f"{', '.join(problem.objectives)}; population {settings.pop_size} x "
+        f"{settings.n_gen} generations, seed {state.seed}"
+        + (f", resumed at generation {state.generation}" if cfg.get("resume") else "")
+        + f"; coefficients {model.coefficients.source}"
+        + ("" if model.coefficients.calibrated else " (not calibrated on this hardware)")
+    )
 
     def save(s: nsga2.SearchState) -> None:
         checkpoint.save(s, out, ident, stored)
@@ -115,17 +129,17 @@ def main(cfg: DictConfig) -> dict[str, Any]:
             "infeasible (add devices, raise memory_mb, or choose a smaller network)"
         )
     if interrupted:
-        print(
+        say(
             f"interrupted after generation {state.generation}: the front and a checkpoint are "
             f"in {out}; continue with: python -m dse resume={out}",
-            file=sys.stderr,
+            error=True,
         )
         sys.exit(INTERRUPTED)
     bests = "; ".join(
         f"best {n}: " + ", ".join(fmt(k, v) for k, v in b.items())
         for n, b in summary["best"].items()
     )
-    print(
+    say(
         f"{summary['net']} / {summary['chromosome']}: {summary['generations']} generations, "
         f"{summary['evaluations']} evaluations in {summary['wall_seconds']:.1f} s, "
         f"{summary['pareto_points']} Pareto points -> {out}\n{bests}"

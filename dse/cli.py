@@ -135,6 +135,15 @@ class DeferredSignals:
             signal.signal(s, handler)
 
 
+def say(message: str, error: bool = False) -> None:
+    """Print for the user and keep it in the run's log (Hydra's job log file)."""
+    import logging
+
+    print(message, file=sys.stderr if error else sys.stdout)
+    for line in message.splitlines():
+        logging.getLogger("dse").log(logging.ERROR if error else logging.INFO, line)
+
+
 def fail(message: str, status: int = 2) -> None:
     """Print one error line and exit non-zero."""
     print(f"error: {message}", file=sys.stderr)
@@ -198,7 +207,7 @@ def guarded(task: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return task(*args, **kwargs)
         except DseError as exc:
-            print(f"error: {_job_label()}{exc}", file=sys.stderr)
+            say(f"error: {_job_label()}{exc}", error=True)
             FAILED_JOBS.append(str(exc))
             _remove_empty_run_dir()
             return {"status": "failed", "reason": str(exc)}
