@@ -140,6 +140,8 @@ def say(message: str, error: bool = False) -> None:
     import logging
 
     print(message, file=sys.stderr if error else sys.stdout)
+    if not logging.getLogger().handlers:  # entry points without a run log (inspect, evaluate)
+        return
     for line in message.splitlines():
         logging.getLogger("dse").log(logging.ERROR if error else logging.INFO, line)
 
