@@ -58,7 +58,8 @@ def model_from(cfg: DictConfig) -> tuple[Net, Platform, AnalyticalModel]:
     """The network, the platform and the analytical model scoring mappings of one on the other."""
     net = load_net(cfg.get("net"))
     platform = platform_from(cfg)
-    model = AnalyticalModel(net.graph, platform, coefficients_from(cfg, platform))
+    coefficients = coefficients_from(cfg, platform)
+    model = AnalyticalModel(net.graph, platform, coefficients, cfg.get("model_threads"))
     return net, platform, model
 
 

@@ -138,6 +138,7 @@ class BaseConfig:
     seed: int = 0
     objectives: list[str] = field(default_factory=lambda: ["latency", "memory", "energy"])
     coefficients: str | None = None  # a coefficients JSON; None: the platform's own
+    model_threads: int | None = None  # analytical model threads on large batches; None: cores
     resume: str | None = None  # a run directory to continue from its checkpoint
     progress: bool = True  # progress bar on stderr
 
@@ -159,6 +160,8 @@ def check(cfg: Any) -> None:
 
     if "algorithm" in cfg:
         OmegaConf.to_object(cfg.algorithm)  # runs AlgorithmConfig/OperatorConfig checks
+    if cfg.get("model_threads") is not None and cfg.model_threads < 1:
+        raise DseError(f"model_threads={cfg.model_threads} must be 1 or more (or null: cores)")
     if "seed" in cfg and not 0 <= int(cfg.seed) < 2**32:
         raise DseError(f"seed={cfg.seed} must be a whole number from 0 to 2^32 - 1")
     if "objectives" in cfg:

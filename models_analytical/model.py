@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+import numba
 import numpy as np
 
 from dse.mapping import MappingBatch
@@ -18,6 +19,9 @@ from models_analytical.layer_costs import LayerTables, layer_tables
 from models_analytical.simulate import KernelInputs, input_csr, simulate_batch
 
 MB = 1e6
+#: Batches smaller than this run on one thread: waking a thread pool costs more than it saves,
+#: and on a busy machine far more (10-20 ms a call measured against 0.03 ms).
+PARALLEL_MIN_BATCH = 256
 
 
 @dataclass(frozen=True)
@@ -88,8 +92,19 @@ def kernel_inputs(
 class AnalyticalModel:
     """Evaluates mapping batches of one graph on one platform; build once, call often."""
 
-    def __init__(self, graph: LayerGraph, platform: Platform, coefficients: Coefficients) -> None:
+    def __init__(
+        self,
+        graph: LayerGraph,
+        platform: Platform,
+        coefficients: Coefficients,
+        threads: int | None = None,
+    ) -> None:
+        """``threads``: the kernel's threads for large batches (None: numba's default, one per
+        core)."""
         coefficients.check_covers(platform)
+        self.threads = min(
+            threads or numba.config.NUMBA_NUM_THREADS, numba.config.NUMBA_NUM_THREADS
+        )
         self.graph, self.platform, self.coefficients = graph, platform, coefficients
         self.tables: LayerTables = layer_tables(graph, coefficients)
         self.inputs = kernel_inputs(graph, platform, coefficients, self.tables)
@@ -101,6 +116,7 @@ class AnalyticalModel:
         self.capacity_mb = np.array([d.memory_mb for d in platform.devices])
 
     def evaluate(self, batch: MappingBatch) -> Evaluation:
+        numba.set_num_threads(1 if batch.size < PARALLEL_MIN_BATCH else self.threads)
         latency, busy, comm, peak, energy, parts, sent = simulate_batch(
             np.ascontiguousarray(batch.share, dtype=np.float64),
             np.ascontiguousarray(batch.owner, dtype=np.int64),
