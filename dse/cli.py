@@ -56,6 +56,12 @@ def one_line(exc: BaseException) -> str:
     return ": ".join(parts) or "invalid configuration"
 
 
+_FLAGS_WITH_VALUE = frozenset(
+    {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn"}
+    | {"--config-dir", "-cd", "--info", "-i", "--experimental-rerun"}
+)
+
+
 def check_overrides(argv: Sequence[str], config_name: str) -> None:
     """Compose the config once for every value the command line lists, so an unknown option,
     a wrong type or a bad value is one line before any job starts."""
@@ -64,7 +70,14 @@ def check_overrides(argv: Sequence[str], config_name: str) -> None:
 
     from dse.config import check
 
-    args = [a for a in argv if not a.startswith("-")]
+    args, skip = [], False
+    for a in argv:  # Hydra's own flags, and the value after those that take one
+        if skip:
+            skip = False
+        elif a.startswith("-"):
+            skip = a in _FLAGS_WITH_VALUE
+        else:
+            args.append(a)
     try:
         overrides = OverridesParser.create().parse_overrides(args)
     except Exception as exc:  # noqa: BLE001 - Hydra's parser errors are many classes
@@ -162,6 +175,8 @@ def run(main: Callable[[], Any], config_name: str = "config") -> None:
         fail(str(exc))
     except KeyboardInterrupt:
         fail("interrupted", INTERRUPTED)
+    except BrokenPipeError:
+        _quiet_stdout()
     if FAILED_JOBS:
         if len(FAILED_JOBS) > 1:
             print(f"error: {len(FAILED_JOBS)} jobs failed (see above)", file=sys.stderr)
@@ -180,6 +195,13 @@ def _job_label() -> str:
     except Exception:  # noqa: BLE001 - not inside a Hydra job
         pass
     return ""
+
+
+def _quiet_stdout() -> None:
+    """Send further output to /dev/null (the pipe we printed to was closed)."""
+    import os
+
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _remove_empty_run_dir() -> None:
@@ -213,5 +235,8 @@ def guarded(task: Callable[..., Any]) -> Callable[..., Any]:
             FAILED_JOBS.append(str(exc))
             _remove_empty_run_dir()
             return {"status": "failed", "reason": str(exc)}
+        except BrokenPipeError:  # `python -m dse.inspect ... | head`: the reader has gone
+            _quiet_stdout()
+            return {"status": "ok"}
 
     return wrapper
