@@ -1,0 +1,1 @@
+"""Phase two: deploy a mapping as per-device ONNX sub-models and run them (MPI or in-process)."""

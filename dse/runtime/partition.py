@@ -1,0 +1,739 @@
+"""Partitioner: one mapping of a net -> per-device ONNX sub-models and a send/recv plan.
+
+The plan follows the analytical model's schedule (``models_analytical/simulate.py``) step for
+step. Layers are visited in the graph's topological order; on every device that computes a
+layer (or a part of it), each input tensor that lives elsewhere is received first, from the
+device that holds it whole (its owner; the graph input lives on ``platform.entry``), and a
+tensor crosses to a given device at most once. A split layer needs its whole input on every
+part's device; part k computes the contiguous output-channel range
+``[rint(cumsum(share)[k-1] * C), rint(cumsum(share)[k] * C))`` (devices in index order) and is
+sent to the owner, which concatenates the parts.
+
+A device's work is cut into segments (one ONNX sub-model each) before every step that waits for
+a remote tensor and after every step whose output another device needs, so its sends are posted
+as soon as the tensor exists. Sends are non-blocking and receives block in program order, and
+every receive waits for a tensor made at an earlier layer (or, for a concatenation, at the same
+layer's parts): work going A -> B -> A cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from dse.errors import DseError
+from dse.mapping import MappingBatch
+from dse.net import Net
+from dse.net.graph import Layer
+from dse.net.onnx_load import TensorType, graph_inputs, infer_types
+from dse.platform import Platform
+
+PLAN_VERSION = 1
+#: Split ops the runtime can slice: op -> (weight input, output-channel axis is 1 (else last)).
+SLICEABLE = {"Conv": True, "ConvTranspose": True, "Gemm": False, "MatMul": False}
+
+
+@dataclass
+class Deployment:
+    """Sub-models by file name and the JSON-able plan that says who runs, sends and receives
+    what, in order."""
+
+    plan: dict[str, Any]
+    segments: dict[str, onnx.ModelProto] = field(repr=False)  # weights external, see blobs
+    blobs: dict[str, list[tuple[int, Blob]]] = field(repr=False, default_factory=dict)
+
+    def write_segments(self, directory: Path) -> None:
+        """Every sub-model and its weight file into ``directory``."""
+        for name, model in self.segments.items():
+            write_segment(model, self.blobs.get(name, []), Path(directory) / name)
+
+
+def mapping_hash(share: np.ndarray, owner: np.ndarray) -> str:
+    """A content hash of one mapping (shares rounded to 1e-9, owners)."""
+    h = hashlib.sha256()
+    h.update(np.round(np.asarray(share, dtype=np.float64), 9).tobytes())
+    h.update(np.asarray(owner, dtype=np.int64).tobytes())
+    h.update(str(np.asarray(share).shape).encode())
+    return h.hexdigest()[:16]
+
+
+def channel_bounds(shares: np.ndarray, channels: int) -> list[tuple[int, int]]:
+    """Contiguous [c0, c1) ranges of the parts, in device order (the AutoDiCE split points)."""
+    ends = np.rint(np.cumsum(shares) * channels).astype(np.int64)
+    ends[-1] = channels
+    starts = np.concatenate([[0], ends[:-1]])
+    return [(int(a), int(b)) for a, b in zip(starts, ends, strict=True)]
+
+
+class _Statics:
+    """Values of the static tensors (weights, Constant-node outputs, folded shape tensors)."""
+
+    def __init__(self, net: Net, weighted: onnx.ModelProto) -> None:
+        self.net = net
+        self.inits = {t.name: t for t in weighted.graph.initializer}
+        self.constants = {
+            n.output[0]: n for n in weighted.graph.node if n.op_type == "Constant" and n.output
+        }
+        self._folded: dict[str, TensorProto] | None = None
+        self._arrays: dict[str, np.ndarray] = {}
+
+    def proto(self, name: str) -> TensorProto:
+        if name in self.inits:
+            return self.inits[name]
+        if name in self.constants:
+            return _constant_value(self.constants[name], name)
+        if self._folded is None:
+            from dse.net.onnx_load import fold_constants
+
+            folded = fold_constants(self.net.model, infer_types(self.net.model))
+            self._folded = {t.name: t for t in folded.graph.initializer}
+        if name not in self._folded:
+            raise DseError(
+                f"static tensor '{name}' of net '{self.net.name}' cannot be evaluated for the "
+                "sub-models: export the model with constant-folded shape computations"
+            )
+        return self._folded[name]
+
+    def array(self, name: str) -> np.ndarray:
+        """The value, decoded once (a read-only view of the stored bytes where possible)."""
+        if name not in self._arrays:
+            t = self.proto(name)
+            if t.data_location == TensorProto.EXTERNAL:
+                raise DseError(f"weight '{name}' has no data loaded (its external data is missing)")
+            raw = t.raw_data if t.HasField("raw_data") else b""
+            if raw and sys.byteorder == "little":
+                dtype = helper.tensor_dtype_to_np_dtype(t.data_type)
+                arr = np.frombuffer(raw, dtype=dtype).reshape(tuple(t.dims))
+            else:
+                arr = numpy_helper.to_array(t)
+            self._arrays[name] = arr
+        return self._arrays[name]
+
+
+def _constant_value(node: onnx.NodeProto, name: str) -> TensorProto:
+    from onnx.reference import ReferenceEvaluator
+
+    g = helper.make_graph([node], "c", [], [helper.make_empty_tensor_value_info(name)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    (value,) = ReferenceEvaluator(m).run(None, {})
+    return numpy_helper.from_array(np.asarray(value), name)
+
+
+#: Weights at least this large go to a sub-model's external data file, written straight from
+#: the (sliced) source array: no protobuf copy of the bytes.
+EXTERNAL_MIN_BYTES = 1024
+#: Offsets in the data files are multiples of this (onnxruntime can map them).
+ALIGN = 4096
+
+
+@dataclass(frozen=True)
+class Blob:
+    """A weight of a sub-model: ``statics[src]`` cut by ``(axis, lo, hi)`` slices."""
+
+    statics: _Statics = field(repr=False)
+    src: str
+    cuts: tuple[tuple[int, int, int], ...] = ()
+
+    def dims(self) -> list[int]:
+        dims = list(self.statics.proto(self.src).dims)
+        for axis, lo, hi in self.cuts:
+            dims[axis] = hi - lo
+        return dims
+
+    def value(self) -> np.ndarray:
+        arr = self.statics.array(self.src)
+        for axis, lo, hi in self.cuts:
+            index = [slice(None)] * arr.ndim
+            index[axis] = slice(lo, hi)
+            arr = arr[tuple(index)]
+        return np.ascontiguousarray(arr)
+
+
+#: An initializer of a sub-model: small tensors inline, weights as blobs.
+Init = TensorProto | Blob
+
+
+def _sliced(statics: _Statics, src: str, *cuts: tuple[int, int, int]) -> Init:
+    return Blob(statics, src, tuple(cuts))
+
+
+class _Builder:
+    """Builds one device's sub-models from its ordered actions."""
+
+    def __init__(self, types: dict[str, TensorType], source: onnx.ModelProto) -> None:
+        self.types = types
+        self.opsets = list(source.opset_import)
+        self.ir_version = source.ir_version or 8
+
+    def model(
+        self,
+        nodes: list[onnx.NodeProto],
+        inits: dict[str, Init],
+        const_nodes: dict[str, onnx.NodeProto],
+        inputs: list[str],
+        outputs: list[str],
+        name: str,
+    ) -> tuple[onnx.ModelProto, list[tuple[int, Blob]]]:
+        """The sub-model, its weights left external (data written by :func:`write_segment`),
+        and those weights by initializer position."""
+
+        def vi(t: str) -> onnx.ValueInfoProto:
+            tt = self.types[t]
+            return helper.make_tensor_value_info(t, tt.elem_type, list(tt.shape))
+
+        all_nodes = [*const_nodes.values(), *nodes]
+        g = helper.make_graph(all_nodes, name, [vi(t) for t in inputs], [vi(t) for t in outputs])
+        m = helper.make_model(g, opset_imports=self.opsets, producer_name="dse.runtime")
+        m.ir_version = self.ir_version  # as the source: onnxruntime may not read newer ones
+        blobs: list[tuple[int, Blob]] = []
+        for iname, init in inits.items():
+            t = m.graph.initializer.add()
+            if isinstance(init, TensorProto):
+                t.CopyFrom(init)
+                t.name = iname
+                continue
+            t.name = iname
+            t.data_type = init.statics.proto(init.src).data_type
+            t.dims.extend(init.dims())
+            t.data_location = TensorProto.EXTERNAL
+            blobs.append((len(m.graph.initializer) - 1, init))
+        return m, blobs
+
+
+def write_segment(model: onnx.ModelProto, blobs: list[tuple[int, Blob]], path: Path) -> None:
+    """Write a sub-model to ``path`` and its weights to ``path.data`` (external data)."""
+    location = path.name + ".data"
+    if blobs:
+        with open(path.parent / location, "wb") as f:
+            offset = 0
+            for idx, blob in blobs:
+                arr = blob.value()
+                pad = (-offset) % ALIGN
+                f.write(b"\0" * pad)
+                offset += pad
+                f.write(memoryview(arr).cast("B"))
+                t = model.graph.initializer[idx]
+                del t.external_data[:]
+                for k, v in (("location", location), ("offset", offset), ("length", arr.nbytes)):
+                    entry = t.external_data.add()
+                    entry.key, entry.value = k, str(v)
+                offset += arr.nbytes
+    path.write_bytes(model.SerializeToString())
+
+
+@dataclass
+class _Action:
+    """One step of a device's program: compute nodes (producing tensors) or receive a tensor."""
+
+    kind: str  # "compute" | "recv"
+    nodes: list[onnx.NodeProto] = field(default_factory=list)
+    inits: dict[str, Init] = field(default_factory=dict)
+    consts: dict[str, onnx.NodeProto] = field(default_factory=dict)
+    reads: list[str] = field(default_factory=list)  # activation tensors read
+    makes: list[str] = field(default_factory=list)  # tensors produced
+    tensor: str = ""  # recv: the tensor
+    peer: int = -1  # recv: the sending device
+    sends: list[tuple[str, int]] = field(default_factory=list)  # after this action
+
+
+def _layer_nodes(
+    layer: Layer,
+    node: onnx.NodeProto,
+    statics: _Statics,
+    static_names: set[str],
+    part: tuple[int, int] | None,
+    tag: str,
+    types: dict[str, TensorType],
+) -> _Action:
+    """The nodes that compute ``layer`` whole, or its output channels ``part`` = (c0, c1)."""
+    act = _Action("compute")
+    inputs = list(node.input)
+
+    def static(name: str) -> None:
+        if name in statics.constants and name not in statics.inits:
+            act.consts[name] = statics.constants[name]
+            return
+        proto = statics.proto(name)
+        big = math.prod(proto.dims) * 4 >= EXTERNAL_MIN_BYTES and name in statics.inits
+        act.inits[name] = Blob(statics, name) if big else proto
+
+    out = node.output[0] if node.output else ""
+    if part is None:
+        n = onnx.NodeProto()
+        n.CopyFrom(node)
+        n.name = layer.name
+        act.nodes.append(n)
+        for t in inputs:
+            if t and t in static_names:
+                static(t)
+        act.makes = [t for t in node.output if t]
+    else:
+        c0, c1 = part
+        op = node.op_type
+        if op not in SLICEABLE:
+            raise DseError(
+                f"layer '{layer.name}' ({op}) is split, but the runtime slices only "
+                f"{', '.join(SLICEABLE)}: map it to one device"
+            )
+        if len(inputs) < 2 or inputs[1] not in static_names:
+            raise DseError(f"layer '{layer.name}' is split but its weight is not constant")
+        pout = f"{out}{tag}"
+        act.makes = [pout]
+        if op in ("Conv", "ConvTranspose"):
+            _conv_part(act, layer, node, statics, (c0, c1), tag, pout, types)
+        else:
+            w = statics.proto(inputs[1])
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            # Gemm: W[N, K] with transB, else W[K, N]; MatMul: W[..., K, N]
+            axis = (0 if attrs.get("transB", 0) else 1) if op == "Gemm" else len(w.dims) - 1
+            wname = f"{inputs[1]}{tag}"
+            act.inits[wname] = _sliced(statics, inputs[1], (axis, c0, c1))
+            new_inputs = [inputs[0], wname]
+            if op == "Gemm" and len(inputs) > 2 and inputs[2]:
+                c = statics.proto(inputs[2])
+                cdims = list(c.dims)
+                if cdims and cdims[-1] == layer.out_channels and layer.out_channels > 1:
+                    cname = f"{inputs[2]}{tag}"
+                    act.inits[cname] = _sliced(statics, inputs[2], (len(cdims) - 1, c0, c1))
+                    new_inputs.append(cname)
+                else:
+                    static(inputs[2])
+                    new_inputs.append(inputs[2])
+            n = helper.make_node(op, new_inputs, [pout], name=f"{layer.name}{tag}")
+            n.attribute.extend(node.attribute)
+            act.nodes.append(n)
+        shape = list(types[out].shape)
+        shape[1 if SLICEABLE[node.op_type] else -1] = c1 - c0
+        types[pout] = TensorType(tuple(shape), types[out].elem_type)
+    act.reads = [t.name for t in layer.inputs]
+    return act
+
+
+def _conv_part(
+    act: _Action,
+    layer: Layer,
+    node: onnx.NodeProto,
+    statics: _Statics,
+    part: tuple[int, int],
+    tag: str,
+    pout: str,
+    types: dict[str, TensorType],
+) -> None:
+    """Output channels [c0, c1) of a Conv or ConvTranspose. With groups, each run of whole
+    groups is one grouped convolution over its input channels and a partly covered group one
+    convolution of its own; the pieces are concatenated."""
+    c0, c1 = part
+    op, inputs = node.op_type, list(node.input)
+    x = inputs[0]
+    attrs = {a.name: a for a in node.attribute if a.name != "group"}
+    groups = int(
+        next((helper.get_attribute_value(a) for a in node.attribute if a.name == "group"), 1)
+    )
+    has_bias = len(inputs) > 2 and bool(inputs[2])
+    m = layer.out_channels
+    c_in = types[x].shape[1]
+    per_out, per_in = m // groups, c_in // groups
+    # pieces: (first group, number of groups, out range inside those groups)
+    pieces: list[tuple[int, int, int, int]] = []  # (g0, g1, o0, o1) with o in absolute channels
+    if groups == 1:
+        pieces.append((0, 1, c0, c1))
+    else:
+        g = c0 // per_out
+        while g * per_out < c1:
+            o0, o1 = max(c0, g * per_out), min(c1, (g + 1) * per_out)
+            whole = o0 == g * per_out and o1 == (g + 1) * per_out
+            if whole and pieces and pieces[-1][3] == o0 and _whole(pieces[-1], per_out):
+                pg0, _, po0, _ = pieces[-1]
+                pieces[-1] = (pg0, g + 1, po0, o1)
+            else:
+                pieces.append((g, g + 1, o0, o1))
+            g += 1
+    outs = []
+    for i, (g0, g1, o0, o1) in enumerate(pieces):
+        sub = f"{tag}.{i}" if len(pieces) > 1 else tag
+        piece_out = f"{pout}.{i}" if len(pieces) > 1 else pout
+        n_groups = g1 - g0 if _whole((g0, g1, o0, o1), per_out) else 1
+        x_in = x
+        if groups > 1:
+            x_in = f"{x}{sub}.in"
+            names = [f"{x_in}.{k}" for k in ("starts", "ends", "axes")]
+            for nm, v in zip(names, (g0 * per_in, g1 * per_in, 1), strict=True):
+                act.inits[nm] = numpy_helper.from_array(np.array([v], dtype=np.int64), nm)
+            act.nodes.append(
+                helper.make_node("Slice", [x, *names], [x_in], name=f"{layer.name}{sub}.slice")
+            )
+        wname = f"{inputs[1]}{sub}"
+        if op == "Conv":
+            act.inits[wname] = _sliced(statics, inputs[1], (0, o0, o1))
+        else:  # ConvTranspose: W[C_in, M/group, ...]; this piece's input rows, its output columns
+            rows = (0, g0 * per_in, g1 * per_in)
+            if n_groups == g1 - g0 and (o1 - o0) == (g1 - g0) * per_out:
+                act.inits[wname] = _sliced(statics, inputs[1], rows)
+            else:
+                lo = o0 - g0 * per_out
+                act.inits[wname] = _sliced(statics, inputs[1], rows, (1, lo, lo + (o1 - o0)))
+        new_inputs = [x_in, wname]
+        if has_bias:
+            bname = f"{inputs[2]}{sub}"
+            act.inits[bname] = _sliced(statics, inputs[2], (0, o0, o1))
+            new_inputs.append(bname)
+        n = helper.make_node(op, new_inputs, [piece_out], name=f"{layer.name}{sub}")
+        n.attribute.extend(attrs.values())
+        if n_groups > 1:
+            n.attribute.append(helper.make_attribute("group", n_groups))
+        act.nodes.append(n)
+        outs.append(piece_out)
+    if len(outs) > 1:
+        act.nodes.append(
+            helper.make_node("Concat", outs, [pout], axis=1, name=f"{layer.name}{tag}")
+        )
+
+
+def _whole(piece: tuple[int, int, int, int], per_out: int) -> bool:
+    g0, g1, o0, o1 = piece
+    return o0 == g0 * per_out and o1 == g1 * per_out
+
+
+def _tensor_types(net: Net) -> dict[str, TensorType]:
+    types = {k: v for k, v in infer_types(net.model).items() if v is not None}
+    fallback = {
+        4: TensorProto.FLOAT,
+        8: TensorProto.INT64,
+        2: TensorProto.FLOAT16,
+        1: TensorProto.UINT8,
+    }
+    for layer in net.graph:
+        for t in (*layer.inputs, *layer.outputs):
+            if t.name not in types:
+                types[t.name] = TensorType(t.shape, fallback.get(t.itemsize, TensorProto.FLOAT))
+    return types
+
+
+def check_mapping(
+    net: Net, platform: Platform, batch: MappingBatch
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mapping 0 of ``batch`` as (share[L, D], owner[L]), checked against the net and platform."""
+    graph = net.graph
+    share, owner = np.asarray(batch.share[0], dtype=np.float64), np.asarray(batch.owner[0])
+    if share.shape[0] != len(graph):
+        raise DseError(
+            f"the mapping has {share.shape[0]} layers but net '{net.name}' has {len(graph)}: "
+            "it was made for another network"
+        )
+    if share.shape[1] > len(platform):
+        raise DseError(
+            f"the mapping uses {share.shape[1]} devices but platform '{platform.name}' has "
+            f"{len(platform)}: choose a platform with enough devices"
+        )
+    for layer in graph:
+        on = np.flatnonzero(share[layer.index] > 0)
+        if len(on) == 0:
+            raise DseError(f"layer '{layer.name}' is mapped to no device")
+        if len(on) > 1 and not layer.splittable:
+            raise DseError(f"layer '{layer.name}' ({layer.op}) cannot be split across devices")
+        if len(on) == 1 and owner[layer.index] != on[0]:
+            raise DseError(
+                f"layer '{layer.name}' runs on device {on[0]} but its owner is {owner[layer.index]}"
+            )
+    return share, owner
+
+
+def partition(
+    net: Net,
+    batch: MappingBatch,
+    platform: Platform,
+    weighted: onnx.ModelProto | None = None,
+    seed: int = 0,
+) -> Deployment:
+    """Cut ``net`` by mapping 0 of ``batch`` into per-device sub-models and a plan."""
+    share, owner = check_mapping(net, platform, batch)
+    graph = net.graph
+    model = weighted if weighted is not None else net.weighted_model(seed)
+    nodes = list(model.graph.node)
+    if len(nodes) != len(net.model.graph.node):
+        raise DseError("the weighted model does not have the net's nodes")
+    statics = _Statics(net, model)
+    layer_tensors = {t.name for layer in graph for t in layer.inputs} | {
+        t for layer in graph for t in nodes[layer.node].output
+    }
+    static_names = {
+        t for layer in graph for t in nodes[layer.node].input if t and t not in layer_tensors
+    }
+    types = _tensor_types(net)
+    entry = int(platform.entry)
+
+    programs: dict[int, list[_Action]] = defaultdict(list)
+    where: dict[str, int] = {t.name: entry for t in graph.inputs}  # tensor -> its owner
+    has: dict[str, set[int]] = {t.name: {entry} for t in graph.inputs}
+    # where the producer's sends go: (device, action index) ; -1: before any action
+    made_at: dict[tuple[str, int], int] = {(t.name, entry): -1 for t in graph.inputs}
+    start_sends: dict[int, list[tuple[str, int]]] = defaultdict(list)
+
+    def transfer(t: str, src: int, dst: int) -> None:
+        idx = made_at[(t, src)]
+        (start_sends[src] if idx < 0 else programs[src][idx].sends).append((t, dst))
+        programs[dst].append(_Action("recv", tensor=t, peer=src))
+
+    for layer in graph:
+        node = nodes[layer.node]
+        devs = [int(d) for d in np.flatnonzero(share[layer.index] > 0)]
+        split = len(devs) > 1
+        bounds = channel_bounds(share[layer.index, devs], layer.out_channels) if split else []
+        for k, d in enumerate(devs):
+            for t in layer.inputs:
+                src = where[t.name]
+                if src != d and d not in has[t.name]:
+                    transfer(t.name, src, d)
+                    has[t.name].add(d)
+            part = bounds[k] if split else None
+            if part is not None and part[1] <= part[0]:
+                raise DseError(
+                    f"layer '{layer.name}': device {d} gets no output channel of "
+                    f"{layer.out_channels}: give it a larger share or none"
+                )
+            act = _layer_nodes(
+                layer, node, statics, static_names, part, f".part{d}" if split else "", types
+            )
+            programs[d].append(act)
+            for t in act.makes:
+                made_at[(t, d)] = len(programs[d]) - 1
+        c = int(owner[layer.index])
+        if split:
+            out = node.output[0]
+            parts = [f"{out}.part{d}" for d in devs]
+            for d, p in zip(devs, parts, strict=True):
+                if d != c:
+                    transfer(p, d, c)
+            cat = _Action(
+                "compute",
+                nodes=[
+                    helper.make_node(
+                        "Concat",
+                        parts,
+                        [out],
+                        axis=1 if SLICEABLE[node.op_type] else -1,
+                        name=f"{layer.name}.concat",
+                    )
+                ],
+                reads=parts,
+                makes=[out],
+            )
+            programs[c].append(cat)
+            made_at[(out, c)] = len(programs[c]) - 1
+        for t in node.output:
+            if t:
+                where[t], has[t] = c, {c}
+                made_at[(t, c)] = made_at.get((t, c), len(programs[c]) - 1)
+
+    out_names = [t.name for t in graph.outputs]
+    for t in out_names:
+        if t not in where:
+            raise DseError(f"graph output '{t}' is not produced by any layer")
+    used = sorted(set(programs) | {entry} | set(start_sends))
+    rank_of = {d: r for r, d in enumerate(used)}
+    builder = _Builder(types, model)
+    tag_of: dict[str, int] = {}
+    wire: dict[str, dict[str, Any]] = {}
+    segments: dict[str, onnx.ModelProto] = {}
+    blobs: dict[str, list[tuple[int, Blob]]] = {}
+    ranks = []
+    for d in used:
+        steps, files = _device_steps(
+            d,
+            programs[d],
+            start_sends[d],
+            rank_of,
+            tag_of,
+            wire,
+            types,
+            out_names,
+            where,
+            builder,
+            segments,
+            blobs,
+            {t.name for t in graph.inputs} if d == entry else set(),
+        )
+        dev = platform.devices[d]
+        ranks.append(
+            {
+                "rank": rank_of[d],
+                "device": dev.name,
+                "device_index": d,
+                "host": dev.host,
+                "kind": dev.kind,
+                "threads": dev.threads,
+                "segments": files,
+                "steps": steps,
+            }
+        )
+    plan = {
+        "version": PLAN_VERSION,
+        "net": net.name,
+        "fingerprint": net.fingerprint,
+        "mapping_hash": mapping_hash(share, owner),
+        "platform": platform.name,
+        "seed": seed,
+        "inputs": [
+            {"name": t.name, "shape": list(types[t.name].shape), "dtype": _dtype(types[t.name])}
+            for t in graph.inputs
+        ],
+        "outputs": [{"name": t, "rank": rank_of[where[t]]} for t in out_names],
+        "entry_rank": rank_of[entry],
+        "tensors": wire,
+        "ranks": ranks,
+    }
+    return Deployment(plan, segments, blobs)
+
+
+def _dtype(tt: TensorType) -> str:
+    return np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)).name
+
+
+def _device_steps(
+    d: int,
+    actions: list[_Action],
+    start_sends: list[tuple[str, int]],
+    rank_of: dict[int, int],
+    tag_of: dict[str, int],
+    wire: dict[str, dict[str, Any]],
+    types: dict[str, TensorType],
+    out_names: list[str],
+    where: dict[str, int],
+    builder: _Builder,
+    segments: dict[str, onnx.ModelProto],
+    blobs: dict[str, list[tuple[int, Blob]]],
+    initial: set[str],
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Cut one device's actions into segments; its steps (recv, run, send) in order."""
+    r = rank_of[d]
+
+    def tag(t: str) -> int:
+        if t not in tag_of:
+            tag_of[t] = len(tag_of)
+            tt = types[t]
+            wire[t] = {"shape": list(tt.shape), "dtype": _dtype(tt), "tag": tag_of[t]}
+        return tag_of[t]
+
+    def send_steps(sends: list[tuple[str, int]]) -> list[dict[str, Any]]:
+        return [{"op": "send", "tensor": t, "to": rank_of[dst], "tag": tag(t)} for t, dst in sends]
+
+    # group consecutive compute actions; cut before a recv and after an action that sends
+    groups: list[list[_Action] | _Action] = []
+    current: list[_Action] = []
+    for a in actions:
+        if a.kind == "recv":
+            if current:
+                groups.append(current)
+                current = []
+            groups.append(a)
+            continue
+        current.append(a)
+        if a.sends:
+            groups.append(current)
+            current = []
+    if current:
+        groups.append(current)
+
+    # which tensors each later step reads on this device, to know segment outputs
+    reads_after: list[set[str]] = [set() for _ in groups]
+    later: set[str] = {t for t in out_names if where[t] == d}
+    for i in range(len(groups) - 1, -1, -1):
+        reads_after[i] = set(later)
+        g = groups[i]
+        if isinstance(g, list):
+            for a in g:
+                later.update(a.reads)
+
+    steps: list[dict[str, Any]] = send_steps(start_sends)
+    files: list[str] = []
+    for i, g in enumerate(groups):
+        if isinstance(g, _Action):
+            steps.append(
+                {"op": "recv", "tensor": g.tensor, "from": rank_of[g.peer], "tag": tag(g.tensor)}
+            )
+            continue
+        made: set[str] = set()
+        inputs: list[str] = []
+        nodes: list[onnx.NodeProto] = []
+        inits: dict[str, Init] = {}
+        consts: dict[str, onnx.NodeProto] = {}
+        for a in g:
+            for t in a.reads:
+                if t not in made and t not in inputs:
+                    inputs.append(t)
+            nodes.extend(a.nodes)
+            inits.update(a.inits)
+            consts.update(a.consts)
+            made.update(a.makes)
+        sends = [s for a in g for s in a.sends]
+        needed = reads_after[i] | {t for t, _ in sends}
+        outputs = [t for a in g for t in a.makes if t in needed]
+        if not outputs:
+            outputs = [g[-1].makes[-1]]
+        name = f"rank{r}_seg{len(files)}.onnx"
+        segments[name], blobs[name] = builder.model(
+            nodes, inits, consts, inputs, outputs, name[:-5]
+        )
+        files.append(name)
+        steps.append({"op": "run", "segment": name, "inputs": inputs, "outputs": outputs})
+        steps.extend(send_steps(sends))
+    _add_frees(steps, initial, {t for t in out_names if where[t] == d})
+    return steps, files
+
+
+def _add_frees(steps: list[dict[str, Any]], initial: set[str], keep: set[str]) -> None:
+    """Mark on each step the local tensors last used there (``free``), graph outputs kept."""
+    last: dict[str, int] = {}
+    for i, s in enumerate(steps):
+        for t in s.get("inputs", []) + ([s["tensor"]] if s["op"] == "send" else []):
+            last[t] = i
+        for t in s.get("outputs", []) + ([s["tensor"]] if s["op"] == "recv" else []):
+            last.setdefault(t, i)
+    for t in initial:
+        last.setdefault(t, -1)
+    for t, i in last.items():
+        if t in keep or i < 0:
+            continue
+        steps[i].setdefault("free", []).append(t)
+
+
+def plan_json(plan: dict[str, Any]) -> str:
+    return json.dumps(plan, indent=1)
+
+
+def input_arrays(plan: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
+    """The seeded input image(s): standard normal floats (integers: zeros)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for spec in plan["inputs"]:
+        dtype = np.dtype(spec["dtype"])
+        shape = tuple(spec["shape"])
+        if dtype.kind == "f":
+            out[spec["name"]] = rng.standard_normal(shape).astype(dtype)
+        else:
+            out[spec["name"]] = np.zeros(shape, dtype=dtype)
+    return out
+
+
+def whole_inputs(net: Net) -> list[str]:
+    return [vi.name for vi in graph_inputs(net.model)]
+
+
+def total_bytes(plan: dict[str, Any]) -> int:
+    return sum(
+        math.prod(plan["tensors"][s["tensor"]]["shape"])
+        * np.dtype(plan["tensors"][s["tensor"]]["dtype"]).itemsize
+        for r in plan["ranks"]
+        for s in r["steps"]
+        if s["op"] == "send"
+    )

@@ -1,0 +1,181 @@
+"""The partitioner and the in-process executor: partitioned outputs equal the whole model.
+
+Tolerance: the parts run the same operators on the same inputs with sliced weights, so only the
+summation order inside onnxruntime's kernels may change (its blocking depends on the channel
+count). A float32 dot product of K terms reordered differs by about sqrt(K) * 2^-23 of its
+magnitude (K <= 25088 here: ~2e-5); a few such layers in a row stay below 1e-4 of the output's
+scale, so outputs must agree to max|a - b| <= 1e-4 * max|b|.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+from onnx_factory import weight
+from platforms import platform
+
+from chromosomes import make_chromosome
+from dse.errors import DseError
+from dse.mapping import MappingBatch, from_device_lists
+from dse.net import Net, load_net
+from dse.runtime.partition import channel_bounds, input_arrays, partition
+from dse.runtime.sequential import run_deployment
+from dse.runtime.sessions import session
+
+RTOL = 1e-4
+
+
+def zoo_like(tmp_path: Path) -> Net:
+    """Every sliceable op and the awkward cases: a grouped Conv (8 channels, 2 groups), a
+    depthwise Conv, ConvTranspose with and without groups, Gemm with and without transB and
+    with a full and a broadcast bias, a Constant-node bias, MatMul with a constant weight, a
+    reshape whose shape is folded from Shape, two branches joined, and two graph outputs."""
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "wa", "ba"], ["a"], pads=[1, 1, 1, 1], name="conv_a"),
+        n("Relu", ["a"], ["ra"], name="relu_a"),
+        n("Conv", ["ra", "wg", "bg"], ["g"], pads=[1, 1, 1, 1], group=2, name="conv_g"),
+        n("Conv", ["g", "wd"], ["d"], pads=[1, 1, 1, 1], group=8, name="conv_dw"),
+        n("ConvTranspose", ["d", "wt", "bt"], ["t"], strides=[2, 2], group=2, name="convt_g"),
+        n("ConvTranspose", ["ra", "wt2"], ["t2"], strides=[2, 2], name="convt"),
+        n("Add", ["t", "t2"], ["s"], name="add"),
+        n("GlobalAveragePool", ["s"], ["pool"], name="pool"),
+        n("Shape", ["pool"], ["shp"], name="shape"),
+        n("Slice", ["shp", "zero", "one"], ["shp0"], name="shp0"),
+        n("Concat", ["shp0", "minus1"], ["newshape"], axis=0, name="newshape"),
+        n("Reshape", ["pool", "newshape"], ["r"], name="reshape"),
+        n(
+            "Constant",
+            [],
+            ["c1"],
+            value=numpy_helper.from_array(np.linspace(-1, 1, 10).astype(np.float32), "c1"),
+            name="c1",
+        ),
+        n("Gemm", ["r", "w1", "c1"], ["f1"], name="gemm_n"),
+        n("Gemm", ["f1", "w2", "c2"], ["f2"], transB=1, alpha=0.5, name="gemm_t"),
+        n("MatMul", ["f2", "w3"], ["m"], name="matmul"),
+    ]
+    inits = [
+        weight("wa", [8, 4, 3, 3], 1),
+        weight("ba", [8], 2),
+        weight("wg", [8, 4, 3, 3], 3),
+        weight("bg", [8], 4),
+        weight("wd", [8, 1, 3, 3], 5),
+        weight("wt", [8, 3, 2, 2], 6),
+        weight("bt", [6], 7),
+        weight("wt2", [8, 6, 2, 2], 8),
+        weight("w1", [6, 10], 9),
+        weight("w2", [12, 10], 10),
+        weight("c2", [1], 11),
+        weight("w3", [12, 5], 12),
+        numpy_helper.from_array(np.array([0], dtype=np.int64), "zero"),
+        numpy_helper.from_array(np.array([1], dtype=np.int64), "one"),
+        numpy_helper.from_array(np.array([-1], dtype=np.int64), "minus1"),
+    ]
+    ins = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 8, 8])]
+    outs = [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None) for o in ("m", "s")]
+    g = helper.make_graph(nodes, "zoo_like", ins, outs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = tmp_path / "zoo_like.onnx"
+    onnx.save(m, path)
+    return load_net({"name": "onnx", "path": str(path)})
+
+
+def whole(net: Net, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    sess = session(net.weighted_model())
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, inputs), strict=True))
+
+
+def assert_equal_outputs(net: Net, batch: MappingBatch, plat, ref=None) -> int:
+    dep = partition(net, batch, plat)
+    x = input_arrays(dep.plan, seed=0)
+    ref = ref if ref is not None else whole(net, x)
+    got = run_deployment(dep, x)
+    assert set(got) == set(ref)
+    for name, r in ref.items():
+        assert got[name].shape == r.shape
+        assert np.abs(got[name] - r).max() <= RTOL * np.abs(r).max(), name
+    return len(dep.segments)
+
+
+def test_channel_bounds_are_rounded_cumulative_shares() -> None:
+    # 10 channels as 4, 3, 3 (shares_from_counts) and an uneven AutoDiCE split 1 | 9
+    assert channel_bounds(np.array([0.4, 0.3, 0.3]), 10) == [(0, 4), (4, 7), (7, 10)]
+    assert channel_bounds(np.array([0.1, 0.9]), 10) == [(0, 1), (1, 10)]
+
+
+def test_sub_models_pass_the_checker(tmp_path: Path) -> None:
+    net = zoo_like(tmp_path)
+    n = len(net.graph)
+    batch = from_device_lists(
+        net.graph, 4, [[[0, 1, 2] if net.graph.splittable[i] else [3] for i in range(n)]]
+    )
+    dep = partition(net, batch, platform(4))
+    out = tmp_path / "dep"
+    out.mkdir()
+    dep.write_segments(out)
+    for name in dep.segments:
+        onnx.checker.check_model(str(out / name), full_check=True)
+    names = [t for m in dep.segments.values() for t in m.graph.initializer]
+    assert len(names) > 0
+
+
+@pytest.mark.parametrize("encoding", ["naive", "advanced", "vertical"])
+def test_random_mappings_equal_the_whole_model(tmp_path: Path, encoding: str) -> None:
+    net = zoo_like(tmp_path)
+    plat = platform(4)
+    x = input_arrays({"inputs": [{"name": "x", "shape": [1, 4, 8, 8], "dtype": "float32"}]})
+    ref = whole(net, x)
+    chrom = make_chromosome(encoding, net.graph, 4, None if encoding == "vertical" else 4)
+    batch = chrom.decode(chrom.sample(12, np.random.default_rng(7)))
+    split = 0
+    for p in range(batch.size):
+        assert_equal_outputs(net, batch[p], plat, ref)
+        split += int(((batch.share[p] > 0).sum(axis=1) > 1).any())
+    assert encoding == "vertical" or split > 0  # the sample did exercise split layers
+
+
+def test_every_layer_split_on_every_device(tmp_path: Path) -> None:
+    net = zoo_like(tmp_path)
+    n = len(net.graph)
+    lists = [[list(range(4)) if net.graph.splittable[i] else [i % 4] for i in range(n)]]
+    assert_equal_outputs(net, from_device_lists(net.graph, 4, lists), platform(4))
+
+
+def test_a_b_a_vertical_mapping(tmp_path: Path) -> None:
+    net = zoo_like(tmp_path)
+    n = len(net.graph)
+    # layers alternate between devices 0 and 1: every edge crosses, A -> B -> A -> ...
+    lists = [[[i % 2] for i in range(n)]]
+    segments = assert_equal_outputs(net, from_device_lists(net.graph, 2, lists), platform(2))
+    assert segments == n  # one segment per layer: each waits for the other device
+
+
+def test_alexnet_random_mappings() -> None:
+    net = load_net({"name": "alexnet"})
+    plat = platform(4)
+    x = input_arrays({"inputs": [{"name": "input", "shape": [1, 3, 224, 224], "dtype": "float32"}]})
+    ref = whole(net, x)
+    rng = np.random.default_rng(3)
+    for encoding in ("naive", "advanced", "vertical"):
+        chrom = make_chromosome(encoding, net.graph, 4, None if encoding == "vertical" else 4)
+        batch = chrom.decode(chrom.sample(1, rng))
+        for p in range(batch.size):
+            assert_equal_outputs(net, batch[p], plat, ref)
+
+
+def test_mapping_of_another_net_is_refused(tmp_path: Path) -> None:
+    net = zoo_like(tmp_path)
+    other = load_net({"name": "alexnet"})
+    batch = from_device_lists(other.graph, 2, [[[0]] * len(other.graph)])
+    with pytest.raises(DseError, match="another network"):
+        partition(net, batch, platform(2))
+    batch = from_device_lists(net.graph, 4, [[[3]] * len(net.graph)])
+    with pytest.raises(DseError, match="has 2"):
+        partition(net, batch, platform(2))
