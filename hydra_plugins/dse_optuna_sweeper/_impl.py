@@ -1,0 +1,374 @@
+"""The sweep loop: ask the study for a batch of trials, launch them as jobs, tell the results."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from hydra.core.plugins import Plugins
+from hydra.core.utils import JobReturn
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+from optuna.distributions import (
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+    distribution_to_json,
+)
+from optuna.trial import Trial, TrialState
+
+from dse.errors import DseError
+from hydra_plugins.dse_optuna_sweeper import _report
+from hydra_plugins.dse_optuna_sweeper._space import SearchSpace, parse
+from hydra_plugins.dse_optuna_sweeper._storage import default_url, open_storage, retry
+from hydra_plugins.dse_optuna_sweeper.config import SAMPLERS
+
+DIRECTIONS = ("maximize", "minimize")
+
+
+def as_list(value: Any) -> list[Any]:
+    if OmegaConf.is_list(value) or isinstance(value, list | tuple):
+        return list(value)
+    return [value]
+
+
+def objectives_and_directions(objective: Any, direction: Any) -> tuple[list[str], list[str]]:
+    """The objective keys and one direction for each (a single direction applies to all)."""
+    keys = [str(k) for k in as_list(objective)]
+    dirs = [str(d).lower() for d in as_list(direction)]
+    if not keys or len(set(keys)) != len(keys):
+        raise DseError(f"hydra.sweeper.objective={keys}: name each objective key once")
+    if len(dirs) == 1:
+        dirs = dirs * len(keys)
+    if len(dirs) != len(keys):
+        raise DseError(
+            f"hydra.sweeper.direction has {len(dirs)} values for {len(keys)} objectives "
+            f"({', '.join(keys)}): give one direction per objective"
+        )
+    for d in dirs:
+        if d not in DIRECTIONS:
+            raise DseError(f"hydra.sweeper.direction={d}: choose maximize or minimize")
+    return keys, dirs
+
+
+def make_sampler(conf: Any) -> optuna.samplers.BaseSampler:
+    """The Optuna sampler a ``SamplerConf`` names."""
+    name = str(conf.name)
+    if name not in SAMPLERS:
+        raise DseError(f"unknown sampler '{name}': choose one of {', '.join(SAMPLERS)}")
+    options = OmegaConf.to_container(conf.options) if OmegaConf.is_config(conf.options) else {}
+    kwargs = dict(options or {})
+    if conf.seed is not None:
+        kwargs["seed"] = int(conf.seed)
+    try:
+        return getattr(optuna.samplers, SAMPLERS[name])(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise DseError(f"sampler {name}: {exc}") from None
+
+
+def default_study_name(
+    config: DictConfig, space: SearchSpace, keys: list[str], dirs: list[str]
+) -> str:
+    """``<net>-<digest>``: the same command (fixed settings, search space, objectives) gives
+    the same study, so running it again continues it."""
+    ident = {
+        "fixed": sorted(space.fixed),
+        "params": {n: distribution_to_json(d) for n, d in sorted(space.distributions.items())},
+        "objectives": keys,
+        "directions": dirs,
+    }
+    digest = hashlib.sha1(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:8]
+    net = OmegaConf.select(config, "net.name", default=None)
+    return f"{net or 'sweep'}-{digest}"
+
+
+def safe_name(name: str) -> str:
+    """A study name as a file name."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "study"
+
+
+def lookup(result: Mapping[str, Any], key: str) -> Any:
+    """``result[key]``, or the nested value a dotted key names."""
+    if key in result:
+        return result[key]
+    node: Any = result
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            raise KeyError(key)
+        node = node[part]
+    return node
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+@dataclass
+class Outcome:
+    """What a job's return means for its trial."""
+
+    values: list[float] | None = None  # None: the trial failed
+    reason: str | None = None
+    attrs: dict[str, Any] = field(default_factory=dict)  # user attributes to record
+    traceback: str | None = None
+
+
+def outcome(ret: JobReturn, keys: Sequence[str]) -> Outcome:
+    """The trial's values, read from the job's return value (``keys`` of its mapping), or why
+    it failed: the job raised, returned ``status != ok`` (with its ``reason``), or lacked a
+    key."""
+    try:
+        result = ret.return_value
+    except Exception as exc:  # noqa: BLE001 - the job's own error, whatever its class
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return Outcome(reason=one_line(exc), traceback=tb)
+    if not isinstance(result, Mapping):
+        if len(keys) == 1 and isinstance(result, int | float) and not isinstance(result, bool):
+            result = {keys[0]: result}
+        else:
+            return Outcome(reason=f"the job returned {result!r:.80}, not a mapping")
+    attrs = {
+        k: v
+        for k, v in result.items()
+        if k not in ("status", "reason") and isinstance(v, str | int | float | bool)
+    }
+    status = result.get("status", "ok")
+    if status != "ok":
+        return Outcome(reason=str(result.get("reason") or f"status {status}"), attrs=attrs)
+    values = []
+    for key in keys:
+        try:
+            value = lookup(result, key)
+        except KeyError:
+            return Outcome(
+                reason=f"the job returned no '{key}' (it has {', '.join(map(str, result))})",
+                attrs=attrs,
+            )
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return Outcome(reason=f"{key}={value!r:.60} is not a number", attrs=attrs)
+        if not math.isfinite(number):
+            return Outcome(reason=f"{key} is {number}", attrs=attrs)
+        values.append(number)
+    return Outcome(values=values, attrs=attrs)
+
+
+def suggest(trial: Trial, name: str, dist: Any) -> Any:
+    """Sample one parameter through the public Trial API."""
+    if isinstance(dist, CategoricalDistribution):
+        return trial.suggest_categorical(name, list(dist.choices))
+    if isinstance(dist, IntDistribution):
+        return trial.suggest_int(name, dist.low, dist.high, step=dist.step, log=dist.log)
+    if isinstance(dist, FloatDistribution):
+        return trial.suggest_float(name, dist.low, dist.high, step=dist.step, log=dist.log)
+    raise TypeError(f"unsupported distribution {dist!r}")  # pragma: no cover
+
+
+class SweeperImpl:
+    """See :class:`hydra_plugins.dse_optuna_sweeper.config.DseOptunaSweeperConf`."""
+
+    def __init__(
+        self,
+        sampler: Any,
+        objective: Any,
+        direction: Any,
+        n_trials: int,
+        n_jobs: int,
+        total_trials: int | None,
+        study_name: str | None,
+        storage: str | None,
+        params: Mapping[str, str] | None,
+    ) -> None:
+        self.sampler_conf = sampler
+        self.objective, self.direction = objective, direction
+        self.n_trials, self.n_jobs, self.total_trials = n_trials, n_jobs, total_trials
+        self.study_name, self.storage = study_name, storage
+        self.params = {str(k): str(v) for k, v in (params or {}).items()}
+        self.job_idx = 0
+        self.worker = f"{socket.gethostname()}:{os.getpid()}"
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        self.hydra_context, self.config = hydra_context, config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
+        self.sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()
+
+    def sweep(self, arguments: list[str]) -> Any:
+        try:
+            return self._sweep(arguments)
+        except DseError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(2)
+
+    def _open(self, space: SearchSpace) -> tuple[optuna.Study, str, list[str]]:
+        if self.n_trials < 0 or self.n_jobs < 1:
+            raise DseError("hydra.sweeper.n_trials must be 0 or more and n_jobs 1 or more")
+        keys, dirs = objectives_and_directions(self.objective, self.direction)
+        name = self.study_name or default_study_name(self.config, space, keys, dirs)
+        root = Path(str(self.config.hydra.runtime.cwd))
+        url = self.storage or default_url(safe_name(name), root)
+        storage = open_storage(url)
+        sampler = make_sampler(self.sampler_conf)
+        study = retry(
+            lambda: optuna.create_study(
+                storage=storage,
+                sampler=sampler,
+                study_name=name,
+                directions=dirs,
+                load_if_exists=True,
+            )
+        )
+        have = [d.name.lower() for d in study.directions]
+        stored = study.user_attrs.get("objectives")
+        if have != dirs or (stored is not None and stored != keys):
+            raise DseError(
+                f"study '{name}' in {url} optimises {stored or '?'} ({', '.join(have)}), not "
+                f"{keys} ({', '.join(dirs)}): give another hydra.sweeper.study_name"
+            )
+        if stored is None:
+            retry(lambda: study.set_user_attr("objectives", keys))
+            retry(lambda: study.set_user_attr("directions", dirs))
+        return study, url, keys
+
+    def _ask(self, study: optuna.Study, space: SearchSpace) -> tuple[Trial, list[str], float]:
+        started = time.perf_counter()
+        trial = retry(study.ask)
+        values = {
+            n: retry(lambda n=n, d=d: suggest(trial, n, d)) for n, d in space.distributions.items()
+        }
+        overrides = space.overrides(values)
+        for key, value in (
+            ("overrides", overrides),
+            ("worker", self.worker),
+            ("sweep_dir", str(self.sweep_dir)),
+        ):
+            retry(lambda k=key, v=value: trial.set_user_attr(k, v))
+        return trial, overrides, time.perf_counter() - started
+
+    def _fail(self, study: optuna.Study, trial: Trial, reason: str) -> None:
+        retry(lambda: trial.set_user_attr("fail_reason", reason))
+        retry(lambda: study.tell(trial, state=TrialState.FAIL, skip_if_finished=True))
+        print(f"trial {trial.number} failed: {reason}", file=sys.stderr)
+
+    def _valid(self, overrides: list[str]) -> str | None:
+        """Why a trial's config does not compose, or None."""
+        loader = self.hydra_context.config_loader
+        try:
+            loader.load_sweep_config(master_config=self.config, sweep_overrides=list(overrides))
+        except Exception as exc:  # noqa: BLE001 - composition errors are many classes
+            return one_line(exc)
+        return None
+
+    def _record(
+        self,
+        study: optuna.Study,
+        trial: Trial,
+        ret: JobReturn,
+        keys: list[str],
+        spent: float,
+        launch: float,
+    ) -> None:
+        started = time.perf_counter()
+        got = outcome(ret, keys)
+        attrs = dict(got.attrs)
+        if "run_dir" not in attrs and ret.hydra_cfg is not None:
+            out = OmegaConf.select(ret.hydra_cfg, "hydra.runtime.output_dir", default=None)
+            if out and Path(out).is_dir():
+                attrs["run_dir"] = str(out)
+        if ret.hydra_cfg is not None:
+            attrs["job"] = OmegaConf.select(ret.hydra_cfg, "hydra.job.num", default=None)
+        if got.traceback:
+            with open(self.sweep_dir / "errors.log", "a", encoding="utf-8") as log:
+                log.write(f"trial {trial.number} ({' '.join(ret.overrides or [])}):\n")
+                log.write(got.traceback + "\n")
+        # time in the sweeper itself (ask, suggest, check, record), and in the launcher per job
+        attrs["sweeper_seconds"] = round(spent + time.perf_counter() - started, 6)
+        attrs["launch_seconds"] = round(launch, 6)
+        for key, value in attrs.items():
+            retry(lambda k=key, v=value: trial.set_user_attr(k, v))
+        if got.values is None:
+            self._fail(study, trial, str(got.reason))
+            return
+        retry(lambda: study.tell(trial, values=got.values, skip_if_finished=True))
+        shown = ", ".join(f"{k}={v:.6g}" for k, v in zip(keys, got.values, strict=True))
+        print(f"trial {trial.number}: {shown} -> {attrs.get('run_dir', '?')}")
+
+    def _sweep(self, arguments: list[str]) -> list[Sequence[JobReturn]]:
+        space = parse(arguments, self.params)
+        study, url, keys = self._open(space)
+        self.sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, self.sweep_dir / "multirun.yaml")
+        with_metric_names(study, keys)
+        print(
+            f"study '{study.study_name}' in {url}: {len(study.trials)} trials so far; "
+            f"watch it with: optuna-dashboard {url}"
+        )
+        returns: list[Sequence[JobReturn]] = []
+        done = 0
+        while done < self.n_trials:
+            size = min(self.n_jobs, self.n_trials - done)
+            if self.total_trials is not None:
+                size = min(size, self.total_trials - len(study.get_trials(deepcopy=False)))
+                if size <= 0:
+                    break
+            done += size
+            batch = []
+            for _ in range(size):
+                trial, overrides, spent = self._ask(study, space)
+                bad = self._valid(overrides)
+                if bad:
+                    self._fail(study, trial, bad)
+                else:
+                    batch.append((trial, overrides, spent))
+            if not batch:
+                continue
+            launched = time.perf_counter()
+            try:
+                results = self.launcher.launch(
+                    [ov for _, ov, _ in batch], initial_job_idx=self.job_idx
+                )
+            except BaseException as exc:
+                why = "interrupted" if isinstance(exc, KeyboardInterrupt | SystemExit) else None
+                for trial, _, _ in batch:
+                    self._fail(study, trial, why or one_line(exc))
+                if why:
+                    print(
+                        "sweep interrupted: run the same command to continue the study",
+                        file=sys.stderr,
+                    )
+                raise
+            self.job_idx += len(batch)
+            launch = (time.perf_counter() - launched) / len(batch)
+            for (trial, _, spent), ret in zip(batch, results, strict=True):
+                self._record(study, trial, ret, keys, spent, launch)
+            returns.append(results)
+        report = _report.summarize(study, keys, space)
+        print(_report.text(report))
+        _report.write(report, self.sweep_dir)
+        return returns
+
+
+def with_metric_names(study: optuna.Study, keys: list[str]) -> None:
+    """Name the study's values after the objective keys (shown by optuna-dashboard)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if study.metric_names != keys:
+            retry(lambda: study.set_metric_names(keys))

@@ -1,0 +1,129 @@
+"""Hydra's sweep syntax as Optuna distributions, and a trial's parameters back as overrides.
+
+``choice(a,b)`` and ``a,b`` -> categorical; ``range(2,7)`` -> integers 2..6 (ordered, so a
+sampler can use the order; float steps -> a stepped float); ``interval(5,40)`` -> a float in
+[5, 40]; ``tag(log, interval(...))`` -> log scale; ``tag(int, interval(...))`` -> integers.
+Overrides that sweep nothing are passed to every trial as given.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+
+from dse.errors import DseError
+
+#: Types Optuna stores as categorical choices as they are.
+PLAIN = (str, int, float, bool)
+
+
+@dataclass(frozen=True)
+class Param:
+    """One swept key: its Optuna distribution and how a value goes back on the command line."""
+
+    key: str  # as given, with its prefix (+key, ++key)
+    name: str  # the Optuna parameter name: the key without prefix
+    distribution: BaseDistribution
+    encoded: tuple[str, ...] = ()  # categorical: the override text of each choice
+
+    def override(self, value: Any) -> str:
+        if isinstance(self.distribution, CategoricalDistribution):
+            text = self.encoded[int(self.distribution.to_internal_repr(value))]
+        elif isinstance(value, float):
+            text = repr(value)
+        else:
+            text = str(value)
+        return f"{self.key}={text}"
+
+
+@dataclass
+class SearchSpace:
+    params: dict[str, Param] = field(default_factory=dict)
+    fixed: list[str] = field(default_factory=list)  # overrides every trial gets
+
+    @property
+    def distributions(self) -> dict[str, BaseDistribution]:
+        return {name: p.distribution for name, p in self.params.items()}
+
+    def overrides(self, values: dict[str, Any]) -> list[str]:
+        """A trial's command line: the fixed overrides, then one per swept key."""
+        return [*self.fixed, *(p.override(values[n]) for n, p in self.params.items())]
+
+
+def _bad(override: Override, why: str) -> DseError:
+    return DseError(f"cannot sweep '{override.input_line}': {why}")
+
+
+def distribution(override: Override) -> tuple[BaseDistribution, tuple[str, ...]]:
+    """The Optuna distribution of a sweep override (and the override text of categorical
+    choices)."""
+    value = override.value()
+    tags = set(getattr(value, "tags", ()) or ())
+    if override.is_interval_sweep():
+        unknown = tags - {"log", "int"}
+        if unknown:
+            raise _bad(override, f"unknown tag {sorted(unknown)[0]} (interval takes log and int)")
+        log = "log" in tags
+        low, high = float(value.start), float(value.end)
+        if not low < high:
+            raise _bad(override, "an interval needs its start below its end")
+        if log and low <= 0:
+            raise _bad(override, "a log interval needs a start above zero")
+        if "int" in tags:
+            ilow, ihigh = math.ceil(low), math.floor(high)
+            if ilow > ihigh:
+                raise _bad(override, "no whole number lies in this interval")
+            return IntDistribution(ilow, ihigh, log=log), ()
+        return FloatDistribution(low, high, log=log), ()
+    if tags:
+        raise _bad(override, "tags (log, int) apply to interval() only")
+    if override.is_range_sweep():
+        values = list(override.sweep_iterator())
+        if not values:
+            raise _bad(override, "the range is empty")
+        step = abs(value.step)
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            return IntDistribution(min(values), max(values), step=int(step)), ()
+        return FloatDistribution(float(min(values)), float(max(values)), step=float(step)), ()
+    if override.is_choice_sweep():
+        raw = list(override.sweep_iterator())
+        text = tuple(override.sweep_string_iterator())
+        if len(set(text)) != len(text):
+            raise _bad(override, "a choice lists a value twice")
+        choices = tuple(v if isinstance(v, PLAIN) else t for v, t in zip(raw, text, strict=True))
+        return CategoricalDistribution(choices), text
+    raise _bad(override, "only choice, range and interval sweeps are supported")
+
+
+def parse(arguments: Sequence[str], params: dict[str, str] | None = None) -> SearchSpace:
+    """The search space of a command line (``params`` first: the command line wins)."""
+    lines = [f"{k}={v}" for k, v in (params or {}).items()] + list(arguments)
+    try:
+        overrides = OverridesParser.create().parse_overrides(lines)
+    except Exception as exc:  # noqa: BLE001 - Hydra's parser errors are many classes
+        raise DseError(f"cannot read the sweep: {str(exc).splitlines()[0]}") from None
+    space = SearchSpace()
+    fixed: dict[str, str] = {}
+    for o in overrides:
+        key = o.get_key_element()
+        name = key.lstrip("+~")
+        space.params.pop(name, None)
+        fixed.pop(name, None)
+        if o.is_sweep_override():
+            dist, encoded = distribution(o)
+            space.params[name] = Param(key, name, dist, encoded)
+        else:
+            fixed[name] = o.input_line
+    space.fixed = list(fixed.values())
+    return space

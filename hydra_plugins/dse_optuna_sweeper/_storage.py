@@ -1,0 +1,82 @@
+"""Where a study lives: SQLite under runs/sweeps by default, any RDB URL, or memory.
+
+Several workers may share one study. SQLite serialises writers with a lock: each connection
+waits up to :data:`SQLITE_TIMEOUT` seconds for it, and a write that still finds the database
+busy is retried (each of Optuna's writes is one transaction, so a retry neither loses nor
+repeats one). Over several hosts use a server database (``postgresql://...``).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import optuna
+
+from dse.errors import DseError
+
+T = TypeVar("T")
+#: Seconds a SQLite connection waits for another worker's write.
+SQLITE_TIMEOUT = 60.0
+#: Attempts of a write that found the database busy or hit a transient error.
+ATTEMPTS = 8
+
+
+def default_url(study_name: str, root: Path) -> str:
+    """``sqlite:///<root>/runs/sweeps/<study_name>.db``."""
+    return f"sqlite:///{root / 'runs' / 'sweeps' / f'{study_name}.db'}"
+
+
+def transient(exc: BaseException, also: tuple[type[BaseException], ...] = ()) -> bool:
+    """A database error that may pass if tried again (a lock, a dropped connection, or one of
+    ``also``)."""
+    from sqlalchemy.exc import DBAPIError, OperationalError
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, (OperationalError, optuna.exceptions.StorageInternalError, *also)):
+            return True
+        if isinstance(seen, DBAPIError) and seen.connection_invalidated:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def retry(action: Callable[[], T], also: tuple[type[BaseException], ...] = ()) -> T:
+    """``action()``, tried again with a random back-off while the database is busy."""
+    for attempt in range(ATTEMPTS):
+        try:
+            return action()
+        except Exception as exc:
+            if not transient(exc, also) or attempt == ATTEMPTS - 1:
+                raise
+            time.sleep(random.uniform(0.05, 0.2) * 2**attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def open_storage(url: str) -> Any:
+    """The Optuna storage for ``url`` (None for 'memory'); makes a SQLite file's directory."""
+    if url == "memory":
+        return None
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite:"):
+        path = url.split(":///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT}}
+    from sqlalchemy.exc import IntegrityError
+
+    try:
+        # two workers creating the tables at once: the slower one finds them made and retries
+        return retry(
+            lambda: optuna.storages.RDBStorage(url, engine_kwargs=kwargs), also=(IntegrityError,)
+        )
+    except ImportError as exc:
+        raise DseError(
+            f"storage {url}: {exc} (install the database driver, e.g. psycopg2 for postgresql)"
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - SQLAlchemy and driver errors are many classes
+        raise DseError(f"cannot open the storage {url}: {str(exc).splitlines()[0]}") from None
