@@ -587,7 +587,15 @@ def partition(
             {"name": t.name, "shape": list(types[t.name].shape), "dtype": _dtype(types[t.name])}
             for t in graph.inputs
         ],
-        "outputs": [{"name": t, "rank": rank_of[where[t]]} for t in out_names],
+        "outputs": [
+            {
+                "name": t,
+                "rank": rank_of[where[t]],
+                "shape": list(types[t].shape),
+                "dtype": _dtype(types[t]),
+            }
+            for t in out_names
+        ],
         "entry_rank": rank_of[entry],
         "tensors": wire,
         "ranks": ranks,

@@ -1,0 +1,10 @@
+"""``mpiexec -n K python -m mpi4py -m dse.runtime DIR``: one rank of a deployment."""
+
+from __future__ import annotations
+
+import sys
+
+from dse.runtime.worker import main
+
+if __name__ == "__main__":
+    sys.exit(main())
