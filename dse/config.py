@@ -154,6 +154,19 @@ class EvaluateConfig(InspectConfig):
     horizontal: str | None = None  # AutoDiCE horizontal.json: {layer: ["lop", points, devices]}
 
 
+@dataclass
+class DeployConfig(BaseConfig):
+    """python -m dse.deploy: one mapping -> sub-models + plan (+ measured under MPI)."""
+
+    mapping: str | None = None  # AutoDiCE mapping.json
+    horizontal: str | None = None  # AutoDiCE horizontal.json
+    out: str | None = None  # the deployment directory
+    measure: bool = False  # also run it under mpiexec and write measurements.json
+    warmup: int = 4  # iterations run before measuring (the thesis: 4)
+    iterations: int = 20  # measured iterations (the thesis: 20)
+    timeout_s: float = 600.0  # the run is stopped and marked failed after this long
+
+
 def check(cfg: Any) -> None:
     """The checks a composed config must pass beyond its types (one line each)."""
     from dse.objectives import check_objectives
@@ -176,6 +189,7 @@ def register() -> None:
     cs.store(name="base_config", node=BaseConfig)
     cs.store(name="base_inspect", node=InspectConfig)
     cs.store(name="base_evaluate", node=EvaluateConfig)
+    cs.store(name="base_deploy", node=DeployConfig)
     for name in NETS:
         cs.store(group="net", name=name, node=NetConfig(name=name))
     cs.store(group="net", name="onnx", node=NetConfig(name="onnx", path=MISSING))

@@ -1,0 +1,99 @@
+"""`python -m dse.deploy +net=NET mapping=M platform=P out=DIR [measure=true]`: phase two."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig
+
+from dse import app
+from dse.cli import CONF_DIR, guarded, run
+from dse.errors import DseError
+from dse.evaluate import read_json
+from dse.mapping import from_autodice
+from dse.net import load_net
+from dse.runtime.measure import deploy, deploy_and_measure
+
+
+def summary(result: dict[str, Any]) -> str:
+    """A few lines: status, latency measured vs predicted, per device."""
+    if result.get("status") != "ok":
+        return f"measurement failed: {result.get('reason')}"
+    lat = result["latency_ms"]
+    cmp = result.get("comparison", {})
+    pred = cmp.get("latency_ms", {}).get("predicted")
+    lines = [
+        f"latency {lat['median']:.2f} ms median (p10 {lat['p10']:.2f}, p90 {lat['p90']:.2f}) "
+        + (f"| predicted {pred:.2f} ms ({cmp['latency_ms']['error_pct']:+.1f} %)" if pred else ""),
+        f"outputs vs the whole model: max rel error {result['equivalence'].get('max_rel_error')}",
+    ]
+    for r in result["ranks"]:
+        lines.append(
+            f"  {r['device']}: compute {r['compute_ms']['median']:.2f} ms, wait "
+            f"{r['wait_ms']['median']:.2f} ms, communication {r['communication_ms']['median']:.2f}"
+            f" ms, sent {r['bytes_sent']:,} B, peak RSS {r['peak_rss_loading_mb']} MB loading / "
+            f"{r['peak_rss_running_mb']} MB running"
+        )
+    return "\n".join(lines)
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="deploy", version_base="1.3")
+@guarded
+def main(cfg: DictConfig) -> dict[str, Any]:
+    if not cfg.get("mapping"):
+        raise DseError(
+            "no mapping given: add mapping=path/mapping.json "
+            "(and horizontal=path/horizontal.json for split layers)"
+        )
+    if not cfg.get("out"):
+        raise DseError("no output directory given: add out=DIR")
+    if int(cfg.iterations) < 1 or int(cfg.warmup) < 0:
+        raise DseError("iterations must be at least 1 and warmup at least 0")
+    started = time.perf_counter()
+    if cfg.measure:
+        net, platform, model = app.model_from(cfg)
+    else:
+        net, platform, model = load_net(cfg.get("net")), app.platform_from(cfg), None
+    mapping = read_json(cfg.mapping, "mapping")
+    horizontal = read_json(cfg.horizontal, "horizontal") if cfg.get("horizontal") else None
+    if not isinstance(mapping, dict):
+        raise DseError('mapping.json must be an object {"<host>_<resource>": [node names]}')
+    batch = from_autodice(net.graph, platform.keys, mapping, horizontal)
+    out = Path(str(cfg.out)).expanduser()
+    seed = int(cfg.seed)
+    if not cfg.measure:
+        plan = deploy(net, platform, batch, out, seed, int(cfg.warmup), int(cfg.iterations))
+        n_seg = sum(len(r["segments"]) for r in plan["ranks"])
+        print(
+            f"deployed {net.name} on {len(plan['ranks'])} ranks ({n_seg} sub-models) to {out} "
+            f"in {time.perf_counter() - started:.2f} s; run it with {out / 'run.sh'}"
+        )
+        return {"status": "ok", "out": str(out), "ranks": len(plan["ranks"])}
+    result = deploy_and_measure(
+        net,
+        platform,
+        model,
+        batch,
+        out,
+        seed,
+        int(cfg.warmup),
+        int(cfg.iterations),
+        float(cfg.timeout_s),
+    )
+    print(summary(result))
+    if result.get("status") != "ok":
+        raise DseError(f"the deployment in {out} failed: {result.get('reason')}")
+    print(f"measurements: {out / 'measurements.json'}")
+    return {
+        "status": "ok",
+        "out": str(out),
+        "measurements": json.loads((out / "measurements.json").read_text()),
+    }
+
+
+if __name__ == "__main__":
+    run(main, "deploy")

@@ -1,0 +1,121 @@
+"""Deploy one mapping, run it under MPI and put the model's prediction beside each figure."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dse.errors import DseError
+from dse.mapping import MappingBatch
+from dse.net import Net
+from dse.platform import Platform
+from dse.runtime.launch import launch
+from dse.runtime.package import mpiexec_path, write_deployment
+from dse.runtime.partition import partition
+from models_analytical.model import AnalyticalModel
+
+
+def reference(net: Net, seed: int) -> dict[str, Any]:
+    """Where the runtime finds the whole model for the equivalence check."""
+    from dse.net import zoo
+
+    path = net.path if net.path is not None else zoo.materialize(net.name, seed)
+    shape = net.input_shape
+    if shape is not None and not isinstance(shape, list | dict | str | int | float):
+        shape = list(shape) if not hasattr(shape, "items") else dict(shape)
+    return {"path": str(path), "input_shape": shape}
+
+
+def check_gpus(platform: Platform, batch: MappingBatch) -> None:
+    """A gpu device that takes part needs CUDA here (one line otherwise)."""
+    import onnxruntime as ort
+
+    used = (batch.share[0] > 0).any(axis=0)
+    gpus = [
+        dev.name
+        for dev, on in zip(platform.devices, used, strict=False)
+        if on and dev.kind == "gpu"
+    ]
+    if gpus and "CUDAExecutionProvider" not in ort.get_available_providers():
+        raise DseError(
+            f"device {gpus[0]} is a gpu but onnxruntime has no CUDA execution provider here: "
+            "measure on the boards, or install onnxruntime-gpu"
+        )
+
+
+def deploy(
+    net: Net,
+    platform: Platform,
+    batch: MappingBatch,
+    out: Path,
+    seed: int = 0,
+    warmup: int = 4,
+    iterations: int = 20,
+) -> dict[str, Any]:
+    """Partition mapping 0 of ``batch`` and write its deployment directory; its plan."""
+    dep = partition(net, batch, platform, seed=seed)
+    dep.plan["reference"] = reference(net, seed)
+    write_deployment(dep, platform, out, {"warmup": warmup, "iterations": iterations})
+    return dep.plan
+
+
+def compare(predicted: float | None, measured: float | None) -> dict[str, Any]:
+    err = None
+    if predicted is not None and measured:
+        err = round((predicted - measured) / measured * 100.0, 2)
+    return {"predicted": predicted, "measured": measured, "error_pct": err}
+
+
+def with_prediction(
+    result: dict[str, Any], model: AnalyticalModel, batch: MappingBatch
+) -> dict[str, Any]:
+    """``result`` (measurements.json) with ``predicted`` and a ``comparison`` per figure."""
+    from dse.evaluate import report
+
+    platform = model.platform
+    pred = report(platform, model.evaluate(batch[0:1]))
+    result["predicted"] = pred
+    cmp: dict[str, Any] = {"latency_ms": compare(pred["latency_ms"], None)}
+    if result.get("latency_ms"):
+        cmp["latency_ms"] = compare(pred["latency_ms"], result["latency_ms"]["median"])
+    devices: dict[str, Any] = {}
+    for r in result.get("ranks", []):
+        d = r["device"]
+        devices[d] = {
+            "compute_ms": compare(pred["compute_ms"].get(d), r["compute_ms"]["median"]),
+            "communication_ms": compare(
+                pred["communication_ms"].get(d), r["communication_ms"]["median"]
+            ),
+            "bytes_sent": compare(pred["bytes_sent"].get(d), r["bytes_sent"]),
+            "memory_mb": compare(pred["memory_mb"].get(d), r["peak_rss_running_mb"]),
+            "energy_j": compare(pred["energy_j"].get(d), r["energy_j"]),
+        }
+    cmp["devices"] = devices
+    result["comparison"] = cmp
+    return result
+
+
+def deploy_and_measure(
+    net: Net,
+    platform: Platform,
+    model: AnalyticalModel | None,
+    batch: MappingBatch,
+    out: Path,
+    seed: int = 0,
+    warmup: int = 4,
+    iterations: int = 20,
+    timeout_s: float = 600.0,
+) -> dict[str, Any]:
+    """Deploy, run under mpiexec, and write measurements.json with the prediction beside each
+    measured figure; a failed run comes back as ``{"status": "failed", "reason": ...}``."""
+    check_gpus(platform, batch)
+    mpiexec_path()  # one line before anything is written when MPI is missing
+    deploy(net, platform, batch, out, seed, warmup, iterations)
+    result = launch(Path(out), timeout_s, warmup, iterations)
+    if model is not None:
+        result = with_prediction(result, model, batch)
+    from dse.results.atomic import write_text
+
+    write_text(Path(out) / "measurements.json", json.dumps(result, indent=1))
+    return result
