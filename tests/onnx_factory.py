@@ -51,3 +51,15 @@ def two_branches(order: Sequence[str] = ("A", "B", "C", "B2", "C2", "E")) -> onn
     }
     inits = [const("ten", [10]), const("s0", [0]), const("s1", [mb])]
     return model([nodes[n] for n in order], {"x": [mb]}, ["E"], inits)
+
+
+def conv_relu_chain() -> onnx.ModelProto:
+    """conv -> relu x 3 with 256 channels at 16x16: 5.4 MB of weights, 151 M MACs per conv;
+    on 3 devices 9,261 distinct naive mappings (7 device sets per conv, 3 per relu)."""
+    nodes, inits, prev = [], [], "x"
+    for i, (cin, cout) in enumerate([(64, 256), (256, 256), (256, 256)]):
+        nodes.append(helper.make_node("Conv", [prev, f"w{i}"], [f"c{i}"], name=f"conv{i}"))
+        nodes.append(helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}"))
+        inits.append(weight(f"w{i}", [cout, cin, 3, 3], seed=i))
+        prev = f"r{i}"
+    return model(nodes, {"x": [1, 64, 16, 16]}, [prev], inits)

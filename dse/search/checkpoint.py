@@ -53,6 +53,7 @@ def save(state: SearchState, directory: Path, ident: dict, config: dict) -> Path
         "generation": state.generation,
         "evaluations": state.evaluations,
         "seconds": state.seconds,
+        "exhausted": state.exhausted,
         "history": state.history,
         "rng": state.rng.bit_generator.state,
         "reference": state.reference.to_dict(),
@@ -60,7 +61,8 @@ def save(state: SearchState, directory: Path, ident: dict, config: dict) -> Path
     buf = io.BytesIO()
     arrays = {name: getattr(pop, name) for name in _ARRAYS}
     meta_bytes = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    np.savez(buf, meta=meta_bytes, **arrays)
+    seen = np.frombuffer(b"".join(sorted(state.seen)), dtype=np.uint64)
+    np.savez(buf, meta=meta_bytes, seen=seen, **arrays)
     path = Path(directory) / CHECKPOINT
     write_bytes(path, buf.getvalue())
     return path
@@ -87,6 +89,8 @@ def read(directory: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     n = len(data.get("X", []))
     if missing or any(data[k].shape[:1] != (n,) for k in _ARRAYS) or data["X"].ndim != 2:
         raise DseError(f"{bad}: its population arrays are inconsistent")
+    if "seen" not in data or data["seen"].dtype != np.uint64 or data["seen"].ndim != 1:
+        raise DseError(f"{bad}: its record of evaluated mappings is missing")
     for k in _ARRAYS:
         if data[k].dtype.kind not in "iuf":
             raise DseError(f"{bad}: array '{k}' is not numeric")
@@ -139,5 +143,7 @@ def restore(
         evaluations=int(meta["evaluations"]),
         history=list(meta["history"]),
         seconds=float(meta["seconds"]),
+        seen={v.tobytes() for v in data["seen"]},
+        exhausted=bool(meta.get("exhausted", False)),
     )
     return state

@@ -6,15 +6,16 @@ constraint violation, then rank, then crowding distance; the configured crossove
 survival with feasible individuals first and infeasible ones by violation. Two departures,
 both for mapping search:
 
-* duplicates are mappings, not gene vectors: offspring that decode to a mapping already in the
-  population (or twice among themselves) are dropped and replaced, so every evaluation is a
-  distinct mapping;
+* duplicates are mappings, not gene vectors: offspring that decode to a mapping the run has
+  already evaluated (or twice among themselves) are dropped and replaced, so every evaluation
+  is a new mapping, and a run whose encoding has no new mapping left stops;
 * the whole state is arrays and the generator's state (:class:`SearchState`), so checkpoints
   are plain data (:mod:`dse.search.checkpoint`) and a resumed run continues exactly.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Callable
@@ -81,6 +82,8 @@ class SearchState:
     evaluations: int = 0  # distinct mappings evaluated
     history: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+    seen: set[bytes] = field(default_factory=set)  # every mapping evaluated so far
+    exhausted: bool = False  # no new mapping could be bred
 
     def __post_init__(self) -> None:
         self.crossover = self.settings.crossover.build()
@@ -89,8 +92,10 @@ class SearchState:
     @property
     def done(self) -> bool:
         cap = self.settings.max_evaluations
-        return self.generation >= self.settings.n_gen or (
-            cap is not None and self.evaluations >= cap
+        return (
+            self.exhausted
+            or self.generation >= self.settings.n_gen
+            or (cap is not None and self.evaluations >= cap)
         )
 
 
@@ -98,10 +103,10 @@ class SearchState:
 
 
 def mapping_keys(batch: MappingBatch) -> list[bytes]:
-    """One key per mapping: its share array's bytes (a mapping's shares are computed the same
-    way from the same channel counts, so equal mappings have equal bytes)."""
+    """One 8-byte key per mapping: a digest of its share array (a mapping's shares are computed
+    the same way from the same channel counts, so equal mappings have equal bytes)."""
     share = np.ascontiguousarray(batch.share, dtype=np.float64).reshape(batch.size, -1)
-    return [row.tobytes() for row in share]
+    return [hashlib.blake2b(row.tobytes(), digest_size=8).digest() for row in share]
 
 
 def evaluate(problem: MappingProblem, batch: MappingBatch) -> tuple[np.ndarray, np.ndarray]:
@@ -231,13 +236,12 @@ def step(state: SearchState) -> None:
     problem, settings = state.problem, state.settings
     if state.pop is None:
         X0 = initial_population(problem, settings, state.seed)
-        X, batch, keys = _distinct(problem, X0, len(X0), set())
+        X, batch, keys = _distinct(problem, X0, len(X0), state.seen)
         parents = None
     else:
         budget = settings.pop_size
         if settings.max_evaluations is not None:
             budget = min(budget, settings.max_evaluations - state.evaluations)
-        taken = set(state.pop.keys)
         found_x: list[np.ndarray] = []
         found_b: list[MappingBatch] = []
         keys: list[bytes] = []
@@ -247,11 +251,12 @@ def step(state: SearchState) -> None:
                 break
             # after the first round most candidates are copies: ask for more at once
             n_try = missing if attempt == 0 else min(settings.pop_size, 2 * missing + 8)
-            Xn, bn, kn = _distinct(problem, offspring(state, n_try), missing, taken)
+            Xn, bn, kn = _distinct(problem, offspring(state, n_try), missing, state.seen)
             found_x.append(Xn)
             found_b.append(bn)
             keys.extend(kn)
         X = np.concatenate(found_x)
+        state.exhausted = len(X) == 0
         batch = MappingBatch(
             np.concatenate([b.share for b in found_b]), np.concatenate([b.owner for b in found_b])
         )
