@@ -111,8 +111,13 @@ def lookup(result: Mapping[str, Any], key: str) -> Any:
 
 
 def one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    """The exception's class and the first line of it and of each of its causes."""
+    from dse.cli import one_line as lines
+
+    text = f"{type(exc).__name__}: {lines(exc)}"
+    if "could not be converted to Integer" in text:
+        text += " (sweep whole numbers with tag(int, interval(...)) or range(...))"
+    return text
 
 
 @dataclass
@@ -253,11 +258,7 @@ class SweeperImpl:
             n: retry(lambda n=n, d=d: suggest(trial, n, d)) for n, d in space.distributions.items()
         }
         overrides = space.overrides(values)
-        for key, value in (
-            ("overrides", overrides),
-            ("worker", self.worker),
-            ("sweep_dir", str(self.sweep_dir)),
-        ):
+        for key, value in (("overrides", overrides), ("worker", self.worker)):
             retry(lambda k=key, v=value: trial.set_user_attr(k, v))
         return trial, overrides, time.perf_counter() - started
 
@@ -286,20 +287,25 @@ class SweeperImpl:
     ) -> None:
         started = time.perf_counter()
         got = outcome(ret, keys)
-        attrs = dict(got.attrs)
-        if "run_dir" not in attrs and ret.hydra_cfg is not None:
+        # each attribute is one commit: the run directory, the rest of the result as one
+        run_dir = got.attrs.get("run_dir")
+        if run_dir is None and ret.hydra_cfg is not None:
             out = OmegaConf.select(ret.hydra_cfg, "hydra.runtime.output_dir", default=None)
             if out and Path(out).is_dir():
-                attrs["run_dir"] = str(out)
-        if ret.hydra_cfg is not None:
-            attrs["job"] = OmegaConf.select(ret.hydra_cfg, "hydra.job.num", default=None)
+                run_dir = str(out)
+        attrs: dict[str, Any] = {} if run_dir is None else {"run_dir": str(run_dir)}
+        result = {k: v for k, v in got.attrs.items() if k != "run_dir"}
+        if result:
+            attrs["result"] = result
         if got.traceback:
             with open(self.sweep_dir / "errors.log", "a", encoding="utf-8") as log:
                 log.write(f"trial {trial.number} ({' '.join(ret.overrides or [])}):\n")
                 log.write(got.traceback + "\n")
         # time in the sweeper itself (ask, suggest, check, record), and in the launcher per job
-        attrs["sweeper_seconds"] = round(spent + time.perf_counter() - started, 6)
-        attrs["launch_seconds"] = round(launch, 6)
+        attrs["seconds"] = {
+            "sweeper": round(spent + time.perf_counter() - started, 6),
+            "launch": round(launch, 6),
+        }
         for key, value in attrs.items():
             retry(lambda k=key, v=value: trial.set_user_attr(k, v))
         if got.values is None:
@@ -315,10 +321,8 @@ class SweeperImpl:
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, self.sweep_dir / "multirun.yaml")
         with_metric_names(study, keys)
-        print(
-            f"study '{study.study_name}' in {url}: {len(study.trials)} trials so far; "
-            f"watch it with: optuna-dashboard {url}"
-        )
+        watch = "" if url == "memory" else f"; watch it with: optuna-dashboard {url}"
+        print(f"study '{study.study_name}' in {url}: {len(study.trials)} trials so far{watch}")
         returns: list[Sequence[JobReturn]] = []
         done = 0
         while done < self.n_trials:
@@ -331,7 +335,9 @@ class SweeperImpl:
             batch = []
             for _ in range(size):
                 trial, overrides, spent = self._ask(study, space)
-                bad = self._valid(overrides)
+                # a config that does not compose stops the launcher's whole batch: check each
+                # job of a batch first (a batch of one fails alone, without composing twice)
+                bad = self._valid(overrides) if size > 1 else None
                 if bad:
                     self._fail(study, trial, bad)
                 else:
@@ -343,15 +349,19 @@ class SweeperImpl:
                 results = self.launcher.launch(
                     [ov for _, ov, _ in batch], initial_job_idx=self.job_idx
                 )
-            except BaseException as exc:
-                why = "interrupted" if isinstance(exc, KeyboardInterrupt | SystemExit) else None
+            except Exception as exc:
+                self.job_idx += len(batch)
                 for trial, _, _ in batch:
-                    self._fail(study, trial, why or one_line(exc))
-                if why:
-                    print(
-                        "sweep interrupted: run the same command to continue the study",
-                        file=sys.stderr,
-                    )
+                    self._fail(study, trial, one_line(exc))
+                if len(batch) == 1:
+                    continue
+                raise
+            except BaseException:
+                for trial, _, _ in batch:
+                    self._fail(study, trial, "interrupted")
+                print(
+                    "sweep interrupted: run the same command to continue the study", file=sys.stderr
+                )
                 raise
             self.job_idx += len(batch)
             launch = (time.perf_counter() - launched) / len(batch)

@@ -93,12 +93,16 @@ def text(report: dict[str, Any]) -> str:
         f"{t.get('fail', 0)} failed, {t.get('running', 0)} running)"
     ]
     best = report["best"]
-    label = "best" if len(report["objectives"]) == 1 else f"{len(best)} Pareto trials; first"
+    single = len(report["objectives"]) == 1
+    if not single and best:
+        lines.append(f"{len(best)} Pareto trials:")
     for entry in best[:SHOWN]:
         values = ", ".join(f"{k}={_value(v)}" for k, v in entry["values"].items())
-        lines.append(f"{label}: trial {entry['number']}: {values}: {_settings(entry)}")
-        lines.append(f"  run: {entry['run_dir']}")
-        label = "    "
+        head = "best: trial" if single else "  trial"
+        lines.append(f"{head} {entry['number']}: {values}: {_settings(entry)}")
+        lines.append(f"{'  ' if single else '    '}run: {entry['run_dir']}")
+    if len(best) > SHOWN:
+        lines.append(f"  ... {len(best) - SHOWN} more in the report")
     if not best:
         lines.append("no trial completed")
     if report["importances"]:
