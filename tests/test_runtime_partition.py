@@ -179,3 +179,24 @@ def test_mapping_of_another_net_is_refused(tmp_path: Path) -> None:
     batch = from_device_lists(net.graph, 4, [[[3]] * len(net.graph)])
     with pytest.raises(DseError, match="has 2"):
         partition(net, batch, platform(2))
+
+
+@pytest.mark.parametrize("encoding", ["naive", "advanced", "vertical"])
+def test_plan_sends_what_the_model_counts(tmp_path: Path, encoding: str) -> None:
+    """Every byte the plan sends is a byte the analytical model counts, device by device."""
+    from platforms import model
+
+    net = zoo_like(tmp_path)
+    plat = platform(4)
+    chrom = make_chromosome(encoding, net.graph, 4, None if encoding == "vertical" else 4)
+    batch = chrom.decode(chrom.sample(20, np.random.default_rng(11)))
+    predicted = model(net.graph, plat).evaluate(batch).bytes_sent
+    for p in range(batch.size):
+        plan = partition(net, batch[p], plat).plan
+        sent = np.zeros(4)
+        for r in plan["ranks"]:
+            for s in r["steps"]:
+                if s["op"] == "send":
+                    spec = plan["tensors"][s["tensor"]]
+                    sent[r["device_index"]] += np.prod(spec["shape"]) * 4
+        np.testing.assert_allclose(sent, predicted[p], rtol=1e-9)

@@ -11,8 +11,8 @@ from dse.mapping import MappingBatch
 from dse.net import Net
 from dse.platform import Platform
 from dse.runtime.launch import launch
-from dse.runtime.package import mpiexec_path, write_deployment
-from dse.runtime.partition import partition
+from dse.runtime.package import check_existing, mpiexec_path, write_deployment
+from dse.runtime.partition import mapping_hash, partition
 from models_analytical.model import AnalyticalModel
 
 
@@ -54,6 +54,7 @@ def deploy(
     iterations: int = 20,
 ) -> dict[str, Any]:
     """Partition mapping 0 of ``batch`` and write its deployment directory; its plan."""
+    check_existing(out, net.fingerprint, mapping_hash(batch.share[0], batch.owner[0]))
     dep = partition(net, batch, platform, seed=seed)
     dep.plan["reference"] = reference(net, seed)
     write_deployment(dep, platform, out, {"warmup": warmup, "iterations": iterations})

