@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from dse.errors import DseError
-from dse.mapping import MappingBatch, derive_owner
+from dse.mapping import MappingBatch, derive_owner, shares_by_speed, shares_from_counts
 from dse.net.graph import LayerGraph
 
 
@@ -21,8 +21,18 @@ class Chromosome(ABC):
 
     name: str = ""
 
-    def __init__(self, graph: LayerGraph, n_devices: int, splits: int | None = None) -> None:
+    def __init__(
+        self,
+        graph: LayerGraph,
+        n_devices: int,
+        splits: int | None = None,
+        speed: np.ndarray | None = None,
+    ) -> None:
+        """``speed[L, D]``: relative throughput of each device on each layer; given, a split
+        layer's parts are sized to their devices (:func:`dse.mapping.shares_by_speed`), else
+        equal."""
         self.graph, self.n_devices = graph, n_devices
+        self.speed = speed
         self.split_layers = np.flatnonzero(graph.splittable)
         if splits is not None and not 1 <= splits <= n_devices:
             raise DseError(
@@ -57,6 +67,13 @@ class Chromosome(ABC):
     @abstractmethod
     def decode(self, genes: np.ndarray) -> MappingBatch:
         """Gene matrix [P, n_genes] -> mapping batch."""
+
+    def _shares(self, counts: np.ndarray, layers: np.ndarray | slice = slice(None)) -> np.ndarray:
+        """Channel fractions of ``counts[P, len(layers), D]`` parts of ``layers``."""
+        channels = self.graph.out_channels[layers]
+        if self.speed is None:
+            return shares_from_counts(counts, channels)
+        return shares_by_speed(counts, channels, self.speed[layers])
 
     def _batch(self, share: np.ndarray) -> MappingBatch:
         return MappingBatch(share, derive_owner(self.graph, share))

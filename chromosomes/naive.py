@@ -10,14 +10,14 @@ from __future__ import annotations
 import numpy as np
 
 from chromosomes.base import Chromosome
-from dse.mapping import MappingBatch, shares_from_counts
+from dse.mapping import MappingBatch
 
 
 class NaiveChromosome(Chromosome):
     name = "naive"
 
-    def __init__(self, graph, n_devices: int, splits: int | None = None) -> None:
-        super().__init__(graph, n_devices, splits)
+    def __init__(self, graph, n_devices: int, splits: int | None = None, speed=None) -> None:
+        super().__init__(graph, n_devices, splits, speed)
         width = np.where(graph.splittable, n_devices if splits is None else splits, 1)
         self.start = np.concatenate([[0], np.cumsum(width)[:-1]])  # first gene of each layer
         self.width = width
@@ -40,5 +40,5 @@ class NaiveChromosome(Chromosome):
         rows = np.arange(pop)[:, None]
         layer_of_gene = np.repeat(np.arange(n_layers), self.width)
         present[rows, layer_of_gene[None, :], genes] = True
-        share = shares_from_counts(present.astype(np.int64), self.graph.out_channels)
+        share = self._shares(present.astype(np.int64))
         return self._batch(share)

@@ -11,7 +11,7 @@ import numpy as np
 
 from chromosomes.base import Chromosome
 from dse.errors import DseError
-from dse.mapping import MappingBatch, shares_from_counts
+from dse.mapping import MappingBatch
 
 
 def cover(values: np.ndarray, n_items: int) -> np.ndarray:
@@ -45,9 +45,9 @@ class AdvancedChromosome(Chromosome):
 
     name = "advanced"
 
-    def __init__(self, graph, n_devices: int, splits: int | None = None) -> None:
+    def __init__(self, graph, n_devices: int, splits: int | None = None, speed=None) -> None:
         splits = min(2, n_devices) if splits is None else splits
-        super().__init__(graph, n_devices, splits)
+        super().__init__(graph, n_devices, splits, speed)
         if len(self.split_layers) == 0:
             raise DseError(
                 f"network '{graph.name}' has no splittable layer: the hybrid "
@@ -92,9 +92,7 @@ class AdvancedChromosome(Chromosome):
                 1,
             )
         share = np.zeros((pop, len(self.graph), self.n_devices))
-        share[:, self.split_layers] = shares_from_counts(
-            counts, self.graph.out_channels[self.split_layers]
-        )
+        share[:, self.split_layers] = self._shares(counts, self.split_layers)
         others = np.flatnonzero(~self.graph.splittable)
         first = cov[:, 0][:, self.anchor[others]]  # [P, len(others)]
         share[np.arange(pop)[:, None], others[None, :], first] = 1.0

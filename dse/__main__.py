@@ -80,7 +80,7 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     else:
         out = Path(HydraConfig.get().runtime.output_dir)
     net, platform, model = app.model_from(cfg)
-    problem = MappingProblem(app.chromosome_from(cfg, net, platform), model, cfg.objectives)
+    problem = MappingProblem(app.chromosome_from(cfg, net, model), model, cfg.objectives)
     settings = OmegaConf.to_object(cfg.algorithm)
     ident = checkpoint.identity(problem, net.fingerprint, platform.keys)
     stored = {k: v for k, v in app.plain(cfg).items() if k not in ("resume", "progress")}

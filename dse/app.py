@@ -63,11 +63,13 @@ def model_from(cfg: DictConfig) -> tuple[Net, Platform, AnalyticalModel]:
     return net, platform, model
 
 
-def chromosome_from(cfg: DictConfig, net: Net, platform: Platform) -> Chromosome:
-    """The encoding ``cfg.chromosome`` names (its ``_target_``), over this net and platform."""
+def chromosome_from(cfg: DictConfig, net: Net, model: AnalyticalModel) -> Chromosome:
+    """The encoding ``cfg.chromosome`` names (its ``_target_``), over this net and the model's
+    platform; with ``chromosome.shares=speed`` split layers are sized to the devices."""
     c = cfg.chromosome
     cls = target_class(str(c._target_), "chromosome")
-    return cls(net.graph, len(platform), splits=c.get("splits"))
+    speed = model.device_speed() if c.get("shares", "equal") == "speed" else None
+    return cls(net.graph, len(model.platform), splits=c.get("splits"), speed=speed)
 
 
 #: Settings a resumed run takes from the command line: how far it goes and how it reports.

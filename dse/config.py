@@ -53,6 +53,9 @@ class NetConfig:
     path: str | None = None  # an ONNX file (+net=onnx net.path=model.onnx)
     input_shape: Any = None  # [1,3,224,224], or {input_name: shape}, for dynamic dimensions
     order: str = "memory"  # memory: memory-aware branch order (seed 002) | file: as stored
+    # budget for measuring shapes by running the model (only when static inference cannot)
+    measure_mb: float = 4096.0  # address space beyond the weights
+    measure_seconds: float = 60.0
 
 
 @dataclass
@@ -62,6 +65,18 @@ class ChromosomeConfig:
     # most parts a splittable layer gets; None: the encoding's default (advanced: 2, naive: one
     # gene per device as in Eq. 4.5); the vertical encoding splits no layer and ignores it
     splits: int | None = None
+    # a split layer's parts: equal (the thesis), or speed (sized to each device's modelled
+    # throughput on that layer, so a fast GPU and a slow CPU finish together)
+    shares: str = "equal"
+
+    def __post_init__(self) -> None:
+        if self.splits is not None and self.splits < 1:
+            raise DseError(
+                f"chromosome.splits={self.splits} must be at least 1 (the most parts a layer is "
+                "split into; null: the encoding's default)"
+            )
+        if self.shares not in ("equal", "speed"):
+            raise DseError(f"chromosome.shares={self.shares!r} must be equal or speed")
 
 
 @dataclass
@@ -100,7 +115,7 @@ MUTATIONS = {
 @dataclass
 class AlgorithmConfig:
     defaults: list[Any] = field(
-        default_factory=lambda: [{"crossover": "sbx"}, {"mutation": "pm"}, "_self_"]
+        default_factory=lambda: ["_self_", {"crossover": "sbx"}, {"mutation": "pm"}]
     )
     name: str = "nsga2"
     pop_size: int = 1000  # the thesis's settings: 1000 x 100 generations
@@ -171,10 +186,16 @@ def check(cfg: Any) -> None:
     """The checks a composed config must pass beyond its types (one line each)."""
     from dse.objectives import check_objectives
 
-    if "algorithm" in cfg:
-        OmegaConf.to_object(cfg.algorithm)  # runs AlgorithmConfig/OperatorConfig checks
+    for group in ("algorithm", "chromosome"):  # their schemas' __post_init__ checks
+        if group in cfg:
+            OmegaConf.to_object(cfg[group])
     if cfg.get("model_threads") is not None and cfg.model_threads < 1:
         raise DseError(f"model_threads={cfg.model_threads} must be 1 or more (or null: cores)")
+    if cfg.get("net") is not None:
+        for key in ("measure_mb", "measure_seconds"):
+            value = cfg.net.get(key)
+            if value is not None and not value > 0:  # also catches nan
+                raise DseError(f"net.{key}={value} must be a positive number")
     if "seed" in cfg and not 0 <= int(cfg.seed) < 2**32:
         raise DseError(f"seed={cfg.seed} must be a whole number from 0 to 2^32 - 1")
     if "objectives" in cfg:
@@ -201,16 +222,8 @@ def register() -> None:
         node = ChromosomeConfig(_target_=f"chromosomes.{cls}", name=name, splits=splits)
         cs.store(group="chromosome", name=name, node=node)
     cs.store(group="algorithm", name="nsga2", node=AlgorithmConfig)
-    ops = "pymoo.operators"
-    for group, name, target, prob, eta in (
-        ("crossover", "sbx", f"{ops}.crossover.sbx.SBX", 0.9, 15.0),
-        ("crossover", "uniform", f"{ops}.crossover.ux.UniformCrossover", 0.9, None),
-        ("crossover", "two_point", f"{ops}.crossover.pntx.TwoPointCrossover", 0.9, None),
-        ("mutation", "pm", f"{ops}.mutation.pm.PM", 0.9, 20.0),
-        ("mutation", "random", f"{ops}.mutation.rm.ChoiceRandomMutation", 1.0, None),
-    ):
-        node = OperatorConfig(_target_=target, name=name, prob=prob, eta=eta)
-        cs.store(group=f"algorithm/{group}", name=name, node=node)
-
+    for group, options in (("crossover", CROSSOVERS), ("mutation", MUTATIONS)):
+        for name, node in options.items():
+            cs.store(group=f"algorithm/{group}", name=name, node=node)
 
 register()

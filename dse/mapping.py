@@ -100,6 +100,28 @@ def shares_from_counts(counts: np.ndarray, channels: np.ndarray) -> np.ndarray:
     return (counts * base + bonus) / ch
 
 
+def shares_by_speed(counts: np.ndarray, channels: np.ndarray, speed: np.ndarray) -> np.ndarray:
+    """Channel fractions sized to the devices: device d gets about
+    ``counts[d] x speed[l, d] / sum(counts x speed[l])`` of layer l's channels.
+
+    ``speed[L, D]`` is any relative throughput (e.g. 1 / modelled time of the layer on the
+    device). Parts are whole channels (largest remainder, ties to the lower device); a part too
+    small for one channel gets none, and its device does not take part.
+    """
+    w = counts * speed.reshape((1,) * (counts.ndim - 2) + speed.shape)
+    total = w.sum(axis=-1, keepdims=True)
+    ch = np.maximum(channels.reshape((1,) * (counts.ndim - 2) + (-1, 1)), 1).astype(np.float64)
+    ideal = ch * w / np.where(total > 0, total, 1.0)
+    base = np.floor(ideal + 1e-9)
+    rem = (ch[..., 0] - base.sum(axis=-1)).astype(np.int64)  # channels left to hand out
+    frac = np.where(counts > 0, ideal - base, -1.0)
+    order = np.argsort(-frac, axis=-1, kind="stable")
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(order.shape[-1]), axis=-1)
+    base += rank < rem[..., None]
+    return base / ch
+
+
 def from_parts(graph: LayerGraph, parts: np.ndarray) -> MappingBatch:
     """A batch from a boolean ``parts[P, L, D]`` (which devices compute each layer).
 

@@ -115,6 +115,12 @@ class AnalyticalModel:
         self._mem_layer = np.array([c.memory_per_layer_mb for c in coeff])
         self.capacity_mb = np.array([d.memory_mb for d in platform.devices])
 
+    def device_speed(self) -> np.ndarray:
+        """[L, D] relative throughput of each device on each layer: 1 / its modelled work time
+        (1 where a layer costs no work), for sizing a split layer's parts to its devices."""
+        work = self.tables.t_work[self.inputs.kind].T  # [L, D]
+        return np.where(work > 0, 1.0 / np.where(work > 0, work, 1.0), 1.0)
+
     def evaluate(self, batch: MappingBatch) -> Evaluation:
         numba.set_num_threads(1 if batch.size < PARALLEL_MIN_BATCH else self.threads)
         latency, busy, comm, peak, energy, parts, sent = simulate_batch(

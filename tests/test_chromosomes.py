@@ -9,7 +9,13 @@ import onnx_factory as f
 import pytest
 from onnx import helper
 
-from chromosomes import AdvancedChromosome, NaiveChromosome, VerticalChromosome, make_chromosome
+from chromosomes import (
+    CHROMOSOMES,
+    AdvancedChromosome,
+    NaiveChromosome,
+    VerticalChromosome,
+    make_chromosome,
+)
 from dse.errors import DseError
 from dse.net import load_net
 from dse.net.graph import build_graph
@@ -178,3 +184,40 @@ def test_no_layer_gets_more_parts_than_channels_and_every_mapping_reimports():
         again = from_autodice(g, keys, mapping, horizontal)
         assert np.array_equal(again.share[0], batch.share[i])
         assert np.array_equal(again.owner[0], batch.owner[i])
+
+
+def test_speed_shares_are_whole_channels_in_proportion_to_the_devices():
+    from dse.mapping import shares_by_speed
+
+    one = np.array([[[1, 1, 1, 0]]])
+    # 10 channels, device 0 three times as fast: 6, 2, 2; equal speeds: the equal rule 4, 3, 3
+    assert (shares_by_speed(one, np.array([10]), np.array([[3.0, 1, 1, 1]])) * 10).tolist() == [
+        [[6, 2, 2, 0]]
+    ]
+    assert (shares_by_speed(one, np.array([10]), np.ones((1, 4))) * 10).tolist() == [[[4, 3, 3, 0]]]
+    # 64 channels at 10:1 -> 58.2 : 5.8 -> 58, 6 (largest remainder); a part under one channel
+    two = np.array([[[1, 1, 0, 0]]])
+    assert (shares_by_speed(two, np.array([64]), np.array([[10.0, 1, 1, 1]])) * 64).tolist() == [
+        [[58, 6, 0, 0]]
+    ]
+    assert (shares_by_speed(two, np.array([3]), np.array([[100.0, 1, 1, 1]])) * 3).tolist() == [
+        [[3, 0, 0, 0]]
+    ]
+
+
+def test_speed_option_sizes_parts_of_every_hybrid_encoding():
+    g = load_net({"name": "alexnet"}).graph
+    speed = np.ones((len(g), 4))
+    speed[:, 0] = 3.0  # device 0 three times as fast on every layer
+    for name in ("naive", "advanced"):
+        chrom = make_chromosome(name, g, 4, splits=2)
+        fast = CHROMOSOMES[name](g, 4, splits=2, speed=speed)
+        genes = chrom.sample(50, np.random.default_rng(0))
+        equal, sized = chrom.decode(genes), fast.decode(genes)
+        assert (
+            np.array_equal(equal.share > 0, sized.share > 0)
+            or ((sized.share > 0) <= (equal.share > 0)).all()
+        )
+        both = (equal.share[:, :, 0] > 0) & ((equal.share > 0).sum(axis=2) == 2)
+        assert both.any()
+        assert (sized.share[:, :, 0][both] > equal.share[:, :, 0][both]).all()

@@ -195,3 +195,17 @@ def test_enumerated_front_recovered_with_fewer_evaluations_than_mappings(capacit
     assert ref.hypervolume(f_found[g_found[:, 0] <= 0]) >= 0.99 * ref.hypervolume(front)
     assert state.evaluations < n_distinct / 2
     assert len(set(state.pop.keys)) == len(state.pop)  # every individual a distinct mapping
+
+
+def test_operator_groups_apply():
+    r = run_module(
+        "dse",
+        "+net=alexnet",
+        "algorithm/crossover=uniform",
+        "algorithm/mutation=random",
+        "--cfg",
+        "job",
+    )
+    assert r.returncode == 0, r.stderr
+    assert "pymoo.operators.crossover.ux.UniformCrossover" in r.stdout
+    assert "dse.search.operators.RandomReset" in r.stdout
