@@ -328,8 +328,10 @@ class SweeperImpl:
         while done < self.n_trials:
             size = min(self.n_jobs, self.n_trials - done)
             if self.total_trials is not None:
-                size = min(size, self.total_trials - len(study.get_trials(deepcopy=False)))
+                held = len(study.get_trials(deepcopy=False))
+                size = min(size, self.total_trials - held)
                 if size <= 0:
+                    print(f"the study holds {held} trials (hydra.sweeper.total_trials)")
                     break
             done += size
             batch = []
@@ -371,6 +373,10 @@ class SweeperImpl:
         report = _report.summarize(study, keys, space)
         print(_report.text(report))
         _report.write(report, self.sweep_dir)
+        # failed trials are results of the sweep (recorded in the study), not a failed command
+        cli = sys.modules.get("dse.cli")
+        if cli is not None and hasattr(cli, "FAILURES_RECORDED"):
+            cli.FAILURES_RECORDED = True
         return returns
 
 
