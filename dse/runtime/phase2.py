@@ -1,0 +1,184 @@
+"""Phase two after a search: deploy and measure chosen mappings; phase2.csv and phase2.png.
+
+Each mapping is deployed to ``<run>/phase2/<label>/`` and measured under mpiexec. A mapping that
+fails (a crash, a hang past the time limit, outputs that differ from the whole model) is a row
+marked failed with its reason, and the others go on. ``phase2.csv`` is rewritten after every
+mapping, so Ctrl-C keeps the rows measured so far.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dse.errors import DseError
+from dse.mapping import MappingBatch
+from dse.net import Net
+from dse.platform import Platform
+from dse.results.atomic import staged, write_text
+from dse.runtime.measure import deploy_and_measure
+from models_analytical.model import AnalyticalModel
+
+#: Defaults of the ``phase2`` settings (a mapping with any of these keys overrides them).
+DEFAULTS = {"top_k": 5, "warmup": 4, "iterations": 20, "timeout_s": 600.0}
+
+
+def select(F: np.ndarray, names: Sequence[str], top_k: int) -> list[tuple[int, str]]:
+    """Rows of a front ``F[P, M]`` to measure: the best of each objective (``best_<name>``),
+    then up to ``top_k`` more spread along the front (``front_<i>``: each the farthest, in
+    objectives normalised to [0, 1], from those already chosen)."""
+    F = np.asarray(F, dtype=np.float64)
+    chosen: list[tuple[int, str]] = []
+    for j, name in enumerate(names):
+        i = int(np.argmin(F[:, j]))
+        if all(i != c for c, _ in chosen):
+            chosen.append((i, f"best_{name}"))
+    span = np.ptp(F, axis=0)
+    norm = (F - F.min(axis=0)) / np.where(span > 0, span, 1.0)
+    for _ in range(top_k):
+        taken = [c for c, _ in chosen]
+        if len(taken) >= len(F):
+            break
+        dist = np.min(np.linalg.norm(norm[:, None, :] - norm[None, taken, :], axis=2), axis=1)
+        dist[taken] = -1.0
+        i = int(np.argmax(dist))
+        chosen.append((i, f"front_{i}"))
+    return chosen
+
+
+def _row(label: str, result: dict[str, Any]) -> dict[str, Any]:
+    """One CSV row: predicted and measured latency, per-device memory and energy, error %."""
+    row: dict[str, Any] = {"mapping": label, "status": result.get("status", "failed")}
+    row["reason"] = result.get("reason", "")
+    cmp = result.get("comparison", {})
+    lat = cmp.get("latency_ms", {})
+    row["latency_predicted_ms"] = lat.get("predicted")
+    row["latency_measured_ms"] = lat.get("measured")
+    row["latency_error_pct"] = lat.get("error_pct")
+    eq = result.get("equivalence") or {}
+    row["max_rel_error"] = eq.get("max_rel_error")
+    for device, figures in cmp.get("devices", {}).items():
+        for key in ("memory_mb", "energy_j", "compute_ms", "bytes_sent"):
+            f = figures[key]
+            row[f"{device}_{key}_predicted"] = f["predicted"]
+            row[f"{device}_{key}_measured"] = f["measured"]
+            row[f"{device}_{key}_error_pct"] = f["error_pct"]
+    return row
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    columns: list[str] = []
+    for r in rows:
+        columns.extend(k for k in r if k not in columns)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, restval="")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in r.items()})
+    write_text(path, buf.getvalue())
+
+
+def plot(path: Path, rows: list[dict[str, Any]], title: str) -> None:
+    """Predicted against measured latency per mapping, with the y = x line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if r["latency_measured_ms"] and r["latency_predicted_ms"]]
+    fig, ax = plt.subplots(figsize=(5.2, 4.6))
+    if ok:
+        x = np.array([r["latency_measured_ms"] for r in ok])
+        y = np.array([r["latency_predicted_ms"] for r in ok])
+        hi = float(max(x.max(), y.max())) * 1.1
+        ax.plot([0, hi], [0, hi], "k--", lw=1, label="y = x")
+        ax.scatter(x, y, zorder=3)
+        for r, xi, yi in zip(ok, x, y, strict=True):
+            ax.annotate(
+                r["mapping"], (xi, yi), fontsize=7, xytext=(3, 3), textcoords="offset points"
+            )
+        ax.set_xlim(0, hi)
+        ax.set_ylim(0, hi)
+        ax.legend(loc="upper left")
+    failed = len(rows) - len(ok)
+    ax.set_xlabel("measured latency (ms, median)")
+    ax.set_ylabel("predicted latency (ms)")
+    ax.set_title(title + (f"\n{failed} mapping(s) failed" if failed else ""), fontsize=9)
+    fig.tight_layout()
+    with staged(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+
+
+def measure_mappings(
+    out: Path,
+    net: Net,
+    platform: Platform,
+    model: AnalyticalModel,
+    batch: MappingBatch,
+    labels: Sequence[str],
+    settings: Mapping[str, Any] | None = None,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Deploy and measure every mapping of ``batch`` (named by ``labels``) into ``out/phase2``;
+    writes ``out/phase2.csv`` after each and ``out/phase2.png``; returns the rows."""
+    s = {**DEFAULTS, **dict(settings or {})}
+    out = Path(out)
+    rows: list[dict[str, Any]] = []
+    title = f"{net.name} on {platform.name}: predicted vs measured"
+    try:
+        for p, label in enumerate(labels):
+            try:
+                result = deploy_and_measure(
+                    net,
+                    platform,
+                    model,
+                    batch[p],
+                    out / "phase2" / label,
+                    seed,
+                    int(s["warmup"]),
+                    int(s["iterations"]),
+                    float(s["timeout_s"]),
+                )
+            except DseError as exc:
+                result = {"status": "failed", "reason": str(exc)}
+            rows.append(_row(label, result))
+            write_csv(out / "phase2.csv", rows)
+    finally:
+        if rows:
+            write_csv(out / "phase2.csv", rows)
+            plot(out / "phase2.png", rows, title)
+    return rows
+
+
+def phase2_after_search(
+    out: Path,
+    problem: Any,
+    genes: np.ndarray,
+    F: np.ndarray,
+    net: Net,
+    platform: Platform,
+    settings: Mapping[str, Any] | None = None,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """After a search: measure the best mapping of each objective and ``top_k`` more spread
+    along the front (``genes``, ``F`` from :func:`dse.search.nsga2.front`); adds the measured
+    figures to ``out/summary.json`` under ``phase2``."""
+    s = {**DEFAULTS, **dict(settings or {})}
+    picks = select(F, list(problem.objectives), int(s["top_k"]))
+    batch = problem.chromosome.decode(np.asarray(genes)[[i for i, _ in picks]])
+    rows = measure_mappings(
+        out, net, platform, problem.model, batch, [label for _, label in picks], s, seed
+    )
+    summary_path = Path(out) / "summary.json"
+    if summary_path.is_file():
+        summary = json.loads(summary_path.read_text())
+        summary["phase2"] = rows
+        write_text(summary_path, json.dumps(summary, indent=1))
+    return rows
