@@ -74,7 +74,7 @@ def as_table(graph: LayerGraph) -> str:
     out.append(
         f"{graph.name}: {t['layers']} layers, {t['macs']:,} MACs "
         f"({t['macs'] / 1e9:.3f} G), {t['params']:,} params "
-        f"({t['params'] / 1e6:.2f} M), weights {t['weight_bytes'] / 2**20:.1f} MiB, "
+        f"({t['params'] / 1e6:.2f} M), weights {t['weight_bytes'] / 1e6:.1f} MB, "
         f"{int(graph.splittable.sum())} splittable"
     )
     estimated = sorted({layer.op for layer in graph if layer.estimated})

@@ -10,7 +10,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from dse.platform import Platform
-from dse.results import plots, writers
+from dse.results import plots, report, writers
 from dse.results.atomic import write_text
 from dse.search import nsga2
 from dse.search.problem import MappingProblem
@@ -42,11 +42,6 @@ def write_outputs(
         f[feasible] if feasible.any() else f,
     )
     writers.write_history(out / "history.csv", state.history)
-    if state.history:
-        plots.plot_convergence(
-            out / "convergence.png", {cfg.chromosome.name: state.history}, problem.objectives
-        )
-    plots.plot_pareto(out / "pareto.png", f, feasible, problem.objectives)
     summary = {
         "net": problem.chromosome.graph.name,
         "platform": platform.name,
@@ -63,9 +58,20 @@ def write_outputs(
         "feasible": bool(feasible.any()),
         "hypervolume": state.history[-1]["hypervolume"] if state.history else 0.0,
         "hypervolume_reference": state.reference.to_dict(),
-        "best": best,
+        "coefficients": problem.model.coefficients.source,
+        "calibrated": problem.model.coefficients.calibrated,
+        "energy": "modelled, not measured",
+        "best": {n: b["values"] for n, b in best.items()},
         "interrupted": interrupted,
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
+    title = plots.run_title(summary)
+    if state.history:
+        plots.plot_convergence(
+            out / "convergence.png", {cfg.chromosome.name: state.history}, problem.objectives, title
+        )
+    plots.plot_pareto(out / "pareto.png", f, feasible, problem.objectives, title)
+    calibrated = problem.model.coefficients.calibrated
+    write_text(out / "report.html", report.render(summary, title, rows, best, calibrated))
     write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
     return summary

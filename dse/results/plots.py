@@ -1,7 +1,9 @@
-"""Plots of a run: convergence per generation and the Pareto front."""
+"""Plots of a run: convergence per generation and the Pareto front, titled so they read alone."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -9,10 +11,28 @@ import numpy as np
 from dse.objectives import OBJECTIVES
 from dse.results.atomic import staged
 
+#: Marker of each objective's best point on the front.
+BEST_MARKERS = ("*", "D", "P", "X", "s", "^")
+
 
 def axis_label(name: str) -> str:
     o = OBJECTIVES[name]
     return f"{o.label} ({o.unit})"
+
+
+def run_title(summary: Mapping) -> str:
+    """``vgg16 on jetson_xavier_nx_x8 | advanced, 2 splits | 1000 x 100 generations``."""
+    cfg = summary.get("config", {})
+    chrom = cfg.get("chromosome", {})
+    alg = cfg.get("algorithm", {})
+    enc = chrom.get("name", summary.get("chromosome", "?"))
+    if chrom.get("splits") and enc != "vertical":
+        enc += f", {chrom['splits']} splits"
+    if chrom.get("shares") == "speed":
+        enc += ", speed shares"
+    budget = f"{alg.get('pop_size', '?')} x {summary.get('generations', '?')} generations"
+    text = f"{summary.get('net', '?')} on {summary.get('platform', '?')} | {enc} | {budget}"
+    return text if summary.get("feasible", True) else text + " | NOTHING FITS IN MEMORY"
 
 
 def _pyplot():
@@ -25,41 +45,95 @@ def _pyplot():
     return plt
 
 
-def _save(plt, fig, axes, path: Path) -> None:
-    axes[0][0].legend(fontsize=8)
+def _grid(plt, n: int, ncols: int, size: tuple[float, float] = (4.2, 3.4)):
+    ncols = max(1, min(ncols, n))
+    nrows = math.ceil(n / ncols)
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(size[0] * ncols, size[1] * nrows + 0.6), squeeze=False
+    )
+    flat = list(axes.ravel())
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
+def _save(plt, fig, path: Path, title: str) -> None:
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     with staged(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
 
 
-def plot_convergence(path: Path, runs: dict[str, list[dict]], objectives: list[str]) -> None:
-    """One panel per objective: best value per generation (the thesis's Figure 12)."""
+def plot_convergence(
+    path: Path, runs: Mapping[str, Sequence[dict]], objectives: Sequence[str], title: str
+) -> None:
+    """The front's hypervolume (fixed normalisation, comparable across runs of one problem) and
+    the best feasible value of each objective, per generation (the thesis's Figure 12)."""
     plt = _pyplot()
-    fig, axes = plt.subplots(
-        1, len(objectives), figsize=(4.5 * len(objectives), 3.6), squeeze=False
-    )
-    for ax, n in zip(axes[0], objectives, strict=True):
+    fig, axes = _grid(plt, 1 + len(objectives), ncols=4)
+    panels = [("hypervolume", "hypervolume of the front")] + [
+        (f"best_{n}", f"best {axis_label(n)}") for n in objectives
+    ]
+    for ax, (key, ylabel) in zip(axes, panels, strict=True):
         for label, history in runs.items():
             gens = [h["generation"] for h in history]
-            ax.plot(gens, [h.get(f"best_{n}", np.nan) for h in history], label=label)
+            ys = np.array([float(h.get(key, np.nan)) for h in history])
+            ax.plot(gens, ys, label=label, drawstyle="steps-post")
+        if all(not np.isfinite(float(h.get(key, np.nan))) for hs in runs.values() for h in hs):
+            ax.text(0.5, 0.5, "no feasible mapping", ha="center", transform=ax.transAxes)
         ax.set_xlabel("generation")
-        ax.set_ylabel(f"best {axis_label(n)}")
+        ax.set_ylabel(ylabel, fontsize=8)
         ax.grid(alpha=0.3)
-    _save(plt, fig, axes, path)
+    if len(runs) > 1:
+        axes[0].legend(fontsize=7)
+    _save(plt, fig, path, title)
 
 
-def plot_pareto(path: Path, f: np.ndarray, feasible: np.ndarray, objectives: list[str]) -> None:
-    """Pairwise scatter of the final front."""
+def plot_pareto(
+    path: Path,
+    f: np.ndarray,
+    feasible: np.ndarray,
+    objectives: Sequence[str],
+    title: str,
+) -> None:
+    """The final front: pairwise scatter of the objectives with each objective's best marked,
+    and, for 3 or more objectives, parallel coordinates (one line per mapping, each axis
+    scaled from its best to its worst), where no point looks dominated that is not."""
     plt = _pyplot()
-    pairs = [(i, j) for i in range(len(objectives)) for j in range(i + 1, len(objectives))]
-    pairs = pairs or [(0, 0)]
-    fig, axes = plt.subplots(1, len(pairs), figsize=(4.5 * len(pairs), 3.8), squeeze=False)
-    for ax, (i, j) in zip(axes[0], pairs, strict=True):
-        ax.scatter(f[feasible, i], f[feasible, j], s=12, label="feasible")
+    k = len(objectives)
+    pairs = [(i, j) for i in range(k) for j in range(i + 1, k)] or [(0, 0)]
+    fig, axes = _grid(plt, len(pairs) + (1 if k >= 3 else 0), ncols=3)
+    ok = feasible if feasible.any() else np.ones(len(f), dtype=bool)
+    bests = {n: int(np.flatnonzero(ok)[np.argmin(f[ok, i])]) for i, n in enumerate(objectives)}
+    for ax, (i, j) in zip(axes, pairs, strict=False):
+        ax.scatter(f[feasible, i], f[feasible, j], s=10, alpha=0.6, label="Pareto mapping")
         if (~feasible).any():
-            ax.scatter(f[~feasible, i], f[~feasible, j], s=12, marker="x", label="over capacity")
-        ax.set_xlabel(axis_label(objectives[i]))
-        ax.set_ylabel(axis_label(objectives[j]))
+            ax.scatter(f[~feasible, i], f[~feasible, j], s=14, marker="x", label="over capacity")
+        for m, (n, b) in zip(BEST_MARKERS, bests.items(), strict=False):
+            ax.scatter(f[b, i], f[b, j], s=90, marker=m, edgecolor="k", label=f"best {n}")
+        ax.set_xlabel(axis_label(objectives[i]), fontsize=8)
+        ax.set_ylabel(axis_label(objectives[j]), fontsize=8)
         ax.grid(alpha=0.3)
-    _save(plt, fig, axes, path)
+    axes[0].legend(fontsize=7)
+    if k >= 3:
+        ax = axes[-1]
+        lo, hi = f.min(axis=0), f.max(axis=0)
+        norm = (f - lo) / np.where(hi > lo, hi - lo, 1.0)
+        xs = np.arange(k)
+        for row in norm[feasible]:
+            ax.plot(xs, row, color="tab:blue", alpha=0.15, lw=0.8)
+        for m, (n, b) in zip(BEST_MARKERS, bests.items(), strict=False):
+            ax.plot(xs, norm[b], lw=2, marker=m, label=f"best {n}")
+        ax.set_xticks(
+            xs,
+            [
+                f"{n}\n{lo[i]:.3g}-{hi[i]:.3g} {OBJECTIVES[n].unit}"
+                for i, n in enumerate(objectives)
+            ],
+            fontsize=7,
+        )
+        ax.set_ylabel("best (0) to worst (1) on the front", fontsize=8)
+        ax.set_title("parallel coordinates", fontsize=8)
+        ax.legend(fontsize=7)
+    _save(plt, fig, path, title)

@@ -22,30 +22,39 @@ def _columns(objectives: list[str]) -> list[str]:
 
 
 def write_pareto(path: Path, problem: MappingProblem, genes: np.ndarray) -> list[dict]:
-    """One row per Pareto point: objectives, feasibility, devices used, splits, bytes sent."""
+    """One row per Pareto point: objectives, feasibility, devices used, split layers, data sent.
+
+    Distinct mappings with the same objectives (the same work on another, identical board) are
+    one row; ``same_cost_mappings`` counts them.
+    """
     batch = problem.chromosome.decode(genes)
     ev = problem.model.evaluate(batch)
-    rows = []
+    values = {n: OBJECTIVES[n].values(ev) for n in problem.objectives}
     split = (batch.share > 0).sum(axis=2) > 1
-    # gene vectors that decode to the same mapping are one point
-    _, unique = np.unique(batch.share.reshape(len(genes), -1).round(9), axis=0, return_index=True)
-    for i in sorted(unique.tolist()):
-        row: dict[str, Any] = {"point": i}
-        for n in problem.objectives:
-            row[OBJECTIVES[n].column] = round(float(OBJECTIVES[n].values(ev)[i]), 6)
+    rows: dict[tuple, dict[str, Any]] = {}
+    for i in range(len(genes)):
+        key = tuple(round(float(values[n][i]), 6) for n in problem.objectives)
+        if key in rows:
+            rows[key]["same_cost_mappings"] += 1
+            continue
+        row: dict[str, Any] = {"point": len(rows)}
+        row.update({OBJECTIVES[n].column: v for n, v in zip(problem.objectives, key, strict=True)})
         row.update(
             {
                 "feasible": bool(ev.feasible[i]),
                 "devices_used": int(ev.used[i].sum()),
                 "split_layers": int(split[i].sum()),
-                "bytes_sent": int(ev.bytes_sent[i].sum()),
+                "sent_MB": round(float(ev.bytes_sent[i].sum()) / 1e6, 6),
+                "same_cost_mappings": 1,
                 "genes": " ".join(map(str, genes[i].tolist())),
             }
         )
-        rows.append(row)
-    rows.sort(key=lambda r: r[_columns(problem.objectives)[0]])
-    write_csv(path, rows)
-    return rows
+        rows[key] = row
+    ordered = sorted(rows.values(), key=lambda r: r[_columns(problem.objectives)[0]])
+    for k, row in enumerate(ordered):
+        row["point"] = k
+    write_csv(path, ordered)
+    return ordered
 
 
 def mapping_table(graph: LayerGraph, keys: list[str], batch: MappingBatch) -> str:
@@ -86,7 +95,9 @@ def overflow(problem: MappingProblem, platform: Platform, genes: np.ndarray) -> 
 def write_best(
     directory: Path, problem: MappingProblem, platform: Platform, genes: np.ndarray, f: np.ndarray
 ) -> dict[str, dict]:
-    """best_<objective>/ with mapping.json, horizontal.json and mapping.md for each objective."""
+    """best_<objective>/ with mapping.json, horizontal.json and mapping.md for each objective;
+    returns, per objective, the mapping's objective values, its layer table (Markdown) and
+    what it overflows (None when it fits)."""
     best = {}
     graph = problem.chromosome.graph
     for i, name in enumerate(problem.objectives):
@@ -110,7 +121,11 @@ def write_best(
             + "\n\n"
             + mapping_table(graph, platform.keys, batch),
         )
-        best[name] = {n: float(f[k, j]) for j, n in enumerate(problem.objectives)}
+        best[name] = {
+            "values": {n: float(f[k, j]) for j, n in enumerate(problem.objectives)},
+            "table": mapping_table(graph, platform.keys, batch),
+            "overflow": over,
+        }
     return best
 
 

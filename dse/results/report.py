@@ -1,0 +1,138 @@
+"""``report.html``: the page a user opens first — warnings, settings, the front, the best
+mappings as layer tables (the thesis's Table 4), the plots. A static file, no server."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dse.objectives import OBJECTIVES
+
+_STYLE = """
+body { font-family: sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }
+table { border-collapse: collapse; font-size: 13px; margin: 0.5em 0 1.5em; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
+th { background: #f2f2f2; } td:first-child, th:first-child { text-align: left; }
+.warn { background: #fff3cd; border: 1px solid #e0c060; padding: 0.6em 1em; margin: 0.4em 0; }
+.bad { background: #f8d7da; border-color: #d08080; }
+img { max-width: 100%; } code { background: #f4f4f4; padding: 1px 4px; }
+"""
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    esc = html.escape
+    out = ["<table><tr>" + "".join(f"<th>{esc(str(h))}</th>" for h in head) + "</tr>"]
+    out += ["<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in r) + "</tr>" for r in rows]
+    return "\n".join(out) + "</table>"
+
+
+def _markdown_table(md: str) -> str:
+    lines = [ln.strip().strip("|").split("|") for ln in md.strip().splitlines()]
+    rows = [[c.strip() for c in ln] for ln in lines if not set("".join(ln)) <= set("-: ")]
+    return _table(rows[0], rows[1:])
+
+
+def warnings(summary: Mapping[str, Any], calibrated: bool) -> list[tuple[str, bool]]:
+    """(text, serious) for the top of the report."""
+    out = []
+    if not summary["feasible"]:
+        out.append(("No mapping fits in memory: every mapping shown is over capacity.", True))
+    if summary.get("interrupted"):
+        out.append(
+            (
+                f"Interrupted after generation {summary['generations']}: continue with "
+                f"python -m dse resume=&lt;this directory&gt;.",
+                True,
+            )
+        )
+    if not calibrated:
+        out.append(
+            (
+                "The coefficients were not calibrated on this hardware: figures are the model's "
+                "estimates from documented assumptions.",
+                False,
+            )
+        )
+    if any(n in ("energy", "total_energy") for n in summary["objectives"]):
+        out.append(("Energy is modelled (busy, idle and link power figures), not measured.", False))
+    return out
+
+
+def render(
+    summary: Mapping[str, Any],
+    title: str,
+    pareto_rows: Sequence[Mapping[str, Any]],
+    best: Mapping[str, Mapping[str, Any]],
+    calibrated: bool,
+    max_rows: int = 40,
+) -> str:
+    objectives = list(summary["objectives"])
+    cols = [OBJECTIVES[n].column for n in objectives]
+    parts = [f"<h1>{html.escape(title)}</h1>"]
+    for text, serious in warnings(summary, calibrated):
+        parts.append(f'<div class="warn{" bad" if serious else ""}">{text}</div>')
+    cfg = summary.get("config", {})
+    alg, chrom = cfg.get("algorithm", {}), cfg.get("chromosome", {})
+    settings = [
+        ("network", summary["net"]),
+        ("platform", summary["platform"]),
+        (
+            "encoding",
+            f"{chrom.get('name')} (splits {chrom.get('splits')}, "
+            f"{chrom.get('shares', 'equal')} shares), {summary['genes']} genes, "
+            f"10^{summary['search_space_log10']} gene vectors",
+        ),
+        (
+            "search",
+            f"NSGA-II, population {alg.get('pop_size')}, {summary['generations']} "
+            f"generations, {summary['evaluations']} distinct mappings evaluated, "
+            f"seed {cfg.get('seed')}",
+        ),
+        (
+            "operators",
+            f"{alg.get('crossover', {}).get('name')} crossover, "
+            f"{alg.get('mutation', {}).get('name')} mutation",
+        ),
+        (
+            "objectives",
+            "; ".join(f"{n}: {OBJECTIVES[n].label} ({OBJECTIVES[n].unit})" for n in objectives),
+        ),
+        ("time", f"{summary['search_seconds']} s search, {summary['wall_seconds']} s in all"),
+        ("hypervolume", f"{summary['hypervolume']:.4f} (fixed normalisation of this problem)"),
+    ]
+    parts.append("<h2>Settings</h2>" + _table(("", "value"), settings))
+    parts.append("<h2>Best mappings</h2>")
+    head = ["best of", *cols]
+    rows = [[n, *(f"{b['values'][m]:.4g}" for m in objectives)] for n, b in best.items()]
+    parts.append(_table(head, rows))
+    parts.append('<img src="pareto.png" alt="Pareto front">')
+    parts.append("<h2>Pareto front</h2>")
+    shown = list(pareto_rows)[:max_rows]
+    keys = [
+        "point",
+        *cols,
+        "feasible",
+        "devices_used",
+        "split_layers",
+        "sent_MB",
+        "same_cost_mappings",
+    ]
+    parts.append(_table(keys, [[r[k] for k in keys] for r in shown]))
+    if len(pareto_rows) > max_rows:
+        parts.append(f"<p>{len(pareto_rows) - max_rows} more rows in <code>pareto.csv</code>.</p>")
+    parts.append("<h2>Convergence</h2>")
+    parts.append('<img src="convergence.png" alt="convergence">')
+    for n, b in best.items():
+        parts.append(f"<h2>Best {html.escape(n)} mapping</h2>")
+        if b.get("overflow"):
+            parts.append(f'<div class="warn bad">Over capacity: {html.escape(b["overflow"])}</div>')
+        parts.append(
+            f"<p>Files: <code>best_{n}/mapping.json</code>, <code>best_{n}/horizontal.json"
+            "</code> (AutoDiCE).</p>" + _markdown_table(b["table"])
+        )
+    body = "\n".join(parts)
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{_STYLE}</style></head><body>{body}</body></html>\n"
+    )
