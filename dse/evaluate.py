@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +18,64 @@ from dse.objectives import OBJECTIVES
 from dse.platform import Platform
 from models_analytical.model import Evaluation
 
+#: Largest mapping or horizontal file read (a mapping of 100k layers is a few MB).
+MAX_JSON_BYTES = 64 * 2**20
+
 
 def read_json(path: str, what: str) -> Any:
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise DseError(f"{what} file not found: {p}")
+    """A JSON file's content, or one line saying why it cannot be read: missing, not a regular
+    file, too large, not UTF-8, not JSON, nested too deeply, NaN/Infinity, or a key twice."""
+    p = Path(str(path)).expanduser()
     try:
-        return json.loads(p.read_text())
+        if not p.is_file():
+            raise DseError(f"{what} file not found: {p}")
+        size = p.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise DseError(
+                f"{what} file {p} is {size / 2**20:.0f} MB: a {what} file is at most "
+                f"{MAX_JSON_BYTES // 2**20} MB"
+            )
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DseError(
+            f"{what} file {p} is not UTF-8 text: {exc.reason} at byte {exc.start}"
+        ) from None
+    except (OSError, RuntimeError) as exc:
+        raise DseError(f"cannot read {what} file {p}: {exc.__class__.__name__}") from None
+    if not text.strip():
+        raise DseError(f"{what} file {p} is empty: it must hold a JSON object")
+    try:
+        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as exc:
         raise DseError(f"{what} file {p} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise DseError(f"{what} file {p} is nested too deeply to be a {what}") from None
+    except ValueError as exc:
+        raise DseError(f"{what} file {p}: {exc}") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value (write a number)")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"key '{k}' appears twice (list its entries once)")
+        out[k] = v
+    return out
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float as None, so the JSON printed is valid JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
 
 
 def report(platform: Platform, ev: Evaluation) -> dict[str, Any]:
@@ -113,11 +163,10 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     graph = net.graph
     mapping = read_json(cfg.mapping, "mapping")
     horizontal = read_json(cfg.horizontal, "horizontal") if cfg.get("horizontal") else None
-    if not isinstance(mapping, dict):
-        raise DseError('mapping.json must be an object {"<host>_<resource>": [node names]}')
     batch = from_autodice(graph, platform.keys, mapping, horizontal)
     r = report(platform, model.evaluate(batch))
-    print(json.dumps(r, indent=1) if fmt == "json" else as_table(graph.name, platform, r))
+    text = json.dumps(finite(r), indent=1, allow_nan=False)
+    print(text if fmt == "json" else as_table(graph.name, platform, r))
     return r
 
 

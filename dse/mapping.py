@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -188,11 +189,13 @@ def to_autodice(
 def from_autodice(
     graph: LayerGraph,
     keys: Sequence[str],
-    mapping: Mapping[str, Sequence[str]],
-    horizontal: Mapping[str, Sequence] | None = None,
+    mapping: Any,
+    horizontal: Any = None,
 ) -> MappingBatch:
-    """Read an AutoDiCE mapping, failing loudly on unknown devices and nodes, unmapped nodes,
-    and splits of layers that cannot be split."""
+    """Read an AutoDiCE mapping, failing loudly in one line on wrong types (a string or a
+    number where a list belongs), unknown devices and nodes, unmapped nodes, splits of layers
+    that cannot be split, and split points that are not increasing whole channel indices."""
+    mapping = _object(mapping, "mapping.json", '{"<host>_<resource>": [node names]}')
     key_index = {k: i for i, k in enumerate(keys)}
     parts = np.zeros((1, len(graph), len(keys)), dtype=bool)
     for key, nodes in mapping.items():
@@ -200,7 +203,7 @@ def from_autodice(
             raise DseError(
                 f"mapping names unknown device '{key}': the platform has {', '.join(keys)}"
             )
-        for node in nodes:
+        for node in _names(nodes, f"mapping.json entry '{key}'", "node names"):
             if node not in graph.index:
                 raise DseError(
                     f"mapping names unknown node '{node}' (device '{key}'): "
@@ -214,18 +217,30 @@ def from_autodice(
             f"({len(missing)} unmapped): every layer needs a device in mapping.json"
         )
     batch = from_parts(graph, parts)
-    for name, spec in (horizontal or {}).items():
+    if horizontal is None:
+        return batch
+    horizontal = _object(horizontal, "horizontal.json", '{layer: ["lop", [points], [devices]]}')
+    for name, spec in horizontal.items():
         if name not in graph.index:
             raise DseError(f"horizontal.json names unknown node '{name}'")
         layer = graph.index[name]
-        if len(spec) != 3 or spec[0] != "lop":
+        form = f"horizontal.json entry '{name}' must be [\"lop\", [split points], [devices]]"
+        if not isinstance(spec, list) or len(spec) != 3 or spec[0] != "lop":
+            raise DseError(f"{form}, not {_short(spec)}")
+        if not isinstance(spec[1], list) or not isinstance(spec[2], list):
+            raise DseError(f"{form}: the split points and the devices are lists")
+        points = spec[1]
+        if not all(isinstance(p, int) and not isinstance(p, bool) for p in points):
             raise DseError(
-                f"horizontal.json entry '{name}' must be [\"lop\", [split points], [devices]]"
+                f"horizontal.json entry '{name}': split points {_short(points)} must be whole "
+                "channel indices"
             )
-        points, devs = list(spec[1]), list(spec[2])
+        devs = _names(spec[2], f"horizontal.json entry '{name}'", "devices")
         unknown = [d for d in devs if d not in key_index]
         if unknown:
             raise DseError(f"horizontal.json entry '{name}' names unknown device '{unknown[0]}'")
+        if len(set(devs)) != len(devs):
+            raise DseError(f"horizontal.json entry '{name}' lists a device twice: {devs}")
         on = {keys[d] for d in np.flatnonzero(parts[0, layer])}
         if set(devs) != on or len(devs) != len(points) + 1:
             raise DseError(
@@ -242,3 +257,21 @@ def from_autodice(
         batch.share[0, layer] = 0
         batch.share[0, layer, [key_index[d] for d in devs]] = np.diff(bounds) / channels
     return MappingBatch(batch.share, derive_owner(graph, batch.share))
+
+
+def _object(value: Any, what: str, form: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise DseError(f"{what} must be an object {form}, not {_short(value)}")
+    return value
+
+
+def _names(value: Any, where: str, what: str) -> list[str]:
+    """A list of strings (a bare string is refused, not read letter by letter)."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise DseError(f"{where} must be a list of {what} in quotes, not {_short(value)}")
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

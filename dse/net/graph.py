@@ -23,7 +23,15 @@ from onnx import ModelProto, NodeProto
 
 from dse.errors import DseError
 from dse.net.macs import OpView, count_macs
-from dse.net.onnx_load import TensorType, fold_constants, graph_inputs, infer_types, run_for_types
+from dse.net.onnx_load import (
+    MAX_DIM,
+    Budget,
+    TensorType,
+    fold_constants,
+    graph_inputs,
+    infer_types,
+    run_for_types,
+)
 
 #: Ops that split by output channel (Layer-Output-Partitioning), given a constant weight:
 #: op -> (input position of the weight, True when channels are the output's axis 1 else last)
@@ -63,6 +71,11 @@ WEIGHT_TYPES = frozenset(
         onnx.TensorProto.UINT4,
     }
 )
+#: Largest tensor a layer may read or write (1 TiB): far beyond any edge device, and small
+#: enough that byte and MAC counts stay exact in int64.
+MAX_TENSOR_BYTES = 2**40
+#: Largest MAC count of one layer.
+MAX_MACS = 2**62
 
 
 @dataclass(frozen=True)
@@ -221,14 +234,18 @@ class LayerGraph:
         }
 
 
-def build_graph(model: ModelProto, name: str, base_dir: Path | None = None) -> LayerGraph:
+def build_graph(
+    model: ModelProto, name: str, base_dir: Path | None = None, budget: Budget | None = None
+) -> LayerGraph:
     """Reduce a model whose inputs have static shapes to its layer graph.
 
     ``base_dir`` is where external weight data lives; it is needed only when static shape
-    inference is incomplete and shapes must be measured by running the model.
+    inference is incomplete and shapes must be measured by running the model, within
+    ``budget`` (memory and time).
     """
     in_file = list(model.graph.node)  # one list: protobuf wrappers are not stable objects
     position = {id(n): i for i, n in enumerate(in_file)}
+    _check_structure(model, in_file, name)
     nodes = _topological(in_file)
     names = _node_names(nodes, position)
     types = infer_types(model)
@@ -244,17 +261,19 @@ def build_graph(model: ModelProto, name: str, base_dir: Path | None = None) -> L
         raise DseError(f"model '{name}' has no compute layers (every node is constant)")
     needed = _unknown(nodes, static, types)
     if needed:
-        types.update(_measure(model, base_dir, needed, name))
+        types.update(_measure(model, base_dir, needed, name, types, budget or Budget()))
     g = model.graph
 
-    def tensor(tname: str) -> Tensor:
+    def tensor(tname: str, activation: bool = True) -> Tensor:
         tt: TensorType | None = types.get(tname)
         if tt is None:
             raise DseError(
                 f"model '{name}': the shape of tensor '{tname}' cannot be inferred; "
                 "set net.input_shape or export the model with static shapes"
             )
-        return Tensor(tname, tt.shape, tt.itemsize)
+        t = Tensor(tname, tt.shape, tt.itemsize)
+        _check_size(t, name, activation)
+        return t
 
     producer: dict[str, int] = {}
     layers: list[Layer] = []
@@ -278,7 +297,12 @@ def build_graph(model: ModelProto, name: str, base_dir: Path | None = None) -> L
             raise DseError(f"model '{name}', layer '{names[position[id(node)]]}': {exc}") from None
         except (ValueError, IndexError, TypeError):
             macs, estimated = sum(o.numel for o in outs), True
-        wts = tuple(tensor(t) for t in dict.fromkeys(weights))
+        if not 0 <= macs <= MAX_MACS:
+            raise DseError(
+                f"model '{name}', layer '{names[position[id(node)]]}': {macs:.3g} MACs is "
+                "beyond any device (check the model's shapes)"
+            )
+        wts = tuple(tensor(t, activation=False) for t in dict.fromkeys(weights))
         learned = _learned(node, static, types)
         param_names.update(learned)
         splittable, out_channels = _split_info(node, view)
@@ -304,6 +328,17 @@ def build_graph(model: ModelProto, name: str, base_dir: Path | None = None) -> L
                 producer[t] = idx
 
     in_names = {vi.name for vi in graph_inputs(model)}
+    for o in g.output:
+        if o.name in in_names:
+            raise DseError(
+                f"model '{name}': graph output '{o.name}' is a graph input, so no layer "
+                "computes it; export the model with the outputs of its last layers"
+            )
+        if o.name not in producer and o.name not in static:
+            raise DseError(
+                f"model '{name}': graph output '{o.name}' is produced by no node; "
+                "export the model with the outputs of its last layers"
+            )
     src, dst, nbytes, tnames = [], [], [], []
     for layer in layers:
         for t in layer.inputs:
@@ -339,6 +374,49 @@ def build_graph(model: ModelProto, name: str, base_dir: Path | None = None) -> L
     )
 
 
+def _check_size(t: Tensor, model: str, activation: bool) -> None:
+    """One line for a tensor no device could hold, or an activation with no elements."""
+    if any(d > MAX_DIM for d in t.shape) or t.nbytes > MAX_TENSOR_BYTES:
+        raise DseError(
+            f"model '{model}': tensor '{t.name}' of shape {list(t.shape)} is too large "
+            f"({t.nbytes:.3g} bytes; dimensions up to 2^31 - 1): check the model and "
+            "net.input_shape"
+        )
+    if activation and t.numel == 0:
+        raise DseError(
+            f"model '{model}': tensor '{t.name}' of shape {list(t.shape)} has no elements: "
+            "check the model and net.input_shape"
+        )
+
+
+def _check_structure(model: ModelProto, nodes: Sequence[NodeProto], name: str) -> None:
+    """One line for a graph no runtime accepts: a tensor written twice, or a graph input,
+    weight or a node's own input overwritten."""
+    fixed = {vi.name for vi in model.graph.input} | {t.name for t in model.graph.initializer}
+    writer: dict[str, str] = {}
+    for i, n in enumerate(nodes):
+        label = n.name or f"{n.op_type} node {i}"
+        for t in n.output:
+            if not t:
+                continue
+            if t in n.input:
+                raise DseError(
+                    f"model '{name}': node '{label}' reads its own output '{t}' (a cycle): "
+                    "it is not a valid inference model"
+                )
+            if t in fixed:
+                raise DseError(
+                    f"model '{name}': node '{label}' overwrites '{t}', a graph input or "
+                    "weight: it is not a valid inference model"
+                )
+            if t in writer:
+                raise DseError(
+                    f"model '{name}': tensor '{t}' is written by two nodes ('{writer[t]}' and "
+                    f"'{label}'): it is not a valid inference model"
+                )
+            writer[t] = label
+
+
 def _unknown(
     nodes: Sequence[NodeProto], static: set[str], types: dict[str, TensorType | None]
 ) -> list[str]:
@@ -372,10 +450,40 @@ def _learned(node: NodeProto, static: set[str], types: dict[str, TensorType | No
 
 
 def _measure(
-    model: ModelProto, base_dir: Path | None, needed: list[str], name: str
+    model: ModelProto,
+    base_dir: Path | None,
+    needed: list[str],
+    name: str,
+    types: Mapping[str, TensorType | None],
+    budget: Budget,
 ) -> dict[str, TensorType]:
+    known = sum(
+        math.prod(tt.shape) * tt.itemsize
+        for t, tt in types.items()
+        if tt is not None and t not in {i.name for i in model.graph.initializer}
+    )
+    how = (
+        f"raise net.measure_mb (now {budget.memory_mb:g}) if the model is sound, or export it "
+        "with static shapes"
+    )
+    if known > budget.memory_mb * 2**20:
+        raise DseError(
+            f"model '{name}': measuring the shapes of {len(needed)} tensors (e.g. "
+            f"'{needed[0]}') by running it needs over {known / 2**20:.0f} MB of activations: " + how
+        )
     try:
-        return run_for_types(model, base_dir, needed)
+        return run_for_types(model, base_dir, needed, budget)
+    except MemoryError:
+        raise DseError(
+            f"model '{name}': measuring the shapes of {len(needed)} tensors (e.g. "
+            f"'{needed[0]}') by running it took more than {budget.memory_mb:g} MB: " + how
+        ) from None
+    except TimeoutError:
+        raise DseError(
+            f"model '{name}': measuring the shapes of {len(needed)} tensors (e.g. "
+            f"'{needed[0]}') by running it took more than {budget.seconds:g} s: raise "
+            f"net.measure_seconds if the model is sound, or export it with static shapes"
+        ) from None
     except Exception as exc:  # noqa: BLE001 - any runtime failure means shapes are unknowable
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise DseError(

@@ -15,8 +15,9 @@ from omegaconf import DictConfig, OmegaConf
 from dse.errors import DseError
 from dse.net import zoo
 from dse.net.graph import LayerGraph, build_graph
-from dse.net.onnx_load import InputShape, fix_input_shapes, read_model
+from dse.net.onnx_load import Budget, InputShape, fix_input_shapes, read_model
 from dse.net.order import memory_aware_order, peak_memory
+from dse.platform import number
 
 ONNX = "onnx"
 
@@ -71,20 +72,28 @@ def load_net(net: DictConfig | Mapping[str, Any] | None) -> Net:
         if OmegaConf.is_missing(net, "path"):
             raise DseError("+net=onnx needs the model file: add net.path=/path/to/model.onnx")
         net = OmegaConf.to_container(net, resolve=True)  # type: ignore[assignment]
-    assert isinstance(net, Mapping)
+    if not isinstance(net, Mapping):
+        raise DseError(f"net must be a mapping such as {{name: alexnet}}, not {net!r}")
     name = str(net.get("name", ""))
     input_shape = net.get("input_shape")
     path = net.get("path")
     order = str(net.get("order", "memory"))
     if order not in ("memory", "file"):
         raise DseError(f"net.order must be memory or file, not '{order}'")
+    budget = Budget(
+        number(net.get("measure_mb", Budget.memory_mb), "net.measure_mb", positive=True),
+        number(net.get("measure_seconds", Budget.seconds), "net.measure_seconds", positive=True),
+    )
     if name == ONNX or path:
         if not path:
             raise DseError("+net=onnx needs the model file: add net.path=/path/to/model.onnx")
-        p = Path(str(path)).expanduser().resolve()
+        try:
+            p = Path(str(path)).expanduser().resolve()
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise DseError(f"cannot read net.path {path!r}: {exc} (check the path)") from None
         model = read_model(p)
         fix_input_shapes(model, input_shape)
-        graph = build_graph(model, p.stem, base_dir=p.parent)
+        graph = build_graph(model, p.stem, base_dir=p.parent, budget=budget)
         name, source = p.stem, p
     else:
         model = zoo.build(name)

@@ -14,8 +14,23 @@ from google.protobuf.message import DecodeError
 from onnx import ModelProto, NodeProto, TensorProto
 
 from dse.errors import DseError
+from dse.net.measure import measure_shapes
 
 InputShape = Sequence[int] | Mapping[str, Sequence[int]] | None
+
+#: Largest dimension a tensor may have (onnxruntime and most kernels index with int32).
+MAX_DIM = 2**31 - 1
+#: Largest ONNX file read whole (protobuf's limit; larger models keep weights as external data).
+MAX_MODEL_BYTES = 2**31
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What measuring shapes by running the model may take (``net.measure_mb``,
+    ``net.measure_seconds``): address space beyond the weights, and wall-clock time."""
+
+    memory_mb: float = 4096.0
+    seconds: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -46,13 +61,27 @@ def elem_size(elem_type: int) -> int:
 def read_model(path: str | Path) -> ModelProto:
     """Parse an ONNX file's graph, leaving external weight data on disk."""
     p = Path(path).expanduser()
-    if not p.exists():
+    try:
+        exists, is_dir, is_file = p.exists(), p.is_dir(), p.is_file()
+        size = p.stat().st_size if is_file else 0
+    except (OSError, RuntimeError) as exc:  # symlink loops, permissions, names too long
+        raise DseError(
+            f"cannot read ONNX file {p}: {exc.__class__.__name__} (check net.path)"
+        ) from None
+    if not exists:
         raise DseError(f"ONNX file not found: {p} (check net.path)")
-    if p.is_dir():
+    if is_dir:
         raise DseError(f"{p} is a directory, not an ONNX file (set net.path to the .onnx file)")
+    if not is_file:
+        raise DseError(f"{p} is not a regular file (a device or pipe): set net.path to the file")
+    if size > MAX_MODEL_BYTES:
+        raise DseError(
+            f"{p} is {size / 2**30:.1f} GiB: an ONNX file over 2 GiB must keep its weights "
+            "as external data (onnx.save_model(..., save_as_external_data=True))"
+        )
     try:
         model = onnx.load(str(p), load_external_data=False)
-    except (DecodeError, RuntimeWarning, ValueError, OSError) as exc:
+    except (DecodeError, RuntimeWarning, ValueError, OSError, RecursionError) as exc:
         raise DseError(
             f"{p} is not an ONNX model ({exc.__class__.__name__}): "
             "pass a .onnx file exported by your framework"
@@ -94,17 +123,18 @@ def fix_input_shapes(model: ModelProto, input_shape: InputShape) -> None:
     that has dynamic dimensions) or a mapping from input name to shape.
     """
     inputs = graph_inputs(model)
-    by_name: dict[str, Sequence[int]] = {}
+    by_name: dict[str, list[int]] = {}
     if isinstance(input_shape, Mapping):
-        unknown = sorted(set(input_shape) - {i.name for i in inputs})
+        unknown = sorted(set(map(str, input_shape)) - {i.name for i in inputs})
         if unknown:
             names = ", ".join(i.name for i in inputs)
             raise DseError(
                 f"net.input_shape names unknown input '{unknown[0]}': "
                 f"the model's inputs are {names}"
             )
-        by_name = {k: list(v) for k, v in input_shape.items()}
+        by_name = {str(k): check_shape(v, f"net.input_shape.{k}") for k, v in input_shape.items()}
     elif input_shape is not None:
+        input_shape = check_shape(input_shape, "net.input_shape")
         dynamic = [i for i in inputs if not _is_static(_dims(i))]
         targets = dynamic or inputs
         if len(targets) > 1:
@@ -123,7 +153,6 @@ def fix_input_shapes(model: ModelProto, input_shape: InputShape) -> None:
             if not _is_static(dims):
                 raise DseError(_needs_shape_message(vi.name, dims))
             continue
-        given = [int(d) for d in given]
         if dims is not None and len(dims) != len(given):
             raise DseError(
                 f"net.input_shape {given} has rank {len(given)} but input "
@@ -136,12 +165,25 @@ def fix_input_shapes(model: ModelProto, input_shape: InputShape) -> None:
                         f"net.input_shape {given} conflicts with input '{vi.name}' "
                         f"of fixed shape {_fmt(dims)}"
                     )
-        if any(g <= 0 for g in given):
-            raise DseError(f"net.input_shape {given} must be positive integers")
         shape = vi.type.tensor_type.shape
         shape.ClearField("dim")
         for g in given:
             shape.dim.add().dim_value = g
+
+
+def check_shape(value: object, key: str) -> list[int]:
+    """A shape given in the config: a list of whole numbers from 1 to 2^31 - 1."""
+    example = f"e.g. {key}=[1,3,224,224]"
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise DseError(f"{key} must be a list of dimensions, {example}, not {value!r}")
+    shape = []
+    for d in value:
+        if isinstance(d, bool) or not isinstance(d, int):
+            raise DseError(f"{key} {list(value)!r} must hold whole numbers only, {example}")
+        if not 1 <= d <= MAX_DIM:
+            raise DseError(f"{key} {list(value)}: every dimension must be from 1 to 2^31 - 1")
+        shape.append(d)
+    return shape
 
 
 def _is_static(dims: list[int | str] | None) -> bool:
@@ -195,34 +237,37 @@ def infer_types(model: ModelProto) -> dict[str, TensorType | None]:
 
 
 def run_for_types(
-    model: ModelProto, base_dir: Path | None, names: Sequence[str]
+    model: ModelProto,
+    base_dir: Path | None,
+    names: Sequence[str],
+    budget: Budget | None = None,
 ) -> dict[str, TensorType]:
     """Measure tensor shapes by running the model once in onnxruntime on zero inputs.
 
     The fallback where static inference cannot see through the graph (custom ops, computed
     resize scales, data-dependent shapes). Needs the weights, so ``base_dir`` is where the
-    model's external data lives.
+    model's external data lives. The run is a child process within ``budget`` (memory and
+    time, :mod:`dse.net.measure`): ``MemoryError`` or ``TimeoutError`` when it is exceeded.
     """
-    import onnxruntime as ort
-
+    budget = budget or Budget()
     m = ModelProto()
     m.CopyFrom(model)
     # onnxruntime lags onnx in the IR versions it accepts; IR 10 covers opsets up to 21
     m.ir_version = min(m.ir_version, 10)
     if base_dir is not None:
         onnx.load_external_data_for_model(m, str(base_dir))
+    weight_bytes = sum(len(t.raw_data) for t in m.graph.initializer)
     existing = {o.name for o in m.graph.output}
     for n in names:
         if n not in existing:
             m.graph.output.append(onnx.ValueInfoProto(name=n))
-    feeds = {}
-    for vi in graph_inputs(m):
-        dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
-        feeds[vi.name] = np.zeros(dims, dtype=dtype)
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 4
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    inputs = {
+        vi.name: (
+            [d.dim_value for d in vi.type.tensor_type.shape.dim],
+            vi.type.tensor_type.elem_type,
+        )
+        for vi in graph_inputs(m)
+    }
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.onnx"
         onnx.save_model(
@@ -233,14 +278,10 @@ def run_for_types(
             location="weights.bin",
             size_threshold=4096,
         )
-        sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-        outs = sess.run(None, feeds)
-    result = {}
-    for meta, value in zip(sess.get_outputs(), outs, strict=True):
-        arr = np.asarray(value)
-        elem = onnx.helper.np_dtype_to_tensor_dtype(arr.dtype) if arr.dtype != object else 8
-        result[meta.name] = TensorType(tuple(int(d) for d in arr.shape), elem)
-    return result
+        del m
+        memory = int(budget.memory_mb * 2**20) + 2 * weight_bytes
+        shapes = measure_shapes(path, inputs, list(names), memory, budget.seconds)
+    return {k: TensorType(shape, elem) for k, (shape, elem) in shapes.items()}
 
 
 #: Largest tensor (elements) the folder evaluates; shape computations are far smaller.
@@ -287,6 +328,51 @@ def fold_constants(model: ModelProto, types: Mapping[str, TensorType | None]) ->
     return out
 
 
+def _outputs_small(
+    node: NodeProto,
+    values: Mapping[str, np.ndarray],
+    types: Mapping[str, TensorType | None],
+    opsets: Mapping[str, int],
+) -> bool:
+    """Whether every output of ``node`` is known, before evaluating it, to have at most
+    :data:`FOLD_LIMIT` elements: from the model's inferred types, else from ONNX's inference of
+    this one node on its input values. An output of unknown size is not small."""
+    unknown = []
+    for t in node.output:
+        if not t:
+            continue
+        tt = types.get(t)
+        if tt is None:
+            unknown.append(t)
+        elif math.prod(tt.shape) > FOLD_LIMIT:
+            return False
+    if not unknown:
+        return True
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opsets.get(node.domain or "", 1), node.domain)
+        arrays = {t: values[t] for t in node.input if t}
+        in_types = {
+            t: onnx.helper.make_tensor_type_proto(
+                onnx.helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape)
+            )
+            for t, a in arrays.items()
+        }
+        data = {t: onnx.numpy_helper.from_array(a, t) for t, a in arrays.items()}
+        out = onnx.shape_inference.infer_node_outputs(schema, node, in_types, data)
+    except Exception:  # noqa: BLE001 - no schema or inference failed: size unknown
+        return False
+    for t in unknown:
+        tp = out.get(t)
+        if tp is None or not tp.tensor_type.HasField("shape"):
+            return False
+        dims = tp.tensor_type.shape.dim
+        if not all(d.HasField("dim_value") for d in dims):
+            return False
+        if math.prod(d.dim_value for d in dims) > FOLD_LIMIT:
+            return False
+    return True
+
+
 def _has_typed_data(t: TensorProto) -> bool:
     return bool(t.float_data or t.int64_data or t.int32_data or t.double_data or t.uint64_data)
 
@@ -313,6 +399,8 @@ def _fold_node(
     ins = [t for t in node.input if t]
     if node.op_type in ("If", "Loop", "Scan") or not all(t in values for t in ins):
         return None
+    if not _outputs_small(node, values, types, opsets):
+        return None  # ConstantOfShape to [3, 1e9] and the like: never evaluate
     try:
         sess = evaluator(node, opsets=opsets)
         results = sess.run(None, {t: values[t] for t in ins})
