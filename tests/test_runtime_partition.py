@@ -200,3 +200,36 @@ def test_plan_sends_what_the_model_counts(tmp_path: Path, encoding: str) -> None
                     spec = plan["tensors"][s["tensor"]]
                     sent[r["device_index"]] += np.prod(spec["shape"]) * 4
         np.testing.assert_allclose(sent, predicted[p], rtol=1e-9)
+
+
+def test_weights_as_external_data(tmp_path: Path) -> None:
+    """A user's model whose weights are external data: cut from the mapped data file."""
+    net = zoo_like(tmp_path)
+    model = onnx.load(str(tmp_path / "zoo_like.onnx"))
+    ext = tmp_path / "ext"
+    ext.mkdir()
+    onnx.save(
+        model, str(ext / "m.onnx"), save_as_external_data=True, location="m.data", size_threshold=0
+    )
+    ext_net = load_net({"name": "onnx", "path": str(ext / "m.onnx")})
+    n = len(ext_net.graph)
+    lists = [[[0, 1] if ext_net.graph.splittable[i] else [i % 2] for i in range(n)]]
+    x = input_arrays({"inputs": [{"name": "x", "shape": [1, 4, 8, 8], "dtype": "float32"}]})
+    assert_equal_outputs(
+        ext_net, from_device_lists(ext_net.graph, 2, lists), platform(2), whole(net, x)
+    )
+
+
+def test_zoo_weights_found_in_the_file() -> None:
+    """The wire-format scan finds every initializer's bytes where protobuf parsing puts them."""
+    from dse.net import zoo
+    from dse.runtime.weights import inline_offsets
+
+    path = zoo.materialize("alexnet", 0)
+    offsets = inline_offsets(path)
+    data = path.read_bytes()
+    model = onnx.load(str(path))
+    assert set(offsets) == {t.name for t in model.graph.initializer}
+    for t in model.graph.initializer:
+        off, n = offsets[t.name]
+        assert data[off : off + n] == t.raw_data

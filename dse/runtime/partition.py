@@ -37,6 +37,7 @@ from dse.net import Net
 from dse.net.graph import Layer
 from dse.net.onnx_load import TensorType, graph_inputs, infer_types
 from dse.platform import Platform
+from dse.runtime.weights import MappedFiles, external_locations, inline_offsets
 
 PLAN_VERSION = 1
 #: Split ops the runtime can slice: op -> (weight input, output-channel axis is 1 (else last)).
@@ -56,6 +57,22 @@ class Deployment:
         """Every sub-model and its weight file into ``directory``."""
         for name, model in self.segments.items():
             write_segment(model, self.blobs.get(name, []), Path(directory) / name)
+
+
+def weight_source(net: Net, seed: int) -> tuple[onnx.ModelProto, dict[str, tuple[Path, int, int]]]:
+    """The model whose initializers describe the weights, and where their bytes lie on disk:
+    a zoo net's seeded file (scanned, not parsed), or a file's external data; weights stored
+    inline in a user's file are already in ``net.model``."""
+    if net.path is not None:
+        return net.model, external_locations(net.model, Path(net.path).parent)
+    from dse.net import zoo
+
+    path = zoo.materialize(net.name, seed)
+    try:
+        offsets = inline_offsets(path)
+    except (ValueError, IndexError, OSError):
+        return net.weighted_model(seed), {}
+    return net.model, {name: (path, off, n) for name, (off, n) in offsets.items()}
 
 
 def mapping_hash(share: np.ndarray, owner: np.ndarray) -> str:
@@ -78,9 +95,16 @@ def channel_bounds(shares: np.ndarray, channels: int) -> list[tuple[int, int]]:
 class _Statics:
     """Values of the static tensors (weights, Constant-node outputs, folded shape tensors)."""
 
-    def __init__(self, net: Net, weighted: onnx.ModelProto) -> None:
+    def __init__(
+        self,
+        net: Net,
+        weighted: onnx.ModelProto,
+        locations: dict[str, tuple[Path, int, int]] | None = None,
+    ) -> None:
         self.net = net
         self.inits = {t.name: t for t in weighted.graph.initializer}
+        self.locations = locations or {}  # weights read from files (memory-mapped)
+        self.files = MappedFiles()
         self.constants = {
             n.output[0]: n for n in weighted.graph.node if n.op_type == "Constant" and n.output
         }
@@ -95,7 +119,7 @@ class _Statics:
         if self._folded is None:
             from dse.net.onnx_load import fold_constants
 
-            folded = fold_constants(self.net.model, infer_types(self.net.model))
+            folded = fold_constants(self._with_small_data(), infer_types(self.net.model))
             self._folded = {t.name: t for t in folded.graph.initializer}
         if name not in self._folded:
             raise DseError(
@@ -104,8 +128,27 @@ class _Statics:
             )
         return self._folded[name]
 
+    def _with_small_data(self) -> onnx.ModelProto:
+        """The net's model with its small mapped weights (shapes, axes) inline, to fold."""
+        if not self.locations:
+            return self.net.model
+        model = onnx.ModelProto()
+        model.CopyFrom(self.net.model)
+        for t in model.graph.initializer:
+            if t.name in self.locations and self.locations[t.name][2] <= 1 << 20:
+                data = bytes(self.files.view(*self.locations[t.name]))
+                del t.external_data[:]
+                t.data_location = TensorProto.DEFAULT
+                t.raw_data = data
+        return model
+
     def array(self, name: str) -> np.ndarray:
         """The value, decoded once (a read-only view of the stored bytes where possible)."""
+        if name not in self._arrays and name in self.locations:
+            t = self.proto(name)
+            dtype = helper.tensor_dtype_to_np_dtype(t.data_type)
+            view = self.files.view(*self.locations[name])
+            self._arrays[name] = np.frombuffer(view, dtype=dtype).reshape(tuple(t.dims))
         if name not in self._arrays:
             t = self.proto(name)
             if t.data_location == TensorProto.EXTERNAL:
@@ -265,7 +308,12 @@ def _layer_nodes(
             return
         proto = statics.proto(name)
         big = math.prod(proto.dims) * 4 >= EXTERNAL_MIN_BYTES and name in statics.inits
-        act.inits[name] = Blob(statics, name) if big else proto
+        if big:
+            act.inits[name] = Blob(statics, name)
+        elif name in statics.locations:  # small, but its bytes are in a file
+            act.inits[name] = numpy_helper.from_array(np.array(statics.array(name)), name)
+        else:
+            act.inits[name] = proto
 
     out = node.output[0] if node.output else ""
     if part is None:
@@ -458,11 +506,14 @@ def partition(
     """Cut ``net`` by mapping 0 of ``batch`` into per-device sub-models and a plan."""
     share, owner = check_mapping(net, platform, batch)
     graph = net.graph
-    model = weighted if weighted is not None else net.weighted_model(seed)
+    if weighted is not None:
+        model, locations = weighted, {}
+    else:
+        model, locations = weight_source(net, seed)
     nodes = list(model.graph.node)
     if len(nodes) != len(net.model.graph.node):
         raise DseError("the weighted model does not have the net's nodes")
-    statics = _Statics(net, model)
+    statics = _Statics(net, model, locations)
     layer_tensors = {t.name for layer in graph for t in layer.inputs} | {
         t for layer in graph for t in nodes[layer.node].output
     }
