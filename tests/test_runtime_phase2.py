@@ -65,3 +65,6 @@ def test_measure_mappings_writes_rows_and_keeps_going(tmp_path: Path, monkeypatc
         (pred - measured) / measured * 100, abs=0.01
     )
     assert (tmp_path / "run" / "phase2.png").stat().st_size > 0
+    one = tmp_path / "run" / "phase2" / "one"
+    assert (one / "measurements.json").is_file() and (one / "plan.json").is_file()
+    assert not list(one.glob("*.onnx*"))  # sub-models dropped once measured (keep=false)

@@ -26,7 +26,15 @@ from dse.runtime.measure import deploy_and_measure
 from models_analytical.model import AnalyticalModel
 
 #: Defaults of the ``phase2`` settings (a mapping with any of these keys overrides them).
-DEFAULTS = {"top_k": 5, "warmup": 4, "iterations": 20, "timeout_s": 600.0}
+DEFAULTS = {"top_k": 5, "warmup": 4, "iterations": 20, "timeout_s": 600.0, "keep": False}
+
+
+def drop_submodels(directory: Path) -> None:
+    """Remove a measured deployment's sub-models and weights (plan, logs and figures stay):
+    a VGG-16 deployment holds all 528 MB of its weights again."""
+    for pattern in ("*.onnx", "*.onnx.data"):
+        for p in Path(directory).glob(pattern):
+            p.unlink(missing_ok=True)
 
 
 def select(F: np.ndarray, names: Sequence[str], top_k: int) -> list[tuple[int, str]]:
@@ -127,7 +135,8 @@ def measure_mappings(
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """Deploy and measure every mapping of ``batch`` (named by ``labels``) into ``out/phase2``;
-    writes ``out/phase2.csv`` after each and ``out/phase2.png``; returns the rows."""
+    writes ``out/phase2.csv`` after each and ``out/phase2.png``; returns the rows. Settings:
+    :data:`DEFAULTS` (``keep``: keep the sub-models of each deployment after measuring)."""
     s = {**DEFAULTS, **dict(settings or {})}
     out = Path(out)
     rows: list[dict[str, Any]] = []
@@ -148,6 +157,8 @@ def measure_mappings(
                 )
             except DseError as exc:
                 result = {"status": "failed", "reason": str(exc)}
+            if not s["keep"]:
+                drop_submodels(out / "phase2" / label)
             rows.append(_row(label, result))
             write_csv(out / "phase2.csv", rows)
     finally:
