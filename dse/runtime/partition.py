@@ -344,14 +344,14 @@ def _layer_nodes(
             attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
             # Gemm: W[N, K] with transB, else W[K, N]; MatMul: W[..., K, N]
             axis = (0 if attrs.get("transB", 0) else 1) if op == "Gemm" else len(w.dims) - 1
-            wname = f"{inputs[1]}{tag}"
+            wname = f"{inputs[1]}@{layer.name}{tag}"
             act.inits[wname] = _sliced(statics, inputs[1], (axis, c0, c1))
             new_inputs = [inputs[0], wname]
             if op == "Gemm" and len(inputs) > 2 and inputs[2]:
                 c = statics.proto(inputs[2])
                 cdims = list(c.dims)
                 if cdims and cdims[-1] == layer.out_channels and layer.out_channels > 1:
-                    cname = f"{inputs[2]}{tag}"
+                    cname = f"{inputs[2]}@{layer.name}{tag}"
                     act.inits[cname] = _sliced(statics, inputs[2], (len(cdims) - 1, c0, c1))
                     new_inputs.append(cname)
                 else:
@@ -413,14 +413,14 @@ def _conv_part(
         n_groups = g1 - g0 if _whole((g0, g1, o0, o1), per_out) else 1
         x_in = x
         if groups > 1:
-            x_in = f"{x}{sub}.in"
+            x_in = f"{x}@{layer.name}{sub}"
             names = [f"{x_in}.{k}" for k in ("starts", "ends", "axes")]
             for nm, v in zip(names, (g0 * per_in, g1 * per_in, 1), strict=True):
                 act.inits[nm] = numpy_helper.from_array(np.array([v], dtype=np.int64), nm)
             act.nodes.append(
                 helper.make_node("Slice", [x, *names], [x_in], name=f"{layer.name}{sub}.slice")
             )
-        wname = f"{inputs[1]}{sub}"
+        wname = f"{inputs[1]}@{layer.name}{sub}"
         if op == "Conv":
             act.inits[wname] = _sliced(statics, inputs[1], (0, o0, o1))
         else:  # ConvTranspose: W[C_in, M/group, ...]; this piece's input rows, its output columns
@@ -432,7 +432,7 @@ def _conv_part(
                 act.inits[wname] = _sliced(statics, inputs[1], rows, (1, lo, lo + (o1 - o0)))
         new_inputs = [x_in, wname]
         if has_bias:
-            bname = f"{inputs[2]}{sub}"
+            bname = f"{inputs[2]}@{layer.name}{sub}"
             act.inits[bname] = _sliced(statics, inputs[2], (0, o0, o1))
             new_inputs.append(bname)
         n = helper.make_node(op, new_inputs, [piece_out], name=f"{layer.name}{sub}")
