@@ -189,3 +189,21 @@ def test_deploy_cli(tmp_path: Path) -> None:
     )
     assert r.returncode == 2 and "not of this net" in r.stderr
     assert json.loads((out / "plan.json").read_text()) == plan
+
+
+def test_rankfile_binds_cpu_threads_and_gpu_host_threads() -> None:
+    jetson = load_platform(
+        yaml.safe_load((ROOT / "conf/platform/jetson_xavier_nx_x8.yaml").read_text())
+    )
+    # each board: its 6-thread cpu on cores 0-5, its gpu's host thread beside them on core 5
+    assert package.core_slots(jetson)[:4] == ["0-5", "5", "0-5", "5"]
+    plan = {
+        "ranks": [
+            {"rank": 0, "host": "xavier0", "device_index": 0},
+            {"rank": 1, "host": "xavier0", "device_index": 1},
+            {"rank": 2, "host": "xavier3", "device_index": 6},
+        ]
+    }
+    hostfile, rankfile = package.mpi_files(plan, jetson)
+    assert hostfile == "xavier0 slots=2\nxavier3 slots=1\n"
+    assert rankfile == ("rank 0=xavier0 slot=0-5\nrank 1=xavier0 slot=5\nrank 2=xavier3 slot=0-5\n")

@@ -62,16 +62,22 @@ def check_existing(out: Path, fingerprint: str, mapping: str) -> None:
 
 
 def core_slots(platform: Platform) -> list[str]:
-    """Per device, the cores its rank is bound to on its host (devices of a host take
-    consecutive cores in platform order, ``threads`` each; a gpu device's rank one core)."""
+    """Per device, the cores its rank is bound to on its host: the cpu devices of a host take
+    consecutive cores in platform order, ``threads`` each; a gpu device's rank (a host thread
+    that mostly waits for the GPU) shares the host's last cpu core, or core 0 without one."""
     next_core: dict[str, int] = {}
-    slots = []
+    slots: list[str] = []
     for d in platform.devices:
+        if d.kind != "cpu":
+            slots.append("")
+            continue
         start = next_core.get(d.host, 0)
-        n = d.threads if d.kind == "cpu" else 1
-        next_core[d.host] = start + n
-        slots.append(str(start) if n == 1 else f"{start}-{start + n - 1}")
-    return slots
+        next_core[d.host] = start + d.threads
+        slots.append(str(start) if d.threads == 1 else f"{start}-{start + d.threads - 1}")
+    return [
+        s or str(max(next_core.get(d.host, 1) - 1, 0))
+        for s, d in zip(slots, platform.devices, strict=True)
+    ]
 
 
 def mpi_files(plan: dict[str, Any], platform: Platform) -> tuple[str, str]:

@@ -186,6 +186,8 @@ def measure(
         "peak_rss_separate": resettable,
         "energy_j": energy,
         "energy_reason": None if meter.available else meter.reason,
+        # a counter covers the whole host (RAPL package) or board (INA3221), not this rank
+        "energy_scope": meter.kind,
     }
     ranks = comm.gather(mine, root=0)  # small dicts of figures; tensors never go pickled
     outputs = _gather_outputs(comm, plan, me)
