@@ -315,6 +315,47 @@ class SweeperImpl:
         shown = ", ".join(f"{k}={v:.6g}" for k, v in zip(keys, got.values, strict=True))
         print(f"trial {trial.number}: {shown} -> {attrs.get('run_dir', '?')}")
 
+    def _batch(
+        self, study: optuna.Study, space: SearchSpace, keys: list[str], size: int
+    ) -> Sequence[JobReturn] | None:
+        """Ask for ``size`` trials, run them as one launch, tell their results."""
+        batch: list[tuple[Trial, list[str], float]] = []
+        try:
+            for _ in range(size):
+                trial, overrides, spent = self._ask(study, space)
+                # a config that does not compose stops the launcher's whole batch: check each
+                # job of a batch first (a batch of one fails alone, without composing twice)
+                bad = self._valid(overrides) if size > 1 else None
+                if bad:
+                    self._fail(study, trial, bad)
+                else:
+                    batch.append((trial, overrides, spent))
+            if not batch:
+                return None
+            launched = time.perf_counter()
+            try:
+                results = self.launcher.launch(
+                    [ov for _, ov, _ in batch], initial_job_idx=self.job_idx
+                )
+            except Exception as exc:
+                self.job_idx += len(batch)
+                for trial, _, _ in batch:
+                    self._fail(study, trial, one_line(exc))
+                if len(batch) == 1:
+                    return None
+                raise
+        except (KeyboardInterrupt, SystemExit):
+            # Ctrl-C: a run stops at its next generation with complete outputs and exits 130
+            for trial, _, _ in batch:
+                self._fail(study, trial, "interrupted")
+            print("sweep interrupted: run the same command to continue the study", file=sys.stderr)
+            raise
+        self.job_idx += len(batch)
+        launch = (time.perf_counter() - launched) / len(batch)
+        for (trial, _, spent), ret in zip(batch, results, strict=True):
+            self._record(study, trial, ret, keys, spent, launch)
+        return results
+
     def _sweep(self, arguments: list[str]) -> list[Sequence[JobReturn]]:
         space = parse(arguments, self.params)
         study, url, keys = self._open(space)
@@ -322,7 +363,8 @@ class SweeperImpl:
         OmegaConf.save(self.config, self.sweep_dir / "multirun.yaml")
         with_metric_names(study, keys)
         watch = "" if url == "memory" else f"; watch it with: optuna-dashboard {url}"
-        print(f"study '{study.study_name}' in {url}: {len(study.trials)} trials so far{watch}")
+        held = len(study.get_trials(deepcopy=False))
+        print(f"study '{study.study_name}' in {url}: {held} trials so far{watch}")
         returns: list[Sequence[JobReturn]] = []
         done = 0
         while done < self.n_trials:
@@ -334,42 +376,9 @@ class SweeperImpl:
                     print(f"the study holds {held} trials (hydra.sweeper.total_trials)")
                     break
             done += size
-            batch = []
-            for _ in range(size):
-                trial, overrides, spent = self._ask(study, space)
-                # a config that does not compose stops the launcher's whole batch: check each
-                # job of a batch first (a batch of one fails alone, without composing twice)
-                bad = self._valid(overrides) if size > 1 else None
-                if bad:
-                    self._fail(study, trial, bad)
-                else:
-                    batch.append((trial, overrides, spent))
-            if not batch:
-                continue
-            launched = time.perf_counter()
-            try:
-                results = self.launcher.launch(
-                    [ov for _, ov, _ in batch], initial_job_idx=self.job_idx
-                )
-            except Exception as exc:
-                self.job_idx += len(batch)
-                for trial, _, _ in batch:
-                    self._fail(study, trial, one_line(exc))
-                if len(batch) == 1:
-                    continue
-                raise
-            except BaseException:
-                for trial, _, _ in batch:
-                    self._fail(study, trial, "interrupted")
-                print(
-                    "sweep interrupted: run the same command to continue the study", file=sys.stderr
-                )
-                raise
-            self.job_idx += len(batch)
-            launch = (time.perf_counter() - launched) / len(batch)
-            for (trial, _, spent), ret in zip(batch, results, strict=True):
-                self._record(study, trial, ret, keys, spent, launch)
-            returns.append(results)
+            results = self._batch(study, space, keys, size)
+            if results is not None:
+                returns.append(results)
         report = _report.summarize(study, keys, space)
         print(_report.text(report))
         _report.write(report, self.sweep_dir)
