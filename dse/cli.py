@@ -159,6 +159,20 @@ def say(message: str, error: bool = False) -> None:
         logging.getLogger("dse").log(logging.ERROR if error else logging.INFO, line)
 
 
+def stop_early_on_signals() -> None:
+    """Until :func:`run` takes over, SIGINT and SIGTERM end the process at once with the
+    interrupted status (nothing is computed yet while modules load)."""
+    import os
+    import signal
+
+    def _now(signum: int, frame: object) -> None:
+        print("error: interrupted", file=sys.stderr)
+        os._exit(INTERRUPTED)
+
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, _now)
+
+
 def fail(message: str, status: int = 2) -> None:
     """Print one error line and exit non-zero."""
     print(f"error: {message}", file=sys.stderr)
@@ -168,6 +182,13 @@ def fail(message: str, status: int = 2) -> None:
 def run(main: Callable[[], Any], config_name: str = "config") -> None:
     """Run a Hydra main function: overrides checked first, user errors as one line (exit 2),
     Ctrl-C as exit 130, and exit 2 at the end when any job of a multirun failed."""
+    import signal
+
+    def _terminate(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # SIGTERM is Ctrl-C: the same clean stop and exit status
+
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         check_overrides(sys.argv[1:], config_name)
         main()
