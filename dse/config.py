@@ -180,6 +180,7 @@ class DeployConfig(BaseConfig):
     warmup: int = 4  # iterations run before measuring (the thesis: 4)
     iterations: int = 20  # measured iterations (the thesis: 20)
     timeout_s: float = 600.0  # the run is stopped and marked failed after this long
+    stream: int = 0  # then push this many frames back to back: the pipelined period
 
 
 def check(cfg: Any) -> None:

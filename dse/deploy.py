@@ -31,6 +31,12 @@ def summary(result: dict[str, Any]) -> str:
         + (f"| predicted {pred:.2f} ms ({cmp['latency_ms']['error_pct']:+.1f} %)" if pred else ""),
         f"outputs vs the whole model: max rel error {result['equivalence'].get('max_rel_error')}",
     ]
+    if "period_ms" in cmp:
+        p = cmp["period_ms"]
+        lines.append(
+            f"stream period {p['measured']:.2f} ms | predicted {p['predicted']:.2f} ms "
+            f"({p['error_pct']:+.1f} %)"
+        )
     for r in result["ranks"]:
         lines.append(
             f"  {r['device']}: compute {r['compute_ms']['median']:.2f} ms, wait "
@@ -66,7 +72,9 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     out = Path(str(cfg.out)).expanduser()
     seed = int(cfg.seed)
     if not cfg.measure:
-        plan = deploy(net, platform, batch, out, seed, int(cfg.warmup), int(cfg.iterations))
+        plan = deploy(
+            net, platform, batch, out, seed, int(cfg.warmup), int(cfg.iterations), int(cfg.stream)
+        )
         n_seg = sum(len(r["segments"]) for r in plan["ranks"])
         print(
             f"deployed {net.name} on {len(plan['ranks'])} ranks ({n_seg} sub-models) to {out} "
@@ -83,6 +91,7 @@ def main(cfg: DictConfig) -> dict[str, Any]:
         int(cfg.warmup),
         int(cfg.iterations),
         float(cfg.timeout_s),
+        int(cfg.stream),
     )
     print(summary(result))
     if result.get("status") != "ok":

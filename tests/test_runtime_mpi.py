@@ -86,13 +86,15 @@ def aba_batch(net):
 def test_a_b_a_vertical_mapping(tmp_path: Path, localhost) -> None:
     net = zoo_like(tmp_path)
     out = tmp_path / "aba"
-    plan = deploy(net, localhost, aba_batch(net), out, warmup=1, iterations=3)
+    plan = deploy(net, localhost, aba_batch(net), out, warmup=1, iterations=3, stream=6)
     # rank 0 runs, sends to 1, and waits for 1's result before it runs again
     steps = [s["op"] for s in plan["ranks"][0]["steps"]]
     assert steps[:3] == ["run", "send", "recv"] and steps.count("recv") >= 3
     r = launch(out, timeout_s=120)
     assert r["status"] == "ok", r.get("reason")
+    # the outputs compared are those of the last of 6 frames streamed with several in flight
     assert r["iterations"] == 3 and r["equivalence"]["passed"]
+    assert r["stream"]["frames"] == 6 and r["stream"]["period_ms"] > 0
     sent = {x["device"]: x["bytes_sent"] for x in r["ranks"]}
     assert sent["localhost_cpu0"] > 0 and sent["localhost_cpu1"] > 0
 

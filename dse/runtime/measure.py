@@ -52,12 +52,14 @@ def deploy(
     seed: int = 0,
     warmup: int = 4,
     iterations: int = 20,
+    stream: int = 0,
 ) -> dict[str, Any]:
     """Partition mapping 0 of ``batch`` and write its deployment directory; its plan."""
     check_existing(out, net.fingerprint, mapping_hash(batch.share[0], batch.owner[0]))
     dep = partition(net, batch, platform, seed=seed)
     dep.plan["reference"] = reference(net, seed)
-    write_deployment(dep, platform, out, {"warmup": warmup, "iterations": iterations})
+    run = {"warmup": warmup, "iterations": iterations, "stream": stream}
+    write_deployment(dep, platform, out, run)
     return dep.plan
 
 
@@ -93,6 +95,8 @@ def with_prediction(
             "energy_j": compare(pred["energy_j"].get(d), r["energy_j"]),
         }
     cmp["devices"] = devices
+    if result.get("stream"):
+        cmp["period_ms"] = compare(pred["objectives"]["period_ms"], result["stream"]["period_ms"])
     result["comparison"] = cmp
     return result
 
@@ -107,12 +111,13 @@ def deploy_and_measure(
     warmup: int = 4,
     iterations: int = 20,
     timeout_s: float = 600.0,
+    stream: int = 0,
 ) -> dict[str, Any]:
     """Deploy, run under mpiexec, and write measurements.json with the prediction beside each
     measured figure; a failed run comes back as ``{"status": "failed", "reason": ...}``."""
     check_gpus(platform, batch)
     mpiexec_path()  # one line before anything is written when MPI is missing
-    deploy(net, platform, batch, out, seed, warmup, iterations)
+    deploy(net, platform, batch, out, seed, warmup, iterations, stream)
     result = launch(Path(out), timeout_s, warmup, iterations)
     if model is not None:
         result = with_prediction(result, model, batch)

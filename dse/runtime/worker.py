@@ -69,15 +69,39 @@ class Rank:
             input_arrays(plan, int(plan.get("seed", 0))) if self.rank == plan["entry_rank"] else {}
         )
         self.local: dict[str, np.ndarray] = {}
+        self.held: list[list[np.ndarray]] = []
 
-    def run_once(self) -> dict[str, float]:
-        """One inference: this rank's steps in order; its timers (s) and bytes sent."""
+    def stream(self, frames: int, window: int = 4) -> float:
+        """Push ``frames`` inferences through back to back, at most ``window`` frames of sends
+        in flight; this rank's steady-state period (s per frame, after the first ``window``)."""
         from mpi4py import MPI
 
+        in_flight: list[list[Any]] = []
+        ends = []
+        for _ in range(frames):
+            reqs: list[Any] = []
+            self.run_once(reqs)
+            in_flight.append(reqs)
+            if len(in_flight) > window:
+                MPI.Request.Waitall(in_flight.pop(0))
+                self.held.pop(0)
+            ends.append(time.perf_counter())
+        for reqs in in_flight:
+            MPI.Request.Waitall(reqs)
+        self.held.clear()
+        skip = min(window, frames // 4)
+        return (ends[-1] - ends[skip]) / max(frames - 1 - skip, 1)
+
+    def run_once(self, pending: list[Any] | None = None) -> dict[str, float]:
+        """One inference: this rank's steps in order; its timers (s) and bytes sent. Its sends
+        are completed before it returns, unless a ``pending`` list takes their requests."""
+        from mpi4py import MPI
+
+        keep = pending is not None
+        pending = pending if pending is not None else []
         comm, local = self.comm, self.local
         local.clear()
         local.update(self.inputs)
-        pending: list[Any] = []
         held: list[np.ndarray] = []
         compute = wait = communication = 0.0
         sent = 0
@@ -111,9 +135,12 @@ class Rank:
                 local[s["tensor"]] = buf
             for t in s.get("free", ()):
                 local.pop(t, None)
-        t0 = clock()
-        MPI.Request.Waitall(pending)
-        communication += clock() - t0
+        if keep:  # requests keep their buffers alive in mpi4py; these arrays are fresh
+            self.held.append(held)
+        else:
+            t0 = clock()
+            MPI.Request.Waitall(pending)
+            communication += clock() - t0
         return {"compute": compute, "wait": wait, "communication": communication, "sent": sent}
 
 
@@ -127,7 +154,11 @@ def _stats(values: list[float]) -> dict[str, float]:
 
 
 def measure(
-    directory: Path, warmup: int | None = None, iterations: int | None = None, kill: int = -1
+    directory: Path,
+    warmup: int | None = None,
+    iterations: int | None = None,
+    kill: int = -1,
+    stream: int | None = None,
 ) -> dict[str, Any] | None:
     """Run the deployment in ``directory`` on MPI.COMM_WORLD; rank 0 returns the measurements
     (and writes them), other ranks None. ``kill`` is a test hook: that rank kills itself
@@ -139,6 +170,7 @@ def measure(
     run_cfg = plan.get("run", {})
     warmup = int(run_cfg.get("warmup", 4) if warmup is None else warmup)
     iterations = int(run_cfg.get("iterations", 20) if iterations is None else iterations)
+    stream = int(run_cfg.get("stream", 0) if stream is None else stream)
     if comm.Get_size() != len(plan["ranks"]):
         raise DseError(
             f"the deployment has {len(plan['ranks'])} ranks but mpiexec started "
@@ -168,6 +200,10 @@ def measure(
         if it == warmup and me.rank == kill:
             os.kill(os.getpid(), 9)
     energy = meter.per_iteration(energy_start, iterations) if meter.available else None
+    period = None
+    if stream > 1:  # frames back to back, several in flight: the pipelined period
+        comm.Barrier()
+        period = comm.allreduce(me.stream(stream), op=MPI.MAX)
     peak_run = peak_rss_mb()
     mine = {
         "rank": me.rank,
@@ -208,6 +244,8 @@ def measure(
         },
         "equivalence": equivalence(plan, outputs),
     }
+    if period is not None:
+        result["stream"] = {"frames": stream, "period_ms": round(period * 1e3, 4)}
     if result["equivalence"].get("passed") is False:
         result["status"] = "failed"
         result["reason"] = (
@@ -274,12 +312,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("directory", type=Path)
     parser.add_argument("--warmup", type=int, default=None)
     parser.add_argument("--iterations", type=int, default=None)
+    parser.add_argument("--stream", type=int, default=None, help="frames pushed back to back")
     parser.add_argument("--kill-rank", type=int, default=-1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
         if not (args.directory / "plan.json").is_file():
             raise DseError(f"{args.directory} is not a deployment (no plan.json): run dse.deploy")
-        measure(args.directory, args.warmup, args.iterations, args.kill_rank)
+        measure(args.directory, args.warmup, args.iterations, args.kill_rank, args.stream)
     except DseError as exc:
         from mpi4py import MPI
 
