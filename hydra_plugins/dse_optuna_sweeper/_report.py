@@ -139,7 +139,8 @@ def markdown(report: dict[str, Any]) -> str:
         out.append("No trial completed.")
     out += ["", "## Parameter importances (fANOVA)", ""]
     if report["importances"]:
-        names = sorted({n for f in report["importances"].values() for n in f})
+        # most important first (for the first objective: Optuna returns them in that order)
+        names = list(dict.fromkeys(n for f in report["importances"].values() for n in f))
         out += ["| parameter | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
         for n in names:
             row = " | ".join(f"{report['importances'][k].get(n, 0.0):.3f}" for k in keys)
