@@ -267,3 +267,31 @@ def test_two_workers_share_one_sqlite_study(tmp_path: Path) -> None:
     # each worker ran its 2 trials, each in its own run directory
     assert sorted(len(v) for v in by_worker.values()) == [2, 2]
     assert len({d for v in by_worker.values() for d in v}) == 4
+
+
+def test_the_report_lists_the_pareto_trials_of_a_multi_objective_study(tmp_path: Path) -> None:
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    dist = {"x": IntDistribution(0, 9)}
+    # (hypervolume, evaluations): (1.5, 30) is dominated by (2, 20); the others are not
+    for x, values in enumerate([(1.0, 10), (2.0, 20), (1.5, 30), (0.5, 5)]):
+        attrs = {"run_dir": f"/r/{x}"}
+        trial = create_trial(params={"x": x}, distributions=dist, values=values, user_attrs=attrs)
+        study.add_trial(trial)
+    study.add_trial(create_trial(state=TrialState.FAIL, user_attrs={"fail_reason": "a | b"}))
+    report = _report.summarize(study, ["hypervolume", "evaluations"], parse(["x=range(0,10)"]))
+    assert [b["number"] for b in report["best"]] == [0, 1, 3]
+    assert report["best"][1] == {
+        "number": 1,
+        "values": {"hypervolume": 2.0, "evaluations": 20.0},
+        "params": {"x": 1},
+        "run_dir": "/r/1",
+        "overrides": None,
+    }
+    assert report["trials"] == {"total": 5, "complete": 4, "fail": 1}
+    assert report["failures"] == {4: "a | b"}
+    _report.write(report, tmp_path)
+    md = (tmp_path / "sweep_report.md").read_text()
+    assert "| 1 | 2 | 20 | `x=1` | `/r/1` |" in md
+    assert "| 4 | a / b |" in md  # a bar would end the table cell
+    assert json.loads((tmp_path / "sweep_report.json").read_text())["best"] == report["best"]
+    assert "3 Pareto trials:" in _report.text(report)

@@ -379,7 +379,7 @@ class SweeperImpl:
             results = self._batch(study, space, keys, size)
             if results is not None:
                 returns.append(results)
-        report = _report.summarize(study, keys, space)
+        report = _report.summarize(study, keys, space, url)
         print(_report.text(report))
         _report.write(report, self.sweep_dir)
         # failed trials are results of the sweep (recorded in the study), not a failed command

@@ -54,7 +54,9 @@ def importances(
     return out, None
 
 
-def summarize(study: optuna.Study, keys: list[str], space: SearchSpace) -> dict[str, Any]:
+def summarize(
+    study: optuna.Study, keys: list[str], space: SearchSpace, storage: str = "memory"
+) -> dict[str, Any]:
     trials = study.get_trials(deepcopy=False)
     count = {s.name.lower(): sum(t.state == s for t in trials) for s in TrialState}
     if len(keys) == 1:
@@ -65,6 +67,7 @@ def summarize(study: optuna.Study, keys: list[str], space: SearchSpace) -> dict[
     found, note = importances(study, keys, list(space.params))
     return {
         "study": study.study_name,
+        "storage": storage,
         "objectives": keys,
         "directions": [d.name.lower() for d in study.directions],
         "trials": {"total": len(trials), **{k: v for k, v in count.items() if v}},
@@ -111,6 +114,8 @@ def text(report: dict[str, Any]) -> str:
             lines.append(f"parameter importances for {key}: {shown}")
     elif report["importances_note"]:
         lines.append(f"parameter importances: {report['importances_note']}")
+    if report["storage"] != "memory":
+        lines.append(f"all trials: optuna-dashboard {report['storage']}")
     return "\n".join(lines)
 
 
@@ -122,7 +127,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"# Sweep report: study `{report['study']}`",
         "",
         f"Objectives: {dirs}. Trials: {t['total']} ({t.get('complete', 0)} complete, "
-        f"{t.get('fail', 0)} failed, {t.get('running', 0)} running).",
+        f"{t.get('fail', 0)} failed, {t.get('running', 0)} running). Storage: "
+        f"`{report['storage']}` (`optuna-dashboard {report['storage']}`).",
         "",
         "## " + ("Best trial" if len(keys) == 1 else "Pareto trials"),
         "",
