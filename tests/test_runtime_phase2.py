@@ -27,7 +27,7 @@ def test_select_bests_then_spread() -> None:
     picks = phase2.select(F, ["latency", "memory"], 1)
     assert picks == [(0, "best_latency"), (3, "best_memory"), (2, "front_2")]
     assert len(phase2.select(F, ["latency", "memory"], 10)) == 5  # never more than the front
-    assert phase2.select(F[:1], ["latency", "memory"], 3) == [(0, "best_latency")]
+    assert phase2.select(F[:1], ["latency", "memory"], 3) == [(0, "best_latency_memory")]
 
 
 @needs_mpi

@@ -38,14 +38,18 @@ def drop_submodels(directory: Path) -> None:
 
 
 def select(F: np.ndarray, names: Sequence[str], top_k: int) -> list[tuple[int, str]]:
-    """Rows of a front ``F[P, M]`` to measure: the best of each objective (``best_<name>``),
+    """Rows of a front ``F[P, M]`` to measure: the best of each objective (``best_<name>``,
+    ``best_<a>_<b>`` for one mapping best at both),
     then up to ``top_k`` more spread along the front (``front_<i>``: each the farthest, in
     objectives normalised to [0, 1], from those already chosen)."""
     F = np.asarray(F, dtype=np.float64)
     chosen: list[tuple[int, str]] = []
     for j, name in enumerate(names):
         i = int(np.argmin(F[:, j]))
-        if all(i != c for c, _ in chosen):
+        same = [k for k, (c, _) in enumerate(chosen) if c == i]
+        if same:  # one mapping best at several objectives: best_latency_memory
+            chosen[same[0]] = (i, f"{chosen[same[0]][1]}_{name}")
+        else:
             chosen.append((i, f"best_{name}"))
     span = np.ptp(F, axis=0)
     norm = (F - F.min(axis=0)) / np.where(span > 0, span, 1.0)
