@@ -6,7 +6,7 @@
 Runs one sweep (``python -m dse --multirun hydra/sweeper=dse_optuna``) into a temporary SQLite
 study, then reads each trial's times back from the study and prints medians per trial:
 
-* run: the job's own ``wall_seconds`` (main from start to its last output);
+* run: the task function (``python -m dse``'s main, start to end);
 * Hydra job: the launcher's time per job beyond the run (composing the job's config, its
   directory, ``.hydra/`` files, logging);
 * sweeper: ask, suggest, the config check, user attributes (``seconds.sweeper``), plus the
@@ -73,7 +73,7 @@ def main() -> None:
         )
     if not trials:
         sys.exit("no trial completed:\n" + done.stderr)
-    run = [t.user_attrs["result"]["wall_seconds"] for t in trials]
+    run = [t.user_attrs["seconds"]["task"] for t in trials]
     launch = [t.user_attrs["seconds"]["launch"] for t in trials]
     job = [a - b for a, b in zip(launch, run, strict=True)]
     span = [(t.datetime_complete - t.datetime_start).total_seconds() for t in trials]

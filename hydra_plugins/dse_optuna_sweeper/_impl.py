@@ -182,6 +182,23 @@ def suggest(trial: Trial, name: str, dist: Any) -> Any:
     raise TypeError(f"unsupported distribution {dist!r}")  # pragma: no cover
 
 
+class TimedTask:
+    """The task function, timed: seconds per job number (kept when jobs run in this process)."""
+
+    def __init__(self, task: TaskFunction) -> None:
+        self.task = task
+        self.seconds: dict[int, float] = {}
+
+    def __call__(self, cfg: DictConfig) -> Any:
+        from hydra.core.hydra_config import HydraConfig
+
+        started = time.perf_counter()
+        try:
+            return self.task(cfg)
+        finally:
+            self.seconds[int(HydraConfig.get().job.num)] = time.perf_counter() - started
+
+
 class SweeperImpl:
     """See :class:`hydra_plugins.dse_optuna_sweeper.config.DseOptunaSweeperConf`."""
 
@@ -209,8 +226,9 @@ class SweeperImpl:
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
     ) -> None:
         self.hydra_context, self.config = hydra_context, config
+        self.task = TimedTask(task_function)
         self.launcher = Plugins.instance().instantiate_launcher(
-            hydra_context=hydra_context, task_function=task_function, config=config
+            hydra_context=hydra_context, task_function=self.task, config=config
         )
         self.sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()
 
@@ -301,11 +319,15 @@ class SweeperImpl:
             with open(self.sweep_dir / "errors.log", "a", encoding="utf-8") as log:
                 log.write(f"trial {trial.number} ({' '.join(ret.overrides or [])}):\n")
                 log.write(got.traceback + "\n")
-        # time in the sweeper itself (ask, suggest, check, record), and in the launcher per job
+        # time in the sweeper itself (ask, suggest, check, record), in the launcher per job, and
+        # in the task function (the run)
         attrs["seconds"] = {
             "sweeper": round(spent + time.perf_counter() - started, 6),
             "launch": round(launch, 6),
         }
+        job = OmegaConf.select(ret.hydra_cfg, "hydra.job.num") if ret.hydra_cfg else None
+        if job is not None and int(job) in self.task.seconds:
+            attrs["seconds"]["task"] = round(self.task.seconds.pop(int(job)), 6)
         for key, value in attrs.items():
             retry(lambda k=key, v=value: trial.set_user_attr(k, v))
         if got.values is None:
