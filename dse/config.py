@@ -153,7 +153,7 @@ class BaseConfig:
     seed: int = 0
     objectives: list[str] = field(default_factory=lambda: ["latency", "memory", "energy"])
     coefficients: str | None = None  # a coefficients JSON; None: the platform's own
-    model_threads: int | None = None  # analytical model threads on large batches; None: cores
+    model_threads: int | None = 1  # analytical model threads on large batches; null: all cores
     resume: str | None = None  # a run directory to continue from its checkpoint
     progress: bool = True  # progress bar on stderr
 

@@ -20,7 +20,7 @@ from models_analytical.simulate import KernelInputs, input_csr, simulate_batch
 
 MB = 1e6
 #: Batches smaller than this run on one thread: waking a thread pool costs more than it saves,
-#: and on a busy machine far more (10-20 ms a call measured against 0.03 ms).
+#: and on a busy machine far more (45 ms a call measured against 0.07 ms).
 PARALLEL_MIN_BATCH = 256
 
 
@@ -97,10 +97,11 @@ class AnalyticalModel:
         graph: LayerGraph,
         platform: Platform,
         coefficients: Coefficients,
-        threads: int | None = None,
+        threads: int | None = 1,
     ) -> None:
-        """``threads``: the kernel's threads for large batches (None: numba's default, one per
-        core)."""
+        """``threads``: the kernel's threads for large batches (None: one per core). One by
+        default: on a busy machine more threads made the kernel 3x slower, never faster
+        (scripts/bench_threads.py)."""
         coefficients.check_covers(platform)
         self.threads = min(
             threads or numba.config.NUMBA_NUM_THREADS, numba.config.NUMBA_NUM_THREADS

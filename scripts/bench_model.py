@@ -1,6 +1,6 @@
 """Speed of the analytical model: random valid hybrid mappings evaluated per second.
 
-    python scripts/bench_model.py [--nets vgg16 densenet121] [--batch 1000] [--seconds 3]
+    python scripts/bench_model.py [--nets vgg16 densenet121] [--batch 1000] [--threads 1]
 
 Prints one line per network, `NET: N mappings/s`, on the default 16-device platform
 (jetson_xavier_nx_x8). Mappings put every layer on a random device and split every splittable
@@ -40,6 +40,7 @@ def main() -> None:
     ap.add_argument("--nets", nargs="+", default=["vgg16", "densenet121"])
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--threads", type=int, default=1, help="kernel threads (0: all cores)")
     args = ap.parse_args()
     cfg = yaml.safe_load((CONF_DIR / "platform" / "jetson_xavier_nx_x8.yaml").read_text())
     plat = load_platform(cfg)
@@ -47,7 +48,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     for net in args.nets:
         graph = load_net({"name": net}).graph
-        model = AnalyticalModel(graph, plat, coeff)
+        model = AnalyticalModel(graph, plat, coeff, args.threads or None)
         batch = random_batch(graph, len(plat), args.batch, rng)
         model.evaluate(batch[:2])  # compile
         done, t0 = 0, time.perf_counter()

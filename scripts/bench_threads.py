@@ -1,0 +1,88 @@
+"""The analytical model's speed by thread count, batch size and machine load.
+
+    python scripts/bench_threads.py [--net vgg16] [--seconds 2] [--rounds 3]
+
+For 1 and all threads, a batch of 1 and of 1000 mappings, on an idle machine and with one busy
+process per core beside it (started and stopped by this script), prints the median over
+interleaved rounds of mappings/s. AnalyticalModel runs batches under PARALLEL_MIN_BATCH on one
+thread and larger ones on `model_threads` (default: all cores); these figures are why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import statistics
+import time
+
+import numba
+import numpy as np
+import yaml
+from bench_model import random_batch
+
+from dse.cli import CONF_DIR
+from dse.net import load_net
+from dse.platform import load_platform
+from models_analytical.coefficients import load_coefficients
+from models_analytical.model import AnalyticalModel
+from models_analytical.simulate import simulate_batch
+
+
+def spin(stop) -> None:  # noqa: ANN001
+    x = 0
+    while not stop.is_set():
+        x += 1
+
+
+def rate(model: AnalyticalModel, batch, threads: int, seconds: float) -> float:
+    numba.set_num_threads(threads)
+    done, t0 = 0, time.perf_counter()
+    share = np.ascontiguousarray(batch.share)
+    owner = np.ascontiguousarray(batch.owner)
+    while time.perf_counter() - t0 < seconds:
+        simulate_batch(share, owner, model.inputs)
+        done += batch.size
+    return done / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--net", default="vgg16")
+    ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    cfg = yaml.safe_load((CONF_DIR / "platform" / "jetson_xavier_nx_x8.yaml").read_text())
+    plat = load_platform(cfg)
+    coeff = load_coefficients(CONF_DIR / "platform" / cfg["coefficients"])
+    graph = load_net({"name": args.net}).graph
+    model = AnalyticalModel(graph, plat, coeff)
+    rng = np.random.default_rng(0)
+    batches = {n: random_batch(graph, len(plat), n, rng) for n in (1, 1000)}
+    model.evaluate(batches[1000])  # compile
+    cores = numba.config.NUMBA_NUM_THREADS
+    results: dict[tuple, list[float]] = {}
+    for load in ("idle", "loaded"):
+        stop, procs = mp.Event(), []
+        if load == "loaded":
+            procs = [mp.Process(target=spin, args=(stop,)) for _ in range(os.cpu_count() or 1)]
+            for p in procs:
+                p.start()
+            time.sleep(0.5)
+        for _ in range(args.rounds):
+            for size, batch in batches.items():
+                for threads in sorted({1, cores}):
+                    r = rate(model, batch, threads, args.seconds / 2)
+                    results.setdefault((load, size, threads), []).append(r)
+        stop.set()
+        for p in procs:
+            p.join()
+    for (load, size, threads), rs in sorted(results.items()):
+        print(
+            f"{args.net} {load:6s} batch {size:4d} threads {threads}: "
+            f"{statistics.median(rs):,.0f} mappings/s (spread {min(rs):,.0f}-{max(rs):,.0f})"
+        )
+
+
+if __name__ == "__main__":
+    main()
