@@ -235,3 +235,30 @@ def test_load_net_runs_branches_in_a_memory_aware_order(tmp_path):
     assert aware.names in (("A", "B", "B2", "C", "C2", "E"), ("A", "C", "C2", "B", "B2", "E"))
     assert peak_memory(stored, range(6)) == 21e6  # A, B and C live together
     assert peak_memory(aware, range(6)) == 12e6
+
+
+def test_layers_name_their_onnx_nodes_across_reloads(tmp_path):
+    import onnx_factory as fac
+    from onnx import helper
+
+    from dse.net import load_net
+
+    # unnamed nodes, stored out of topological order
+    nodes = [
+        helper.make_node("Relu", ["a"], ["b"]),
+        helper.make_node("Conv", ["x", "w"], ["a"]),
+        helper.make_node("Relu", ["b"], ["y"]),
+    ]
+    path = tmp_path / "m.onnx"
+    onnx.save(fac.model(nodes, {"x": [1, 2, 4, 4]}, ["y"], [fac.weight("w", [3, 2, 1, 1])]), path)
+    cfg = {"name": "onnx", "path": str(path)}
+    first, again = load_net(cfg), load_net(cfg)
+    assert [(ly.name, ly.node) for ly in first.graph] == [(ly.name, ly.node) for ly in again.graph]
+    assert [ly.node for ly in first.graph] == [1, 0, 2]
+    weighted = first.weighted_model()
+    for layer in first.graph:
+        node = weighted.graph.node[layer.node]
+        assert node.op_type == layer.op and list(node.output) == [t.name for t in layer.outputs]
+    zoo = load_net({"name": "alexnet"})
+    for layer in zoo.graph:
+        assert zoo.model.graph.node[layer.node].name == layer.name

@@ -136,6 +136,9 @@ def test_app_writes_its_outputs(tmp_path):
         (["+net=alexnet", "algorithm.pop_size=0"], "algorithm.pop_size=0"),
         (["+net=alexnet", "objectives=[speed]"], "unknown objective 'speed'"),
         (["+net=alexnet", "resume=/nonexistent"], "nothing to resume in /nonexistent"),
+        (["+net=alexnet", "algorithm.pop_size=abc"], "'abc' of type 'str' could not be converted"),
+        (["+net=alexnet", "algorithm/mutation=gauss"], "unknown algorithm/mutation 'gauss'"),
+        (["+net=alexnet", "chromosome._target_=os.system"], "is not one of dse's classes"),
     ],
 )
 def test_bad_input_is_one_line(args, message, tmp_path):
@@ -209,3 +212,22 @@ def test_operator_groups_apply():
     assert r.returncode == 0, r.stderr
     assert "pymoo.operators.crossover.ux.UniformCrossover" in r.stdout
     assert "dse.search.operators.RandomReset" in r.stdout
+
+
+def test_multirun_job_failing_does_not_stop_the_others(tmp_path):
+    r = run_module(
+        "dse",
+        "--multirun",
+        "progress=false",
+        "+net=alexnet",
+        "chromosome=advanced",
+        "chromosome.splits=17,2",  # 17 > 16 devices: job 0 fails when it builds the encoding
+        "algorithm.pop_size=10",
+        "algorithm.n_gen=2",
+        f"hydra.sweep.dir={tmp_path}",
+    )
+    assert r.returncode == 2
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "job 0" in errors[0] and "chromosome.splits=17" in errors[0]
+    assert not (tmp_path / "0").exists()  # the failed job left no directory
+    assert json.loads((tmp_path / "1" / "summary.json").read_text())["generations"] == 2
