@@ -26,7 +26,14 @@ from dse.runtime.measure import deploy_and_measure
 from models_analytical.model import AnalyticalModel
 
 #: Defaults of the ``phase2`` settings (a mapping with any of these keys overrides them).
-DEFAULTS = {"top_k": 5, "warmup": 4, "iterations": 20, "timeout_s": 600.0, "keep": False}
+DEFAULTS = {
+    "top_k": 5,
+    "warmup": 4,
+    "iterations": 20,
+    "timeout_s": 600.0,
+    "stream": 0,
+    "keep": False,
+}
 
 
 def drop_submodels(directory: Path) -> None:
@@ -75,6 +82,10 @@ def _row(label: str, result: dict[str, Any]) -> dict[str, Any]:
     row["latency_error_pct"] = lat.get("error_pct")
     eq = result.get("equivalence") or {}
     row["max_rel_error"] = eq.get("max_rel_error")
+    if "period_ms" in cmp:
+        row["period_predicted_ms"] = cmp["period_ms"]["predicted"]
+        row["period_measured_ms"] = cmp["period_ms"]["measured"]
+        row["period_error_pct"] = cmp["period_ms"]["error_pct"]
     for device, figures in cmp.get("devices", {}).items():
         for key in ("memory_mb", "energy_j", "compute_ms", "bytes_sent"):
             f = figures[key]
@@ -158,6 +169,7 @@ def measure_mappings(
                     int(s["warmup"]),
                     int(s["iterations"]),
                     float(s["timeout_s"]),
+                    int(s["stream"]),
                 )
             except DseError as exc:
                 result = {"status": "failed", "reason": str(exc)}
