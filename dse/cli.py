@@ -252,9 +252,9 @@ def guarded(task: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return task(*args, **kwargs)
         except DseError as exc:
+            _remove_empty_run_dir()  # before the error goes into the job's log there
             say(f"error: {_job_label()}{exc}", error=True)
             FAILED_JOBS.append(str(exc))
-            _remove_empty_run_dir()
             return {"status": "failed", "reason": str(exc)}
         except BrokenPipeError:  # `python -m dse.inspect ... | head`: the reader has gone
             _quiet_stdout()
