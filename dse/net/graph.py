@@ -74,6 +74,8 @@ WEIGHT_TYPES = frozenset(
 #: Largest tensor a layer may read or write (1 TiB): far beyond any edge device, and small
 #: enough that byte and MAC counts stay exact in int64.
 MAX_TENSOR_BYTES = 2**40
+#: Rounds of constant folding and shape inference before shapes are measured by running.
+FOLD_ROUNDS = 8
 #: Largest MAC count of one layer.
 MAX_MACS = 2**62
 
@@ -250,12 +252,18 @@ def build_graph(
     names = _node_names(nodes, position)
     types = infer_types(model)
     static = _static_tensors(model, nodes)
-    if _unknown(nodes, static, types):
-        # fold shape computations that static inference could not see through, then retry
-        folded = fold_constants(model, types)
-        if folded is not model:
-            folded_types = infer_types(folded)
-            types = {**types, **{k: v for k, v in folded_types.items() if v is not None}}
+    current = model
+    for _ in range(FOLD_ROUNDS):
+        if not _unknown(nodes, static, types):
+            break
+        # fold shape computations that static inference could not see through, then retry:
+        # each round can size the tensors whose shapes the previous round's folds gave
+        folded = fold_constants(current, types)
+        if folded is current:
+            break
+        current = folded
+        folded_types = infer_types(folded)
+        types = {**types, **{k: v for k, v in folded_types.items() if v is not None}}
     compute = [n for n in nodes if not _is_folded(n, static)]
     if not compute:
         raise DseError(f"model '{name}' has no compute layers (every node is constant)")

@@ -210,13 +210,16 @@ def _needs_shape_message(name: str, dims: list[int | str] | None) -> str:
 
 
 def infer_types(model: ModelProto) -> dict[str, TensorType | None]:
-    """ONNX shape inference (with constant data propagation) over the graph.
+    """ONNX shape inference over the graph.
 
-    Returns every named tensor's type; ``None`` where the shape is not fully static.
+    Returns every named tensor's type; ``None`` where the shape is not fully static. Without
+    ONNX's data propagation: it takes time in the size of every 1-D tensor a Slice reads (a
+    Tile to 1e9 elements then a Slice hangs it); shape computations are folded instead
+    (:func:`fold_constants`, sizes checked before evaluating).
     """
     try:
         inferred = onnx.shape_inference.infer_shapes(
-            model, check_type=False, strict_mode=False, data_prop=True
+            model, check_type=False, strict_mode=False, data_prop=False
         )
     except Exception:  # noqa: BLE001 - fall back to what the model itself declares
         inferred = model
