@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli import ROOT
+from cli import ROOT, run_module
 
 #: A run long enough to be interrupted: about 3 s of search after start-up.
 LONG = ["+net=alexnet", "algorithm.pop_size=60", "algorithm.n_gen=300", "seed=5"]
@@ -96,13 +96,7 @@ def test_signal_at_any_moment_leaves_complete_outputs_and_resume_is_exact(
                 assert summary is not None and summary["interrupted"]
         assert_complete(out)
         # resume with nothing but the directory: the run's own settings, to its own n_gen
-        r = subprocess.run(
-            [sys.executable, "-m", "dse", "progress=false", f"resume={out}"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        r = run_module("dse", "progress=false", f"resume={out}")
         assert r.returncode == 0, r.stderr
         summary = assert_complete(out)
         assert summary["generations"] == 300 and not summary["interrupted"]
@@ -111,13 +105,7 @@ def test_signal_at_any_moment_leaves_complete_outputs_and_resume_is_exact(
 
 def test_resuming_a_finished_run_runs_nothing(uninterrupted, tmp_path):
     before = json.loads((uninterrupted / "summary.json").read_text())
-    r = subprocess.run(
-        [sys.executable, "-m", "dse", "progress=false", f"resume={uninterrupted}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    r = run_module("dse", "progress=false", f"resume={uninterrupted}")
     assert r.returncode == 0, r.stderr
     after = json.loads((uninterrupted / "summary.json").read_text())
     assert after["generations"] == before["generations"] == 300
@@ -150,13 +138,7 @@ def test_crafted_checkpoint_executes_nothing(form, tmp_path):
         path.write_bytes(os.urandom(4096))
     else:
         path.write_bytes(b"")
-    r = subprocess.run(
-        [sys.executable, "-m", "dse", "progress=false", f"resume={out}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = run_module("dse", "progress=false", f"resume={out}")
     assert not marker.exists()
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
@@ -183,12 +165,6 @@ def test_resume_refuses_another_network_and_changed_settings(uninterrupted):
         (["algorithm.pop_size=20"], "changes algorithm.pop_size"),
         (["chromosome=naive"], "changes chromosome"),
     ):
-        r = subprocess.run(
-            [sys.executable, "-m", "dse", *args, f"resume={uninterrupted}"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        r = run_module("dse", *args, f"resume={uninterrupted}")
         assert r.returncode == 2, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1 and what in r.stderr, r.stderr
