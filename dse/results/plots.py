@@ -86,7 +86,7 @@ def plot_convergence(
         ax.set_ylabel(ylabel, fontsize=8)
         ax.grid(alpha=0.3)
     if len(runs) > 1:
-        axes[0].legend(fontsize=7)
+        axes[0].legend(fontsize=7, loc="upper right")  # "best" is slow with many points
     _save(plt, fig, path, title)
 
 
@@ -115,7 +115,7 @@ def plot_pareto(
         ax.set_xlabel(axis_label(objectives[i]), fontsize=8)
         ax.set_ylabel(axis_label(objectives[j]), fontsize=8)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+    axes[0].legend(fontsize=7, loc="upper right")  # "best" is slow with many points
     if k >= 3:
         ax = axes[-1]
         lo, hi = f.min(axis=0), f.max(axis=0)
@@ -135,5 +135,5 @@ def plot_pareto(
         )
         ax.set_ylabel("best (0) to worst (1) on the front", fontsize=8)
         ax.set_title("parallel coordinates", fontsize=8)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper right")
     _save(plt, fig, path, title)
