@@ -27,8 +27,10 @@ def read_json(path: str, what: str) -> Any:
     file, too large, not UTF-8, not JSON, nested too deeply, NaN/Infinity, or a key twice."""
     p = Path(str(path)).expanduser()
     try:
-        if not p.is_file():
+        if not p.exists():
             raise DseError(f"{what} file not found: {p}")
+        if not p.is_file():
+            raise DseError(f"{what} file {p} is not a regular file (a directory, device or pipe)")
         size = p.stat().st_size
         if size > MAX_JSON_BYTES:
             raise DseError(

@@ -113,11 +113,14 @@ def number(value: Any, where: str, *, positive: bool = False, integer: bool = Fa
 def _devices(cfg: Mapping[str, Any], name: str) -> list[Device]:
     where = f"platform '{name}'"
     if cfg.get("devices"):
-        specs = list(cfg["devices"])
+        specs = _list(cfg["devices"], f"{where}: devices")
     elif cfg.get("hosts"):
         resources = _need(cfg, "resources", where)
         if not isinstance(resources, Mapping) or isinstance(cfg["hosts"], str | Mapping):
             raise DseError(f"{where}: hosts must be a list and resources a mapping")
+        for r, spec in resources.items():
+            if not isinstance(spec, Mapping):
+                raise DseError(f"{where}: resource '{r}' must be a mapping, not {spec!r}")
         specs = [
             {"host": h, "resource": r, **dict(spec)}
             for h in cfg["hosts"]
@@ -151,6 +154,13 @@ def _devices(cfg: Mapping[str, Any], name: str) -> list[Device]:
     return devices
 
 
+def _list(value: Any, where: str) -> list[Any]:
+    """A list from the config (a string or a mapping is refused, not iterated)."""
+    if isinstance(value, str | bytes | Mapping) or not hasattr(value, "__iter__"):
+        raise DseError(f"{where} must be a list, not {value!r}")
+    return list(value)
+
+
 def _link(spec: Mapping[str, Any], where: str) -> Link:
     return Link(
         number(_need(spec, "latency_s", where), f"{where}: latency_s"),
@@ -166,6 +176,8 @@ def load_platform(cfg: Mapping[str, Any]) -> Platform:
     name = str(cfg.get("name", "platform"))
     devices = _devices(cfg, name)
     links_cfg = cfg.get("links") or {}
+    if not isinstance(links_cfg, Mapping):
+        raise DseError(f"platform '{name}': links must be a mapping of link classes")
     hosts = {d.host for d in devices}
     needed = set()
     if len(hosts) > 1:
@@ -190,12 +202,15 @@ def load_platform(cfg: Mapping[str, Any]) -> Platform:
     if entry_name not in index:
         raise DseError(f"platform '{name}': entry device '{entry_name}' is not one of its devices")
     pairs = {}
-    for i, spec in enumerate(cfg.get("pairs") or []):
+    for i, spec in enumerate(_list(cfg.get("pairs") or [], f"platform '{name}': pairs")):
         a, b = str(_need(spec, "a", f"pair {i}")), str(_need(spec, "b", f"pair {i}"))
         if a not in index or b not in index:
             raise DseError(f"platform '{name}', pair {i}: unknown device '{a}' or '{b}'")
         link = _link(spec, f"platform '{name}', pair {a}-{b}")
         pairs[index[a], index[b]] = pairs[index[b], index[a]] = link
+    shared = cfg.get("shared_network", False)
+    if not isinstance(shared, bool):
+        raise DseError(f"platform '{name}': shared_network must be true or false, not {shared!r}")
     weights = str(cfg.get("weights", "resident"))
     if weights not in ("resident", "streamed"):
         raise DseError(f"platform '{name}': weights must be resident or streamed")
@@ -205,6 +220,6 @@ def load_platform(cfg: Mapping[str, Any]) -> Platform:
         links=links,
         entry=index[entry_name],
         weights=weights,
-        shared_network=bool(cfg.get("shared_network", False)),
+        shared_network=shared,
         pair_links=pairs,
     )
