@@ -50,7 +50,8 @@ def one_line(exc: BaseException) -> str:
     parts = []
     while exc is not None and len(parts) < 4:
         text = str(exc).strip().splitlines()
-        if text and text[0] not in parts and "$" not in text[0]:
+        # a cause whose text an earlier line already holds adds nothing ("Invalid value...")
+        if text and not any(text[0].rstrip(".") in p for p in parts) and "$" not in text[0]:
             parts.append(text[0].rstrip("."))
         exc = exc.__cause__ or exc.__context__
     return ": ".join(parts) or "invalid configuration"
