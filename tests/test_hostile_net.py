@@ -137,6 +137,28 @@ def graph_models() -> dict[str, tuple[onnx.ModelProto, tuple[str, ...]]]:
             ),
             ("cannot be inferred", "running the model failed"),
         ),
+        "weight without its data": (
+            f.model(
+                [r("Conv", ["x", "w"], ["y"], name="c")],
+                {"x": [1, 3, 8, 8]},
+                ["y"],
+                [
+                    onnx.TensorProto(
+                        name="w", data_type=TensorProto.FLOAT, dims=[10**5, 3, 3, 3], float_data=[0]
+                    )
+                ],
+            ),
+            ("weight 'w' declares shape [100000, 3, 3, 3]", "holds 1"),
+        ),
+        "weight of negative shape": (
+            f.model(
+                [r("Add", ["x", "w"], ["y"], name="a")],
+                {"x": [1, 3]},
+                ["y"],
+                [onnx.TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[-3])],
+            ),
+            ("weight 'w' has impossible shape [-3]",),
+        ),
         "only constants": (
             f.model(
                 [r("Add", ["k", "k"], ["y"], name="a")], {"x": [1]}, ["y"], [f.const("k", [1])]

@@ -384,7 +384,7 @@ def build_graph(
 
 def _check_size(t: Tensor, model: str, activation: bool) -> None:
     """One line for a tensor no device could hold, or an activation with no elements."""
-    if any(d > MAX_DIM for d in t.shape) or t.nbytes > MAX_TENSOR_BYTES:
+    if any(not 0 <= d <= MAX_DIM for d in t.shape) or t.nbytes > MAX_TENSOR_BYTES:
         raise DseError(
             f"model '{model}': tensor '{t.name}' of shape {list(t.shape)} is too large "
             f"({t.nbytes:.3g} bytes; dimensions up to 2^31 - 1): check the model and "

@@ -93,7 +93,40 @@ def read_model(path: str | Path) -> ModelProto:
         )
     if not model.graph.node:
         raise DseError(f"ONNX model {p} has no nodes: export the network with its layers")
+    for t in model.graph.initializer:
+        _check_initializer(t, p)
     return model
+
+
+def _check_initializer(t: TensorProto, path: Path) -> None:
+    """One line for a weight whose declared shape is impossible or disagrees with its data."""
+    dims = list(t.dims)
+    if any(d < 0 or d > MAX_DIM for d in dims):
+        raise DseError(f"ONNX model {path}: weight '{t.name}' has impossible shape {dims}")
+    if t.data_location == TensorProto.EXTERNAL or t.data_type in (
+        TensorProto.STRING,
+        TensorProto.UNDEFINED,
+        TensorProto.INT4,
+        TensorProto.UINT4,
+    ):
+        return
+    numel = math.prod(dims)
+    if t.raw_data:
+        try:
+            itemsize = elem_size(t.data_type)
+        except (KeyError, TypeError, ValueError):  # an element type numpy does not know
+            return
+        held = len(t.raw_data) // itemsize if itemsize else numel
+    else:
+        fields = (t.float_data, t.int32_data, t.int64_data, t.double_data, t.uint64_data)
+        held = sum(len(f) for f in fields)
+        if t.data_type in (TensorProto.COMPLEX64, TensorProto.COMPLEX128):
+            held //= 2
+    if held != numel:
+        raise DseError(
+            f"ONNX model {path}: weight '{t.name}' declares shape {dims} ({numel} values) but "
+            f"holds {held}: the file is damaged or was not written by an exporter"
+        )
 
 
 def _dims(value_info: onnx.ValueInfoProto) -> list[int | str] | None:
