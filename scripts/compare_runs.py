@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -41,10 +42,22 @@ def read(run: Path) -> tuple[dict, list[dict]] | None:
     """A run's summary and history, or None (with a warning) when either is incomplete."""
     try:
         summary = json.loads((run / "summary.json").read_text())
-        with open(run / "history.csv", newline="") as fh:
-            history = [{k: float(v) for k, v in row.items()} for row in csv.DictReader(fh)]
-        if not history or not all(k in summary for k in (*PROBLEM, "config")):
-            raise ValueError("incomplete")
+        text = (run / "history.csv").read_text()
+        if not text.endswith("\n"):  # a row cut short may still parse as numbers
+            raise ValueError("history.csv ends in the middle of a row")
+        history = [
+            {k: float(v) for k, v in row.items()} for row in csv.DictReader(text.splitlines())
+        ]
+        if not isinstance(summary, dict) or not all(k in summary for k in (*PROBLEM, "config")):
+            raise ValueError("summary.json is incomplete")
+        objectives, config = summary["objectives"], summary["config"]
+        if not isinstance(config, dict) or not isinstance(objectives, list):
+            raise ValueError("summary.json is not a run's summary")
+        needed = {"hypervolume", "evaluations", *(f"best_{o}" for o in objectives)}
+        if not history or not all(needed <= row.keys() for row in history):
+            raise ValueError("history.csv is incomplete")
+        if not all(math.isfinite(row[k]) for row in history for k in needed):
+            raise ValueError("history.csv holds a value that is not a finite number")
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"warning: skipping {run}: no complete summary and history ({exc})", file=sys.stderr)
         return None
