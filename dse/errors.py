@@ -9,3 +9,8 @@ class DseError(Exception):
     The message is a single line that says what is wrong and how to fix it. Entry points
     print it without a traceback and exit with status 2.
     """
+
+    def __str__(self) -> str:
+        # names from the user's files (layers, tensors, keys) may hold line breaks: keep one line
+        text = super().__str__()
+        return text.replace("\r", " ").replace("\n", " ") if "\n" in text or "\r" in text else text

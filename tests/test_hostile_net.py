@@ -159,6 +159,33 @@ def graph_models() -> dict[str, tuple[onnx.ModelProto, tuple[str, ...]]]:
             ),
             ("weight 'w' has impossible shape [-3]",),
         ),
+        "names with line breaks": (
+            f.model(
+                [r("Relu", ["x"], ["y"], name="evil\nname"), r("Sigmoid", ["x"], ["y"], name="b")],
+                {"x": [1, 3]},
+                ["y"],
+            ),
+            ("'evil name' and 'b'",),
+        ),
+        "constant without its data": (
+            f.model(
+                [
+                    r(
+                        "Constant",
+                        [],
+                        ["k"],
+                        name="k",
+                        value=onnx.TensorProto(
+                            name="k", data_type=TensorProto.FLOAT, dims=[10**9], float_data=[1]
+                        ),
+                    ),
+                    r("Add", ["x", "k"], ["y"], name="a"),
+                ],
+                {"x": [1]},
+                ["y"],
+            ),
+            ("declares shape [1000000000]", "holds 1"),
+        ),
         "only constants": (
             f.model(
                 [r("Add", ["k", "k"], ["y"], name="a")], {"x": [1]}, ["y"], [f.const("k", [1])]
@@ -238,6 +265,13 @@ def hostile(tmp_path_factory) -> dict[str, tuple[dict, tuple[str, ...]]]:
     for key, (_, value, words) in SHAPES.items():
         case(key, dynamic, words, input_shape=value)
     case("measure budget nan", dynamic, ("net.measure_seconds",), measure_seconds="nan")
+    case(
+        "huge budgets",
+        d / f"{slug('op nobody runs')}.onnx",
+        ("running the model failed", "com.example:Mystery"),
+        measure_mb=1e30,
+        measure_seconds=1e300,
+    )
     case("order unknown", good, ("net.order",), order="random")
     return cases
 

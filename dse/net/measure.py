@@ -20,6 +20,10 @@ from pathlib import Path
 
 #: What the child reports when an allocation failed (the budget was too small for the model).
 OUT_OF_MEMORY = 3
+#: Longest wait the operating system's timers take (a week).
+MAX_SECONDS = 7 * 24 * 3600.0
+#: Largest address-space limit asked for (the kernel's RLIM_INFINITY is 2^64 - 1).
+MAX_BYTES = 2**62
 
 
 def measure_shapes(
@@ -46,8 +50,8 @@ def measure_shapes(
                 cmd,
                 capture_output=True,
                 text=True,
-                timeout=seconds,
-                preexec_fn=_limit(memory_bytes),
+                timeout=min(seconds, MAX_SECONDS),
+                preexec_fn=_limit(min(memory_bytes, MAX_BYTES)),
                 check=False,
             )
         except subprocess.TimeoutExpired:
@@ -66,8 +70,10 @@ def _limit(memory_bytes: int):  # noqa: ANN202 - a preexec_fn
         try:
             import resource
 
-            resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-        except (ImportError, ValueError, OSError):  # no such limit on this system
+            soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+            limit = min(memory_bytes, hard if hard != resource.RLIM_INFINITY else memory_bytes)
+            resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+        except (ImportError, ValueError, OSError, OverflowError):  # no such limit here
             pass
 
     return apply

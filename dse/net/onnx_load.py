@@ -95,6 +95,10 @@ def read_model(path: str | Path) -> ModelProto:
         raise DseError(f"ONNX model {p} has no nodes: export the network with its layers")
     for t in model.graph.initializer:
         _check_initializer(t, p)
+    for n in model.graph.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.TENSOR:
+                _check_initializer(a.t, p)
     return model
 
 
