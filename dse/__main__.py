@@ -140,6 +140,14 @@ def main(cfg: DictConfig) -> dict[str, Any]:
             error=True,
         )
         sys.exit(INTERRUPTED)
+    if cfg.phase2.enabled:  # deploy and measure the front's best mappings under MPI
+        from dse.runtime.phase2 import phase2_after_search
+
+        genes, F, _ = nsga2.front(state)
+        phase2 = OmegaConf.to_object(cfg.phase2)
+        rows = phase2_after_search(out, problem, genes, F, net, platform, phase2, cfg.seed)
+        ok = sum(r["status"] == "ok" for r in rows)
+        say(f"phase two: {ok} of {len(rows)} mappings measured -> {out / 'phase2.csv'}")
     bests = "; ".join(
         f"best {n}: " + ", ".join(fmt(k, v) for k, v in b.items())
         for n, b in summary["best"].items()

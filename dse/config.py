@@ -143,6 +143,28 @@ class AlgorithmConfig:
 
 
 @dataclass
+class Phase2Config:
+    """After the search, deploy and measure mappings under MPI (``python -m dse ...
+    phase2.enabled=true``)."""
+
+    enabled: bool = False
+    top_k: int = 5  # mappings beyond the best of each objective, spread along the front
+    warmup: int = 4  # iterations before measuring (the thesis: 4)
+    iterations: int = 20  # measured iterations (the thesis: 20)
+    timeout_s: float = 600.0  # a mapping's run is stopped and marked failed after this long
+    stream: int = 0  # frames pushed back to back to measure the pipelined period (0: off)
+    keep: bool = False  # keep each deployment's sub-models after measuring
+
+    def __post_init__(self) -> None:
+        if self.top_k < 0 or self.warmup < 0 or self.iterations < 1 or self.stream < 0:
+            raise DseError(
+                "phase2: top_k, warmup and stream must be 0 or more, iterations at least 1"
+            )
+        if not self.timeout_s > 0:
+            raise DseError(f"phase2.timeout_s={self.timeout_s} must be positive")
+
+
+@dataclass
 class BaseConfig:
     """Top-level keys of every entry point (the groups come from the defaults lists)."""
 
@@ -154,6 +176,7 @@ class BaseConfig:
     objectives: list[str] = field(default_factory=lambda: ["latency", "memory", "energy"])
     coefficients: str | None = None  # a coefficients JSON; None: the platform's own
     model_threads: int | None = 1  # analytical model threads on large batches; null: all cores
+    phase2: Phase2Config = field(default_factory=Phase2Config)
     resume: str | None = None  # a run directory to continue from its checkpoint
     progress: bool = True  # progress bar on stderr
 
@@ -187,7 +210,7 @@ def check(cfg: Any) -> None:
     """The checks a composed config must pass beyond its types (one line each)."""
     from dse.objectives import check_objectives
 
-    for group in ("algorithm", "chromosome"):  # their schemas' __post_init__ checks
+    for group in ("algorithm", "chromosome", "phase2"):  # their schemas' __post_init__ checks
         if group in cfg:
             OmegaConf.to_object(cfg[group])
     if cfg.get("model_threads") is not None and cfg.model_threads < 1:
@@ -226,5 +249,6 @@ def register() -> None:
     for group, options in (("crossover", CROSSOVERS), ("mutation", MUTATIONS)):
         for name, node in options.items():
             cs.store(group=f"algorithm/{group}", name=name, node=node)
+
 
 register()

@@ -12,6 +12,7 @@ from cli import ROOT
 from test_runtime_mpi import needs_mpi
 from test_runtime_partition import zoo_like
 
+from dse.config import Phase2Config
 from dse.errors import DseError
 from dse.mapping import from_device_lists
 from dse.platform import load_platform
@@ -49,7 +50,7 @@ def test_measure_mappings_writes_rows_and_keeps_going(tmp_path: Path, monkeypatc
         return real(*args, **kwargs)
 
     monkeypatch.setattr(phase2, "deploy_and_measure", second_fails)
-    settings = {"warmup": 1, "iterations": 2}
+    settings = Phase2Config(warmup=1, iterations=2)
     rows = phase2.measure_mappings(
         tmp_path / "run", net, platform, model, batch, ["one", "broken"], settings
     )

@@ -11,12 +11,13 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from dse.config import Phase2Config
 from dse.errors import DseError
 from dse.mapping import MappingBatch
 from dse.net import Net
@@ -24,16 +25,6 @@ from dse.platform import Platform
 from dse.results.atomic import staged, write_text
 from dse.runtime.measure import deploy_and_measure
 from models_analytical.model import AnalyticalModel
-
-#: Defaults of the ``phase2`` settings (a mapping with any of these keys overrides them).
-DEFAULTS = {
-    "top_k": 5,
-    "warmup": 4,
-    "iterations": 20,
-    "timeout_s": 600.0,
-    "stream": 0,
-    "keep": False,
-}
 
 
 def drop_submodels(directory: Path) -> None:
@@ -146,13 +137,12 @@ def measure_mappings(
     model: AnalyticalModel,
     batch: MappingBatch,
     labels: Sequence[str],
-    settings: Mapping[str, Any] | None = None,
+    settings: Phase2Config | None = None,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """Deploy and measure every mapping of ``batch`` (named by ``labels``) into ``out/phase2``;
-    writes ``out/phase2.csv`` after each and ``out/phase2.png``; returns the rows. Settings:
-    :data:`DEFAULTS` (``keep``: keep the sub-models of each deployment after measuring)."""
-    s = {**DEFAULTS, **dict(settings or {})}
+    writes ``out/phase2.csv`` after each and ``out/phase2.png``; returns the rows."""
+    s = settings or Phase2Config()
     out = Path(out)
     rows: list[dict[str, Any]] = []
     title = f"{net.name} on {platform.name}: predicted vs measured"
@@ -166,14 +156,14 @@ def measure_mappings(
                     batch[p],
                     out / "phase2" / label,
                     seed,
-                    int(s["warmup"]),
-                    int(s["iterations"]),
-                    float(s["timeout_s"]),
-                    int(s["stream"]),
+                    s.warmup,
+                    s.iterations,
+                    s.timeout_s,
+                    s.stream,
                 )
             except DseError as exc:
                 result = {"status": "failed", "reason": str(exc)}
-            if not s["keep"]:
+            if not s.keep:
                 drop_submodels(out / "phase2" / label)
             rows.append(_row(label, result))
             write_csv(out / "phase2.csv", rows)
@@ -191,14 +181,14 @@ def phase2_after_search(
     F: np.ndarray,
     net: Net,
     platform: Platform,
-    settings: Mapping[str, Any] | None = None,
+    settings: Phase2Config | None = None,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """After a search: measure the best mapping of each objective and ``top_k`` more spread
     along the front (``genes``, ``F`` from :func:`dse.search.nsga2.front`); adds the measured
     figures to ``out/summary.json`` under ``phase2``."""
-    s = {**DEFAULTS, **dict(settings or {})}
-    picks = select(F, list(problem.objectives), int(s["top_k"]))
+    s = settings or Phase2Config()
+    picks = select(F, list(problem.objectives), s.top_k)
     batch = problem.chromosome.decode(np.asarray(genes)[[i for i, _ in picks]])
     rows = measure_mappings(
         out, net, platform, problem.model, batch, [label for _, label in picks], s, seed
