@@ -260,6 +260,18 @@ def hostile(tmp_path_factory) -> dict[str, tuple[dict, tuple[str, ...]]]:
     case("symlink loop", d / "loop.onnx", ("loop.onnx",))
     case("named pipe", d / "pipe.onnx", ("not a regular file",))
     case("device", "/dev/zero", ("not a regular file",))
+    # weights in a "file" that never ends, read only when shapes must be measured
+    w = onnx.TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[1])
+    w.data_location = TensorProto.EXTERNAL
+    w.external_data.add(key="location", value="zero.bin")
+    os.symlink("/dev/zero", d / "zero.bin")
+    nodes = [
+        helper.make_node("Gelu", ["x"], ["g"], name="gelu", domain="com.microsoft"),
+        helper.make_node("Add", ["g", "w"], ["y"], name="add"),
+    ]
+    zero = with_domain(f.model(nodes, {"x": [1]}, ["y"], [w]), "com.microsoft")
+    onnx.save(zero, d / "zero_weights.onnx")
+    case("weights from /dev/zero", d / "zero_weights.onnx", ("model 'zero_weights'",))
     dynamic = d / "dynamic.onnx"
     onnx.save(relu(["N", 3, 4]), dynamic)
     for key, (_, value, words) in SHAPES.items():

@@ -28,20 +28,25 @@ MAX_BYTES = 2**62
 
 def measure_shapes(
     model_path: Path,
+    base_dir: Path | None,
     inputs: Mapping[str, tuple[Sequence[int], int]],
     names: Sequence[str],
     memory_bytes: int,
     seconds: float,
 ) -> dict[str, tuple[tuple[int, ...], int]]:
     """Shapes and element types of ``names`` from one run of ``model_path`` on zero ``inputs``
-    (name -> shape, element type).
+    (name -> shape, element type); its external weights are read from ``base_dir``.
 
     Raises ``MemoryError`` or ``TimeoutError`` when the run exceeds its budget and
     ``RuntimeError`` (first line of the child's error) when onnxruntime fails.
     """
     with tempfile.TemporaryDirectory() as tmp:
         names_file = Path(tmp) / "names.json"
-        spec = {"inputs": {k: [list(s), int(e)] for k, (s, e) in inputs.items()}, "names": names}
+        spec = {
+            "inputs": {k: [list(s), int(e)] for k, (s, e) in inputs.items()},
+            "names": list(names),
+            "base_dir": None if base_dir is None else str(base_dir),
+        }
         names_file.write_text(json.dumps(spec))
         script = str(Path(__file__).resolve())
         cmd = [sys.executable, "-I", script, str(model_path), str(names_file)]
@@ -88,6 +93,19 @@ def _child(model_path: str, names_file: str) -> int:
     spec = json.loads(Path(names_file).read_text())
     names = set(spec["names"])
     try:
+        model = onnx.load(model_path, load_external_data=False)
+        if spec["base_dir"] is not None:
+            onnx.load_external_data_for_model(model, spec["base_dir"])
+        model_path = str(Path(names_file).with_name("model.onnx"))
+        onnx.save_model(
+            model,
+            model_path,
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location="weights.bin",
+            size_threshold=4096,
+        )
+        del model
         opts = ort.SessionOptions()
         opts.log_severity_level = 4
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL

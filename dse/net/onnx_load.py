@@ -294,9 +294,12 @@ def run_for_types(
     m.CopyFrom(model)
     # onnxruntime lags onnx in the IR versions it accepts; IR 10 covers opsets up to 21
     m.ir_version = min(m.ir_version, 10)
-    if base_dir is not None:
-        onnx.load_external_data_for_model(m, str(base_dir))
-    weight_bytes = sum(len(t.raw_data) for t in m.graph.initializer)
+    # declared sizes (checked against their data or the limits when the file was read)
+    weight_bytes = sum(
+        math.prod(t.dims) * elem_size(t.data_type)
+        for t in m.graph.initializer
+        if t.data_type not in (TensorProto.STRING, TensorProto.UNDEFINED)
+    )
     existing = {o.name for o in m.graph.output}
     for n in names:
         if n not in existing:
@@ -309,18 +312,12 @@ def run_for_types(
         for vi in graph_inputs(m)
     }
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "model.onnx"
-        onnx.save_model(
-            m,
-            str(path),
-            save_as_external_data=True,
-            all_tensors_to_one_file=True,
-            location="weights.bin",
-            size_threshold=4096,
-        )
+        # the graph only: external weights are read by the child, inside its budget
+        path = Path(tmp) / "graph.onnx"
+        path.write_bytes(m.SerializeToString())
         del m
-        memory = int(budget.memory_mb * 2**20) + 2 * weight_bytes
-        shapes = measure_shapes(path, inputs, list(names), memory, budget.seconds)
+        memory = int(budget.memory_mb * 2**20) + 3 * weight_bytes
+        shapes = measure_shapes(path, base_dir, inputs, list(names), memory, budget.seconds)
     return {k: TensorType(shape, elem) for k, (shape, elem) in shapes.items()}
 
 
