@@ -21,6 +21,9 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 INTERRUPTED = 130
 #: User errors of the Hydra jobs run by this process.
 FAILED_JOBS: list[str] = []
+#: Set by the sweeper (hydra/sweeper=dse_optuna) once every job of a sweep is recorded in its
+#: study: a failed trial is a result of the sweep, not a failure of the command.
+FAILURES_RECORDED = False
 
 
 def group_choices(group: str) -> list[str]:
@@ -199,7 +202,7 @@ def run(main: Callable[[], Any], config_name: str = "config") -> None:
         fail("interrupted", INTERRUPTED)
     except BrokenPipeError:
         _quiet_stdout()
-    if FAILED_JOBS:
+    if FAILED_JOBS and not FAILURES_RECORDED:
         if len(FAILED_JOBS) > 1:
             print(f"error: {len(FAILED_JOBS)} jobs failed (see above)", file=sys.stderr)
         sys.exit(2)

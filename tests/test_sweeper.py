@@ -209,6 +209,7 @@ def test_a_sweep_records_trials_continues_and_survives_a_failing_trial(tmp_path:
     space = ["chromosome.splits=choice(2,3)", "hydra.sweeper.n_trials=2"]
     first = sweep(tmp_path, "t", *space)
     assert "Traceback" not in first.stderr, first.stderr
+    assert first.returncode == 0, first.stderr  # a failed trial is a result, not a failure
     trials = load(tmp_path, "t").trials
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE]
     failed, done = trials
