@@ -474,3 +474,10 @@ def test_a_slice_of_a_huge_tile_is_sized_without_evaluating_anything():
     inits = [f.const("reps", [10**6]), f.const("s0", [0]), f.const("s1", [10])]
     g = build_graph(f.model(nodes, {"x": [1000]}, ["y"], inits), "m")
     assert [layer.output_shape for layer in g] == [(10**9,), (10,)]
+
+
+def test_the_budget_does_not_cut_the_zoo():
+    """GoogLeNet, the zoo's widest net, needs the most work; the default budget lets the
+    programme finish, so its order is the unbounded programme's."""
+    g = load_net({"name": "googlenet", "order": "file"}).graph
+    assert memory_aware_order(g) == memory_aware_order(g, expansions=10**12)
