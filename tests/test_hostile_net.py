@@ -186,6 +186,23 @@ def graph_models() -> dict[str, tuple[onnx.ModelProto, tuple[str, ...]]]:
             ),
             ("declares shape [1000000000]", "holds 1"),
         ),
+        "reshape to fewer values": (
+            f.model(
+                [r("Reshape", ["x", "s"], ["y"], name="rs")],
+                {"x": [1, 3, 4, 4]},
+                ["y"],
+                [f.const("s", [5, 7])],
+            ),
+            ("'rs'", "(48 values) gives shape [5, 7] (35 values)"),
+        ),
+        "no outputs": (
+            f.model([r("Relu", ["x"], ["y"], name="r")], {"x": [1, 3]}, []),
+            ("no graph outputs",),
+        ),
+        "input listed twice": (
+            f.model([r("Add", ["x", "x"], ["y"], name="a")], {"x": [1, 3]}, ["y"]),
+            ("graph input 'x' is listed twice",),
+        ),
         "only constants": (
             f.model(
                 [r("Add", ["k", "k"], ["y"], name="a")], {"x": [1]}, ["y"], [f.const("k", [1])]
@@ -240,6 +257,8 @@ def hostile(tmp_path_factory) -> dict[str, tuple[dict, tuple[str, ...]]]:
         cases[key] = ({"name": "onnx", "path": str(path), **net}, words)
 
     for key, (m, words) in graph_models().items():
+        if key == "input listed twice":
+            m.graph.input.append(m.graph.input[0])
         path = d / f"{slug(key)}.onnx"
         onnx.save(m, path)
         case(key, path, words)

@@ -400,7 +400,19 @@ def _check_size(t: Tensor, model: str, activation: bool) -> None:
 def _check_structure(model: ModelProto, nodes: Sequence[NodeProto], name: str) -> None:
     """One line for a graph no runtime accepts: a tensor written twice, or a graph input,
     weight or a node's own input overwritten."""
-    fixed = {vi.name for vi in model.graph.input} | {t.name for t in model.graph.initializer}
+    g = model.graph
+    if not g.output:
+        raise DseError(f"model '{name}' has no graph outputs: export it with its results")
+    for kind, listed in (("input", g.input), ("output", g.output), ("weight", g.initializer)):
+        seen: set[str] = set()
+        for item in listed:
+            if item.name in seen:
+                raise DseError(
+                    f"model '{name}': graph {kind} '{item.name}' is listed twice: "
+                    "it is not a valid inference model"
+                )
+            seen.add(item.name)
+    fixed = {vi.name for vi in g.input} | {t.name for t in g.initializer}
     writer: dict[str, str] = {}
     for i, n in enumerate(nodes):
         label = n.name or f"{n.op_type} node {i}"

@@ -266,22 +266,27 @@ def _resize(v: OpView) -> int:
 # --- data movement: free ------------------------------------------------------------------
 
 
+@rule("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity", "Cast", "Dropout")
+def _same_elements(v: OpView) -> int:
+    # free, but the output holds exactly the input's elements: a Reshape of 48 values to
+    # [5, 7] is a broken model, not 35 values
+    x = v.in_shapes[0] if v.in_shapes else None
+    if x is not None and v.out_shapes and numel(x) != numel(v.out_shapes[0]):
+        raise DseError(
+            f"inconsistent model: a {v.op} of shape {list(x)} ({numel(x)} values) gives shape "
+            f"{list(v.out_shapes[0])} ({numel(v.out_shapes[0])} values)"
+        )
+    return 0
+
+
 @rule(
     "Concat",
-    "Reshape",
-    "Flatten",
-    "Transpose",
-    "Squeeze",
-    "Unsqueeze",
-    "Identity",
-    "Dropout",
     "Slice",
     "Split",
     "Gather",
     "GatherElements",
     "GatherND",
     "Pad",
-    "Cast",
     "CastLike",
     "Expand",
     "Tile",
