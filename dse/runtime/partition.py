@@ -119,7 +119,7 @@ class _Statics:
         if self._folded is None:
             from dse.net.onnx_load import fold_constants
 
-            folded = fold_constants(self._with_small_data(), infer_types(self.net.model))
+            folded = fold_constants(self._with_small_data(), _tensor_types(self.net))
             self._folded = {t.name: t for t in folded.graph.initializer}
         if name not in self._folded:
             raise DseError(
