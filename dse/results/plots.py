@@ -137,3 +137,57 @@ def plot_pareto(
         ax.set_title("parallel coordinates", fontsize=8)
         ax.legend(fontsize=7, loc="upper right")
     _save(plt, fig, path, title)
+
+
+def plot_predicted_vs_measured(
+    path: Path,
+    panels: Mapping[str, tuple[Sequence[float], Sequence[float], Sequence[str]]],
+    title: str,
+) -> None:
+    """Predicted against measured, one panel per figure (``label -> (measured, predicted,
+    point names)``), with y = x and the +-10 % band; points with no value are left out."""
+    plt = _pyplot()
+    from matplotlib.ticker import NullFormatter
+
+    fig, axes = _grid(plt, max(1, len(panels)), ncols=3, size=(4.4, 4.0))
+    for ax, (label, (measured, predicted, names)) in zip(axes, panels.items(), strict=False):
+        pts = [
+            (float(m), float(p), n)
+            for m, p, n in zip(measured, predicted, names, strict=True)
+            if m is not None and p is not None and m == m and p == p and m > 0 and p > 0
+        ]
+        if not pts:
+            ax.text(0.5, 0.5, "nothing measured", ha="center", transform=ax.transAxes)
+            continue
+        lo = min(min(m, p) for m, p, _ in pts) / 1.3
+        hi = max(max(m, p) for m, p, _ in pts) * 1.3
+        log = hi / lo > 20  # several decades: log axes; else linear from 0
+        lo = lo if log else 0.0
+        line = np.geomspace(lo, hi, 50) if log else np.linspace(0.0, hi, 50)
+        ax.plot(line, line, "k--", lw=1, label="y = x")
+        ax.fill_between(line, line * 0.9, line * 1.1, color="0.85", label="±10 %")
+        names_seen: dict[str, int] = {}
+        for m, p, n in pts:
+            new = n not in names_seen
+            k = names_seen.setdefault(n, len(names_seen))
+            ax.scatter(
+                m,
+                p,
+                s=30,
+                marker=BEST_MARKERS[k % len(BEST_MARKERS)],
+                color=f"C{k % 10}",
+                zorder=3,
+                label=n if new and k < 12 else None,
+            )
+        if log:
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            for axis in (ax.xaxis, ax.yaxis):
+                axis.set_minor_formatter(NullFormatter())
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_xlabel(f"measured {label}", fontsize=8)
+        ax.set_ylabel(f"predicted {label}", fontsize=8)
+        ax.grid(alpha=0.3, which="both")
+    axes[0].legend(fontsize=6, loc="upper left")
+    _save(plt, fig, path, title)

@@ -22,7 +22,8 @@ from dse.errors import DseError
 from dse.mapping import MappingBatch
 from dse.net import Net
 from dse.platform import Platform
-from dse.results.atomic import staged, write_text
+from dse.results.atomic import write_text
+from dse.results.plots import plot_predicted_vs_measured
 from dse.runtime.measure import deploy_and_measure
 from models_analytical.model import AnalyticalModel
 
@@ -99,35 +100,28 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def plot(path: Path, rows: list[dict[str, Any]], title: str) -> None:
-    """Predicted against measured latency per mapping, with the y = x line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ok = [r for r in rows if r["latency_measured_ms"] and r["latency_predicted_ms"]]
-    fig, ax = plt.subplots(figsize=(5.2, 4.6))
-    if ok:
-        x = np.array([r["latency_measured_ms"] for r in ok])
-        y = np.array([r["latency_predicted_ms"] for r in ok])
-        hi = float(max(x.max(), y.max())) * 1.1
-        ax.plot([0, hi], [0, hi], "k--", lw=1, label="y = x")
-        ax.scatter(x, y, zorder=3)
-        for r, xi, yi in zip(ok, x, y, strict=True):
-            ax.annotate(
-                r["mapping"], (xi, yi), fontsize=7, xytext=(3, 3), textcoords="offset points"
-            )
-        ax.set_xlim(0, hi)
-        ax.set_ylim(0, hi)
-        ax.legend(loc="upper left")
+    """Predicted against measured: latency, and the peak memory of every device."""
+    ok = [r for r in rows if r["status"] == "ok"]
+    names = [r["mapping"] for r in ok]
+    panels = {
+        "latency (ms)": (
+            [r["latency_measured_ms"] for r in ok],
+            [r["latency_predicted_ms"] for r in ok],
+            names,
+        )
+    }
+    mem = [
+        (r[k], r[k.replace("_measured", "_predicted")], r["mapping"])
+        for r in ok
+        for k in r
+        if k.endswith("_memory_mb_measured")
+    ]
+    if mem:
+        panels["peak memory per device (MB)"] = tuple(map(list, zip(*mem, strict=True)))
     failed = len(rows) - len(ok)
-    ax.set_xlabel("measured latency (ms, median)")
-    ax.set_ylabel("predicted latency (ms)")
-    ax.set_title(title + (f"\n{failed} mapping(s) failed" if failed else ""), fontsize=9)
-    fig.tight_layout()
-    with staged(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
+    plot_predicted_vs_measured(
+        path, panels, title + (f" ({failed} mapping(s) failed)" if failed else "")
+    )
 
 
 def measure_mappings(
