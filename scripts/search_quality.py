@@ -52,7 +52,7 @@ def truth(p: MappingProblem) -> tuple[np.ndarray, int, float]:
     upper = p.chromosome.upper.tolist()
     genes = np.array(list(itertools.product(*[range(u + 1) for u in upper])), dtype=np.int64)
     batch = p.chromosome.decode(genes)
-    keys = nsga2.mapping_keys(batch)
+    keys = nsga2.mapping_keys(batch, p.chromosome.graph)
     _, first = np.unique(np.array(keys, dtype=object), return_index=True)
     out: dict = {}
     p.evaluate_batch(batch[np.sort(first)], out)

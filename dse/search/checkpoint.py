@@ -137,7 +137,7 @@ def restore(
             data["G"].astype(np.float64),
             data["rank"].astype(np.int64),
             data["crowding"].astype(np.float64),
-            mapping_keys(problem.chromosome.decode(X)),
+            mapping_keys(problem.chromosome.decode(X), problem.chromosome.graph),
         ),
         generation=int(meta["generation"]),
         evaluations=int(meta["evaluations"]),

@@ -29,6 +29,7 @@ from pymoo.util.randomized_argsort import randomized_argsort
 from dse.config import AlgorithmConfig
 from dse.errors import DseError
 from dse.mapping import MappingBatch
+from dse.net.graph import LayerGraph
 from dse.search.hypervolume import Reference
 from dse.search.problem import MappingProblem
 
@@ -102,11 +103,16 @@ class SearchState:
 # --- mappings as keys ------------------------------------------------------------------------
 
 
-def mapping_keys(batch: MappingBatch) -> list[bytes]:
-    """One 8-byte key per mapping: a digest of its share array (a mapping's shares are computed
-    the same way from the same channel counts, so equal mappings have equal bytes)."""
-    share = np.ascontiguousarray(batch.share, dtype=np.float64).reshape(batch.size, -1)
-    return [hashlib.blake2b(row.tobytes(), digest_size=8).digest() for row in share]
+def mapping_keys(batch: MappingBatch, graph: LayerGraph) -> list[bytes]:
+    """One 8-byte key per mapping: a digest of each layer's first device and, for splittable
+    layers, the channels each device computes. That determines the whole share array (a layer
+    that cannot be split is on one device), in far fewer bytes than the array itself."""
+    first = batch.share.argmax(axis=2).astype(np.uint8)  # [P, L]
+    split = np.flatnonzero(graph.splittable)
+    channels = graph.out_channels[split].astype(np.float64)[None, :, None]
+    counts = np.rint(batch.share[:, split, :] * channels).astype(np.uint16)  # [P, S, D]
+    rows = np.concatenate([first, counts.reshape(batch.size, -1).view(np.uint8)], axis=1)
+    return [hashlib.blake2b(row.tobytes(), digest_size=8).digest() for row in rows]
 
 
 def evaluate(problem: MappingProblem, batch: MappingBatch) -> tuple[np.ndarray, np.ndarray]:
@@ -219,7 +225,7 @@ def _distinct(
     """The first ``limit`` gene vectors of X whose mappings are not in ``taken`` (nor twice in
     X); their keys are added to ``taken``."""
     batch = problem.chromosome.decode(X)
-    keys = mapping_keys(batch)
+    keys = mapping_keys(batch, problem.chromosome.graph)
     keep = []
     for i, k in enumerate(keys):
         if k not in taken:
