@@ -146,6 +146,7 @@ def main(cfg: DictConfig) -> dict[str, Any]:
         genes, F, _ = nsga2.front(state)
         phase2 = OmegaConf.to_object(cfg.phase2)
         rows = phase2_after_search(out, problem, genes, F, net, platform, phase2, cfg.seed)
+        summary = write_outputs(out, state, problem, platform, cfg, started, False, rows)
         ok = sum(r["status"] == "ok" for r in rows)
         say(f"phase two: {ok} of {len(rows)} mappings measured -> {out / 'phase2.csv'}")
     bests = "; ".join(

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # before the heavy imports: a signal now ends the process cleanly
+    from dse.cli import stop_early_on_signals
+
+    stop_early_on_signals()
+
 import json
 import math
 from pathlib import Path
@@ -148,6 +153,9 @@ def as_table(net: str, platform: Platform, r: dict[str, Any]) -> str:
             line(head),
             line(tuple("-" * w for w in widths)),
             *map(line, rows),
+            "",
+            "compute, comm and idle overlap (transfers run while devices compute or wait), so "
+            "they do not add up to the latency; energy is modelled, not measured.",
         ]
     )
 

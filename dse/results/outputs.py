@@ -24,6 +24,7 @@ def write_outputs(
     cfg: DictConfig,
     started: float,
     interrupted: bool,
+    phase2: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Pareto CSV, best mappings, history, plots and ``summary.json``; returns the summary.
 
@@ -65,6 +66,8 @@ def write_outputs(
         "interrupted": interrupted,
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
+    if phase2 is not None:
+        summary["phase2"] = phase2
     title = plots.run_title(summary)
     if state.history:
         plots.plot_convergence(

@@ -54,6 +54,9 @@ def warnings(summary: Mapping[str, Any], calibrated: bool) -> list[tuple[str, bo
                 False,
             )
         )
+    failed = [r for r in summary.get("phase2") or [] if r.get("status") != "ok"]
+    if failed:
+        out.append((f"Phase two: {len(failed)} mapping(s) failed to run; see below.", True))
     if any(n in ("energy", "total_energy") for n in summary["objectives"]):
         out.append(("Energy is modelled (busy, idle and link power figures), not measured.", False))
     return out
@@ -121,6 +124,25 @@ def render(
     parts.append(_table(keys, [[r[k] for k in keys] for r in shown]))
     if len(pareto_rows) > max_rows:
         parts.append(f"<p>{len(pareto_rows) - max_rows} more rows in <code>pareto.csv</code>.</p>")
+    if summary.get("phase2"):
+        rows2 = summary["phase2"]
+        parts.append("<h2>Measured (phase two)</h2>")
+        parts.append('<img src="phase2.png" alt="predicted against measured">')
+        keys2 = [
+            "mapping",
+            "status",
+            "latency_predicted_ms",
+            "latency_measured_ms",
+            "latency_error_pct",
+            "max_rel_error",
+            "reason",
+        ]
+        parts.append(_table(keys2, [[r.get(k, "") for k in keys2] for r in rows2]))
+        parts.append(
+            "<p>Per-device memory, energy and compute: <code>phase2.csv</code>; each "
+            "deployment's figures: <code>phase2/&lt;mapping&gt;/measurements.json</code>."
+            "</p>"
+        )
     parts.append("<h2>Convergence</h2>")
     parts.append('<img src="convergence.png" alt="convergence">')
     for n, b in best.items():

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -179,17 +178,12 @@ def phase2_after_search(
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """After a search: measure the best mapping of each objective and ``top_k`` more spread
-    along the front (``genes``, ``F`` from :func:`dse.search.nsga2.front`); adds the measured
-    figures to ``out/summary.json`` under ``phase2``."""
+    along the front (``genes``, ``F`` from :func:`dse.search.nsga2.front`); returns the rows
+    (the run's summary and report take them)."""
     s = settings or Phase2Config()
     picks = select(F, list(problem.objectives), s.top_k)
     batch = problem.chromosome.decode(np.asarray(genes)[[i for i, _ in picks]])
     rows = measure_mappings(
         out, net, platform, problem.model, batch, [label for _, label in picks], s, seed
     )
-    summary_path = Path(out) / "summary.json"
-    if summary_path.is_file():
-        summary = json.loads(summary_path.read_text())
-        summary["phase2"] = rows
-        write_text(summary_path, json.dumps(summary, indent=1))
     return rows
