@@ -69,9 +69,7 @@ def summarize(out: Path, nets: list[str]) -> str:
                 runs = rows.get((net, platform, label))
                 if not runs or pname not in plats:
                     continue
-                best = {
-                    o: [r["best"][o][o] for r in runs] for o in ("latency", "memory", "energy")
-                }
+                best = {o: [r["best"][o][o] for r in runs] for o in ("latency", "memory", "energy")}
                 lines.append(
                     f"| {net} | {pname} | {label} | {ms([r['hypervolume'] for r in runs])} | "
                     f"{ms(best['latency'])} | {ms(best['memory'])} | {ms(best['energy'])} | "
