@@ -63,3 +63,16 @@ def assert_one_line(r: subprocess.CompletedProcess[str], *words: str) -> None:
     assert "Traceback" not in r.stderr
     for w in words:
         assert w in lines[0], (w, lines[0])
+
+
+def assert_each_one_line(
+    results: Mapping[str, subprocess.CompletedProcess[str]], words: Mapping[str, Sequence[str]]
+) -> None:
+    """:func:`assert_one_line` for every case, reporting all the cases that fail at once."""
+    failed = []
+    for key, r in results.items():
+        try:
+            assert_one_line(r, *words[key])
+        except AssertionError as exc:
+            failed.append(f"case '{key}': {exc}")
+    assert not failed, "\n".join(failed)

@@ -10,7 +10,7 @@ import math
 import onnx
 import onnx_factory as f
 import pytest
-from hostile import assert_one_line, run_all
+from hostile import assert_each_one_line, run_all
 from onnx import helper
 
 from dse.errors import DseError
@@ -140,14 +140,7 @@ def test_cli_cases_are_one_line_each(net, files):
     for key in CLI_CASES:
         m, h, _ = files[key]
         cases[key] = ("dse.evaluate", [*base, f"mapping={m}", *([f"horizontal={h}"] if h else [])])
-    results = run_all(cases)
-    failed = []
-    for key, r in results.items():
-        try:
-            assert_one_line(r, *files[key][2])
-        except AssertionError as exc:
-            failed.append(f"case '{key}': {exc}")
-    assert not failed, "\n".join(failed)
+    assert_each_one_line(run_all(cases), {key: files[key][2] for key in CLI_CASES})
 
 
 def test_every_case_is_one_dse_error(net, files):

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import onnx_factory as f
 import pytest
-from hostile import assert_one_line, run_all
+from hostile import assert_each_one_line, assert_one_line, run_all
 from onnx import TensorProto, helper
 
 from dse.errors import DseError
@@ -315,13 +315,7 @@ def cli_args(key: str, net: dict) -> list[str]:
 
 def test_cli_cases_are_one_line_each(hostile):
     results = run_all({k: ("dse.inspect", cli_args(k, hostile[k][0])) for k in CLI_CASES})
-    failed = []
-    for key, r in results.items():
-        try:
-            assert_one_line(r, *hostile[key][1])
-        except AssertionError as exc:
-            failed.append(f"case '{key}': {exc}")
-    assert not failed, "\n".join(failed)
+    assert_each_one_line(results, {k: hostile[k][1] for k in CLI_CASES})
 
 
 def test_every_case_is_one_dse_error(hostile):
