@@ -4,10 +4,17 @@ Per mapping, layers are visited in the graph's topological order. Every device r
 in that order (a FIFO per device); a part starts when its device is free and all its inputs
 have arrived; a transfer starts when its tensor is ready and its link (a FIFO per channel) is
 free, and takes latency + bytes / bandwidth. A tensor crosses to a given device once. A split
-layer needs its whole input on every part's device and sends each part back to the owner,
-which concatenates them (Eq. 4.3). Memory follows allocate-then-free liveness per device over
-the same order (seed 002): a tensor is held from the step that creates or first receives it
-to the last step that reads or sends it.
+layer needs its whole input on every part's device. Its parts are gathered (all-gather): a
+device that computed a part and needs the whole output (it computes a consumer, or a part of
+one) receives the other parts straight from the devices that computed them and concatenates
+locally; the owner receives every other part and concatenates when it needs the whole (it
+computes a consumer or holds a graph output) or must forward it to a device that computed no
+part (Eq. 4.3 when the parts' devices do not read the output); no one else gets parts. Each
+concatenation costs the layer's per-part overhead on its device. A graph output is recognised
+as a layer whose last use is the last layer but which that layer does not read. Memory follows
+allocate-then-free liveness per device over the same order (seed 002): a tensor is held from
+the step that creates or first receives it to the last step that reads or sends it; a part
+for the step that sends it, a gathered whole from its layer to its last reader there.
 """
 
 from __future__ import annotations
@@ -42,6 +49,44 @@ class KernelInputs(NamedTuple):
     streamed: bool  # weights held only while their layer runs
     p_class: np.ndarray  # [K, op classes] W while computing
     p_overhead: np.ndarray  # [K] W during per-layer overhead
+    block: np.ndarray  # [K, L] a split conv's part computes whole blocks of this many channels
+    channels: np.ndarray  # float64 [L] output channels
+    lk_class: np.ndarray  # int64 [D, D] measured link table of each pair, -1: latency + bw
+    lk_bytes: np.ndarray  # [C, G] message sizes of each table (increasing)
+    lk_sec: np.ndarray  # [C, G] transfer time at those sizes
+    seg_fixed: np.ndarray  # [K] cost of a tensor crossing to a device of this kind (the cut
+    seg_byte: np.ndarray  # [K] segments on both ends), fixed and per byte
+
+
+@njit(cache=True, nogil=True)
+def _transfer_s(k_in, a, b, nbytes):
+    """Seconds to move ``nbytes`` from device a to b: the link (its measured table, linear
+    between points and beyond the last, or latency + bytes / bandwidth) plus the cost of
+    cutting the work into segments on both ends (charged by the receiver's kind)."""
+    c = k_in.lk_class[a, b]
+    if c >= 0:
+        xs = k_in.lk_bytes[c]
+        ys = k_in.lk_sec[c]
+        i = np.searchsorted(xs, nbytes)
+        i = min(max(i, 1), xs.size - 1)
+        t = ys[i - 1] + (nbytes - xs[i - 1]) * (ys[i] - ys[i - 1]) / (xs[i] - xs[i - 1])
+        t = max(t, ys[0])
+    else:
+        t = k_in.lat[a, b] + nbytes * k_in.inv_bw[a, b]
+    kb = k_in.kind[b]
+    return t + k_in.seg_fixed[kb] + nbytes * k_in.seg_byte[kb]
+
+
+@njit(cache=True, nogil=True)
+def _part_share(k_in, k, layer, s, n_here):
+    """The share of a layer's work a part of share ``s`` costs on kind ``k``: whole channel
+    blocks when the layer is split."""
+    b = k_in.block[k, layer]
+    if n_here < 2 or b <= 1.0:
+        return s
+    c = k_in.channels[layer]
+    blocks = np.ceil(s * c / b - 1e-9)
+    return min(blocks * b / c, 1.0)
 
 
 @njit(cache=True, nogil=True)
@@ -74,6 +119,28 @@ def _simulate_one(
     recv_bytes = np.zeros(n_tensors)
     delta = np.zeros((n_dev, n_layers + 1))
     part_end = np.zeros(n_dev)
+    gather_in = np.zeros(n_dev)
+    # need[l, d]: device d reads layer l's whole output (it computes a consumer or a part of
+    # one, or holds it as a graph output); out_tid[l]: that output's tensor id
+    need = np.zeros((n_layers, n_dev), dtype=np.bool_)
+    out_tid = np.full(n_layers, -1, dtype=np.int64)
+    for m in range(n_layers):
+        for e in range(in_ptr[m], in_ptr[m + 1]):
+            src = in_src[e]
+            if src >= 0:
+                out_tid[src] = in_tensor[e]
+                for d in range(n_dev):
+                    if share[m, d] > 0.0:
+                        need[src, d] = True
+    for m in range(n_layers):
+        if last_use[m] == n_layers - 1:
+            output = True
+            if m < n_layers - 1:
+                for e in range(in_ptr[n_layers - 1], in_ptr[n_layers]):
+                    if in_src[e] == m:
+                        output = False  # read by the last layer: not known to be an output
+            if output:
+                need[m, owner[m]] = True
     finish = 0.0
     for layer in range(n_layers):
         n_here = 0
@@ -105,7 +172,7 @@ def _simulate_one(
                     if a < 0.0:
                         ch = channel[loc, d]
                         start = max(rdy, link_free[ch])
-                        dur = lat[loc, d] + in_bytes[e] * inv_bw[loc, d]
+                        dur = _transfer_s(k_in, loc, d, in_bytes[e])
                         a = start + dur
                         link_free[ch] = a
                         arrival[t, d] = a
@@ -120,7 +187,7 @@ def _simulate_one(
                 if a > t_in:
                     t_in = a
             k = kind[d]
-            work = s * t_work[k, layer]
+            work = _part_share(k_in, k, layer, s, n_here) * t_work[k, layer]
             fixed = t_fixed[k, layer]
             start = max(dev_free[d], t_in)
             end = start + work + fixed
@@ -139,44 +206,73 @@ def _simulate_one(
                 delta[d, 0] += wb
                 delta[d, n_layers] -= wb
         c = owner[layer]
+        cat_owner = False
         if n_here == 1:
             ready[layer] = part_end[c]
         else:
-            # parts travel to the owner and are concatenated there
-            t_all = 0.0
+            # all-gather: every part goes to each part device that needs the whole, and to the
+            # owner when it concatenates (it needs the whole or forwards it to a device that
+            # computed no part); each receiver concatenates locally
+            cat_owner = need[layer, c]
+            for d in range(n_dev):
+                if need[layer, d] and share[layer, d] <= 0.0:
+                    cat_owner = True
+            last_part = 0.0
+            for e in range(n_dev):
+                gather_in[e] = part_end[e] if share[layer, e] > 0.0 else 0.0
+                if share[layer, e] > 0.0 and part_end[e] > last_part:
+                    last_part = part_end[e]
             for d in range(n_dev):
                 s = share[layer, d]
                 if s <= 0.0:
                     continue
-                if d == c:
-                    a = part_end[d]
-                else:
-                    nbytes = s * out_bytes[layer]
-                    ch = channel[d, c]
+                nbytes = s * out_bytes[layer]
+                sends = False
+                for e in range(n_dev):
+                    if e == d:
+                        continue
+                    if not ((e == c and cat_owner) or (share[layer, e] > 0.0 and need[layer, e])):
+                        continue
+                    ch = channel[d, e]
                     start = max(part_end[d], link_free[ch])
-                    dur = lat[d, c] + nbytes * inv_bw[d, c]
+                    dur = _transfer_s(k_in, d, e, nbytes)
                     a = start + dur
                     link_free[ch] = a
                     comm[d] += dur
-                    comm[c] += dur
+                    comm[e] += dur
                     sent[d] += nbytes
-                    energy[d] += nbytes * e_byte[d, c]
-                    energy[c] += nbytes * e_byte[d, c]
-                    # the part is held on its device until it is sent
+                    energy[d] += nbytes * e_byte[d, e]
+                    energy[e] += nbytes * e_byte[d, e]
+                    if a > gather_in[e]:
+                        gather_in[e] = a
+                    sends = True
+                if sends:  # the part is held on its device until it is sent
                     delta[d, layer] += nbytes
                     delta[d, layer + 1] -= nbytes
-                if a > t_all:
-                    t_all = a
-            k = kind[c]
-            start = max(dev_free[c], t_all)
-            end = start + t_fixed[k, layer]
-            dev_free[c] = end
-            busy[c] += t_fixed[k, layer]
-            energy[c] += t_fixed[k, layer] * p_overhead[k]
-            ready[layer] = end
-        # the owner holds the whole output until its last reader anywhere has it
-        delta[c, layer] += out_bytes[layer]
-        delta[c, last_use[layer] + 1] -= out_bytes[layer]
+            ready[layer] = last_part  # nobody reads it from the owner unless it concatenates
+            t = out_tid[layer]
+            for e in range(n_dev):
+                if not ((e == c and cat_owner) or (share[layer, e] > 0.0 and need[layer, e])):
+                    continue
+                k = kind[e]
+                start = max(dev_free[e], gather_in[e])
+                end = start + t_fixed[k, layer]
+                dev_free[e] = end
+                busy[e] += t_fixed[k, layer]
+                energy[e] += t_fixed[k, layer] * p_overhead[k]
+                if end > finish:
+                    finish = end
+                if e == c:
+                    ready[layer] = end
+                elif t >= 0:  # a gathered whole: held like a received tensor
+                    arrival[t, e] = end
+                    recv_first[t, e] = layer
+                    recv_last[t, e] = layer
+                    recv_bytes[t] = out_bytes[layer]
+        if n_here == 1 or cat_owner:
+            # the owner holds the whole output until its last reader anywhere has it
+            delta[c, layer] += out_bytes[layer]
+            delta[c, last_use[layer] + 1] -= out_bytes[layer]
         if ready[layer] > finish:
             finish = ready[layer]
     # receive buffers: from the first to the last step that reads them on that device

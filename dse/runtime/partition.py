@@ -6,14 +6,20 @@ layer (or a part of it), each input tensor that lives elsewhere is received firs
 device that holds it whole (its owner; the graph input lives on ``platform.entry``), and a
 tensor crosses to a given device at most once. A split layer needs its whole input on every
 part's device; part k computes the contiguous output-channel range
-``[rint(cumsum(share)[k-1] * C), rint(cumsum(share)[k] * C))`` (devices in index order) and is
-sent to the owner, which concatenates the parts.
+``[rint(cumsum(share)[k-1] * C), rint(cumsum(share)[k] * C))`` (devices in index order).
+
+The parts are all-gathered: a device that computed a part and needs the whole output (it
+computes a consumer of it, or a part of one) receives the other parts straight from the devices
+that computed them, into its buffer of the whole (a ``gather`` step), without waiting for the
+owner. The owner gathers likewise when it needs the whole (a consumer, a graph output) or must
+forward it to a device that computed no part; then it sends the whole to those devices. No
+other device receives parts, so every byte still crosses to a given device at most once.
 
 A device's work is cut into segments (one ONNX sub-model each) before every step that waits for
 a remote tensor and after every step whose output another device needs, so its sends are posted
 as soon as the tensor exists. Sends are non-blocking and receives block in program order, and
-every receive waits for a tensor made at an earlier layer (or, for a concatenation, at the same
-layer's parts): work going A -> B -> A cannot deadlock.
+every receive waits for a tensor made at an earlier layer (or, for a gather, at the same
+layer's parts, each sent before its device gathers): work going A -> B -> A cannot deadlock.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from dse.net.onnx_load import TensorType, graph_inputs, infer_types
 from dse.platform import Platform
 from dse.runtime.weights import MappedFiles, external_locations, inline_offsets
 
-PLAN_VERSION = 1
+PLAN_VERSION = 2  # 2: split layers' parts all-gathered (``gather`` steps)
 #: Split ops the runtime can slice: op -> (weight input, output-channel axis is 1 (else last)).
 SLICEABLE = {"Conv": True, "ConvTranspose": True, "Gemm": False, "MatMul": False}
 
@@ -276,9 +282,10 @@ def write_segment(model: onnx.ModelProto, blobs: list[tuple[int, Blob]], path: P
 
 @dataclass
 class _Action:
-    """One step of a device's program: compute nodes (producing tensors) or receive a tensor."""
+    """One step of a device's program: compute nodes (producing tensors), receive a tensor, or
+    gather a split layer's parts into its whole."""
 
-    kind: str  # "compute" | "recv"
+    kind: str  # "compute" | "recv" | "gather"
     nodes: list[onnx.NodeProto] = field(default_factory=list)
     inits: dict[str, Init] = field(default_factory=dict)
     consts: dict[str, onnx.NodeProto] = field(default_factory=dict)
@@ -287,6 +294,9 @@ class _Action:
     tensor: str = ""  # recv: the tensor
     peer: int = -1  # recv: the sending device
     sends: list[tuple[str, int]] = field(default_factory=list)  # after this action
+    # gather: (part tensor, device that computed it, channel range) in channel order; the axis
+    parts: list[tuple[str, int, tuple[int, int]]] = field(default_factory=list)
+    axis: int = 1
 
 
 def _layer_nodes(
@@ -529,10 +539,20 @@ def partition(
     # where the producer's sends go: (device, action index) ; -1: before any action
     made_at: dict[tuple[str, int], int] = {(t.name, entry): -1 for t in graph.inputs}
     start_sends: dict[int, list[tuple[str, int]]] = defaultdict(list)
+    # devices that read each tensor whole: they compute a layer (or a part) reading it
+    readers: dict[str, set[int]] = defaultdict(set)
+    for layer in graph:
+        on = {int(d) for d in np.flatnonzero(share[layer.index] > 0)}
+        for t in layer.inputs:
+            readers[t.name] |= on
+    out_set = {t.name for t in graph.outputs}
 
-    def transfer(t: str, src: int, dst: int) -> None:
+    def post_send(t: str, src: int, dst: int) -> None:
         idx = made_at[(t, src)]
         (start_sends[src] if idx < 0 else programs[src][idx].sends).append((t, dst))
+
+    def transfer(t: str, src: int, dst: int) -> None:
+        post_send(t, src, dst)
         programs[dst].append(_Action("recv", tensor=t, peer=src))
 
     for layer in graph:
@@ -562,25 +582,27 @@ def partition(
         if split:
             out = node.output[0]
             parts = [f"{out}.part{d}" for d in devs]
+            need = readers[out] | ({c} if out in out_set else set())
+            cat_owner = c in need or bool(need - set(devs))
+            gatherers = sorted({e for e in devs if e in need} | ({c} if cat_owner else set()))
             for d, p in zip(devs, parts, strict=True):
-                if d != c:
-                    transfer(p, d, c)
-            cat = _Action(
-                "compute",
-                nodes=[
-                    helper.make_node(
-                        "Concat",
-                        parts,
-                        [out],
-                        axis=1 if SLICEABLE[node.op_type] else -1,
-                        name=f"{layer.name}.concat",
-                    )
-                ],
-                reads=parts,
-                makes=[out],
-            )
-            programs[c].append(cat)
-            made_at[(out, c)] = len(programs[c]) - 1
+                for e in gatherers:
+                    if e != d:
+                        post_send(p, d, e)
+            axis = 1 if SLICEABLE[node.op_type] else len(types[out].shape) - 1
+            for e in gatherers:
+                gather = _Action(
+                    "gather",
+                    tensor=out,
+                    parts=[(p, d, b) for d, p, b in zip(devs, parts, bounds, strict=True)],
+                    axis=axis,
+                    reads=[f"{out}.part{e}"] if e in devs else [],
+                    makes=[out],
+                )
+                programs[e].append(gather)
+                made_at[(out, e)] = len(programs[e]) - 1
+            where[out], has[out] = c, set(gatherers)
+            continue
         for t in node.output:
             if t:
                 where[t], has[t] = c, {c}
@@ -690,7 +712,7 @@ def _device_steps(
     groups: list[list[_Action] | _Action] = []
     current: list[_Action] = []
     for a in actions:
-        if a.kind == "recv":
+        if a.kind in ("recv", "gather"):
             if current:
                 groups.append(current)
                 current = []
@@ -709,13 +731,29 @@ def _device_steps(
     for i in range(len(groups) - 1, -1, -1):
         reads_after[i] = set(later)
         g = groups[i]
-        if isinstance(g, list):
-            for a in g:
-                later.update(a.reads)
+        for a in g if isinstance(g, list) else [g]:
+            later.update(a.reads)
 
     steps: list[dict[str, Any]] = send_steps(start_sends)
     files: list[str] = []
     for i, g in enumerate(groups):
+        if isinstance(g, _Action) and g.kind == "gather":
+            steps.append(
+                {
+                    "op": "gather",
+                    "tensor": g.tensor,
+                    "shape": list(types[g.tensor].shape),
+                    "dtype": _dtype(types[g.tensor]),
+                    "axis": g.axis,
+                    "parts": [
+                        {"tensor": p, "from": rank_of[src], "range": list(b)}
+                        | ({} if src == d else {"tag": tag(p)})
+                        for p, src, b in g.parts
+                    ],
+                }
+            )
+            steps.extend(send_steps(g.sends))  # the owner forwards the whole
+            continue
         if isinstance(g, _Action):
             steps.append(
                 {"op": "recv", "tensor": g.tensor, "from": rank_of[g.peer], "tag": tag(g.tensor)}
@@ -756,7 +794,11 @@ def _add_frees(steps: list[dict[str, Any]], initial: set[str], keep: set[str]) -
     for i, s in enumerate(steps):
         for t in s.get("inputs", []) + ([s["tensor"]] if s["op"] == "send" else []):
             last[t] = i
-        for t in s.get("outputs", []) + ([s["tensor"]] if s["op"] == "recv" else []):
+        if s["op"] == "gather":  # reads its local part
+            for part in s["parts"]:
+                if "tag" not in part:
+                    last[part["tensor"]] = i
+        for t in s.get("outputs", []) + ([s["tensor"]] if s["op"] in ("recv", "gather") else []):
             last.setdefault(t, i)
     for t in initial:
         last.setdefault(t, -1)

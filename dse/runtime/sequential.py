@@ -83,6 +83,20 @@ def _step(
         local[s["tensor"]] = value
     elif op == "send":
         wire[(rank, s["to"], s["tag"])] = np.ascontiguousarray(local[s["tensor"]]).copy()
+    elif op == "gather":
+        remote = [(part["from"], rank, part["tag"]) for part in s["parts"] if "tag" in part]
+        if any(key not in wire for key in remote):
+            return False
+        whole = np.empty(s["shape"], np.dtype(s["dtype"]))
+        for part in s["parts"]:
+            value = wire.pop((part["from"], rank, part["tag"])) if "tag" in part else None
+            value = local[part["tensor"]] if value is None else value
+            index = [slice(None)] * whole.ndim
+            index[s["axis"]] = slice(*part["range"])
+            if value.shape != whole[tuple(index)].shape:
+                raise DseError(f"part '{part['tensor']}' arrived with the wrong shape")
+            whole[tuple(index)] = value
+        local[s["tensor"]] = whole
     else:
         sess = sessions[s["segment"]]
         outs = sess.run(s["outputs"], {t: local[t] for t in s["inputs"]})

@@ -1,11 +1,14 @@
 """One MPI rank: load its sub-models, run its steps for warm-up and measured iterations.
 
 Tensors travel with mpi4py's buffer API (``Isend`` right after the producing segment,
-``Probe`` + ``Recv`` into buffers allocated once), never pickled. Per iteration each rank times
-its compute (inside onnxruntime), its wait (blocked in ``Probe`` until a message is there) and
-its communication (receiving, posting and completing sends). The latency of an iteration is
-the longest rank's time from a common barrier to its last step. Rank 0 gathers everything,
-checks the outputs against the whole model and writes ``measurements.json``.
+``Probe`` + ``Recv`` into buffers allocated once), never pickled. A ``gather`` step receives a
+split layer's parts straight into their channel ranges of the whole's buffer (one copy of its
+own part, none of the others' when the range is contiguous, as with batch 1). Per iteration
+each rank times its compute (inside onnxruntime), its wait (blocked in ``Probe`` until a
+message is there) and its communication (receiving, gathering, posting and completing sends).
+The latency of an iteration is the longest rank's time from a common barrier to its last step.
+Rank 0 gathers everything, checks the outputs against the whole model and writes
+``measurements.json``.
 """
 
 from __future__ import annotations
@@ -65,6 +68,17 @@ class Rank:
             for s in self.spec["steps"]
             if s["op"] == "recv"
         }
+        self.staging: dict[tuple[str, int], np.ndarray] = {}
+        for s in self.spec["steps"]:
+            if s["op"] != "gather":
+                continue
+            whole = self.buffers[s["tensor"]] = np.empty(s["shape"], s["dtype"])
+            for part in s["parts"]:
+                view = _part_view(whole, s["axis"], part["range"])
+                if "tag" in part and not view.flags.c_contiguous:
+                    self.staging[(s["tensor"], part["tag"])] = np.empty(view.shape, view.dtype)
+        # gathered tensors this rank sends on: a fresh buffer per frame when frames overlap
+        self.forwarded = {s["tensor"] for s in self.spec["steps"] if s["op"] == "send"}
         self.inputs = (
             input_arrays(plan, int(plan.get("seed", 0))) if self.rank == plan["entry_rank"] else {}
         )
@@ -124,6 +138,27 @@ class Rank:
                 held.append(arr)
                 sent += arr.nbytes
                 communication += clock() - t0
+            elif op == "gather":
+                t0, waited = clock(), 0.0
+                whole = self.buffers[s["tensor"]]
+                if keep and s["tensor"] in self.forwarded:
+                    whole = np.empty_like(whole)  # an earlier frame may still be sending it
+                for part in sorted(s["parts"], key=lambda p: "tag" in p):  # own part first
+                    view = _part_view(whole, s["axis"], part["range"])
+                    if "tag" not in part:
+                        view[...] = local[part["tensor"]]
+                        continue
+                    t1 = clock()
+                    comm.Probe(source=part["from"], tag=part["tag"])
+                    waited += clock() - t1
+                    stage = self.staging.get((s["tensor"], part["tag"]))
+                    into = view if stage is None else stage
+                    comm.Recv(into, source=part["from"], tag=part["tag"])
+                    if stage is not None:
+                        view[...] = stage
+                wait += waited
+                communication += clock() - t0 - waited
+                local[s["tensor"]] = whole
             else:
                 t0 = clock()
                 comm.Probe(source=s["from"], tag=s["tag"])
@@ -142,6 +177,13 @@ class Rank:
             MPI.Request.Waitall(pending)
             communication += clock() - t0
         return {"compute": compute, "wait": wait, "communication": communication, "sent": sent}
+
+
+def _part_view(whole: np.ndarray, axis: int, bounds: list[int]) -> np.ndarray:
+    """The channel range ``bounds`` of ``whole`` along ``axis`` (a view)."""
+    index = [slice(None)] * whole.ndim
+    index[axis] = slice(*bounds)
+    return whole[tuple(index)]
 
 
 def _stats(values: list[float]) -> dict[str, float]:
