@@ -4,12 +4,33 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from typing import NamedTuple
 
 import numpy as np
 
+from chromosomes import kernels
 from dse.errors import DseError
-from dse.mapping import MappingBatch, derive_owner, shares_by_speed, shares_from_counts
+from dse.mapping import MappingBatch, first_consumer, first_producer, shares_by_speed
 from dse.net.graph import LayerGraph
+
+
+class Parts(NamedTuple):
+    """P mappings in whole numbers: far smaller than their shares and exact to compare."""
+
+    device: np.ndarray  # int64 [P, L]: the device of each layer that is not splittable, else -1
+    channels: np.ndarray  # int32 [P, S, D]: channels of each splittable layer on each device
+
+    def __len__(self) -> int:
+        return len(self.device)
+
+    def take(self, idx: np.ndarray) -> Parts:
+        return Parts(self.device[idx], self.channels[idx])
+
+    @staticmethod
+    def concat(parts: list[Parts]) -> Parts:
+        return Parts(
+            np.concatenate([p.device for p in parts]), np.concatenate([p.channels for p in parts])
+        )
 
 
 class Chromosome(ABC):
@@ -34,6 +55,8 @@ class Chromosome(ABC):
         self.graph, self.n_devices = graph, n_devices
         self.speed = speed
         self.split_layers = np.flatnonzero(graph.splittable)
+        self._channels = np.asarray(graph.out_channels, dtype=np.int64)
+        self._consumer, self._producer = first_consumer(graph), first_producer(graph)
         if splits is not None and not 1 <= splits <= n_devices:
             raise DseError(
                 f"chromosome.splits={splits} must be between 1 and the number of "
@@ -65,15 +88,33 @@ class Chromosome(ABC):
         """Genes of the mapping that runs everything on ``device`` (to seed a population)."""
 
     @abstractmethod
+    def _parts(self, genes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Gene matrix (int64 [P, n_genes]) -> ``device[P, L]`` of the layers that cannot be
+        split (-1 for splittable ones) and ``counts[P, S, D]``, how many parts of each
+        splittable layer each device computes."""
+
+    def parts(self, genes: np.ndarray) -> Parts:
+        """Gene matrix [P, n_genes] -> the mappings in whole numbers (:class:`Parts`)."""
+        device, counts = self._parts(np.ascontiguousarray(genes, dtype=np.int64))
+        channels = self._channels[self.split_layers]
+        if self.speed is None:
+            return Parts(device, kernels.equal_channels(counts, channels))
+        share = shares_by_speed(counts, channels, self.speed[self.split_layers])
+        whole = np.rint(share * np.maximum(channels, 1)[None, :, None]).astype(np.int32)
+        return Parts(device, whole)
+
+    def batch_of(self, parts: Parts) -> MappingBatch:
+        """The mapping batch of :meth:`parts`."""
+        share, owner = kernels.shares_and_owner(
+            parts.device,
+            parts.channels,
+            self._channels,
+            self.n_devices,
+            self._consumer,
+            self._producer,
+        )
+        return MappingBatch(share, owner)
+
     def decode(self, genes: np.ndarray) -> MappingBatch:
         """Gene matrix [P, n_genes] -> mapping batch."""
-
-    def _shares(self, counts: np.ndarray, layers: np.ndarray | slice = slice(None)) -> np.ndarray:
-        """Channel fractions of ``counts[P, len(layers), D]`` parts of ``layers``."""
-        channels = self.graph.out_channels[layers]
-        if self.speed is None:
-            return shares_from_counts(counts, channels)
-        return shares_by_speed(counts, channels, self.speed[layers])
-
-    def _batch(self, share: np.ndarray) -> MappingBatch:
-        return MappingBatch(share, derive_owner(self.graph, share))
+        return self.batch_of(self.parts(genes))

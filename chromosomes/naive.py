@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from chromosomes import kernels
 from chromosomes.base import Chromosome
-from dse.mapping import MappingBatch
 
 
 class NaiveChromosome(Chromosome):
@@ -21,6 +21,7 @@ class NaiveChromosome(Chromosome):
         width = np.where(graph.splittable, n_devices if splits is None else splits, 1)
         self.start = np.concatenate([[0], np.cumsum(width)[:-1]])  # first gene of each layer
         self.width = width
+        self.layer_of_gene = np.repeat(np.arange(len(graph)), width)
 
     @property
     def n_genes(self) -> int:
@@ -33,12 +34,5 @@ class NaiveChromosome(Chromosome):
     def single_device(self, device: int) -> np.ndarray:
         return np.full(self.n_genes, device, dtype=np.int64)
 
-    def decode(self, genes: np.ndarray) -> MappingBatch:
-        genes = np.asarray(genes, dtype=np.int64)
-        pop, n_layers = genes.shape[0], len(self.graph)
-        present = np.zeros((pop, n_layers, self.n_devices), dtype=bool)
-        rows = np.arange(pop)[:, None]
-        layer_of_gene = np.repeat(np.arange(n_layers), self.width)
-        present[rows, layer_of_gene[None, :], genes] = True
-        share = self._shares(present.astype(np.int64))
-        return self._batch(share)
+    def _parts(self, genes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return kernels.naive_parts(genes, self.layer_of_gene, self.graph.splittable, self.n_devices)

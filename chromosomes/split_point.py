@@ -9,28 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from chromosomes import kernels
 from chromosomes.base import Chromosome
 from dse.errors import DseError
-from dse.mapping import MappingBatch
-
-
-def cover(values: np.ndarray, n_items: int) -> np.ndarray:
-    """For rows of split points ``values[..., n]``: the device covering items 1..n_items.
-
-    Returns ``[..., n_items]`` with -1 where no device's split point reaches the item.
-    """
-    vals = values[..., None, :]  # [..., 1, n]
-    items = np.arange(1, n_items + 1)[:, None]  # [items, 1]
-    masked = np.where(vals >= items, vals, np.iinfo(np.int64).max)
-    best = masked.argmin(axis=-1)
-    return np.where(masked.min(axis=-1) == np.iinfo(np.int64).max, -1, best)
-
-
-def extend_first_row(cov: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Repair: items after a row's last split point go to the device holding that point;
-    a row of zeros gives everything to device 0."""
-    last = values.argmax(axis=-1)  # first device with the largest value
-    return np.where(cov < 0, last[..., None], cov)
 
 
 class AdvancedChromosome(Chromosome):
@@ -71,32 +52,10 @@ class AdvancedChromosome(Chromosome):
         genes[0, device] = len(self.split_layers)
         return genes.ravel()
 
-    def decode(self, genes: np.ndarray) -> MappingBatch:
-        genes = np.asarray(genes, dtype=np.int64)
-        pop, n_sp = genes.shape[0], len(self.split_layers)
-        rows = genes.reshape(pop, self.splits, self.n_devices)
-        cov = cover(rows, n_sp)  # [P, p, sp]
-        cov[:, 0] = extend_first_row(cov[:, 0], rows[:, 0])
-        counts = np.zeros((pop, n_sp, self.n_devices), dtype=np.int64)
-        p_idx = np.arange(pop)[:, None]
-        s_idx = np.arange(n_sp)[None, :]
-        for r in range(self.splits):
-            ok = cov[:, r] >= 0
-            np.add.at(
-                counts,
-                (
-                    np.broadcast_to(p_idx, ok.shape)[ok],
-                    np.broadcast_to(s_idx, ok.shape)[ok],
-                    cov[:, r][ok],
-                ),
-                1,
-            )
-        share = np.zeros((pop, len(self.graph), self.n_devices))
-        share[:, self.split_layers] = self._shares(counts, self.split_layers)
-        others = np.flatnonzero(~self.graph.splittable)
-        first = cov[:, 0][:, self.anchor[others]]  # [P, len(others)]
-        share[np.arange(pop)[:, None], others[None, :], first] = 1.0
-        return self._batch(share)
+    def _parts(self, genes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return kernels.advanced_parts(
+            genes, self.splits, self.n_devices, self.anchor, self.graph.splittable
+        )
 
 
 class VerticalChromosome(Chromosome):
@@ -119,10 +78,5 @@ class VerticalChromosome(Chromosome):
         genes[device] = len(self.graph)
         return genes
 
-    def decode(self, genes: np.ndarray) -> MappingBatch:
-        genes = np.asarray(genes, dtype=np.int64)
-        pop, n_layers = genes.shape[0], len(self.graph)
-        dev = extend_first_row(cover(genes, n_layers), genes)  # [P, L]
-        share = np.zeros((pop, n_layers, self.n_devices))
-        share[np.arange(pop)[:, None], np.arange(n_layers)[None, :], dev] = 1.0
-        return self._batch(share)
+    def _parts(self, genes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return kernels.vertical_parts(genes, self.graph.splittable)

@@ -221,3 +221,84 @@ def test_speed_option_sizes_parts_of_every_hybrid_encoding():
         both = (equal.share[:, :, 0] > 0) & ((equal.share > 0).sum(axis=2) == 2)
         assert both.any()
         assert (sized.share[:, :, 0][both] > equal.share[:, :, 0][both]).all()
+
+
+# --- the compiled decoders against the numpy decoders they replaced --------------------------
+
+
+def _ref_cover(values, n_items):
+    vals = values[..., None, :]
+    items = np.arange(1, n_items + 1)[:, None]
+    masked = np.where(vals >= items, vals, np.iinfo(np.int64).max)
+    best = masked.argmin(axis=-1)
+    return np.where(masked.min(axis=-1) == np.iinfo(np.int64).max, -1, best)
+
+
+def _ref_extend_first_row(cov, values):
+    return np.where(cov < 0, values.argmax(axis=-1)[..., None], cov)
+
+
+def _ref_shares(chrom, counts, layers=slice(None)):
+    from dse.mapping import shares_by_speed, shares_from_counts
+
+    channels = chrom.graph.out_channels[layers]
+    if chrom.speed is None:
+        return shares_from_counts(counts, channels)
+    return shares_by_speed(counts, channels, chrom.speed[layers])
+
+
+def reference_decode(chrom, genes):
+    """The numpy decoders of every encoding as they were before compilation (slow, direct)."""
+    from dse.mapping import MappingBatch, derive_owner
+
+    g, n_dev = chrom.graph, chrom.n_devices
+    genes = np.asarray(genes, dtype=np.int64)
+    pop, n_layers = genes.shape[0], len(g)
+    if isinstance(chrom, NaiveChromosome):
+        present = np.zeros((pop, n_layers, n_dev), dtype=bool)
+        layer_of_gene = np.repeat(np.arange(n_layers), chrom.width)
+        present[np.arange(pop)[:, None], layer_of_gene[None, :], genes] = True
+        share = _ref_shares(chrom, present.astype(np.int64))
+    elif isinstance(chrom, VerticalChromosome):
+        dev = _ref_extend_first_row(_ref_cover(genes, n_layers), genes)
+        share = np.zeros((pop, n_layers, n_dev))
+        share[np.arange(pop)[:, None], np.arange(n_layers)[None, :], dev] = 1.0
+    else:
+        n_sp = len(chrom.split_layers)
+        rows = genes.reshape(pop, chrom.splits, n_dev)
+        cov = _ref_cover(rows, n_sp)
+        cov[:, 0] = _ref_extend_first_row(cov[:, 0], rows[:, 0])
+        counts = np.zeros((pop, n_sp, n_dev), dtype=np.int64)
+        for p in range(pop):
+            for r in range(chrom.splits):
+                for s in range(n_sp):
+                    if cov[p, r, s] >= 0:
+                        counts[p, s, cov[p, r, s]] += 1
+        share = np.zeros((pop, n_layers, n_dev))
+        share[:, chrom.split_layers] = _ref_shares(chrom, counts, chrom.split_layers)
+        others = np.flatnonzero(~g.splittable)
+        share[np.arange(pop)[:, None], others[None, :], cov[:, 0][:, chrom.anchor[others]]] = 1.0
+    return MappingBatch(share, derive_owner(g, share))
+
+
+@pytest.mark.parametrize("net", ["alexnet", "googlenet"])
+@pytest.mark.parametrize("shares", ["equal", "speed"])
+@pytest.mark.parametrize(
+    "name, splits",
+    [("naive", None), ("naive", 2), ("advanced", 2), ("advanced", 5), ("vertical", None)],
+)
+def test_compiled_decoder_equals_the_numpy_reference(net, shares, name, splits):
+    from dse.search.nsga2 import mapping_keys, parts_keys
+
+    g = load_net({"name": net}).graph
+    n_dev = 6
+    rng = np.random.default_rng(7)
+    speed = rng.uniform(0.2, 5.0, size=(len(g), n_dev)) if shares == "speed" else None
+    chrom = CHROMOSOMES[name](g, n_dev, splits=splits, speed=speed)
+    genes = chrom.sample(300, rng)
+    genes[0], genes[1] = chrom.upper, 0
+    genes[2:40] = rng.integers(0, 3, size=(38, chrom.n_genes))  # many ties and repeats
+    want, got = reference_decode(chrom, genes), chrom.decode(genes)
+    assert np.array_equal(got.share, want.share)  # bit for bit
+    assert np.array_equal(got.owner, want.owner)
+    assert parts_keys(chrom.parts(genes)) == mapping_keys(want, g)

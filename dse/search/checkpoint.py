@@ -20,7 +20,7 @@ from dse.config import AlgorithmConfig
 from dse.errors import DseError
 from dse.results.atomic import write_bytes
 from dse.search.hypervolume import Reference
-from dse.search.nsga2 import Population, SearchState, mapping_keys
+from dse.search.nsga2 import Population, SearchState, parts_keys
 from dse.search.problem import MappingProblem
 
 CHECKPOINT = "checkpoint.npz"
@@ -137,7 +137,7 @@ def restore(
             data["G"].astype(np.float64),
             data["rank"].astype(np.int64),
             data["crowding"].astype(np.float64),
-            mapping_keys(problem.chromosome.decode(X), problem.chromosome.graph),
+            parts_keys(problem.chromosome.parts(X)),
         ),
         generation=int(meta["generation"]),
         evaluations=int(meta["evaluations"]),

@@ -26,6 +26,7 @@ from pymoo.operators.survival.rank_and_crowding.metrics import get_crowding_func
 from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 from pymoo.util.randomized_argsort import randomized_argsort
 
+from chromosomes import Parts
 from dse.config import AlgorithmConfig
 from dse.errors import DseError
 from dse.mapping import MappingBatch
@@ -112,6 +113,19 @@ def mapping_keys(batch: MappingBatch, graph: LayerGraph) -> list[bytes]:
     channels = graph.out_channels[split].astype(np.float64)[None, :, None]
     counts = np.rint(batch.share[:, split, :] * channels).astype(np.uint16)  # [P, S, D]
     rows = np.concatenate([first, counts.reshape(batch.size, -1).view(np.uint8)], axis=1)
+    return [hashlib.blake2b(row.tobytes(), digest_size=8).digest() for row in rows]
+
+
+def parts_keys(parts: Parts) -> list[bytes]:
+    """:func:`mapping_keys` of the mappings :meth:`Chromosome.parts` gives (the same keys),
+    from their whole numbers without building their shares."""
+    if len(parts) == 0:
+        return []
+    first = parts.device.astype(np.uint8)  # [P, L]
+    split = parts.device[0] < 0  # the splittable layers
+    first[:, split] = parts.channels.argmax(axis=2)
+    counts = parts.channels.astype(np.uint16).reshape(len(parts), -1).view(np.uint8)
+    rows = np.concatenate([first, counts], axis=1)
     return [hashlib.blake2b(row.tobytes(), digest_size=8).digest() for row in rows]
 
 
@@ -221,11 +235,11 @@ def new_search(problem: MappingProblem, settings: AlgorithmConfig, seed: int) ->
 
 def _distinct(
     problem: MappingProblem, X: np.ndarray, limit: int, taken: set[bytes]
-) -> tuple[np.ndarray, MappingBatch, list[bytes]]:
+) -> tuple[np.ndarray, Parts, list[bytes]]:
     """The first ``limit`` gene vectors of X whose mappings are not in ``taken`` (nor twice in
-    X); their keys are added to ``taken``."""
-    batch = problem.chromosome.decode(X)
-    keys = mapping_keys(batch, problem.chromosome.graph)
+    X), with their mappings (:class:`Parts`); their keys are added to ``taken``."""
+    parts = problem.chromosome.parts(X)
+    keys = parts_keys(parts)
     keep = []
     for i, k in enumerate(keys):
         if k not in taken:
@@ -233,8 +247,10 @@ def _distinct(
             keep.append(i)
             if len(keep) == limit:
                 break
+    if len(keep) == len(X):
+        return X, parts, keys
     idx = np.array(keep, dtype=np.int64)
-    return X[idx], batch[idx], [keys[i] for i in keep]
+    return X[idx], parts.take(idx), [keys[i] for i in keep]
 
 
 def step(state: SearchState) -> None:
@@ -242,14 +258,14 @@ def step(state: SearchState) -> None:
     problem, settings = state.problem, state.settings
     if state.pop is None:
         X0 = initial_population(problem, settings, state.seed)
-        X, batch, keys = _distinct(problem, X0, len(X0), state.seen)
+        X, parts, keys = _distinct(problem, X0, len(X0), state.seen)
         parents = None
     else:
         budget = settings.pop_size
         if settings.max_evaluations is not None:
             budget = min(budget, settings.max_evaluations - state.evaluations)
         found_x: list[np.ndarray] = []
-        found_b: list[MappingBatch] = []
+        found_p: list[Parts] = []
         keys: list[bytes] = []
         for attempt in range(MAX_MATING_ROUNDS):
             missing = budget - len(keys)
@@ -259,16 +275,14 @@ def step(state: SearchState) -> None:
             n_try = missing if attempt == 0 else min(settings.pop_size, 2 * missing + 8)
             Xn, bn, kn = _distinct(problem, offspring(state, n_try), missing, state.seen)
             found_x.append(Xn)
-            found_b.append(bn)
+            found_p.append(bn)
             keys.extend(kn)
         X = np.concatenate(found_x)
         state.exhausted = len(X) == 0
-        batch = MappingBatch(
-            np.concatenate([b.share for b in found_b]), np.concatenate([b.owner for b in found_b])
-        )
+        parts = found_p[0] if len(found_p) == 1 else Parts.concat(found_p)
         parents = state.pop
     if len(X):
-        F, G = evaluate(problem, batch)
+        F, G = evaluate(problem, problem.chromosome.batch_of(parts))
     else:
         F, G = np.zeros((0, problem.n_obj)), np.zeros((0, 1))
     state.evaluations += len(X)

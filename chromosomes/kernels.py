@@ -1,0 +1,176 @@
+"""Compiled decoding: gene matrices to per-layer part counts, channel counts, shares and owners.
+
+The encodings' numpy rules (thesis 4.2.1-4.2.2, :mod:`dse.mapping`) written as loops over one
+mapping at a time, so a batch never builds [P, items, devices] temporaries. Every kernel gives
+exactly the numbers of the numpy rule it replaces (tests/test_chromosomes.py keeps the numpy
+decoders as the reference).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def _cover_row(values, n_items, extend, out):
+    """``out[i]`` = the device covering item i+1 in one row of split points (the smallest value
+    >= i+1, ties to the lowest device), -1 if none; with ``extend``, items past the row's
+    largest value go to the first device holding it."""
+    n = values.shape[0]
+    last = 0
+    for d in range(1, n):
+        if values[d] > values[last]:
+            last = d
+    for i in range(n_items):
+        item = i + 1
+        best = -1
+        for d in range(n):
+            v = values[d]
+            if v >= item and (best < 0 or v < values[best]):
+                best = d
+        if best < 0 and extend:
+            best = last
+        out[i] = best
+
+
+@njit(cache=True, nogil=True)
+def advanced_parts(genes, splits, n_devices, anchor, is_split):
+    """The advanced split-point encoding: row r gives each splittable layer's r-th part to the
+    device covering it, row 0 extended to the end; a layer that cannot be split goes whole to
+    the device of the first part of its anchor (a splittable index). Returns ``device[P, L]``
+    (-1 for splittable layers) and ``counts[P, S, D]``, the parts of each splittable layer."""
+    pop, n_layers, n_split = genes.shape[0], is_split.shape[0], 0
+    for layer in range(n_layers):
+        n_split += is_split[layer]
+    counts = np.zeros((pop, n_split, n_devices), dtype=np.int32)
+    device = np.full((pop, n_layers), -1, dtype=np.int64)
+    cov = np.empty(n_split, dtype=np.int64)
+    first = np.empty(n_split, dtype=np.int64)
+    for p in range(pop):
+        for r in range(splits):
+            _cover_row(genes[p, r * n_devices : (r + 1) * n_devices], n_split, r == 0, cov)
+            if r == 0:
+                first[:] = cov
+            for s in range(n_split):
+                if cov[s] >= 0:
+                    counts[p, s, cov[s]] += 1
+        for layer in range(n_layers):
+            if not is_split[layer]:
+                device[p, layer] = first[anchor[layer]]
+    return device, counts
+
+
+@njit(cache=True, nogil=True)
+def vertical_parts(genes, is_split):
+    """The vertical split-point encoding over all layers, row extended to the end: every layer
+    on one device. Returns ``device[P, L]`` (-1 for splittable layers) and ``counts[P, S, D]``."""
+    pop, n_devices = genes.shape
+    n_layers, n_split = is_split.shape[0], 0
+    for layer in range(n_layers):
+        n_split += is_split[layer]
+    counts = np.zeros((pop, n_split, n_devices), dtype=np.int32)
+    device = np.full((pop, n_layers), -1, dtype=np.int64)
+    cov = np.empty(n_layers, dtype=np.int64)
+    for p in range(pop):
+        _cover_row(genes[p], n_layers, True, cov)
+        s = 0
+        for layer in range(n_layers):
+            if is_split[layer]:
+                counts[p, s, cov[layer]] = 1
+                s += 1
+            else:
+                device[p, layer] = cov[layer]
+    return device, counts
+
+
+@njit(cache=True, nogil=True)
+def naive_parts(genes, layer_of_gene, is_split, n_devices):
+    """The naive encoding: each splittable layer gets one part on every distinct device its
+    genes name, any other layer goes to its one gene's device. Returns ``device[P, L]`` (-1 for
+    splittable layers) and ``counts[P, S, D]`` (0 or 1)."""
+    pop, n_genes = genes.shape
+    n_layers = is_split.shape[0]
+    split_index = np.full(n_layers, -1, dtype=np.int64)
+    n_split = 0
+    for layer in range(n_layers):
+        if is_split[layer]:
+            split_index[layer] = n_split
+            n_split += 1
+    counts = np.zeros((pop, n_split, n_devices), dtype=np.int32)
+    device = np.full((pop, n_layers), -1, dtype=np.int64)
+    for p in range(pop):
+        for g in range(n_genes):
+            s = split_index[layer_of_gene[g]]
+            if s >= 0:
+                counts[p, s, genes[p, g]] = 1
+            else:
+                device[p, layer_of_gene[g]] = genes[p, g]
+    return device, counts
+
+
+@njit(cache=True, nogil=True)
+def equal_channels(counts, channels):
+    """Channels per part when layer s is cut into sum(counts[p, s]) near-equal contiguous parts
+    in device order, the first ``channels % parts`` one larger (:func:`dse.mapping.
+    shares_from_counts` times the channels); int32 like ``counts[P, S, D]``."""
+    pop, n_layers, n_devices = counts.shape
+    out = np.zeros((pop, n_layers, n_devices), dtype=np.int32)
+    for p in range(pop):
+        for layer in range(n_layers):
+            parts = 0
+            for d in range(n_devices):
+                parts += counts[p, layer, d]
+            safe = max(parts, 1)
+            ch = max(channels[layer], 1)
+            base, extra = ch // safe, ch % safe
+            before = 0
+            for d in range(n_devices):
+                c = counts[p, layer, d]
+                bonus = min(max(extra - before, 0), c)
+                out[p, layer, d] = c * base + bonus
+                before += c
+    return out
+
+
+@njit(cache=True, nogil=True)
+def shares_and_owner(device, split_channels, channels, n_devices, consumer, producer):
+    """The mapping batch of ``device[P, L]`` (layers that are not split) and
+    ``split_channels[P, S, D]`` (channels of each splittable layer per device): share =
+    channels / the layer's channels, and the owner rule of :func:`dse.mapping.derive_owner` (a
+    split layer is concatenated on the first device of its first consumer, else where its
+    producer's output is)."""
+    pop, n_layers = device.shape
+    share = np.zeros((pop, n_layers, n_devices))
+    owner = np.zeros((pop, n_layers), dtype=np.int64)
+    anchor = np.zeros(n_layers, dtype=np.int64)
+    split = np.zeros(n_layers, dtype=np.bool_)
+    for p in range(pop):
+        s = 0
+        for layer in range(n_layers):
+            if device[p, layer] >= 0:
+                share[p, layer, device[p, layer]] = 1.0
+                anchor[layer] = device[p, layer]
+                split[layer] = False
+                continue
+            ch = float(max(channels[layer], 1))
+            first, used = -1, 0
+            for d in range(n_devices):
+                c = split_channels[p, s, d]
+                if c > 0:
+                    share[p, layer, d] = c / ch
+                    used += 1
+                    if first < 0:
+                        first = d
+            anchor[layer] = max(first, 0)
+            split[layer] = used > 1
+            s += 1
+        for layer in range(n_layers):
+            o = anchor[layer]
+            if split[layer]:
+                if consumer[layer] >= 0:
+                    o = anchor[consumer[layer]]
+                elif producer[layer] >= 0:
+                    o = owner[p, producer[layer]]
+            owner[p, layer] = o
+    return share, owner
