@@ -271,3 +271,36 @@ def test_pair_override_changes_one_link():
     )
     assert run(g, fast, [[0], [1]]).latency_s[0] == pytest.approx(2 + 1 + 2)
     assert run(g, fast, [[0], [2]]).latency_s[0] == pytest.approx(2 + 8 + 2)
+
+
+def two_convs():
+    """x [1,4,10,10] -> conv1 (6 channels, 1x1) -> conv2 (6 channels, 1x1) -> y: 1600 bytes in,
+    2400 bytes out of each conv, 96 + 144 bytes of weights."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1"),
+        helper.make_node("Conv", ["c1", "w2"], ["y"], name="conv2"),
+    ]
+    inits = [f.weight("w1", [6, 4, 1, 1]), f.weight("w2", [6, 6, 1, 1])]
+    return build_graph(f.model(nodes, {"x": [1, 4, 10, 10]}, ["y"], inits), "cc")
+
+
+def test_consecutive_split_layers_all_gather_their_parts():
+    # both convs split 3 | 3 channels over h0, h1 (owner h0), at 1 MB/s; compute is made
+    # negligible (1e15 MAC/s) so the schedule is the transfers:
+    #   x to h1: 1600 B, 0 -> 1.6 ms; conv1's parts run at 0 (h0) and 1.6 ms (h1);
+    #   all-gather: part0 h0 -> h1 and part1 h1 -> h0 (1200 B each, one link each way) both
+    #   1.6 -> 2.8 ms; each device concatenates and runs its part of conv2 at 2.8 ms;
+    #   y is a graph output: only its owner h0 gathers, part1 h1 -> h0 2.8 -> 4.0 ms.
+    # (The owner-concatenates rule: part1 to h0 2.8 ms, the whole back to h1 5.2, y 6.4 ms.)
+    g = two_convs()
+    ev = run(g, platform(n=2, bw=1e6), [[0, 1], [0, 1]], coefficients(rate=1e15))
+    assert ev.latency_s[0] == pytest.approx(4.0e-3, abs=1e-9)
+    assert ev.bytes_sent[0].tolist() == pytest.approx([1600 + 1200, 1200 + 1200])
+    # liveness peak at conv1 on each device: its weights (half of 96 + 144 B, resident), x
+    # (held at entry, received on h1), its part of c1 while sent (1200), and c1 whole (2400,
+    # the owner's concatenation on h0, the gathered copy on h1)
+    assert ev.memory_mb[0].tolist() == pytest.approx([5320e-6, 5320e-6])
+    # conv2 on all three devices: h0 (the owner) and h1 gather conv1's parts from each other,
+    # h2 computed no part and gets the whole from the owner; y's parts (800 B) go to h0
+    ev = run(g, platform(n=3, bw=1e6), [[0, 1], [0, 1, 2]], coefficients(rate=1e15))
+    assert ev.bytes_sent[0].tolist() == pytest.approx([1600 + 1200 + 2400, 1200 + 800, 800])

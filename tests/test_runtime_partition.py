@@ -202,6 +202,66 @@ def test_plan_sends_what_the_model_counts(tmp_path: Path, encoding: str) -> None
         np.testing.assert_allclose(sent, predicted[p], rtol=1e-9)
 
 
+def sent_by_device(plan: dict, n_devices: int) -> np.ndarray:
+    """Bytes each device sends in one inference, from the plan's send steps (float32)."""
+    sent = np.zeros(n_devices)
+    for r in plan["ranks"]:
+        for s in r["steps"]:
+            if s["op"] == "send":
+                sent[r["device_index"]] += np.prod(plan["tensors"][s["tensor"]]["shape"]) * 4
+    return sent
+
+
+def steps_on(plan: dict, device: int, op: str, tensor: str) -> list[dict]:
+    rank = next(r for r in plan["ranks"] if r["device_index"] == device)
+    return [s for s in rank["steps"] if s["op"] == op and s.get("tensor") == tensor]
+
+
+def test_consecutive_split_layers_all_gather(tmp_path: Path) -> None:
+    """A split layer feeding split layers: each part's device that reads the whole receives
+    the other parts straight from their devices and concatenates them itself; the owner
+    forwards the whole only to a device without a part. Bytes are the model's, device by
+    device, and the outputs the whole model's."""
+    from platforms import model
+
+    net = zoo_like(tmp_path)
+    g = net.graph
+    names = [layer.name for layer in g]
+
+    def lists(on: dict[str, list[int]]) -> list[list[list[int]]]:
+        return [[on.get(name, [0]) for name in names]]
+
+    split = {name: [0, 1] for name, ok in zip(names, g.splittable, strict=True) if ok}
+    # conv_g -> conv_dw -> convt_g and gemm_n -> gemm_t -> matmul: split layers in a row
+    two = from_device_lists(g, 2, lists(split))
+    plan = partition(net, two, platform(2)).plan
+    for t in ("g", "d", "f1", "f2"):  # read by split layers on both devices
+        for dev in (0, 1):
+            (gather,) = steps_on(plan, dev, "gather", t)
+            remote = [p for p in gather["parts"] if "tag" in p]
+            assert [p["from"] for p in remote] == [1 - dev]
+            assert not steps_on(plan, dev, "send", t) and not steps_on(plan, dev, "recv", t)
+    np.testing.assert_allclose(
+        sent_by_device(plan, 2), model(g, platform(2)).evaluate(two).bytes_sent[0], rtol=1e-9
+    )
+    assert_equal_outputs(net, two, platform(2))
+
+    # conv_g on h0, h1 feeds conv_dw on h1, h2: the owner h1 gathers (h0 does not: it does
+    # not read g) and forwards the whole to h2; gemm_t on h0..h2 feeds matmul on h0, h3
+    on = {**split, "conv_dw": [1, 2], "gemm_t": [0, 1, 2], "matmul": [0, 3]}
+    four = from_device_lists(g, 4, lists(on))
+    plan = partition(net, four, platform(4)).plan
+    assert not steps_on(plan, 0, "gather", "g") and steps_on(plan, 1, "gather", "g")
+    assert [s["to"] for s in steps_on(plan, 1, "send", "g")] == [2]  # ranks = devices here
+    (gather,) = steps_on(plan, 0, "gather", "f2")  # h0 has a part of f2 and reads it
+    assert sorted(p["from"] for p in gather["parts"] if "tag" in p) == [1, 2]
+    assert not steps_on(plan, 1, "gather", "f2") and not steps_on(plan, 2, "gather", "f2")
+    np.testing.assert_allclose(
+        sent_by_device(plan, 4), model(g, platform(4)).evaluate(four).bytes_sent[0], rtol=1e-9
+    )
+    assert_equal_outputs(net, four, platform(4))
+
+
 def test_weights_as_external_data(tmp_path: Path) -> None:
     """A user's model whose weights are external data: cut from the mapped data file."""
     net = zoo_like(tmp_path)
