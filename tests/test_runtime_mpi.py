@@ -67,7 +67,7 @@ def test_lop_mapping(tmp_path: Path, localhost) -> None:
     assert r["status"] == "ok", r.get("reason")
     assert r["equivalence"]["passed"] and r["equivalence"]["max_rel_error"] <= RTOL
     assert len(r["latency_ms"]["all"]) == 2
-    # every split layer's parts go to the owner: the bytes are the model's, device by device
+    # split layers' parts are all-gathered where they are read: the bytes are the model's
     bytes_sent = model.evaluate(batch).bytes_sent[0]
     assert [x["bytes_sent"] for x in r["ranks"]] == [int(b) for b in bytes_sent]
     assert r["comparison"]["devices"]["localhost_cpu1"]["bytes_sent"]["error_pct"] == 0.0
