@@ -35,11 +35,19 @@ def platform_from(cfg: DictConfig) -> Platform:
 
 
 def coefficients_path(cfg: DictConfig) -> Path:
-    """``coefficients=PATH`` if given, else the file the platform config names (relative to
-    ``conf/platform/``)."""
-    if cfg.get("coefficients"):
-        return Path(str(cfg.coefficients)).expanduser()
+    """``coefficients=PATH`` if given; else the platform's calibration by ``dse.calibrate`` when
+    there is one (:mod:`dse.calibrate.store`); else (or with ``coefficients=platform``) the file
+    the platform config names (relative to ``conf/platform/``)."""
+    from dse.calibrate.store import calibrated_path
+
+    given = str(cfg.get("coefficients") or "")
+    if given and given != "platform":
+        return Path(given).expanduser()
     raw = plain(cfg.get("platform")) or {}
+    if not given and isinstance(raw, Mapping) and raw.get("name"):
+        calibrated = calibrated_path(str(raw["name"]))
+        if calibrated.is_file():
+            return calibrated
     if not isinstance(raw, Mapping) or not raw.get("coefficients"):
         raise DseError(
             "no coefficients for this platform: set coefficients=PATH or platform.coefficients"

@@ -206,6 +206,38 @@ class DeployConfig(BaseConfig):
     stream: int = 0  # then push this many frames back to back: the pipelined period
 
 
+@dataclass
+class CalibrateConfig(BaseConfig):
+    """python -m dse.calibrate: micro-benchmarks on this machine -> a coefficients file."""
+
+    nets: list[str] = field(
+        default_factory=lambda: [
+            "alexnet",
+            "vgg16",
+            "resnet50",
+            "densenet121",
+            "mobilenetv2",
+            "googlenet",
+        ]
+    )  # profiled networks (layers of other nets are regressed from theirs)
+    runs: int = 10  # profiled runs per network (after 2 warm-up runs)
+    deployments: bool = True  # also measure 3 mappings per net under MPI (memory, cut costs)
+    iterations: int = 8  # measured iterations of each such deployment (after 2 warm-up)
+    quick: bool = False  # few repeats and only the first net: a smoke test, not for predictions
+    out: str | None = None  # default: the platform's calibration file (dse.calibrate.store)
+
+
+@dataclass
+class FidelityConfig(BaseConfig):
+    """python -m dse.fidelity: deploy and measure N mappings, predicted against measured."""
+
+    mappings: int = 30  # how many (front bests and spread, then random of every kind)
+    warmup: int = 2
+    iterations: int = 10
+    timeout_s: float = 600.0
+    out: str | None = None  # default: fidelity/<net>-<platform>
+
+
 def check(cfg: Any) -> None:
     """The checks a composed config must pass beyond its types (one line each)."""
     from dse.objectives import check_objectives
@@ -235,6 +267,8 @@ def register() -> None:
     cs.store(name="base_inspect", node=InspectConfig)
     cs.store(name="base_evaluate", node=EvaluateConfig)
     cs.store(name="base_deploy", node=DeployConfig)
+    cs.store(name="base_calibrate", node=CalibrateConfig)
+    cs.store(name="base_fidelity", node=FidelityConfig)
     for name in NETS:
         cs.store(group="net", name=name, node=NetConfig(name=name))
     cs.store(group="net", name="onnx", node=NetConfig(name="onnx", path=MISSING))

@@ -18,3 +18,54 @@ def fit_nonnegative(features: np.ndarray, target: np.ndarray, relative: bool = T
         a, b = a / b[:, None], np.ones_like(b)
     reg = LinearRegression(fit_intercept=False, positive=True).fit(a, b)
     return reg.coef_
+
+
+def fit_regression(
+    families: list[str], terms: np.ndarray, seconds: np.ndarray, min_rows: int = 3
+) -> dict[str, list[float]]:
+    """Per layer family, non-negative coefficients of REGRESSION_TERMS that fit the profiled
+    times (relative residuals); a family with fewer than ``min_rows`` layers is left out: the
+    model then uses ``any``, fitted on every layer."""
+    fam = np.asarray(families)
+    terms = np.asarray(terms, dtype=np.float64)
+    seconds = np.asarray(seconds, dtype=np.float64)
+    keep = seconds > 0
+    out: dict[str, list[float]] = {}
+    scale = np.maximum(np.abs(terms[keep]).max(axis=0), 1.0)
+    for f in sorted(set(fam[keep])):
+        rows = keep & (fam == f)
+        if rows.sum() >= min_rows:
+            out[f] = [float(c) for c in fit_nonnegative(terms[rows] / scale, seconds[rows]) / scale]
+    if keep.sum() >= min_rows:
+        out["any"] = [
+            float(c) for c in fit_nonnegative(terms[keep] / scale, seconds[keep]) / scale
+        ]
+    return out
+
+
+def fit_channel_block(
+    channels: np.ndarray, case: np.ndarray, seconds: np.ndarray
+) -> tuple[int, float]:
+    """The channel block that best explains part times: per case ``t = a + b * ceil(c / B) *
+    B`` (least squares), B from 1, 2, 4, ..., 64; returns (B, median relative error)."""
+    channels, case = np.asarray(channels, dtype=np.float64), np.asarray(case)
+    seconds = np.asarray(seconds, dtype=np.float64)
+    best = (1, np.inf)
+    for block in (1, 2, 4, 8, 16, 32, 64):
+        errs = []
+        for c in np.unique(case):
+            m = case == c
+            x = np.ceil(channels[m] / block) * block
+            a = np.column_stack([np.ones(m.sum()), x])
+            coef = fit_nonnegative(a, seconds[m])
+            errs.extend(np.abs(a @ coef - seconds[m]) / seconds[m])
+        err = float(np.median(errs))
+        if err < best[1] - 1e-3:  # a larger block must explain the data clearly better
+            best = (block, err)
+    return best
+
+
+def mape(predicted: np.ndarray, measured: np.ndarray) -> float:
+    """Mean absolute percentage error (%)."""
+    p, m = np.asarray(predicted, dtype=np.float64), np.asarray(measured, dtype=np.float64)
+    return float(np.mean(np.abs(p - m) / m) * 100.0)

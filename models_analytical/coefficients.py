@@ -16,6 +16,8 @@ from dse.platform import KINDS, Platform, number
 OP_CLASSES = ("conv_winograd", "conv", "fc", "elementwise")
 #: What a device draws (W) while computing each op class, during per-layer overhead, and idle.
 POWER_CLASSES = (*OP_CLASSES, "overhead", "idle")
+#: A regressed layer time is the dot product of these terms with its family's coefficients.
+REGRESSION_TERMS = ("1", "macs", "activation_bytes", "weight_bytes")
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,13 @@ class KindCoefficients:
     memory_bias_mb: float
     memory_per_layer_mb: float  # runtime structures per layer held by the device
     power_w: dict[str, float]  # per op class, 'overhead' and 'idle'
+    # Measured by dse.calibrate (all optional; absent, the model falls back to Eq. 4.7):
+    layer_s: dict[str, float] = field(default_factory=dict)  # layer_key -> profiled seconds
+    regression: dict[str, list[float]] = field(default_factory=dict)  # family -> REGRESSION_TERMS
+    channel_block: int = 1  # a conv part computes its output channels in blocks of this many
+    transfer_fixed_s: float = 0.0  # per tensor crossing devices: the segment cut on both ends
+    transfer_per_byte_s: float = 0.0  # ... and per byte (layout conversions, copies)
+    memory_loading_factor: float = 0.0  # peak while loading = bias + factor x weights (0: off)
 
     @classmethod
     def from_dict(cls, k: Mapping[str, Any], where: str) -> KindCoefficients:
@@ -67,6 +76,25 @@ class KindCoefficients:
                 need(mem, "per_layer_mb", f"{where}.memory"), f"{where}.memory.per_layer_mb"
             ),
             power_w=table("power_w", POWER_CLASSES, positive=False),
+            layer_s={
+                str(key): number(v, f"{where}.layer_s.{key}")
+                for key, v in dict(k.get("layer_s") or {}).items()
+            },
+            regression={
+                str(fam): [number(x, f"{where}.regression.{fam}") for x in v]
+                for fam, v in dict(k.get("regression") or {}).items()
+                if isinstance(v, list) and len(v) == len(REGRESSION_TERMS)
+            },
+            channel_block=int(
+                number(k.get("channel_block", 1), f"{where}.channel_block", positive=True)
+            ),
+            transfer_fixed_s=number(k.get("transfer_fixed_s", 0.0), f"{where}.transfer_fixed_s"),
+            transfer_per_byte_s=number(
+                k.get("transfer_per_byte_s", 0.0), f"{where}.transfer_per_byte_s"
+            ),
+            memory_loading_factor=number(
+                mem.get("loading_factor", 0.0), f"{where}.memory.loading_factor"
+            ),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -75,6 +103,7 @@ class KindCoefficients:
             "coefficient": d.pop("memory_coefficient"),
             "bias_mb": d.pop("memory_bias_mb"),
             "per_layer_mb": d.pop("memory_per_layer_mb"),
+            "loading_factor": d.pop("memory_loading_factor"),
         }
         return d
 
@@ -87,6 +116,8 @@ class Coefficients:
     source: str = "in memory"
     calibrated: bool = False  # True when measured on the hardware by dse.calibrate
     notes: dict[str, Any] = field(default_factory=dict)  # description, provenance, spreads
+    #: link class -> {"bytes": [...], "seconds": [...]}: measured transfer time, piecewise linear
+    links: dict[str, dict[str, list[float]]] = field(default_factory=dict)
 
     def __getitem__(self, kind: str) -> KindCoefficients:
         return self.kinds[kind]
@@ -114,12 +145,23 @@ class Coefficients:
         }
         if not kinds:
             raise DseError(f"coefficients {source} have no 'cpu' or 'gpu' section")
-        notes = {k: v for k, v in raw.items() if k not in (*KINDS, "calibrated")}
-        return cls(kinds, source, bool(raw.get("calibrated", False)), notes)
+        notes = {k: v for k, v in raw.items() if k not in (*KINDS, "calibrated", "links")}
+        links = {}
+        for cls_, tab in dict(raw.get("links") or {}).items():
+            where = f"coefficients {source}, links.{cls_}"
+            if not isinstance(tab, Mapping) or not tab.get("bytes") or not tab.get("seconds"):
+                raise DseError(f"{where} needs 'bytes' and 'seconds' lists")
+            xs = [number(x, f"{where}.bytes") for x in tab["bytes"]]
+            ys = [number(y, f"{where}.seconds") for y in tab["seconds"]]
+            if len(xs) != len(ys) or any(b <= a for a, b in zip(xs, xs[1:], strict=False)):
+                raise DseError(f"{where}: 'bytes' must increase and match 'seconds' in length")
+            links[str(cls_)] = {"bytes": xs, "seconds": ys}
+        return cls(kinds, source, bool(raw.get("calibrated", False)), notes, links)
 
     def to_dict(self) -> dict[str, Any]:
         kinds = {k: c.to_dict() for k, c in self.kinds.items()}
-        return {**self.notes, "calibrated": self.calibrated, **kinds}
+        extra = {"links": self.links} if self.links else {}
+        return {**self.notes, "calibrated": self.calibrated, **extra, **kinds}
 
 
 def load_coefficients(path: str | Path) -> Coefficients:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +40,49 @@ def op_class(layer: Layer) -> str:
     return "elementwise"
 
 
+def layer_key(layer: Layer) -> str:
+    """What a layer's compute time depends on (op, shapes, attributes), hashed: equal keys in
+    two networks mean the same kernel work, so a profiled time carries over."""
+    attrs = sorted((k, repr(v)) for k, v in layer.attrs.items())
+    sig = (
+        layer.op,
+        [t.shape for t in layer.inputs],
+        [t.shape for t in layer.weights],
+        [t.shape for t in layer.outputs],
+        attrs,
+    )
+    return hashlib.sha1(repr(sig).encode()).hexdigest()[:16]
+
+
+def family(layer: Layer) -> str:
+    """The regression family of a layer (layers of one family share a linear time model)."""
+    if layer.op in CONV_OPS:
+        if int(layer.attrs.get("group", 1)) > 1:
+            return "conv_grouped"
+        if layer.weights and tuple(layer.weights[0].shape[2:]) == (1, 1):
+            return "conv_1x1"
+        return "conv_winograd" if is_winograd(layer) else "conv"
+    if layer.op in FC_OPS:
+        return "fc"
+    if "Pool" in layer.op:
+        return "pool"
+    if layer.op in ("BatchNormalization", "LRN", "InstanceNormalization", "LayerNormalization"):
+        return "norm"
+    if layer.op == "Concat":
+        return "concat"
+    return "elementwise"
+
+
+def regression_terms(layer: Layer) -> np.ndarray:
+    """The layer's values of REGRESSION_TERMS."""
+    act = sum(t.nbytes for t in layer.inputs) + layer.output_bytes
+    return np.array([1.0, float(layer.macs), float(act), float(layer.weight_bytes)])
+
+
+#: Where a layer's time came from, per kind (LayerTables.source).
+SOURCES = ("rate", "profiled", "regressed")
+
+
 @dataclass(frozen=True)
 class LayerTables:
     """Arrays the cost kernel reads, indexed [kind, layer] or [layer]."""
@@ -48,6 +92,8 @@ class LayerTables:
     t_fixed: np.ndarray  # [K, L] seconds per part regardless of share (dispatch, sync)
     out_bytes: np.ndarray  # float64 [L], as the kernel reads them
     weight_bytes: np.ndarray  # float64 [L]
+    source: np.ndarray  # int [K, L] index into SOURCES
+    block: np.ndarray  # float64 [K, L] channels per block of a part (1: any share)
 
 
 def layer_tables(graph: LayerGraph, coefficients: Coefficients) -> LayerTables:
@@ -55,7 +101,10 @@ def layer_tables(graph: LayerGraph, coefficients: Coefficients) -> LayerTables:
     n_kinds = len(KINDS)
     t_work = np.zeros((n_kinds, len(graph)))
     t_fixed = np.zeros((n_kinds, len(graph)))
+    source = np.zeros((n_kinds, len(graph)), dtype=np.int64)
+    block = np.ones((n_kinds, len(graph)))
     macs = graph.macs.astype(np.float64)
+    conv = np.array([layer.op in CONV_OPS for layer in graph])
     for k, kind in enumerate(KINDS):
         if kind not in coefficients:
             continue
@@ -63,10 +112,23 @@ def layer_tables(graph: LayerGraph, coefficients: Coefficients) -> LayerTables:
         per_class = np.array([coeff.layer[c] for c in OP_CLASSES])
         t_work[k] = macs / (coeff.frequency_hz * per_class[classes])  # Eq. 4.7
         t_fixed[k] = coeff.layer_overhead_s
+        block[k, conv] = coeff.channel_block
+        if coeff.layer_s or coeff.regression:
+            for i, layer in enumerate(graph):
+                t = coeff.layer_s.get(layer_key(layer))
+                if t is not None:
+                    t_work[k, i], source[k, i] = t, 1
+                    continue
+                c = coeff.regression.get(family(layer)) or coeff.regression.get("any")
+                if c is not None:
+                    t_work[k, i] = max(float(np.dot(c, regression_terms(layer))), 0.0)
+                    source[k, i] = 2
     return LayerTables(
         classes,
         t_work,
         t_fixed,
         graph.output_bytes.astype(np.float64),
         graph.weight_bytes.astype(np.float64),
+        source,
+        block,
     )

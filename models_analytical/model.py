@@ -86,7 +86,42 @@ def kernel_inputs(
         streamed=platform.weights == "streamed",
         p_class=np.array([[power(k, c) for c in OP_CLASSES] for k in KINDS]),
         p_overhead=np.array([power(k, "overhead") for k in KINDS]),
+        block=tables.block,
+        channels=graph.out_channels.astype(np.float64),
+        **link_tables(platform, coefficients),
+        seg_fixed=np.array([attr(coefficients, k, "transfer_fixed_s") for k in KINDS]),
+        seg_byte=np.array([attr(coefficients, k, "transfer_per_byte_s") for k in KINDS]),
     )
+
+
+def attr(coefficients: Coefficients, kind: str, name: str) -> float:
+    return float(getattr(coefficients[kind], name)) if kind in coefficients else 0.0
+
+
+def link_tables(platform: Platform, coefficients: Coefficients) -> dict[str, np.ndarray]:
+    """The measured link tables the platform's device pairs use (``lk_class`` -1 where a pair's
+    link class has none), padded to one length by extending each table's last slope."""
+    names = sorted(coefficients.links)
+    n = len(platform.devices)
+    cls = np.full((n, n), -1, dtype=np.int64)
+    for a in range(n):
+        for b in range(n):
+            if a != b and platform.link_class(a, b) in coefficients.links:
+                cls[a, b] = names.index(platform.link_class(a, b))
+    g = max((len(coefficients.links[c]["bytes"]) for c in names), default=2)
+    xs, ys = np.ones((max(len(names), 1), g)), np.zeros((max(len(names), 1), g))
+    xs[:, 1] = 2.0
+    for i, c in enumerate(names):
+        x = list(coefficients.links[c]["bytes"])
+        y = list(coefficients.links[c]["seconds"])
+        if len(x) == 1:
+            x, y = [x[0], 2 * x[0]], [y[0], y[0]]
+        while len(x) < g:
+            slope = (y[-1] - y[-2]) / (x[-1] - x[-2])
+            x.append(2 * x[-1])
+            y.append(y[-1] + slope * (x[-1] - x[-2]))
+        xs[i], ys[i] = x, y
+    return {"lk_class": cls, "lk_bytes": xs, "lk_sec": ys}
 
 
 class AnalyticalModel:
@@ -114,6 +149,7 @@ class AnalyticalModel:
         self._mem_coef = np.array([c.memory_coefficient for c in coeff])
         self._mem_bias = np.array([c.memory_bias_mb for c in coeff])
         self._mem_layer = np.array([c.memory_per_layer_mb for c in coeff])
+        self._mem_load = np.array([c.memory_loading_factor for c in coeff])
         self.capacity_mb = np.array([d.memory_mb for d in platform.devices])
 
     def device_speed(self) -> np.ndarray:
@@ -133,7 +169,11 @@ class AnalyticalModel:
         idle = np.where(used, np.maximum(latency[:, None] - busy, 0.0), 0.0)
         energy = energy + idle * self._idle_w
         # Eq. 4.9, with a per-layer term for the runtime structures each layer keeps
-        memory = np.where(
-            used, (peak / MB) * self._mem_coef + self._mem_bias + parts * self._mem_layer, 0.0
-        )
+        memory = (peak / MB) * self._mem_coef + self._mem_bias + parts * self._mem_layer
+        if self._mem_load.any():
+            # onnxruntime holds a model's weights twice while it loads them: the peak RSS is
+            # the larger of that and the running footprint
+            weights = np.einsum("pld,l->pd", batch.share, self.tables.weight_bytes) / MB
+            memory = np.maximum(memory, self._mem_bias + self._mem_load * weights)
+        memory = np.where(used, memory, 0.0)
         return Evaluation(latency, busy, comm, idle, memory, energy, sent, used, self.capacity_mb)

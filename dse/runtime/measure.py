@@ -70,6 +70,13 @@ def compare(predicted: float | None, measured: float | None) -> dict[str, Any]:
     return {"predicted": predicted, "measured": measured, "error_pct": err}
 
 
+def peak_rss(rank: dict[str, Any]) -> float | None:
+    """A rank's peak RSS (MB) over its life: the larger of loading and running."""
+    vals = [rank.get("peak_rss_loading_mb"), rank.get("peak_rss_running_mb")]
+    vals = [v for v in vals if v is not None]
+    return max(vals) if vals else None
+
+
 def with_prediction(
     result: dict[str, Any], model: AnalyticalModel, batch: MappingBatch
 ) -> dict[str, Any]:
@@ -91,7 +98,8 @@ def with_prediction(
                 pred["communication_ms"].get(d), r["communication_ms"]["median"]
             ),
             "bytes_sent": compare(pred["bytes_sent"].get(d), r["bytes_sent"]),
-            "memory_mb": compare(pred["memory_mb"].get(d), r["peak_rss_running_mb"]),
+            # the rank's peak RSS over its life: loading (weights held twice) or running
+            "memory_mb": compare(pred["memory_mb"].get(d), peak_rss(r)),
             "energy_j": compare(pred["energy_j"].get(d), r["energy_j"]),
         }
     cmp["devices"] = devices

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -132,9 +132,11 @@ def measure_mappings(
     labels: Sequence[str],
     settings: Phase2Config | None = None,
     seed: int = 0,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Deploy and measure every mapping of ``batch`` (named by ``labels``) into ``out/phase2``;
-    writes ``out/phase2.csv`` after each and ``out/phase2.png``; returns the rows."""
+    writes ``out/phase2.csv`` after each (and calls ``on_row`` with its row) and
+    ``out/phase2.png``; returns the rows."""
     s = settings or Phase2Config()
     out = Path(out)
     rows: list[dict[str, Any]] = []
@@ -160,6 +162,8 @@ def measure_mappings(
                 drop_submodels(out / "phase2" / label)
             rows.append(_row(label, result))
             write_csv(out / "phase2.csv", rows)
+            if on_row is not None:
+                on_row(rows[-1])
     finally:
         if rows:
             write_csv(out / "phase2.csv", rows)

@@ -1,0 +1,1 @@
+"""Calibration on the target hardware: micro-benchmarks through the runtime -> coefficients."""

@@ -1,0 +1,383 @@
+"""`python -m dse.calibrate platform=P [nets=[...]] [quick=true] [out=FILE]`: calibrate the model.
+
+Steps, per device kind of the platform (at the thread count of its first device):
+
+1. **compute**: each calibration network runs whole under onnxruntime's profiler; its kernels
+   are mapped back to layers (:mod:`dse.calibrate.profile`) and scaled so they add up to the
+   whole run. A layer's time is kept under its :func:`~models_analytical.layer_costs.layer_key`
+   (any network with the same layer reuses it), and a linear model per layer family is fitted
+   for layers never profiled;
+2. **channel shares**: one-Conv models with 4 to 256 output channels give the channel block;
+3. **links**: ping-pong and two-way exchanges between two ranks of each link class, by size;
+4. **deployments**: per network, one device, a vertical cut and a split of every splittable
+   layer over two devices, run under MPI by the runtime: the ranks' peak RSS while loading and
+   running give the memory terms, and the latencies of the cut mappings the cost of cutting
+   the work into segments (per tensor crossing, fixed and per byte);
+5. **energy** is not measured here (no counter on most machines): the power figures stay those
+   of the platform's file, and the coefficients say so.
+
+Each figure's spread (p90 - p10 over median) and the machine's load during the run are kept in
+the file's ``provenance``; a network whose whole-run spread exceeds 15 % is profiled again.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform as pyplatform
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+import numpy as np
+from omegaconf import DictConfig
+
+from dse import app
+from dse.cli import CONF_DIR, guarded, run, say
+from dse.errors import DseError
+from dse.mapping import MappingBatch, derive_owner
+from dse.net import load_net, zoo
+from dse.platform import Platform
+from models_analytical.coefficients import Coefficients, load_coefficients
+from models_analytical.layer_costs import family, layer_key, regression_terms
+from models_analytical.model import AnalyticalModel
+
+MB = 1e6
+#: A network profiled with a larger whole-run spread than this is profiled once more.
+CONTAMINATED = 0.15
+
+
+def base_coefficients(cfg: DictConfig, platform: Platform) -> Coefficients:
+    """The platform's own (uncalibrated) file: the starting point and the power figures."""
+    cfg2 = cfg.copy()
+    cfg2.coefficients = "platform"
+    return load_coefficients(app.coefficients_path(cfg2))
+
+
+def calibration_mappings(graph, times: np.ndarray, a: int, b: int, n_dev: int) -> MappingBatch:
+    """One device; a vertical cut at half the time; every splittable layer over two devices."""
+    n = len(graph)
+    share = np.zeros((3, n, n_dev))
+    share[0, :, a] = 1.0
+    cut = int(np.searchsorted(np.cumsum(times), times.sum() / 2))
+    cut = min(max(cut, 1), n - 1)
+    share[1, :cut, a] = 1.0
+    share[1, cut:, b] = 1.0
+    split = graph.splittable & (graph.out_channels >= 2)
+    share[2, :, a] = np.where(split, 0.5, 1.0)
+    share[2, :, b] = np.where(split, 0.5, 0.0)
+    return MappingBatch(share, derive_owner(graph, share))
+
+
+class Steps:
+    """A progress bar over the calibration's steps (stderr), one tick per unit of work."""
+
+    def __init__(self, total: int) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc="calibrate", unit="step", leave=True)
+
+    def tick(self, what: str, n: int = 1) -> None:
+        self.bar.set_postfix_str(what, refresh=False)
+        self.bar.update(n)
+
+
+def machine_state() -> dict[str, Any]:
+    return {
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+        "cpu_s": round(time.process_time(), 2),
+        "wall": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def calibrate_kind(
+    cfg: DictConfig, platform: Platform, kind: str, base: Coefficients, steps: Steps
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Profiles, channel block and regression for one device kind: (coefficients, provenance)."""
+    from dse.calibrate.channels import measure_channel_scaling
+    from dse.calibrate.profile import profile_model
+    from models_analytical.calibration import fit_channel_block, fit_regression
+
+    dev = next(d for d in platform.devices if d.kind == kind)
+    if kind == "gpu":
+        import onnxruntime as ort
+
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            raise DseError(
+                f"platform '{platform.name}' has gpu devices but onnxruntime has no CUDA here: "
+                "run dse.calibrate on the board (with onnxruntime-gpu)"
+            )
+        raise DseError("profiling gpu devices is not supported yet: calibrate the cpu kinds")
+    runs = 3 if cfg.quick else int(cfg.runs)
+    layer_s: dict[str, float] = {}
+    fams, terms, secs = [], [], []
+    nets_prov = {}
+    prior_model = base[kind]
+    for name in list(cfg.nets)[: 1 if cfg.quick else None]:
+        net = load_net({"name": name})
+        g = net.graph
+        per_class = np.array([prior_model.layer[c] for c in ("conv", "fc", "elementwise")])
+        prior = g.macs / (prior_model.frequency_hz * per_class.mean()) + g.output_bytes / 1e10
+        path = zoo.materialize(name, int(cfg.seed))
+        for attempt in range(2):
+            before = machine_state()
+            prof = profile_model(path, g, prior, dev.threads, warmup=2, runs=runs)
+            whole = np.median(prof.whole_s)
+            spread = float(np.percentile(prof.whole_s, 90) - np.percentile(prof.whole_s, 10))
+            spread /= whole
+            if spread <= CONTAMINATED or attempt == 1:
+                break
+        scaled = prof.layer_s * (whole / max(prof.layer_s.sum(), 1e-12))
+        for layer, t in zip(g, scaled, strict=True):
+            key = layer_key(layer)
+            layer_s.setdefault(key, float(t))
+            fams.append(family(layer))
+            terms.append(regression_terms(layer))
+            secs.append(float(t))
+        nets_prov[name] = {
+            "whole_ms": round(whole * 1e3, 3),
+            "whole_spread": round(spread, 4),
+            "kernels_per_run": prof.kernels,
+            "layout_kernels_attached": list(prof.unmapped),
+            "profiled_again": attempt == 1,
+            "machine_before": before,
+            "machine_after": machine_state(),
+        }
+        steps.tick(f"profiled {name} ({whole * 1e3:.1f} ms)")
+    regression = fit_regression(fams, np.array(terms), np.array(secs))
+    rows = measure_channel_scaling(dev.threads, repeats=4 if cfg.quick else 15)
+    block, block_err = fit_channel_block(
+        np.array([r["channels"] for r in rows]),
+        np.array([r["case"] for r in rows]),
+        np.array([r["seconds"] for r in rows]),
+    )
+    steps.tick(f"channel block {block}")
+    k = base[kind].to_dict()
+    k.update(layer_s=layer_s, regression=regression, channel_block=block, layer_overhead_s=0.0)
+    prov = {
+        "threads": dev.threads,
+        "profiled_networks": nets_prov,
+        "channel_scaling": {"block": block, "median_rel_error": round(block_err, 4), "rows": rows},
+        "regression_families": sorted(regression),
+    }
+    return k, prov
+
+
+def measure_links(cfg: DictConfig, platform: Platform, steps: Steps) -> tuple[dict, dict]:
+    """One table per link class that a pair of the platform's devices uses."""
+    from dse.calibrate.links import measure_link
+
+    pairs: dict[str, tuple[int, int]] = {}
+    n = len(platform.devices)
+    for a in range(n):
+        for b in range(n):
+            if a != b:
+                pairs.setdefault(platform.link_class(a, b), (a, b))
+    tables, prov = {}, {}
+    for cls, (a, b) in pairs.items():
+        t = measure_link(platform, a, b, quick=bool(cfg.quick))
+        tables[cls] = {"bytes": t["bytes"], "seconds": t["one_way_s"]}
+        prov[cls] = {"devices": [platform.devices[a].name, platform.devices[b].name], **t}
+        steps.tick(f"link {cls}")
+    return tables, prov
+
+
+def measure_deployments(
+    cfg: DictConfig, platform: Platform, coefficients: Coefficients, steps: Steps
+) -> list[dict[str, Any]]:
+    """Three mappings per network run under MPI: per mapping its model (for refitting), the
+    batch and the measurements."""
+    from dse.runtime.measure import deploy_and_measure
+
+    cpus = [i for i, d in enumerate(platform.devices) if d.kind == "cpu"]
+    if len(cpus) < 2:
+        raise DseError(f"platform '{platform.name}' needs two cpu devices to calibrate cuts")
+    a, b = cpus[0], cpus[1]
+    out = []
+    iters = 3 if cfg.quick else int(cfg.iterations)
+    with tempfile.TemporaryDirectory(prefix="dse-calibrate-") as tmp:
+        for name in list(cfg.nets)[: 1 if cfg.quick else None]:
+            net = load_net({"name": name})
+            model = AnalyticalModel(net.graph, platform, coefficients)
+            times = model.tables.t_work[0]
+            batch = calibration_mappings(net.graph, times, a, b, len(platform.devices))
+            for p, label in enumerate(("single", "vertical", "split")):
+                res = deploy_and_measure(
+                    net,
+                    platform,
+                    None,
+                    batch[p],
+                    Path(tmp) / f"{name}-{label}",
+                    int(cfg.seed),
+                    2,
+                    iters,
+                    600.0,
+                )
+                if res.get("status") != "ok":
+                    raise DseError(f"calibration run {name}/{label} failed: {res.get('reason')}")
+                out.append(
+                    {"net": name, "label": label, "model": model, "batch": batch[p], "result": res}
+                )
+                steps.tick(f"ran {name} {label}")
+    return out
+
+
+def fit_memory(runs: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, Any]]:
+    """Peak RSS while running = bias + coefficient x (weights + live activations, MB) + per
+    layer x layers held; while loading = bias + loading_factor x weights (MB)."""
+    from models_analytical.calibration import fit_nonnegative
+
+    rows, target = [], []
+    for r in runs:
+        m: AnalyticalModel = r["model"]
+        ev = m.evaluate(r["batch"])  # any memory coefficients: peak bytes are read back below
+        share = r["batch"].share[0]
+        weights = share.T @ m.tables.weight_bytes / MB
+        parts = (share > 0).sum(axis=0)
+        peak = (ev.memory_mb[0] - m._mem_bias - parts * m._mem_layer) / m._mem_coef
+        peak = np.where(ev.used[0], peak, 0.0)
+        for rank in r["result"]["ranks"]:
+            d = next(i for i, dev in enumerate(m.platform.devices) if dev.name == rank["device"])
+            if rank["peak_rss_running_mb"] is None:
+                continue
+            rows.append([1.0, peak[d], parts[d], 0.0])
+            target.append(rank["peak_rss_running_mb"])
+            rows.append([1.0, 0.0, 0.0, weights[d]])
+            target.append(rank["peak_rss_loading_mb"])
+    a, y = np.array(rows), np.array(target)
+    coef = fit_nonnegative(a, y, relative=True)
+    err = np.abs(a @ coef - y) / y
+    fitted = {
+        "bias_mb": float(coef[0]),
+        "coefficient": float(max(coef[1], 1e-6)),
+        "per_layer_mb": float(coef[2]),
+        "loading_factor": float(coef[3]),
+    }
+    return fitted, {
+        "rows": len(y),
+        "median_rel_error": round(float(np.median(err)), 4),
+        "max_rel_error": round(float(err.max()), 4),
+    }
+
+
+def fit_cuts(runs: list[dict[str, Any]], kinds: list[str]) -> tuple[tuple[float, float], dict]:
+    """The fixed and per-byte cost of a tensor crossing devices that makes the cut mappings'
+    predicted latencies best match the measured ones (relative squared error)."""
+    from scipy.optimize import minimize
+
+    cut = [r for r in runs if r["label"] != "single"]
+    measured = np.array([r["result"]["latency_ms"]["median"] / 1e3 for r in cut])
+
+    def predict(theta: np.ndarray) -> np.ndarray:
+        fixed, per_byte = np.abs(theta[0]) * 1e-4, np.abs(theta[1]) * 1e-9
+        out = []
+        for r in cut:
+            m: AnalyticalModel = r["model"]
+            m.inputs = m.inputs._replace(
+                seg_fixed=np.full(len(m.inputs.seg_fixed), fixed),
+                seg_byte=np.full(len(m.inputs.seg_byte), per_byte),
+            )
+            out.append(m.evaluate(r["batch"]).latency_s[0])
+        return np.array(out)
+
+    def loss(theta: np.ndarray) -> float:
+        return float(np.sum((predict(theta) / measured - 1.0) ** 2))
+
+    starts = [np.array([f, b]) for f in (0.0, 1.0, 5.0) for b in (0.0, 0.5, 2.0)]
+    best = min((minimize(loss, s, method="Nelder-Mead") for s in starts), key=lambda r: r.fun)
+    fixed, per_byte = abs(best.x[0]) * 1e-4, abs(best.x[1]) * 1e-9
+    before = predict(np.zeros(2))
+    after = predict(best.x)
+    prov = {
+        "mappings": [f"{r['net']}/{r['label']}" for r in cut],
+        "measured_ms": [round(x * 1e3, 3) for x in measured],
+        "predicted_without_cut_costs_ms": [round(x * 1e3, 3) for x in before],
+        "predicted_ms": [round(x * 1e3, 3) for x in after],
+    }
+    del kinds
+    return (fixed, per_byte), prov
+
+
+def versions() -> dict[str, str]:
+    import mpi4py
+    import onnxruntime
+
+    return {
+        "python": pyplatform.python_version(),
+        "onnxruntime": onnxruntime.__version__,
+        "numpy": np.__version__,
+        "mpi4py": mpi4py.__version__,
+    }
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="calibrate", version_base="1.3")
+@guarded
+def main(cfg: DictConfig) -> dict[str, Any]:
+    from dse.calibrate.store import calibrated_path
+    from dse.results.atomic import write_text
+
+    started = time.perf_counter()
+    platform = app.platform_from(cfg)
+    unknown = [n for n in cfg.nets if n not in zoo.NETS]
+    if unknown or not cfg.nets:
+        raise DseError(
+            f"nets: unknown network '{unknown[0] if unknown else ''}': choose from "
+            f"{', '.join(zoo.NETS)}"
+        )
+    base = base_coefficients(cfg, platform)
+    kinds = sorted({d.kind for d in platform.devices})
+    n_nets = 1 if cfg.quick else len(cfg.nets)
+    total = len(kinds) * (n_nets + 1) + 1 + (3 * n_nets if cfg.deployments else 0)
+    steps = Steps(total)
+    raw: dict[str, Any] = {}
+    prov: dict[str, Any] = {"kinds": {}}
+    for kind in kinds:
+        raw[kind], prov["kinds"][kind] = calibrate_kind(cfg, platform, kind, base, steps)
+    raw["links"], prov["links"] = measure_links(cfg, platform, steps)
+    coefficients = Coefficients.from_dict(raw, "calibration")
+    if cfg.deployments:
+        runs = measure_deployments(cfg, platform, coefficients, steps)
+        memory, prov["memory"] = fit_memory(runs)
+        (fixed, per_byte), prov["cuts"] = fit_cuts(runs, kinds)
+        for kind in kinds:
+            raw[kind]["memory"].update(memory)
+            raw[kind]["transfer_fixed_s"] = fixed
+            raw[kind]["transfer_per_byte_s"] = per_byte
+    steps.bar.close()
+    out = Path(str(cfg.out)).expanduser() if cfg.get("out") else calibrated_path(platform.name)
+    prov.update(
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        host=pyplatform.node(),
+        versions=versions(),
+        nets=list(cfg.nets)[:n_nets],
+        quick=bool(cfg.quick),
+        seconds=round(time.perf_counter() - started, 1),
+    )
+    doc = {
+        "description": (
+            f"Calibrated by dse.calibrate on {prov['host']} for platform '{platform.name}'"
+            + (" (quick: a smoke test, not for predictions)" if cfg.quick else "")
+        ),
+        "calibrated": True,
+        "energy": "not calibrated: no energy counter was read; power_w are the platform file's "
+        "assumptions",
+        "provenance": prov,
+        **{k: v for k, v in raw.items()},
+    }
+    Coefficients.from_dict(doc, str(out))  # what is written must read back
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_text(out, json.dumps(doc, indent=1))
+    say(f"calibrated platform '{platform.name}' in {prov['seconds']:.0f} s: {out}")
+    if not cfg.get("out"):
+        say(
+            f"later commands with platform={platform.name} use it; to go back, delete it or "
+            "pass coefficients=platform"
+        )
+    return {"status": "ok", "out": str(out), "seconds": prov["seconds"]}
+
+
+if __name__ == "__main__":
+    run(main, "calibrate")

@@ -1,0 +1,132 @@
+"""Link micro-benchmark: ping-pong and two-way exchanges between two ranks, by message size.
+
+Run under MPI by :func:`measure_link` (``mpiexec -n 2 python -m mpi4py -m dse.calibrate.links
+OUT``), with the buffer API the runtime uses (``Isend`` / ``Probe`` + ``Recv``). Per size: the
+median one-way time of a ping-pong (round trip / 2) and of a two-way exchange (both ranks send
+at once, the time until both messages are in), and their spread (p90 - p10) / median.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dse.errors import DseError
+from dse.platform import Platform
+
+#: Message sizes (bytes): 64 B to 64 MiB, every factor of 4.
+SIZES = tuple(64 * 4**k for k in range(11))
+
+
+def _repeats(nbytes: int, quick: bool) -> int:
+    n = 40 if nbytes < 1 << 20 else 12 if nbytes < 1 << 24 else 6
+    return max(3, n // 4) if quick else n
+
+
+def bench(comm: Any, quick: bool = False) -> dict[str, Any] | None:
+    """Both ranks call this; rank 0 returns the table."""
+    from mpi4py import MPI
+
+    me = comm.Get_rank()
+    other = 1 - me
+    rows = []
+    for size in SIZES:
+        buf = np.ones(size, dtype=np.uint8)
+        got = np.empty(size, dtype=np.uint8)
+        reps = _repeats(size, quick)
+        one, two = [], []
+        for r in range(reps + 2):  # two warm-up exchanges per size
+            comm.Barrier()
+            t0 = time.perf_counter()
+            if me == 0:
+                comm.Send(buf, dest=other, tag=1)
+                comm.Probe(source=other, tag=2)
+                comm.Recv(got, source=other, tag=2)
+            else:
+                comm.Probe(source=other, tag=1)
+                comm.Recv(got, source=other, tag=1)
+                comm.Send(buf, dest=other, tag=2)
+            rtt = time.perf_counter() - t0
+            comm.Barrier()
+            t0 = time.perf_counter()
+            req = comm.Isend(buf, dest=other, tag=3)
+            comm.Probe(source=other, tag=3)
+            comm.Recv(got, source=other, tag=3)
+            MPI.Request.Wait(req)
+            both = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+            if r >= 2:
+                one.append(rtt / 2)
+                two.append(both)
+        rows.append({"bytes": size, "one_way": one, "two_way": two})
+    if me != 0:
+        return None
+
+    def stats(v: list[float]) -> tuple[float, float]:
+        a = np.asarray(v)
+        med = float(np.median(a))
+        return med, float((np.percentile(a, 90) - np.percentile(a, 10)) / med)
+
+    out: dict[str, Any] = {"bytes": [], "one_way_s": [], "two_way_s": [], "spread": []}
+    for row in rows:
+        m1, s1 = stats(row["one_way"])
+        m2, s2 = stats(row["two_way"])
+        out["bytes"].append(row["bytes"])
+        out["one_way_s"].append(m1)
+        out["two_way_s"].append(m2)
+        out["spread"].append(round(max(s1, s2), 4))
+    return out
+
+
+def measure_link(platform: Platform, a: int, b: int, quick: bool = False) -> dict[str, Any]:
+    """Run the benchmark between devices ``a`` and ``b`` of ``platform`` (their hosts and
+    cores, as a deployment binds them); the table as :func:`bench` returns it."""
+    from dse.runtime.launch import ROOT_ENV
+    from dse.runtime.package import core_slots, mpiexec_path
+
+    devs = platform.devices
+    slots = core_slots(platform)
+    hosts: dict[str, int] = {}
+    for i in (a, b):
+        hosts[devs[i].host] = hosts.get(devs[i].host, 0) + 1
+    with tempfile.TemporaryDirectory(prefix="dse-links-") as tmp:
+        d = Path(tmp)
+        (d / "hostfile").write_text("".join(f"{h} slots={n}\n" for h, n in hosts.items()))
+        (d / "rankfile").write_text(
+            "".join(f"rank {r}={devs[i].host} slot={slots[i]}\n" for r, i in enumerate((a, b)))
+        )
+        out = d / "links.json"
+        cmd = [mpiexec_path(), "-n", "2", "--hostfile", str(d / "hostfile")]
+        cmd += ["--map-by", f"rankfile:file={d / 'rankfile'}"]
+        cmd += [sys.executable, "-m", "mpi4py", "-m", "dse.calibrate.links", str(out)]
+        cmd += ["--quick"] if quick else []
+        env = {**os.environ, **(ROOT_ENV if os.geteuid() == 0 else {})}
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        if proc.returncode != 0 or not out.is_file():
+            tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+            raise DseError(f"the link benchmark failed under mpiexec ({proc.returncode}): {tail}")
+        return json.loads(out.read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    from mpi4py import MPI
+
+    args = sys.argv[1:] if argv is None else argv
+    comm = MPI.COMM_WORLD
+    if comm.Get_size() != 2:
+        raise SystemExit("the link benchmark needs exactly 2 ranks (mpiexec -n 2)")
+    table = bench(comm, quick="--quick" in args)
+    if table is not None:
+        Path(args[0]).write_text(json.dumps(table))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

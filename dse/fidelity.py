@@ -1,0 +1,266 @@
+"""`python -m dse.fidelity +net=NET platform=P [mappings=30]`: how well the model predicts runs.
+
+Deploys and measures N mappings under MPI: the per-objective bests of a short search and points
+spread along its front, then random mappings of every kind (one device, vertical cuts, every
+splittable layer split, mixed). Reports predicted against measured latency and per-device peak
+memory (the rank's peak RSS over its life, loading included): MAPE, share within +-10 %,
+Spearman and Kendall rank correlation. Writes ``fidelity.csv``, ``fidelity.png`` and
+``fidelity.json``; the last line printed is the summary.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from dse import app
+from dse.cli import CONF_DIR, guarded, run, say
+from dse.config import Phase2Config
+from dse.errors import DseError
+from dse.mapping import MappingBatch, derive_owner
+from dse.net.graph import LayerGraph
+
+KINDS = ("front", "single", "vertical", "split", "mixed")
+WITHIN = 10.0  # %
+
+
+def stats(predicted: np.ndarray, measured: np.ndarray) -> dict[str, float]:
+    """MAPE (%), share of points within +-10 % (%), Spearman and Kendall rank correlation."""
+    from scipy.stats import kendalltau, spearmanr
+
+    p, m = np.asarray(predicted, dtype=np.float64), np.asarray(measured, dtype=np.float64)
+    err = np.abs(p - m) / m * 100.0
+    ok = len(p) > 2 and np.ptp(p) > 0 and np.ptp(m) > 0
+    return {
+        "n": int(len(p)),
+        "mape_pct": float(err.mean()) if len(p) else float("nan"),
+        "within_10_pct": float((err <= WITHIN).mean() * 100.0) if len(p) else float("nan"),
+        "spearman": float(spearmanr(p, m).statistic) if ok else float("nan"),
+        "kendall": float(kendalltau(p, m).statistic) if ok else float("nan"),
+    }
+
+
+def _counts(rng: np.random.Generator, channels: int, parts: int) -> np.ndarray:
+    """Random channel counts of ``parts`` non-empty parts of ``channels`` channels."""
+    cuts = np.sort(rng.choice(np.arange(1, channels), size=parts - 1, replace=False))
+    return np.diff(np.concatenate([[0], cuts, [channels]]))
+
+
+def random_mappings(
+    graph: LayerGraph, n_dev: int, kind: str, count: int, rng: np.random.Generator
+) -> np.ndarray:
+    """``share[count, L, D]`` of one kind; split layers get random whole-channel shares."""
+    n = len(graph)
+    share = np.zeros((count, n, n_dev))
+    ch = graph.out_channels
+    splittable = graph.splittable & (ch >= 2)
+    for p in range(count):
+        if kind == "single":
+            share[p, :, p % n_dev] = 1.0
+            continue
+        k = int(rng.integers(2, n_dev + 1))
+        devs = rng.permutation(n_dev)[:k]
+        if kind == "vertical":
+            cuts = np.sort(rng.choice(np.arange(1, n), size=min(k, n) - 1, replace=False))
+            seg = np.searchsorted(cuts, np.arange(n), side="right")
+            share[p, np.arange(n), devs[seg]] = 1.0
+            continue
+        for layer in range(n):
+            split = splittable[layer] and (kind == "split" or rng.random() < 0.3)
+            if split:
+                parts = min(k, int(ch[layer]))
+                share[p, layer, devs[:parts]] = _counts(rng, int(ch[layer]), parts) / ch[layer]
+            else:
+                d = devs[0] if kind == "split" else devs[rng.integers(k)]
+                share[p, layer, d] = 1.0
+    return share
+
+
+def choose(cfg: DictConfig, net, model, n: int, seed: int) -> tuple[MappingBatch, list, list]:
+    """The mappings to measure, their labels and kinds (at most ``n``, distinct)."""
+    from dse.runtime.phase2 import select
+    from dse.search import nsga2
+    from dse.search.nsga2 import mapping_keys
+    from dse.search.problem import MappingProblem
+
+    graph, n_dev = net.graph, len(model.platform.devices)
+    problem = MappingProblem(app.chromosome_from(cfg, net, model), model, cfg.objectives)
+    settings = OmegaConf.to_object(cfg.algorithm)
+    settings.pop_size, settings.n_gen, settings.max_evaluations = 100, 30, None
+    state = nsga2.run(nsga2.new_search(problem, settings, seed))
+    genes, F, _ = nsga2.front(state)
+    picks = select(F, list(problem.objectives), max(n // 3 - len(problem.objectives), 0))
+    front = problem.chromosome.decode(np.asarray(genes)[[i for i, _ in picks]])
+    shares = [front.share]
+    labels = [lab for _, lab in picks]
+    kinds = ["front"] * len(picks)
+    rng = np.random.default_rng(seed)
+    rest = max(n - len(picks), 0)
+    per_kind = {k: rest // 4 + (1 if i < rest % 4 else 0) for i, k in enumerate(KINDS[1:])}
+    per_kind["single"] = min(per_kind["single"], n_dev)
+    per_kind["mixed"] += rest - sum(per_kind.values())
+    for kind, count in per_kind.items():
+        s = random_mappings(graph, n_dev, kind, count, rng)
+        shares.append(s)
+        labels += [f"{kind}_{i}" for i in range(count)]
+        kinds += [kind] * count
+    share = np.concatenate(shares)
+    for _ in range(10):  # copies (a random mapping equal to another) are replaced by mixed ones
+        batch = MappingBatch(share, derive_owner(graph, share))
+        _, first = np.unique(np.array(mapping_keys(batch, graph)), return_index=True)
+        keep = np.sort(first)
+        if len(keep) >= n:
+            break
+        more = n - len(keep)
+        share = np.concatenate([share, random_mappings(graph, n_dev, "mixed", more, rng)])
+        labels += [f"mixed_{per_kind['mixed'] + i}" for i in range(more)]
+        kinds += ["mixed"] * more
+        per_kind["mixed"] += more
+    keep = keep[:n]
+    return batch[keep], [labels[i] for i in keep], [kinds[i] for i in keep]
+
+
+def points(rows: list[dict[str, Any]], kinds: list[str]) -> dict[str, Any]:
+    """(predicted, measured, kind) per mapping for latency and per used device for memory."""
+    lat, mem = [], []
+    for row, kind in zip(rows, kinds, strict=True):
+        if row["status"] != "ok":
+            continue
+        lat.append((row["latency_predicted_ms"], row["latency_measured_ms"], kind))
+        for key, value in row.items():
+            if key.endswith("_memory_mb_predicted") and value:
+                measured = row[key.replace("_predicted", "_measured")]
+                if measured:
+                    mem.append((value, measured, kind))
+    return {"latency": lat, "memory": mem}
+
+
+def plot(path: Path, pts: dict[str, Any], title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
+    for ax, (name, unit) in zip(axes, (("latency", "ms"), ("memory", "MB")), strict=True):
+        data = pts[name]
+        if not data:
+            ax.set_title(f"{name}: nothing measured")
+            continue
+        p = np.array([d[0] for d in data], dtype=float)
+        m = np.array([d[1] for d in data], dtype=float)
+        lo, hi = min(p.min(), m.min()) * 0.8, max(p.max(), m.max()) * 1.25
+        x = np.geomspace(lo, hi, 50)
+        ax.plot(x, x, "k-", lw=1, label="y = x")
+        ax.fill_between(x, x / 1.1, x * 1.1, color="0.85", label="+-10 %")
+        for kind in KINDS:
+            sel = [i for i, d in enumerate(data) if d[2] == kind]
+            if sel:
+                ax.scatter(m[sel], p[sel], s=22, label=kind)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        s = stats(p, m)
+        ax.set_title(
+            f"{name} ({unit}): MAPE {s['mape_pct']:.1f} %, {s['within_10_pct']:.0f} % within "
+            f"10 %, Spearman {s['spearman']:.2f}",
+            fontsize=9,
+        )
+        ax.set_xlabel(f"measured {name} ({unit})")
+        ax.set_ylabel(f"predicted {name} ({unit})")
+        ax.legend(fontsize=7, loc="upper left")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="fidelity", version_base="1.3")
+@guarded
+def main(cfg: DictConfig) -> dict[str, Any]:
+    from dse.runtime.package import mpiexec_path
+    from dse.runtime.phase2 import measure_mappings
+    from dse.runtime.phase2 import write_csv as write_rows
+
+    if int(cfg.mappings) < 1:
+        raise DseError(f"mappings={cfg.mappings} must be at least 1")
+    mpiexec_path()
+    started = time.perf_counter()
+    net, platform, model = app.model_from(cfg)
+    if not model.coefficients.calibrated:
+        say(
+            f"warning: coefficients {model.coefficients.source} are not calibrated: run "
+            f"python -m dse.calibrate platform={platform.name} first",
+            error=True,
+        )
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    out = Path(str(cfg.out or f"fidelity/{net.name}-{platform.name}-{stamp}")).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    batch, labels, kinds = choose(cfg, net, model, int(cfg.mappings), int(cfg.seed))
+    say(f"measuring {len(labels)} mappings of {net.name} on {platform.name} into {out}")
+    settings = Phase2Config(
+        warmup=int(cfg.warmup), iterations=int(cfg.iterations), timeout_s=float(cfg.timeout_s)
+    )
+    from tqdm import tqdm
+
+    rows: list[dict[str, Any]] = []
+    bar = tqdm(total=len(labels), desc="fidelity", unit="mapping")
+
+    def on_row(row: dict[str, Any]) -> None:
+        row["kind"] = kinds[len(rows)]
+        rows.append(row)
+        bar.update(1)
+        write_rows(out / "fidelity.csv", rows)
+
+    failed: list[str] = []
+    try:
+        measure_mappings(out, net, platform, model, batch, labels, settings, int(cfg.seed), on_row)
+    finally:
+        bar.close()
+        if rows:
+            pts = points(rows, kinds[: len(rows)])
+            lat = stats([x[0] for x in pts["latency"]], [x[1] for x in pts["latency"]])
+            mem = stats([x[0] for x in pts["memory"]], [x[1] for x in pts["memory"]])
+            calibrated = "calibrated" if model.coefficients.calibrated else "NOT calibrated"
+            plot(
+                out / "fidelity.png",
+                pts,
+                f"{net.name} on {platform.name}: predicted vs measured, {len(pts['latency'])} "
+                f"mappings ({calibrated} coefficients {model.coefficients.source})",
+            )
+            failed = [r["mapping"] for r in rows if r["status"] != "ok"]
+            doc = {
+                "net": net.name,
+                "platform": platform.name,
+                "coefficients": model.coefficients.source,
+                "calibrated": model.coefficients.calibrated,
+                "latency": lat,
+                "memory": mem,
+                "failed": failed,
+                "warmup": settings.warmup,
+                "iterations": settings.iterations,
+                "seconds": round(time.perf_counter() - started, 1),
+                "energy": "not measured (no counter readable here); modelled only",
+            }
+            (out / "fidelity.json").write_text(json.dumps(doc, indent=1))
+    if failed:
+        say(f"{len(failed)} mapping(s) failed: {', '.join(failed[:5])} (see {out}/phase2)")
+    say(f"wrote {out / 'fidelity.csv'}, {out / 'fidelity.png'} in {doc['seconds']:.0f} s")
+    say(
+        f"fidelity {net.name}: latency MAPE {lat['mape_pct']:.1f} %, within 10 % "
+        f"{lat['within_10_pct']:.0f} %, spearman {lat['spearman']:.2f}; memory MAPE "
+        f"{mem['mape_pct']:.1f} %"
+    )
+    return {"status": "ok", "out": str(out), "latency": lat, "memory": mem}
+
+
+if __name__ == "__main__":
+    run(main, "fidelity")

@@ -1,0 +1,212 @@
+"""Calibration and fidelity: fits recover known coefficients, the profiler's kernels map back to
+every layer of the zoo, the model reads what calibration writes, the statistics by hand."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from cli import run_module
+from onnx_factory import conv_relu_chain
+from platforms import coefficients, platform
+
+from dse.calibrate.profile import layer_for_kernel, profile_model
+from dse.fidelity import random_mappings, stats
+from dse.mapping import MappingBatch, derive_owner
+from dse.net import load_net, zoo
+from dse.net.graph import build_graph
+from models_analytical.calibration import fit_channel_block, fit_regression
+from models_analytical.coefficients import Coefficients, load_coefficients
+from models_analytical.layer_costs import layer_key
+from models_analytical.model import AnalyticalModel
+
+
+def test_regression_recovers_known_coefficients() -> None:
+    rng = np.random.default_rng(0)
+    true = {"conv": [2e-5, 3e-11, 1e-10, 0.0], "pool": [1e-6, 0.0, 4e-10, 0.0]}
+    fams, terms, secs = [], [], []
+    for fam, c in true.items():
+        for _ in range(20):
+            t = np.array([1.0, rng.uniform(1e6, 1e9), rng.uniform(1e4, 1e7), 0.0])
+            fams.append(fam)
+            terms.append(t)
+            secs.append(float(np.dot(c, t)))
+    fit = fit_regression(fams, np.array(terms), np.array(secs))
+    for fam, c in true.items():
+        np.testing.assert_allclose(fit[fam], c, rtol=1e-3, atol=1e-14)
+
+
+def test_channel_block_recovered_from_synthetic_parts() -> None:
+    channels = np.array([4, 8, 12, 16, 24, 32, 40, 48, 64] * 2, dtype=float)
+    case = np.repeat([0, 1], 9)
+    scale = np.where(case == 0, 1e-5, 3e-5)
+    seconds = 2e-4 + scale * np.ceil(channels / 8) * 8
+    assert fit_channel_block(channels, case, seconds)[0] == 8
+    # without blocks the smallest block (1) is kept
+    assert fit_channel_block(channels, case, 2e-4 + scale * channels)[0] == 1
+
+
+def test_kernel_names_map_to_layers() -> None:
+    index = {"conv1": 0, "relu1": 1, "norm1": 2, "fc6": 3}
+    assert layer_for_kernel("relu1_nchwc", index) == 1
+    assert layer_for_kernel("fused fc6", index) == 3
+    assert layer_for_kernel("norm1_bn_nchwc", index) == 2
+    assert layer_for_kernel("relu1_nchwc_token_3", index) == 1
+    assert layer_for_kernel("ReorderOutput_token_16", index) is None
+
+
+@pytest.mark.parametrize("name", ["alexnet", "resnet50", "googlenet", "mobilenetv2", "densenet121"])
+def test_profile_covers_every_layer_of_the_zoo(name: str) -> None:
+    """Every layer gets a time, and the layers' times add up to the kernels' (nothing lost or
+    counted twice when fused kernels are shared out)."""
+    net = load_net({"name": name})
+    g = net.graph
+    prior = g.macs / 1e10 + g.output_bytes / 1e10
+    prof = profile_model(zoo.materialize(name, 0), g, prior, warmup=0, runs=1)
+    assert (prof.layer_s > 0).all(), [
+        lay.name for lay, t in zip(g, prof.layer_s, strict=True) if t <= 0
+    ]
+    assert set(prof.unmapped) <= {n for n in prof.unmapped if n.startswith("Reorder")}
+    assert prof.layer_s.sum() <= prof.whole_s[0]
+    assert prof.layer_s.sum() > 0.7 * prof.whole_s[0]
+
+
+def _chain_model(coeff: Coefficients, n_dev: int = 2):
+    graph = build_graph(conv_relu_chain(), "chain")
+    return graph, AnalyticalModel(graph, platform(n_dev, bw=1e9), coeff)
+
+
+def test_model_uses_profiled_and_regressed_layer_times() -> None:
+    graph, _ = _chain_model(coefficients())
+    base = coefficients()["cpu"]
+    keys = [layer_key(layer) for layer in graph]
+    # conv0 profiled at 5 ms; the relus regressed at 1 ms + 1e-9 s per activation byte
+    reg = {"elementwise": [1e-3, 0.0, 1e-9, 0.0]}
+    cpu = dataclasses.replace(base, layer_s={keys[0]: 5e-3}, regression=reg)
+    _, m = _chain_model(Coefficients({"cpu": cpu}))
+    t = m.tables.t_work[0]
+    assert t[0] == pytest.approx(5e-3)
+    relu = graph.layers[1]
+    act = sum(x.nbytes for x in relu.inputs) + relu.output_bytes
+    assert t[1] == pytest.approx(1e-3 + 1e-9 * act)
+    # conv1 is neither profiled nor of a regressed family: Eq. 4.7 (MACs / rate)
+    assert t[2] == pytest.approx(graph.macs[2] / 1e6)
+    assert list(m.tables.source[0]) == [1, 2, 0, 2, 0, 2]
+
+
+def test_split_conv_parts_cost_whole_channel_blocks() -> None:
+    """A 256-channel conv split 8 / 248 channels with blocks of 16: the small part costs
+    16 / 256 of the layer, the large one 256 / 256 (capped), by hand."""
+    base = coefficients()["cpu"]
+    cpu = dataclasses.replace(base, channel_block=16)
+    graph, m = _chain_model(Coefficients({"cpu": cpu}))
+    n = len(graph)
+    share = np.zeros((1, n, 2))
+    share[0, :, 0] = 1.0
+    share[0, 2] = [8 / 256, 248 / 256]
+    ev = m.evaluate(MappingBatch(share, derive_owner(graph, share)))
+    t = m.tables.t_work[0]
+    assert ev.busy_s[0, 1] == pytest.approx(t[2] * 1.0)
+    assert ev.busy_s[0, 0] == pytest.approx(t.sum() - t[2] + t[2] * 16 / 256)
+
+
+def test_measured_link_table_and_cut_costs() -> None:
+    """A transfer takes the link table's time (linear between its points) plus the cut cost."""
+    table = {"bytes": [1e3, 1e6], "seconds": [1e-5, 1e-3]}
+    cpu = dataclasses.replace(coefficients()["cpu"], transfer_fixed_s=2e-4)
+    coeff = Coefficients({"cpu": cpu}, links={"network": table})
+    graph, m = _chain_model(coeff)
+    n = len(graph)
+    share = np.zeros((1, n, 2))
+    share[0, :2, 0] = 1.0  # conv0, relu0 on device 0; the rest on device 1
+    share[0, 2:, 1] = 1.0
+    ev = m.evaluate(MappingBatch(share, derive_owner(graph, share)))
+    nbytes = graph.layers[1].output_bytes
+    link = 1e-5 + (nbytes - 1e3) * (1e-3 - 1e-5) / (1e6 - 1e3)
+    assert ev.latency_s[0] == pytest.approx(m.tables.t_work[0].sum() + link + 2e-4)
+
+
+def test_coefficients_round_trip_with_calibrated_fields(tmp_path) -> None:
+    cpu = dataclasses.replace(
+        coefficients()["cpu"],
+        layer_s={"abc": 1e-3},
+        regression={"conv": [1.0, 2.0, 3.0, 4.0]},
+        channel_block=16,
+        transfer_fixed_s=1e-4,
+        transfer_per_byte_s=1e-10,
+        memory_loading_factor=2.0,
+    )
+    c = Coefficients(
+        {"cpu": cpu}, calibrated=True, links={"x": {"bytes": [1, 2], "seconds": [0, 1]}}
+    )
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(c.to_dict()))
+    back = load_coefficients(path)
+    assert back["cpu"] == cpu and back.links == c.links and back.calibrated
+    raw = c.to_dict()
+    raw["links"]["x"]["bytes"] = [2, 1]
+    path.write_text(json.dumps(raw))
+    with pytest.raises(Exception, match="'bytes' must increase"):
+        load_coefficients(path)
+
+
+def test_fidelity_statistics_by_hand() -> None:
+    s = stats([110.0, 90.0, 100.0, 130.0], [100.0, 100.0, 100.0, 100.0 * 1.2])
+    # errors 10, 10, 0, 8.333 % -> MAPE 7.083 %; all four within 10 %
+    assert s["mape_pct"] == pytest.approx((10 + 10 + 0 + 100 * 10 / 120) / 4)
+    assert s["within_10_pct"] == pytest.approx(100.0)
+    s = stats([1.0, 2.0, 3.0, 5.0], [1.0, 3.0, 2.0, 4.0])
+    # ranks (1,2,3,4) vs (1,3,2,4): d^2 = 0+1+1+0 -> rho = 1 - 6*2/(4*15) = 0.8
+    assert s["spearman"] == pytest.approx(0.8)
+    # concordant pairs 5, discordant 1 of 6 -> tau = 4/6
+    assert s["kendall"] == pytest.approx(4 / 6)
+
+
+@pytest.mark.parametrize("kind", ["single", "vertical", "split", "mixed"])
+def test_random_mappings_are_valid_whole_channel_mappings(kind: str) -> None:
+    graph = build_graph(conv_relu_chain(), "chain")
+    share = random_mappings(graph, 3, kind, 12, np.random.default_rng(1))
+    np.testing.assert_allclose(share.sum(axis=2), 1.0)
+    channels = share * graph.out_channels[None, :, None]
+    np.testing.assert_allclose(channels, np.rint(channels), atol=1e-9)
+    split = (share > 0).sum(axis=2) > 1
+    assert not (split & ~graph.splittable[None]).any()
+    if kind in ("single", "vertical"):
+        assert not split.any()
+    if kind == "split":
+        assert split[:, graph.splittable].all()
+
+
+def test_quick_calibration_writes_a_file_later_commands_use(tmp_path) -> None:
+    """quick=true (one net, few repeats, no MPI deployments) writes a valid calibrated file,
+    and dse.evaluate with the same platform then uses it: its single-device prediction is the
+    profiled whole-run time."""
+    env_dir = tmp_path / "calibration"
+    out = run_module(
+        "dse.calibrate",
+        "platform=localhost",
+        "quick=true",
+        "deployments=false",
+        env={"DSE_CALIBRATION_DIR": str(env_dir)},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    path = env_dir / "localhost.json"
+    c = load_coefficients(path)
+    assert c.calibrated and c.links["same_host"]["seconds"]
+    doc = json.loads(path.read_text())
+    whole_ms = doc["provenance"]["kinds"]["cpu"]["profiled_networks"]["alexnet"]["whole_ms"]
+    net = load_net({"name": "alexnet"})
+    m = AnalyticalModel(net.graph, platform_localhost(), c)
+    assert m.tables.source[0].min() == 1  # every layer profiled
+    assert m.tables.t_work[0].sum() * 1e3 == pytest.approx(whole_ms, rel=1e-3)
+
+
+def platform_localhost():
+    import yaml
+
+    from dse.cli import CONF_DIR
+    from dse.platform import load_platform
+
+    return load_platform(yaml.safe_load((CONF_DIR / "platform" / "localhost.yaml").read_text()))
