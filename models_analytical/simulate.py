@@ -49,6 +49,44 @@ class KernelInputs(NamedTuple):
     streamed: bool  # weights held only while their layer runs
     p_class: np.ndarray  # [K, op classes] W while computing
     p_overhead: np.ndarray  # [K] W during per-layer overhead
+    block: np.ndarray  # [K, L] a split conv's part computes whole blocks of this many channels
+    channels: np.ndarray  # float64 [L] output channels
+    lk_class: np.ndarray  # int64 [D, D] measured link table of each pair, -1: latency + bw
+    lk_bytes: np.ndarray  # [C, G] message sizes of each table (increasing)
+    lk_sec: np.ndarray  # [C, G] transfer time at those sizes
+    seg_fixed: np.ndarray  # [K] cost of a tensor crossing to a device of this kind (the cut
+    seg_byte: np.ndarray  # [K] segments on both ends), fixed and per byte
+
+
+@njit(cache=True, nogil=True)
+def _transfer_s(k_in, a, b, nbytes):
+    """Seconds to move ``nbytes`` from device a to b: the link (its measured table, linear
+    between points and beyond the last, or latency + bytes / bandwidth) plus the cost of
+    cutting the work into segments on both ends (charged by the receiver's kind)."""
+    c = k_in.lk_class[a, b]
+    if c >= 0:
+        xs = k_in.lk_bytes[c]
+        ys = k_in.lk_sec[c]
+        i = np.searchsorted(xs, nbytes)
+        i = min(max(i, 1), xs.size - 1)
+        t = ys[i - 1] + (nbytes - xs[i - 1]) * (ys[i] - ys[i - 1]) / (xs[i] - xs[i - 1])
+        t = max(t, ys[0])
+    else:
+        t = k_in.lat[a, b] + nbytes * k_in.inv_bw[a, b]
+    kb = k_in.kind[b]
+    return t + k_in.seg_fixed[kb] + nbytes * k_in.seg_byte[kb]
+
+
+@njit(cache=True, nogil=True)
+def _part_share(k_in, k, layer, s, n_here):
+    """The share of a layer's work a part of share ``s`` costs on kind ``k``: whole channel
+    blocks when the layer is split."""
+    b = k_in.block[k, layer]
+    if n_here < 2 or b <= 1.0:
+        return s
+    c = k_in.channels[layer]
+    blocks = np.ceil(s * c / b - 1e-9)
+    return min(blocks * b / c, 1.0)
 
 
 @njit(cache=True, nogil=True)
@@ -67,7 +105,7 @@ def _simulate_one(
     kind, t_work, t_fixed, op_class = k_in.kind, k_in.t_work, k_in.t_fixed, k_in.op_class
     out_bytes, w_bytes, last_use, entry = k_in.out_bytes, k_in.w_bytes, k_in.last_use, k_in.entry
     in_ptr, in_src, in_tensor, in_bytes = k_in.in_ptr, k_in.in_src, k_in.in_tensor, k_in.in_bytes
-    lat, inv_bw, e_byte, channel = k_in.lat, k_in.inv_bw, k_in.e_byte, k_in.channel
+    e_byte, channel = k_in.e_byte, k_in.channel
     n_channels, streamed = k_in.n_channels, k_in.streamed
     p_class, p_overhead = k_in.p_class, k_in.p_overhead
     n_layers, n_dev = share.shape
@@ -134,7 +172,7 @@ def _simulate_one(
                     if a < 0.0:
                         ch = channel[loc, d]
                         start = max(rdy, link_free[ch])
-                        dur = lat[loc, d] + in_bytes[e] * inv_bw[loc, d]
+                        dur = _transfer_s(k_in, loc, d, in_bytes[e])
                         a = start + dur
                         link_free[ch] = a
                         arrival[t, d] = a
@@ -149,7 +187,7 @@ def _simulate_one(
                 if a > t_in:
                     t_in = a
             k = kind[d]
-            work = s * t_work[k, layer]
+            work = _part_share(k_in, k, layer, s, n_here) * t_work[k, layer]
             fixed = t_fixed[k, layer]
             start = max(dev_free[d], t_in)
             end = start + work + fixed
@@ -197,7 +235,7 @@ def _simulate_one(
                         continue
                     ch = channel[d, e]
                     start = max(part_end[d], link_free[ch])
-                    dur = lat[d, e] + nbytes * inv_bw[d, e]
+                    dur = _transfer_s(k_in, d, e, nbytes)
                     a = start + dur
                     link_free[ch] = a
                     comm[d] += dur
