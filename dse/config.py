@@ -221,7 +221,7 @@ class CalibrateConfig(BaseConfig):
         ]
     )  # profiled networks (layers of other nets are regressed from theirs)
     runs: int = 10  # profiled runs per network (after 2 warm-up runs)
-    deployments: bool = True  # also measure 3 mappings per net under MPI (memory, cut costs)
+    deployments: bool = True  # also measure 4 mappings per net under MPI (memory, cut costs)
     iterations: int = 8  # measured iterations of each such deployment (after 2 warm-up)
     quick: bool = False  # few repeats and only the first net: a smoke test, not for predictions
     out: str | None = None  # default: the platform's calibration file (dse.calibrate.store)
