@@ -88,30 +88,38 @@ class Chromosome(ABC):
         """Genes of the mapping that runs everything on ``device`` (to seed a population)."""
 
     @abstractmethod
-    def _parts(self, genes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Gene matrix (int64 [P, n_genes]) -> ``device[P, L]`` of the layers that cannot be
-        split (-1 for splittable ones) and ``counts[P, S, D]``, how many parts of each
-        splittable layer each device computes."""
+    def _parts(self, genes: np.ndarray, device: np.ndarray, counts: np.ndarray) -> None:
+        """Gene matrix (int64 [P, n_genes]) -> fills ``device[P, L]``, the device of each layer
+        that cannot be split (-1 for splittable ones), and ``counts[P, S, D]`` (zeros on
+        entry), how many parts of each splittable layer each device computes."""
 
     def parts(self, genes: np.ndarray) -> Parts:
         """Gene matrix [P, n_genes] -> the mappings in whole numbers (:class:`Parts`)."""
-        device, counts = self._parts(np.ascontiguousarray(genes, dtype=np.int64))
+        genes = np.ascontiguousarray(genes, dtype=np.int64)
+        device = np.empty((len(genes), len(self.graph)), dtype=np.int64)
+        counts = np.zeros((len(genes), len(self.split_layers), self.n_devices), dtype=np.int32)
+        self._parts(genes, device, counts)
         channels = self._channels[self.split_layers]
         if self.speed is None:
-            return Parts(device, kernels.equal_channels(counts, channels))
+            out = np.empty_like(counts)
+            kernels.equal_channels(counts, channels, out)
+            return Parts(device, out)
         share = shares_by_speed(counts, channels, self.speed[self.split_layers])
         whole = np.rint(share * np.maximum(channels, 1)[None, :, None]).astype(np.int32)
         return Parts(device, whole)
 
     def batch_of(self, parts: Parts) -> MappingBatch:
         """The mapping batch of :meth:`parts`."""
-        share, owner = kernels.shares_and_owner(
+        share = np.zeros((len(parts), len(self.graph), self.n_devices))
+        owner = np.zeros((len(parts), len(self.graph)), dtype=np.int64)
+        kernels.shares_and_owner(
             parts.device,
             parts.channels,
             self._channels,
-            self.n_devices,
             self._consumer,
             self._producer,
+            share,
+            owner,
         )
         return MappingBatch(share, owner)
 

@@ -3,7 +3,8 @@
 The encodings' numpy rules (thesis 4.2.1-4.2.2, :mod:`dse.mapping`) written as loops over one
 mapping at a time, so a batch never builds [P, items, devices] temporaries. Every kernel gives
 exactly the numbers of the numpy rule it replaces (tests/test_chromosomes.py keeps the numpy
-decoders as the reference).
+decoders as the reference). Callers allocate the outputs with numpy: numba's own allocation of
+a large array costs several times numpy's zeroed pages.
 """
 
 from __future__ import annotations
@@ -35,16 +36,14 @@ def _cover_row(values, n_items, extend, out):
 
 
 @njit(cache=True, nogil=True)
-def advanced_parts(genes, splits, n_devices, anchor, is_split):
+def advanced_parts(genes, splits, anchor, is_split, device, counts):
     """The advanced split-point encoding: row r gives each splittable layer's r-th part to the
     device covering it, row 0 extended to the end; a layer that cannot be split goes whole to
-    the device of the first part of its anchor (a splittable index). Returns ``device[P, L]``
-    (-1 for splittable layers) and ``counts[P, S, D]``, the parts of each splittable layer."""
-    pop, n_layers, n_split = genes.shape[0], is_split.shape[0], 0
-    for layer in range(n_layers):
-        n_split += is_split[layer]
-    counts = np.zeros((pop, n_split, n_devices), dtype=np.int32)
-    device = np.full((pop, n_layers), -1, dtype=np.int64)
+    the device of the first part of its anchor (a splittable index). Fills ``device[P, L]``
+    (-1 for splittable layers) and ``counts[P, S, D]`` (zeros on entry), the parts of each
+    splittable layer."""
+    pop, n_layers = device.shape
+    n_split, n_devices = counts.shape[1], counts.shape[2]
     cov = np.empty(n_split, dtype=np.int64)
     first = np.empty(n_split, dtype=np.int64)
     for p in range(pop):
@@ -58,19 +57,16 @@ def advanced_parts(genes, splits, n_devices, anchor, is_split):
         for layer in range(n_layers):
             if not is_split[layer]:
                 device[p, layer] = first[anchor[layer]]
-    return device, counts
+            else:
+                device[p, layer] = -1
 
 
 @njit(cache=True, nogil=True)
-def vertical_parts(genes, is_split):
+def vertical_parts(genes, is_split, device, counts):
     """The vertical split-point encoding over all layers, row extended to the end: every layer
-    on one device. Returns ``device[P, L]`` (-1 for splittable layers) and ``counts[P, S, D]``."""
-    pop, n_devices = genes.shape
-    n_layers, n_split = is_split.shape[0], 0
-    for layer in range(n_layers):
-        n_split += is_split[layer]
-    counts = np.zeros((pop, n_split, n_devices), dtype=np.int32)
-    device = np.full((pop, n_layers), -1, dtype=np.int64)
+    on one device. Fills ``device[P, L]`` (-1 for splittable layers) and ``counts[P, S, D]``
+    (zeros on entry)."""
+    pop, n_layers = device.shape
     cov = np.empty(n_layers, dtype=np.int64)
     for p in range(pop):
         _cover_row(genes[p], n_layers, True, cov)
@@ -78,27 +74,26 @@ def vertical_parts(genes, is_split):
         for layer in range(n_layers):
             if is_split[layer]:
                 counts[p, s, cov[layer]] = 1
+                device[p, layer] = -1
                 s += 1
             else:
                 device[p, layer] = cov[layer]
-    return device, counts
 
 
 @njit(cache=True, nogil=True)
-def naive_parts(genes, layer_of_gene, is_split, n_devices):
+def naive_parts(genes, layer_of_gene, is_split, device, counts):
     """The naive encoding: each splittable layer gets one part on every distinct device its
-    genes name, any other layer goes to its one gene's device. Returns ``device[P, L]`` (-1 for
-    splittable layers) and ``counts[P, S, D]`` (0 or 1)."""
+    genes name, any other layer goes to its one gene's device. Fills ``device[P, L]`` (-1 for
+    splittable layers) and ``counts[P, S, D]`` (zeros on entry; 0 or 1)."""
     pop, n_genes = genes.shape
     n_layers = is_split.shape[0]
+    device[:] = -1
     split_index = np.full(n_layers, -1, dtype=np.int64)
     n_split = 0
     for layer in range(n_layers):
         if is_split[layer]:
             split_index[layer] = n_split
             n_split += 1
-    counts = np.zeros((pop, n_split, n_devices), dtype=np.int32)
-    device = np.full((pop, n_layers), -1, dtype=np.int64)
     for p in range(pop):
         for g in range(n_genes):
             s = split_index[layer_of_gene[g]]
@@ -106,16 +101,14 @@ def naive_parts(genes, layer_of_gene, is_split, n_devices):
                 counts[p, s, genes[p, g]] = 1
             else:
                 device[p, layer_of_gene[g]] = genes[p, g]
-    return device, counts
 
 
 @njit(cache=True, nogil=True)
-def equal_channels(counts, channels):
+def equal_channels(counts, channels, out):
     """Channels per part when layer s is cut into sum(counts[p, s]) near-equal contiguous parts
     in device order, the first ``channels % parts`` one larger (:func:`dse.mapping.
-    shares_from_counts` times the channels); int32 like ``counts[P, S, D]``."""
+    shares_from_counts` times the channels), into ``out`` shaped like ``counts[P, S, D]``."""
     pop, n_layers, n_devices = counts.shape
-    out = np.zeros((pop, n_layers, n_devices), dtype=np.int32)
     for p in range(pop):
         for layer in range(n_layers):
             parts = 0
@@ -130,19 +123,18 @@ def equal_channels(counts, channels):
                 bonus = min(max(extra - before, 0), c)
                 out[p, layer, d] = c * base + bonus
                 before += c
-    return out
 
 
 @njit(cache=True, nogil=True)
-def shares_and_owner(device, split_channels, channels, n_devices, consumer, producer):
+def shares_and_owner(device, split_channels, channels, consumer, producer, share, owner):
     """The mapping batch of ``device[P, L]`` (layers that are not split) and
     ``split_channels[P, S, D]`` (channels of each splittable layer per device): share =
     channels / the layer's channels, and the owner rule of :func:`dse.mapping.derive_owner` (a
     split layer is concatenated on the first device of its first consumer, else where its
-    producer's output is)."""
+    producer's output is). Fills ``share[P, L, D]`` (zeros on entry: allocated by numpy, whose
+    zeroed pages cost far less than numba's) and ``owner[P, L]``."""
     pop, n_layers = device.shape
-    share = np.zeros((pop, n_layers, n_devices))
-    owner = np.zeros((pop, n_layers), dtype=np.int64)
+    n_devices = share.shape[2]
     anchor = np.zeros(n_layers, dtype=np.int64)
     split = np.zeros(n_layers, dtype=np.bool_)
     for p in range(pop):
@@ -173,4 +165,3 @@ def shares_and_owner(device, split_channels, channels, n_devices, consumer, prod
                 elif producer[layer] >= 0:
                     o = owner[p, producer[layer]]
             owner[p, layer] = o
-    return share, owner

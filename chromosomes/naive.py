@@ -34,5 +34,5 @@ class NaiveChromosome(Chromosome):
     def single_device(self, device: int) -> np.ndarray:
         return np.full(self.n_genes, device, dtype=np.int64)
 
-    def _parts(self, genes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return kernels.naive_parts(genes, self.layer_of_gene, self.graph.splittable, self.n_devices)
+    def _parts(self, genes: np.ndarray, device: np.ndarray, counts: np.ndarray) -> None:
+        kernels.naive_parts(genes, self.layer_of_gene, self.graph.splittable, device, counts)
