@@ -1,0 +1,96 @@
+"""Calibrate, then measure the model's fidelity on the zoo and on a network left out of
+calibration; print one table (run on a quiet machine: it measures).
+
+    python scripts/fidelity_zoo.py --out /work/fidelity_runs            # ~30 min on localhost
+    python scripts/fidelity_zoo.py --out DIR --skip-calibrate --nets alexnet   # reuse, one net
+
+Steps (each a plain command, printed before it runs):
+1. ``python -m dse.calibrate platform=P`` (every zoo net) into the platform's calibration file;
+2. ``python -m dse.fidelity +net=NET platform=P mappings=N`` for each of ``--nets``;
+3. ``python -m dse.calibrate platform=P nets=[all but HELD] out=DIR/heldout.json`` and
+   ``python -m dse.fidelity +net=HELD coefficients=DIR/heldout.json``.
+A step whose output already exists is skipped, so the script resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ZOO = ("alexnet", "vgg16", "resnet50", "densenet121", "mobilenetv2", "googlenet")
+
+
+def sh(args: list[str]) -> None:
+    print("+", shlex.join(args), flush=True)
+    subprocess.run(args, check=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--platform", default="localhost")
+    ap.add_argument("--nets", nargs="+", default=["alexnet", "vgg16", "resnet50", "densenet121"])
+    ap.add_argument("--held-out", default="googlenet")
+    ap.add_argument("--mappings", type=int, default=30)
+    ap.add_argument("--skip-calibrate", action="store_true")
+    a = ap.parse_args()
+    py = [sys.executable, "-m"]
+    a.out.mkdir(parents=True, exist_ok=True)
+    if not a.skip_calibrate:
+        sh([*py, "dse.calibrate", f"platform={a.platform}"])
+    runs = []
+    for net in a.nets:
+        d = a.out / net
+        if not (d / "fidelity.json").is_file():
+            sh(
+                [
+                    *py,
+                    "dse.fidelity",
+                    f"+net={net}",
+                    f"platform={a.platform}",
+                    f"mappings={a.mappings}",
+                    f"out={d}",
+                ]
+            )
+        runs.append((net, d))
+    if a.held_out:
+        coeff = a.out / "heldout.json"
+        if not coeff.is_file():
+            rest = ",".join(n for n in ZOO if n != a.held_out)
+            sh([*py, "dse.calibrate", f"platform={a.platform}", f"nets=[{rest}]", f"out={coeff}"])
+        d = a.out / f"{a.held_out}-heldout"
+        if not (d / "fidelity.json").is_file():
+            sh(
+                [
+                    *py,
+                    "dse.fidelity",
+                    f"+net={a.held_out}",
+                    f"platform={a.platform}",
+                    f"mappings={a.mappings}",
+                    f"coefficients={coeff}",
+                    f"out={d}",
+                ]
+            )
+        runs.append((f"{a.held_out} (held out)", d))
+    print()
+    print(
+        f"{'network':<22} {'n':>3} {'lat MAPE %':>10} {'within 10 %':>11} {'spearman':>8} "
+        f"{'kendall':>7} {'mem MAPE %':>10} {'mem within 10 %':>15}"
+    )
+    for name, d in runs:
+        f = json.loads((d / "fidelity.json").read_text())
+        lat, mem = f["latency"], f["memory"]
+        print(
+            f"{name:<22} {lat['n']:>3} {lat['mape_pct']:>10.1f} {lat['within_10_pct']:>11.0f} "
+            f"{lat['spearman']:>8.3f} {lat['kendall']:>7.3f} {mem['mape_pct']:>10.1f} "
+            f"{mem['within_10_pct']:>15.0f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
