@@ -38,6 +38,7 @@ class KindCoefficients:
     transfer_fixed_s: float = 0.0  # per tensor crossing devices: the segment cut on both ends
     transfer_per_byte_s: float = 0.0  # ... and per byte (layout conversions, copies)
     memory_loading_factor: float = 0.0  # peak while loading = bias + factor x weights (0: off)
+    memory_per_segment_mb: float = 0.0  # per sub-model a device runs (session state)
 
     @classmethod
     def from_dict(cls, k: Mapping[str, Any], where: str) -> KindCoefficients:
@@ -95,6 +96,9 @@ class KindCoefficients:
             memory_loading_factor=number(
                 mem.get("loading_factor", 0.0), f"{where}.memory.loading_factor"
             ),
+            memory_per_segment_mb=number(
+                mem.get("per_segment_mb", 0.0), f"{where}.memory.per_segment_mb"
+            ),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -104,6 +108,7 @@ class KindCoefficients:
             "bias_mb": d.pop("memory_bias_mb"),
             "per_layer_mb": d.pop("memory_per_layer_mb"),
             "loading_factor": d.pop("memory_loading_factor"),
+            "per_segment_mb": d.pop("memory_per_segment_mb"),
         }
         return d
 

@@ -37,6 +37,7 @@ class Evaluation:
     bytes_sent: np.ndarray  # [P, D]
     used: np.ndarray  # bool [P, D]
     capacity_mb: np.ndarray  # [D]
+    segments: np.ndarray  # int [P, D] sub-models the runtime cuts each device's work into
 
     @cached_property
     def feasible(self) -> np.ndarray:
@@ -150,6 +151,7 @@ class AnalyticalModel:
         self._mem_bias = np.array([c.memory_bias_mb for c in coeff])
         self._mem_layer = np.array([c.memory_per_layer_mb for c in coeff])
         self._mem_load = np.array([c.memory_loading_factor for c in coeff])
+        self._mem_segment = np.array([c.memory_per_segment_mb for c in coeff])
         self.capacity_mb = np.array([d.memory_mb for d in platform.devices])
 
     def device_speed(self) -> np.ndarray:
@@ -160,7 +162,7 @@ class AnalyticalModel:
 
     def evaluate(self, batch: MappingBatch) -> Evaluation:
         numba.set_num_threads(1 if batch.size < PARALLEL_MIN_BATCH else self.threads)
-        latency, busy, comm, peak, energy, parts, sent = simulate_batch(
+        latency, busy, comm, peak, energy, parts, sent, segments = simulate_batch(
             np.ascontiguousarray(batch.share, dtype=np.float64),
             np.ascontiguousarray(batch.owner, dtype=np.int64),
             self.inputs,
@@ -170,10 +172,13 @@ class AnalyticalModel:
         energy = energy + idle * self._idle_w
         # Eq. 4.9, with a per-layer term for the runtime structures each layer keeps
         memory = (peak / MB) * self._mem_coef + self._mem_bias + parts * self._mem_layer
+        memory += segments * self._mem_segment
         if self._mem_load.any():
             # onnxruntime holds a model's weights twice while it loads them: the peak RSS is
             # the larger of that and the running footprint
             weights = np.einsum("pld,l->pd", batch.share, self.tables.weight_bytes) / MB
             memory = np.maximum(memory, self._mem_bias + self._mem_load * weights)
         memory = np.where(used, memory, 0.0)
-        return Evaluation(latency, busy, comm, idle, memory, energy, sent, used, self.capacity_mb)
+        return Evaluation(
+            latency, busy, comm, idle, memory, energy, sent, used, self.capacity_mb, segments
+        )

@@ -101,6 +101,7 @@ def _simulate_one(
     energy,
     n_parts,
     sent,
+    n_segs,
 ):
     kind, t_work, t_fixed, op_class = k_in.kind, k_in.t_work, k_in.t_fixed, k_in.op_class
     out_bytes, w_bytes, last_use, entry = k_in.out_bytes, k_in.w_bytes, k_in.last_use, k_in.entry
@@ -120,6 +121,10 @@ def _simulate_one(
     delta = np.zeros((n_dev, n_layers + 1))
     part_end = np.zeros(n_dev)
     gather_in = np.zeros(n_dev)
+    # the runtime cuts a device's work into segments (sub-models) before a step that receives
+    # and after one whose output is sent or gathered: recv_at[d, l] / sent_at[d, l] mark those
+    recv_at = np.zeros((n_dev, n_layers), dtype=np.bool_)
+    sent_at = np.zeros((n_dev, n_layers), dtype=np.bool_)
     # need[l, d]: device d reads layer l's whole output (it computes a consumer or a part of
     # one, or holds it as a graph output); out_tid[l]: that output's tensor id
     need = np.zeros((n_layers, n_dev), dtype=np.bool_)
@@ -183,6 +188,9 @@ def _simulate_one(
                         energy[d] += in_bytes[e] * e_byte[loc, d]
                         recv_first[t, d] = layer
                         recv_bytes[t] = in_bytes[e]
+                        recv_at[d, layer] = True
+                        if src >= 0:
+                            sent_at[loc, src] = True
                     recv_last[t, d] = layer
                 if a > t_in:
                     t_in = a
@@ -247,6 +255,7 @@ def _simulate_one(
                         gather_in[e] = a
                     sends = True
                 if sends:  # the part is held on its device until it is sent
+                    sent_at[d, layer] = True
                     delta[d, layer] += nbytes
                     delta[d, layer + 1] -= nbytes
             ready[layer] = last_part  # nobody reads it from the owner unless it concatenates
@@ -254,6 +263,7 @@ def _simulate_one(
             for e in range(n_dev):
                 if not ((e == c and cat_owner) or (share[layer, e] > 0.0 and need[layer, e])):
                     continue
+                sent_at[e, layer] = True  # a gather step ends the segment
                 k = kind[e]
                 start = max(dev_free[e], gather_in[e])
                 end = start + t_fixed[k, layer]
@@ -289,13 +299,21 @@ def _simulate_one(
             if acc > peak:
                 peak = acc
         mem_peak[d] = peak
+        cut = True
+        for i in range(n_layers):
+            if share[i, d] > 0.0:
+                if cut or recv_at[d, i]:
+                    n_segs[d] += 1
+                cut = False
+            if sent_at[d, i]:
+                cut = True
     latency_out[0] = finish
 
 
 @njit(cache=True, parallel=True)
 def simulate_batch(share, owner, k_in):
     """Latency [P]; busy, communication, activation+weight peak bytes, energy (without idle),
-    parts and bytes sent, each [P, D]."""
+    parts, bytes sent and segments (the runtime's sub-models), each [P, D]."""
     n_pop, _, n_dev = share.shape
     latency = np.zeros(n_pop)
     busy = np.zeros((n_pop, n_dev))
@@ -304,6 +322,7 @@ def simulate_batch(share, owner, k_in):
     energy = np.zeros((n_pop, n_dev))
     parts = np.zeros((n_pop, n_dev), dtype=np.int64)
     sent = np.zeros((n_pop, n_dev))
+    segs = np.zeros((n_pop, n_dev), dtype=np.int64)
     for p in prange(n_pop):
         _simulate_one(
             share[p],
@@ -316,8 +335,9 @@ def simulate_batch(share, owner, k_in):
             energy[p],
             parts[p],
             sent[p],
+            segs[p],
         )
-    return latency, busy, comm, mem, energy, parts, sent
+    return latency, busy, comm, mem, energy, parts, sent, segs
 
 
 def input_csr(

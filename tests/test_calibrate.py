@@ -210,3 +210,22 @@ def platform_localhost():
     from dse.platform import load_platform
 
     return load_platform(yaml.safe_load((CONF_DIR / "platform" / "localhost.yaml").read_text()))
+
+
+@pytest.mark.parametrize("kind", ["vertical", "split", "mixed"])
+def test_model_counts_the_segments_the_partitioner_cuts(kind: str) -> None:
+    """The model's segments per device (its memory's per-segment term) equal the number of
+    sub-models the runtime's partitioner writes for that device."""
+    from dse.runtime.partition import partition
+
+    net = load_net({"name": "googlenet"})
+    g = net.graph
+    plat = platform_localhost()
+    share = random_mappings(g, 2, kind, 3, np.random.default_rng(7))
+    batch = MappingBatch(share, derive_owner(g, share))
+    ev = AnalyticalModel(g, plat, coefficients()).evaluate(batch)
+    for p in range(batch.size):
+        plan = partition(net, batch[p], plat).plan
+        got = {r["device_index"]: len(r["segments"]) for r in plan["ranks"]}
+        want = {d: int(ev.segments[p, d]) for d in range(2) if ev.used[p, d]}
+        assert got == want

@@ -246,23 +246,22 @@ def measure_deployments(
 
 def fit_memory(runs: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, Any]]:
     """Peak RSS while running = bias + coefficient x (weights + live activations, MB) + per
-    layer x layers held; while loading = bias + loading_factor x weights (MB)."""
+    segment x sub-models; while loading = bias + loading_factor x weights (MB)."""
     from models_analytical.calibration import fit_nonnegative
 
     rows, target = [], []
     for r in runs:
         m: AnalyticalModel = r["model"]
-        ev = m.evaluate(r["batch"])  # any memory coefficients: peak bytes are read back below
-        share = r["batch"].share[0]
-        weights = share.T @ m.tables.weight_bytes / MB
-        parts = (share > 0).sum(axis=0)
-        peak = (ev.memory_mb[0] - m._mem_bias - parts * m._mem_layer) / m._mem_coef
-        peak = np.where(ev.used[0], peak, 0.0)
+        unit = np.ones_like(m._mem_coef)
+        m._mem_coef, m._mem_bias, m._mem_layer = unit, 0 * unit, 0 * unit
+        m._mem_segment, m._mem_load = 0 * unit, 0 * unit
+        ev = m.evaluate(r["batch"])  # memory_mb is now the liveness peak alone
+        weights = r["batch"].share[0].T @ m.tables.weight_bytes / MB
         for rank in r["result"]["ranks"]:
             d = next(i for i, dev in enumerate(m.platform.devices) if dev.name == rank["device"])
             if rank["peak_rss_running_mb"] is None:
                 continue
-            rows.append([1.0, peak[d], parts[d], 0.0])
+            rows.append([1.0, ev.memory_mb[0, d], ev.segments[0, d], 0.0])
             target.append(rank["peak_rss_running_mb"])
             rows.append([1.0, 0.0, 0.0, weights[d]])
             target.append(rank["peak_rss_loading_mb"])
@@ -272,7 +271,8 @@ def fit_memory(runs: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, 
     fitted = {
         "bias_mb": float(coef[0]),
         "coefficient": float(max(coef[1], 1e-6)),
-        "per_layer_mb": float(coef[2]),
+        "per_layer_mb": 0.0,
+        "per_segment_mb": float(coef[2]),
         "loading_factor": float(coef[3]),
     }
     return fitted, {
