@@ -37,9 +37,7 @@ def fit_regression(
         if rows.sum() >= min_rows:
             out[f] = [float(c) for c in fit_nonnegative(terms[rows] / scale, seconds[rows]) / scale]
     if keep.sum() >= min_rows:
-        out["any"] = [
-            float(c) for c in fit_nonnegative(terms[keep] / scale, seconds[keep]) / scale
-        ]
+        out["any"] = [float(c) for c in fit_nonnegative(terms[keep] / scale, seconds[keep]) / scale]
     return out
 
 
