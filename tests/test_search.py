@@ -231,3 +231,14 @@ def test_multirun_job_failing_does_not_stop_the_others(tmp_path):
     assert len(errors) == 1 and "job 0" in errors[0] and "chromosome.splits=17" in errors[0]
     assert not (tmp_path / "0").exists()  # the failed job left no directory
     assert json.loads((tmp_path / "1" / "summary.json").read_text())["generations"] == 2
+
+
+def test_crowding_distance_is_pymoos():
+    from pymoo.operators.survival.rank_and_crowding.metrics import get_crowding_function
+
+    rng = np.random.default_rng(3)
+    pymoo_cd = get_crowding_function("cd")
+    for n in (1, 2, 3, 10, 200):
+        F = rng.integers(0, 5, size=(n, 3)).astype(float)  # ties and equal columns
+        F[:, 2] = 1.0 if n % 2 else F[:, 2]
+        assert np.array_equal(search.crowding_distance(F), pymoo_cd.do(F), equal_nan=True)

@@ -35,34 +35,39 @@ def run_title(summary: Mapping) -> str:
     return text if summary.get("feasible", True) else text + " | NOTHING FITS IN MEMORY"
 
 
-def _pyplot():
-    """matplotlib's pyplot on the file-only Agg backend (runs have no screen)."""
-    import matplotlib
+def _grid(n: int, ncols: int, size: tuple[float, float] = (4.2, 3.4), bottom: float = 0.55):
+    """A figure of ``n`` panels, ``ncols`` a row, with fixed margins in inches (room for tick
+    labels, axis labels and the title; tight_layout's measuring costs a draw). matplotlib's
+    Figure on the Agg canvas, without pyplot: runs have no screen, and pyplot's import and
+    backend set-up cost more than the plot."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _grid(plt, n: int, ncols: int, size: tuple[float, float] = (4.2, 3.4)):
     ncols = max(1, min(ncols, n))
     nrows = math.ceil(n / ncols)
-    fig, axes = plt.subplots(
-        nrows, ncols, figsize=(size[0] * ncols, size[1] * nrows + 0.6), squeeze=False
+    width, height = size[0] * ncols, size[1] * nrows + 0.6
+    fig = Figure(figsize=(width, height))
+    left, right, top, wgap, hgap = 0.75, 0.15, 0.5, 0.85, bottom + 0.35
+    panel_w = (width - left - right - wgap * (ncols - 1)) / ncols
+    panel_h = (height - top - bottom - hgap * (nrows - 1)) / nrows
+    fig.subplots_adjust(
+        left=left / width,
+        right=1 - right / width,
+        bottom=bottom / height,
+        top=1 - top / height,
+        wspace=wgap / panel_w,
+        hspace=hgap / panel_h,
     )
+    axes = fig.subplots(nrows, ncols, squeeze=False)
     flat = list(axes.ravel())
     for ax in flat[n:]:
         ax.set_visible(False)
     return fig, flat[:n]
 
 
-def _save(plt, fig, path: Path, title: str) -> None:
+def _save(fig, path: Path, title: str) -> None:
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
     with staged(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
 
 
 def plot_convergence(
@@ -70,8 +75,7 @@ def plot_convergence(
 ) -> None:
     """The front's hypervolume (fixed normalisation, comparable across runs of one problem) and
     the best feasible value of each objective, per generation (the thesis's Figure 12)."""
-    plt = _pyplot()
-    fig, axes = _grid(plt, 1 + len(objectives), ncols=4)
+    fig, axes = _grid(1 + len(objectives), ncols=4)
     panels = [("hypervolume", "hypervolume of the front")] + [
         (f"best_{n}", f"best {axis_label(n)}") for n in objectives
     ]
@@ -87,7 +91,7 @@ def plot_convergence(
         ax.grid(alpha=0.3)
     if len(runs) > 1:
         axes[0].legend(fontsize=7, loc="upper right")  # "best" is slow with many points
-    _save(plt, fig, path, title)
+    _save(fig, path, title)
 
 
 def plot_pareto(
@@ -100,10 +104,9 @@ def plot_pareto(
     """The final front: pairwise scatter of the objectives with each objective's best marked,
     and, for 3 or more objectives, parallel coordinates (one line per mapping, each axis
     scaled from its best to its worst), where no point looks dominated that is not."""
-    plt = _pyplot()
     k = len(objectives)
     pairs = [(i, j) for i in range(k) for j in range(i + 1, k)] or [(0, 0)]
-    fig, axes = _grid(plt, len(pairs) + (1 if k >= 3 else 0), ncols=3)
+    fig, axes = _grid(len(pairs) + (1 if k >= 3 else 0), ncols=3, bottom=0.75)
     ok = feasible if feasible.any() else np.ones(len(f), dtype=bool)
     bests = {n: int(np.flatnonzero(ok)[np.argmin(f[ok, i])]) for i, n in enumerate(objectives)}
     for ax, (i, j) in zip(axes, pairs, strict=False):
@@ -121,8 +124,10 @@ def plot_pareto(
         lo, hi = f.min(axis=0), f.max(axis=0)
         norm = (f - lo) / np.where(hi > lo, hi - lo, 1.0)
         xs = np.arange(k)
-        for row in norm[feasible]:
-            ax.plot(xs, row, color="tab:blue", alpha=0.15, lw=0.8)
+        from matplotlib.collections import LineCollection  # one artist for the whole front
+
+        lines = np.stack([np.broadcast_to(xs, norm.shape), norm], axis=2)[feasible]
+        ax.add_collection(LineCollection(lines, colors="tab:blue", alpha=0.15, lw=0.8))
         for m, (n, b) in zip(BEST_MARKERS, bests.items(), strict=False):
             ax.plot(xs, norm[b], lw=2, marker=m, label=f"best {n}")
         ax.set_xticks(
@@ -136,7 +141,7 @@ def plot_pareto(
         ax.set_ylabel("best (0) to worst (1) on the front", fontsize=8)
         ax.set_title("parallel coordinates", fontsize=8)
         ax.legend(fontsize=7, loc="upper right")
-    _save(plt, fig, path, title)
+    _save(fig, path, title)
 
 
 def plot_predicted_vs_measured(
@@ -146,10 +151,9 @@ def plot_predicted_vs_measured(
 ) -> None:
     """Predicted against measured, one panel per figure (``label -> (measured, predicted,
     point names)``), with y = x and the +-10 % band; points with no value are left out."""
-    plt = _pyplot()
     from matplotlib.ticker import NullFormatter
 
-    fig, axes = _grid(plt, max(1, len(panels)), ncols=3, size=(4.4, 4.0))
+    fig, axes = _grid(max(1, len(panels)), ncols=3, size=(4.4, 4.0))
     for ax, (label, (measured, predicted, names)) in zip(axes, panels.items(), strict=False):
         pts = [
             (float(m), float(p), n)
@@ -190,4 +194,4 @@ def plot_predicted_vs_measured(
         ax.set_ylabel(f"predicted {label}", fontsize=8)
         ax.grid(alpha=0.3, which="both")
     axes[0].legend(fontsize=6, loc="upper left")
-    _save(plt, fig, path, title)
+    _save(fig, path, title)

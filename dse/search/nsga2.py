@@ -22,7 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from pymoo.operators.survival.rank_and_crowding.metrics import get_crowding_function
 from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 from pymoo.util.randomized_argsort import randomized_argsort
 
@@ -35,7 +34,6 @@ from dse.search.hypervolume import Reference
 from dse.search.problem import MappingProblem
 
 _NDS = NonDominatedSorting()
-_CROWDING = get_crowding_function("cd")
 _ARRAY_FIELDS = ("X", "F", "G", "rank", "crowding")
 #: Attempts to fill a generation with new mappings before it goes on with fewer offspring.
 MAX_MATING_ROUNDS = 100
@@ -138,6 +136,28 @@ def evaluate(problem: MappingProblem, batch: MappingBatch) -> tuple[np.ndarray, 
 # --- survival and selection --------------------------------------------------------------------
 
 
+def crowding_distance(F: np.ndarray) -> np.ndarray:
+    """pymoo 0.6's crowding distance ("cd": ``calc_crowding_distance`` behind
+    ``FunctionalDiversity``, without duplicate filtering), copied: its module imports
+    scipy.spatial, half a second of start-up for a function that does not use it."""
+    F = np.array(F, dtype=np.double)
+    n_points, n_obj = F.shape
+    if n_points <= 2:
+        return np.full(n_points, np.inf)
+    sort = np.argsort(F, axis=0, kind="mergesort")
+    F = F[sort, np.arange(n_obj)]
+    dist = np.vstack([F, np.full(n_obj, np.inf)]) - np.vstack([np.full(n_obj, -np.inf), F])
+    norm = np.max(F, axis=0) - np.min(F, axis=0)
+    norm[norm == 0] = np.nan
+    dist_to_last, dist_to_next = dist, np.copy(dist)
+    dist_to_last, dist_to_next = dist_to_last[:-1] / norm, dist_to_next[1:] / norm
+    dist_to_last[np.isnan(dist_to_last)] = 0.0
+    dist_to_next[np.isnan(dist_to_next)] = 0.0
+    back = np.argsort(sort, axis=0)
+    cols = np.arange(n_obj)
+    return np.sum(dist_to_last[back, cols] + dist_to_next[back, cols], axis=1) / n_obj
+
+
 def survive(pop: Population, n: int, rng: np.random.Generator) -> Population:
     """Rank-and-crowding survival of ``n`` individuals (pymoo's RankAndCrowding with
     infeasible individuals last, by violation); sets rank and crowding."""
@@ -155,10 +175,10 @@ def survive(pop: Population, n: int, rng: np.random.Generator) -> Population:
         for k, front in enumerate(_NDS.do(F, n_stop_if_ranked=n_feas)):
             if taken + len(front) > n_feas:
                 n_remove = taken + len(front) - n_feas
-                cd = _CROWDING.do(F[front], n_remove=n_remove)
+                cd = crowding_distance(F[front])
                 keep = randomized_argsort(cd, order="descending", random_state=rng)[:-n_remove]
             else:
-                cd = _CROWDING.do(F[front], n_remove=0)
+                cd = crowding_distance(F[front])
                 keep = np.arange(len(front))
             rank[feas[front]] = k
             crowding[feas[front]] = cd
