@@ -249,7 +249,7 @@ def fit_memory(runs: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, 
     segment x sub-models; while loading = bias + loading_factor x weights (MB)."""
     from models_analytical.calibration import fit_nonnegative
 
-    rows, target = [], []
+    rows, target, names = [], [], []
     for r in runs:
         m: AnalyticalModel = r["model"]
         unit = np.ones_like(m._mem_coef)
@@ -265,6 +265,7 @@ def fit_memory(runs: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, 
             target.append(rank["peak_rss_running_mb"])
             rows.append([1.0, 0.0, 0.0, weights[d]])
             target.append(rank["peak_rss_loading_mb"])
+            names += [f"{r['net']}/{r['label']}/{rank['device']}/{w}" for w in ("run", "load")]
     a, y = np.array(rows), np.array(target)
     coef = fit_nonnegative(a, y, relative=True)
     err = np.abs(a @ coef - y) / y
@@ -279,6 +280,10 @@ def fit_memory(runs: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, 
         "rows": len(y),
         "median_rel_error": round(float(np.median(err)), 4),
         "max_rel_error": round(float(err.max()), 4),
+        "measured_fitted_mb": {
+            n: [round(float(t), 1), round(float(f), 1)]
+            for n, t, f in zip(names, y, a @ coef, strict=True)
+        },
     }
 
 

@@ -88,7 +88,7 @@ def bench(comm: Any, quick: bool = False) -> dict[str, Any] | None:
 def measure_link(platform: Platform, a: int, b: int, quick: bool = False) -> dict[str, Any]:
     """Run the benchmark between devices ``a`` and ``b`` of ``platform`` (their hosts and
     cores, as a deployment binds them); the table as :func:`bench` returns it."""
-    from dse.runtime.launch import ROOT_ENV
+    from dse.runtime.launch import MPI_ENV, ROOT_ENV
     from dse.runtime.package import core_slots, mpiexec_path
 
     devs = platform.devices
@@ -107,7 +107,7 @@ def measure_link(platform: Platform, a: int, b: int, quick: bool = False) -> dic
         cmd += ["--map-by", f"rankfile:file={d / 'rankfile'}"]
         cmd += [sys.executable, "-m", "mpi4py", "-m", "dse.calibrate.links", str(out)]
         cmd += ["--quick"] if quick else []
-        env = {**os.environ, **(ROOT_ENV if os.geteuid() == 0 else {})}
+        env = {**os.environ, **MPI_ENV, **(ROOT_ENV if os.geteuid() == 0 else {})}
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
         if proc.returncode != 0 or not out.is_file():
             tail = " | ".join(proc.stderr.strip().splitlines()[-3:])

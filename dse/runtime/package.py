@@ -131,6 +131,8 @@ def run_script(cmd: list[str]) -> str:
         "# Run this deployment (every host needs the same Python environment and this directory).\n"
         "# Open MPI refuses root without these; they do nothing for other users.\n"
         "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1\n"
+        "# A rank waiting for a message yields its core rather than spinning on it.\n"
+        "export OMPI_MCA_mpi_yield_when_idle=1\n"
         f'exec {shlex.join(cmd)} "$@"\n'
     )
 
