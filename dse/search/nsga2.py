@@ -25,7 +25,7 @@ import numpy as np
 from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 from pymoo.util.randomized_argsort import randomized_argsort
 
-from chromosomes import Parts
+from chromosomes import Parts, kernels
 from dse.config import AlgorithmConfig
 from dse.errors import DseError
 from dse.mapping import MappingBatch
@@ -117,13 +117,9 @@ def mapping_keys(batch: MappingBatch, graph: LayerGraph) -> list[bytes]:
 def parts_keys(parts: Parts) -> list[bytes]:
     """:func:`mapping_keys` of the mappings :meth:`Chromosome.parts` gives (the same keys),
     from their whole numbers without building their shares."""
-    if len(parts) == 0:
-        return []
-    first = parts.device.astype(np.uint8)  # [P, L]
-    split = parts.device[0] < 0  # the splittable layers
-    first[:, split] = parts.channels.argmax(axis=2)
-    counts = parts.channels.astype(np.uint16).reshape(len(parts), -1).view(np.uint8)
-    rows = np.concatenate([first, counts], axis=1)
+    n, n_layers = parts.device.shape
+    rows = np.empty((n, n_layers + 2 * parts.channels[0].size if n else 0), dtype=np.uint8)
+    kernels.key_rows(parts.device, parts.channels, rows)
     return [hashlib.blake2b(row.tobytes(), digest_size=8).digest() for row in rows]
 
 
