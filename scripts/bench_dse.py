@@ -1,15 +1,20 @@
 """Time the exploration as a user runs it, with the thesis's settings.
 
-    python scripts/bench_dse.py [--nets vgg16 densenet121] [extra overrides ...]
+    python scripts/bench_dse.py [--nets vgg16 densenet121] [--repeat N] [--against DIR]
+        [extra overrides ...]
 
 Runs `python -m dse +net=NET` (population 1000, 100 generations, default platform) in a fresh
-process per network, start-up included, and prints `NET: T s wall, E evaluations/s`.
+process per network, start-up included, and prints `NET: T s wall, E evaluations/s`. With
+``--repeat N`` each network runs N times and the median is printed too. ``--against DIR`` (another
+checkout, e.g. `git worktree add /tmp/old HEAD~3`) runs that code alternately with this one, so a
+shared machine's load falls on both alike; compare the medians.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -19,34 +24,62 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def once(root: Path, net: str, overrides: list[str]) -> tuple[float, int] | str:
+    """Wall seconds and evaluations of one run of the checkout at ``root``, or why it failed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "dse",
+                f"+net={net}",
+                "progress=false",
+                f"hydra.run.dir={tmp}",
+                *overrides,
+            ],
+            cwd=root,  # `python -m dse` imports the package of the working directory first
+            capture_output=True,
+            text=True,
+        )
+        wall = time.perf_counter() - t0
+        if r.returncode != 0:
+            lines = r.stderr.strip().splitlines()
+            return f"failed: {lines[-1] if lines else r.returncode}"
+        return wall, json.loads((Path(tmp) / "summary.json").read_text())["evaluations"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nets", nargs="+", default=["vgg16", "densenet121"])
+    ap.add_argument("--repeat", type=int, default=1, help="runs per network (median printed)")
+    ap.add_argument("--against", type=Path, help="another checkout, run alternately")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. chromosome=naive")
     args = ap.parse_args()
+    roots = {"this": ROOT}
+    if args.against:
+        roots["against"] = args.against.resolve()
     for net in args.nets:
-        with tempfile.TemporaryDirectory() as tmp:
-            t0 = time.perf_counter()
-            r = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "dse",
-                    f"+net={net}",
-                    "progress=false",
-                    f"hydra.run.dir={tmp}",
-                    *args.overrides,
-                ],
-                cwd=ROOT,
-                capture_output=True,
-                text=True,
-            )
-            wall = time.perf_counter() - t0
-            if r.returncode != 0:
-                print(f"{net}: failed: {r.stderr.strip().splitlines()[-1]}")
-                continue
-            evals = json.loads((Path(tmp) / "summary.json").read_text())["evaluations"]
-        print(f"{net}: {wall:.1f} s wall, {evals / wall:,.0f} evaluations/s")
+        walls: dict[str, list[float]] = {k: [] for k in roots}
+        for i in range(args.repeat):
+            for label, root in roots.items():
+                result = once(root, net, args.overrides)
+                tag = (
+                    f"{net}"
+                    + (f" [{label}]" if args.against else "")
+                    + (f" run {i + 1}" if args.repeat > 1 else "")
+                )
+                if isinstance(result, str):
+                    print(f"{tag}: {result}", flush=True)
+                    continue
+                wall, evals = result
+                walls[label].append(wall)
+                print(f"{tag}: {wall:.1f} s wall, {evals / wall:,.0f} evaluations/s", flush=True)
+        if args.repeat > 1 or args.against:
+            for label, w in walls.items():
+                if w:
+                    name = f"{net} [{label}]" if args.against else net
+                    print(f"{name}: median {statistics.median(w):.1f} s of {len(w)} runs")
 
 
 if __name__ == "__main__":
