@@ -18,6 +18,8 @@ OP_CLASSES = ("conv_winograd", "conv", "fc", "elementwise")
 POWER_CLASSES = (*OP_CLASSES, "overhead", "idle")
 #: A regressed layer time is the dot product of these terms with its family's coefficients.
 REGRESSION_TERMS = ("1", "macs", "activation_bytes", "weight_bytes")
+#: Weights by how onnxruntime holds them: convolutions' (packed for its kernels) and the rest.
+WEIGHT_CLASSES = ("conv", "other")
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,11 @@ class KindCoefficients:
     channel_block: int = 1  # a conv part computes its output channels in blocks of this many
     transfer_fixed_s: float = 0.0  # per tensor crossing devices: the segment cut on both ends
     transfer_per_byte_s: float = 0.0  # ... and per byte (layout conversions, copies)
-    memory_loading_factor: float = 0.0  # peak while loading = bias + factor x weights (0: off)
+    # Calibrated memory, per weight class (WEIGHT_CLASSES; empty: off): while running, bias +
+    # coefficient x live activations + weights[class] x that class's weights (MB); while loading,
+    # bias + loading[class] x weights (onnxruntime holds some twice, packs conv weights)
+    memory_weights: dict[str, float] = field(default_factory=dict)
+    memory_loading: dict[str, float] = field(default_factory=dict)
     memory_per_segment_mb: float = 0.0  # per sub-model a device runs (session state)
 
     @classmethod
@@ -93,9 +99,16 @@ class KindCoefficients:
             transfer_per_byte_s=number(
                 k.get("transfer_per_byte_s", 0.0), f"{where}.transfer_per_byte_s"
             ),
-            memory_loading_factor=number(
-                mem.get("loading_factor", 0.0), f"{where}.memory.loading_factor"
-            ),
+            memory_weights={
+                c: number(v, f"{where}.memory.weights.{c}")
+                for c, v in dict(mem.get("weights") or {}).items()
+                if c in WEIGHT_CLASSES
+            },
+            memory_loading={
+                c: number(v, f"{where}.memory.loading.{c}")
+                for c, v in dict(mem.get("loading") or {}).items()
+                if c in WEIGHT_CLASSES
+            },
             memory_per_segment_mb=number(
                 mem.get("per_segment_mb", 0.0), f"{where}.memory.per_segment_mb"
             ),
@@ -107,7 +120,8 @@ class KindCoefficients:
             "coefficient": d.pop("memory_coefficient"),
             "bias_mb": d.pop("memory_bias_mb"),
             "per_layer_mb": d.pop("memory_per_layer_mb"),
-            "loading_factor": d.pop("memory_loading_factor"),
+            "weights": d.pop("memory_weights"),
+            "loading": d.pop("memory_loading"),
             "per_segment_mb": d.pop("memory_per_segment_mb"),
         }
         return d

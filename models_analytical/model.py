@@ -14,8 +14,8 @@ import numpy as np
 from dse.mapping import MappingBatch
 from dse.net.graph import LayerGraph
 from dse.platform import KINDS, Platform
-from models_analytical.coefficients import OP_CLASSES, Coefficients
-from models_analytical.layer_costs import LayerTables, layer_tables
+from models_analytical.coefficients import OP_CLASSES, WEIGHT_CLASSES, Coefficients
+from models_analytical.layer_costs import CONV_OPS, LayerTables, layer_tables
 from models_analytical.simulate import KernelInputs, input_csr, simulate_batch
 
 MB = 1e6
@@ -150,7 +150,16 @@ class AnalyticalModel:
         self._mem_coef = np.array([c.memory_coefficient for c in coeff])
         self._mem_bias = np.array([c.memory_bias_mb for c in coeff])
         self._mem_layer = np.array([c.memory_per_layer_mb for c in coeff])
-        self._mem_load = np.array([c.memory_loading_factor for c in coeff])
+        conv = np.array([layer.op in CONV_OPS for layer in graph])
+        w = self.tables.weight_bytes / MB
+        self._w_class = np.stack([np.where(conv, w, 0.0), np.where(conv, 0.0, w)], axis=1)
+        self._mem_w = np.array(
+            [[c.memory_weights.get(k, 0.0) for k in WEIGHT_CLASSES] for c in coeff]
+        )
+        self._mem_load = np.array(
+            [[c.memory_loading.get(k, 0.0) for k in WEIGHT_CLASSES] for c in coeff]
+        )
+        self._by_class = platform.weights == "resident" and bool(self._mem_w.any())
         self._mem_segment = np.array([c.memory_per_segment_mb for c in coeff])
         self.capacity_mb = np.array([d.memory_mb for d in platform.devices])
 
@@ -171,13 +180,19 @@ class AnalyticalModel:
         idle = np.where(used, np.maximum(latency[:, None] - busy, 0.0), 0.0)
         energy = energy + idle * self._idle_w
         # Eq. 4.9, with a per-layer term for the runtime structures each layer keeps
-        memory = (peak / MB) * self._mem_coef + self._mem_bias + parts * self._mem_layer
-        memory += segments * self._mem_segment
+        memory = self._mem_bias + parts * self._mem_layer + segments * self._mem_segment
+        if self._by_class or self._mem_load.any():
+            weights = np.einsum("pld,lc->pdc", batch.share, self._w_class)  # [P, D, class] MB
+        if self._by_class:  # resident weights: the liveness peak is weights + activations
+            act = np.maximum(peak / MB - weights.sum(axis=2), 0.0)
+            memory = memory + act * self._mem_coef + (weights * self._mem_w).sum(axis=2)
+        else:
+            memory = memory + (peak / MB) * self._mem_coef
         if self._mem_load.any():
-            # onnxruntime holds a model's weights twice while it loads them: the peak RSS is
-            # the larger of that and the running footprint
-            weights = np.einsum("pld,l->pd", batch.share, self.tables.weight_bytes) / MB
-            memory = np.maximum(memory, self._mem_bias + self._mem_load * weights)
+            # while loading, onnxruntime holds weights twice and packs conv weights: the peak
+            # RSS is the larger of that and the running footprint
+            loading = self._mem_bias + (weights * self._mem_load).sum(axis=2)
+            memory = np.maximum(memory, loading)
         memory = np.where(used, memory, 0.0)
         return Evaluation(
             latency, busy, comm, idle, memory, energy, sent, used, self.capacity_mb, segments

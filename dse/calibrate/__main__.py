@@ -244,9 +244,10 @@ def measure_deployments(
     return out
 
 
-def fit_memory(runs: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, Any]]:
-    """Peak RSS while running = bias + coefficient x (weights + live activations, MB) + per
-    segment x sub-models; while loading = bias + loading_factor x weights (MB)."""
+def fit_memory(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Peak RSS while running = bias + coefficient x live activations + weights[class] x the
+    rank's weights of that class + per segment x sub-models; while loading = bias +
+    loading[class] x weights (MB; classes: conv, other). Non-negative, relative residuals."""
     from models_analytical.calibration import fit_nonnegative
 
     rows, target, names = [], [], []
@@ -254,18 +255,19 @@ def fit_memory(runs: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, 
         m: AnalyticalModel = r["model"]
         unit = np.ones_like(m._mem_coef)
         m._mem_coef, m._mem_bias, m._mem_layer = unit, 0 * unit, 0 * unit
-        m._mem_segment, m._mem_load = 0 * unit, 0 * unit
+        m._mem_segment, m._mem_load, m._by_class = 0 * unit, 0 * m._mem_load, False
         ev = m.evaluate(r["batch"])  # memory_mb is now the liveness peak alone
-        weights = r["batch"].share[0].T @ m.tables.weight_bytes / MB
+        w = r["batch"].share[0].T @ m._w_class  # [D, class] MB
         for rank in r["result"]["ranks"]:
             d = next(i for i, dev in enumerate(m.platform.devices) if dev.name == rank["device"])
             if rank["peak_rss_running_mb"] is None:
                 continue
-            rows.append([1.0, ev.memory_mb[0, d], ev.segments[0, d], 0.0])
+            act = max(ev.memory_mb[0, d] - w[d].sum(), 0.0)
+            rows.append([1.0, act, w[d, 0], w[d, 1], ev.segments[0, d], 0.0, 0.0])
             target.append(rank["peak_rss_running_mb"])
-            rows.append([1.0, 0.0, 0.0, weights[d]])
+            rows.append([1.0, 0.0, 0.0, 0.0, 0.0, w[d, 0], w[d, 1]])
             target.append(rank["peak_rss_loading_mb"])
-            names += [f"{r['net']}/{r['label']}/{rank['device']}/{w}" for w in ("run", "load")]
+            names += [f"{r['net']}/{r['label']}/{rank['device']}/{x}" for x in ("run", "load")]
     a, y = np.array(rows), np.array(target)
     coef = fit_nonnegative(a, y, relative=True)
     err = np.abs(a @ coef - y) / y
@@ -273,8 +275,9 @@ def fit_memory(runs: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, 
         "bias_mb": float(coef[0]),
         "coefficient": float(max(coef[1], 1e-6)),
         "per_layer_mb": 0.0,
-        "per_segment_mb": float(coef[2]),
-        "loading_factor": float(coef[3]),
+        "weights": {"conv": float(coef[2]), "other": float(coef[3])},
+        "per_segment_mb": float(coef[4]),
+        "loading": {"conv": float(coef[5]), "other": float(coef[6])},
     }
     return fitted, {
         "rows": len(y),
