@@ -122,7 +122,7 @@ def calibrate_kind(
         raise DseError("profiling gpu devices is not supported yet: calibrate the cpu kinds")
     runs = 3 if cfg.quick else int(cfg.runs)
     layer_s: dict[str, float] = {}
-    fams, terms, secs = [], [], []
+    fams, terms, secs, nets_of = [], [], [], []
     nets_prov = {}
     prior_model = base[kind]
     for name in list(cfg.nets)[: 1 if cfg.quick else None]:
@@ -146,6 +146,7 @@ def calibrate_kind(
         for layer, t in zip(g, scaled, strict=True):
             key = layer_key(layer)
             layer_s.setdefault(key, float(t))
+            nets_of.append(name)
             fams.append(family(layer))
             terms.append(regression_terms(layer))
             secs.append(float(t))
@@ -176,7 +177,35 @@ def calibrate_kind(
         "channel_scaling": {"block": block, "median_rel_error": round(block_err, 4), "rows": rows},
         "regression_families": sorted(regression),
     }
-    return k, prov
+    samples = {"net": nets_of, "family": fams, "terms": terms, "seconds": secs}
+    return k, prov, samples
+
+
+def anchor_to_runtime(
+    k: dict[str, Any], samples: dict[str, list], runs: list[dict[str, Any]], nets: dict
+) -> dict[str, float]:
+    """Scale each network's profiled layer times so they add up to its one-device run under
+    the runtime (the profile runs in this process, the runtime adds its own costs: MPI, the
+    rank's loop); refit the regression on the scaled times. Returns the factor per network."""
+    from models_analytical.calibration import fit_regression
+
+    factors = {}
+    for r in runs:
+        if r["label"] == "single":
+            whole = nets[r["net"]]["whole_ms"]
+            factors[r["net"]] = r["result"]["latency_ms"]["median"] / whole
+    secs = np.array(samples["seconds"]) * np.array([factors.get(n, 1.0) for n in samples["net"]])
+    layer_s: dict[str, float] = {}
+    for r in runs:
+        if r["label"] != "single":
+            continue
+        for layer in r["model"].graph:
+            key = layer_key(layer)
+            if key in k["layer_s"] and key not in layer_s:
+                layer_s[key] = k["layer_s"][key] * factors[r["net"]]
+    k["layer_s"] = {**k["layer_s"], **layer_s}
+    k["regression"] = fit_regression(samples["family"], np.array(samples["terms"]), secs)
+    return {n: round(f, 4) for n, f in factors.items()}
 
 
 def measure_links(cfg: DictConfig, platform: Platform, steps: Steps) -> tuple[dict, dict]:
@@ -362,13 +391,24 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     total = len(kinds) * (n_nets + 1) + 1 + (len(LABELS) * n_nets if cfg.deployments else 0)
     steps = Steps(total)
     raw: dict[str, Any] = {}
+    samples: dict[str, Any] = {}
     prov: dict[str, Any] = {"kinds": {}}
     for kind in kinds:
-        raw[kind], prov["kinds"][kind] = calibrate_kind(cfg, platform, kind, base, steps)
+        raw[kind], prov["kinds"][kind], samples[kind] = calibrate_kind(
+            cfg, platform, kind, base, steps
+        )
     raw["links"], prov["links"] = measure_links(cfg, platform, steps)
     coefficients = Coefficients.from_dict(raw, "calibration")
     if cfg.deployments:
         runs = measure_deployments(cfg, platform, coefficients, steps)
+        if "cpu" in raw:  # the deployments run on cpu devices
+            nets = prov["kinds"]["cpu"]["profiled_networks"]
+            prov["kinds"]["cpu"]["runtime_over_profile"] = anchor_to_runtime(
+                raw["cpu"], samples["cpu"], runs, nets
+            )
+            coefficients = Coefficients.from_dict(raw, "calibration")
+            for r in runs:
+                r["model"] = AnalyticalModel(r["model"].graph, platform, coefficients)
         memory, prov["memory"] = fit_memory(runs)
         (fixed, per_byte), prov["cuts"] = fit_cuts(runs, kinds)
         for kind in kinds:
