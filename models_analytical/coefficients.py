@@ -39,6 +39,7 @@ class KindCoefficients:
     channel_block: int = 1  # a conv part computes its output channels in blocks of this many
     transfer_fixed_s: float = 0.0  # per tensor crossing devices: the segment cut on both ends
     transfer_per_byte_s: float = 0.0  # ... and per byte (layout conversions, copies)
+    split_work_factor: float = 1.0  # a split layer's parts run side by side: each this slower
     # Calibrated memory, per weight class (WEIGHT_CLASSES; empty: off): while running, bias +
     # coefficient x live activations + weights[class] x that class's weights (MB); while loading,
     # bias + loading[class] x weights (onnxruntime holds some twice, packs conv weights)
@@ -98,6 +99,9 @@ class KindCoefficients:
             transfer_fixed_s=number(k.get("transfer_fixed_s", 0.0), f"{where}.transfer_fixed_s"),
             transfer_per_byte_s=number(
                 k.get("transfer_per_byte_s", 0.0), f"{where}.transfer_per_byte_s"
+            ),
+            split_work_factor=number(
+                k.get("split_work_factor", 1.0), f"{where}.split_work_factor", positive=True
             ),
             memory_weights={
                 c: number(v, f"{where}.memory.weights.{c}")

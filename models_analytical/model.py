@@ -92,6 +92,12 @@ def kernel_inputs(
         **link_tables(platform, coefficients),
         seg_fixed=np.array([attr(coefficients, k, "transfer_fixed_s") for k in KINDS]),
         seg_byte=np.array([attr(coefficients, k, "transfer_per_byte_s") for k in KINDS]),
+        split_slow=np.array(
+            [
+                attr(coefficients, k, "split_work_factor") if k in coefficients else 1.0
+                for k in KINDS
+            ]
+        ),
     )
 
 

@@ -56,6 +56,7 @@ class KernelInputs(NamedTuple):
     lk_sec: np.ndarray  # [C, G] transfer time at those sizes
     seg_fixed: np.ndarray  # [K] cost of a tensor crossing to a device of this kind (the cut
     seg_byte: np.ndarray  # [K] segments on both ends), fixed and per byte
+    split_slow: np.ndarray  # [K] work factor of a split layer's parts (they run side by side)
 
 
 @njit(cache=True, nogil=True)
@@ -80,13 +81,16 @@ def _transfer_s(k_in, a, b, nbytes):
 @njit(cache=True, nogil=True)
 def _part_share(k_in, k, layer, s, n_here):
     """The share of a layer's work a part of share ``s`` costs on kind ``k``: whole channel
-    blocks when the layer is split."""
-    b = k_in.block[k, layer]
-    if n_here < 2 or b <= 1.0:
+    blocks when the layer is split, and slower by ``split_slow`` (parts of one layer run at the
+    same time on the devices of a host, which share its memory bandwidth and caches)."""
+    if n_here < 2:
         return s
+    b = k_in.block[k, layer]
+    if b <= 1.0:
+        return s * k_in.split_slow[k]
     c = k_in.channels[layer]
     blocks = np.ceil(s * c / b - 1e-9)
-    return min(blocks * b / c, 1.0)
+    return min(blocks * b / c, 1.0) * k_in.split_slow[k]
 
 
 @njit(cache=True, nogil=True)

@@ -254,3 +254,16 @@ def test_memory_by_weight_class_and_loading_peak_by_hand() -> None:
     cpu = dataclasses.replace(cpu, memory_loading={"conv": 50.0, "other": 1.0})
     _, m = _chain_model(Coefficients({"cpu": cpu}))
     assert m.evaluate(batch).memory_mb[0, 0] == pytest.approx(100.0 + 50.0 * w_mb)
+
+
+def test_split_parts_run_slower_by_the_split_work_factor() -> None:
+    """Parts of a split layer cost share x time x factor; an unsplit layer is unaffected."""
+    cpu = dataclasses.replace(coefficients()["cpu"], split_work_factor=1.5)
+    graph, m = _chain_model(Coefficients({"cpu": cpu}))
+    share = np.zeros((1, len(graph), 2))
+    share[0, :, 0] = 1.0
+    share[0, 2] = [0.25, 0.75]
+    ev = m.evaluate(MappingBatch(share, derive_owner(graph, share)))
+    t = m.tables.t_work[0]
+    assert ev.busy_s[0, 1] == pytest.approx(t[2] * 0.75 * 1.5)
+    assert ev.busy_s[0, 0] == pytest.approx(t.sum() - t[2] + t[2] * 0.25 * 1.5)

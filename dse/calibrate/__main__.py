@@ -12,8 +12,9 @@ Steps, per device kind of the platform (at the thread count of its first device)
 4. **deployments**: per network, one device, a vertical cut, a split of every splittable
    layer over two devices and a random mix, run under MPI by the runtime: the ranks' peak RSS
    while loading and running give the memory terms, and the latencies of the cut mappings
-   the cost of cutting the work into segments (per tensor crossing, fixed and per byte); a
-   run whose spread exceeds 15 % is run again;
+   the cost of cutting the work into segments (per tensor crossing, fixed and per byte) and
+   how much slower a split layer's parts run side by side; each network's layer times are
+   anchored to its one-device run; a run whose spread exceeds 15 % is run again;
 5. **energy** is not measured here (no counter on most machines): the power figures stay those
    of the platform's file, and the coefficients say so.
 
@@ -319,22 +320,28 @@ def fit_memory(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, An
     }
 
 
-def fit_cuts(runs: list[dict[str, Any]], kinds: list[str]) -> tuple[tuple[float, float], dict]:
-    """The fixed and per-byte cost of a tensor crossing devices that makes the cut mappings'
-    predicted latencies best match the measured ones (relative squared error)."""
+def fit_cuts(runs: list[dict[str, Any]]) -> tuple[tuple[float, float, float], dict]:
+    """The cost of a tensor crossing devices (fixed, per byte) and the work factor of split
+    layers' parts that make the cut mappings' predicted latencies best match the measured
+    ones (relative squared error)."""
     from scipy.optimize import minimize
 
     cut = [r for r in runs if r["label"] != "single"]
     measured = np.array([r["result"]["latency_ms"]["median"] / 1e3 for r in cut])
 
+    def unpack(theta: np.ndarray) -> tuple[float, float, float]:
+        return abs(theta[0]) * 1e-4, abs(theta[1]) * 1e-9, 1.0 + abs(theta[2])
+
     def predict(theta: np.ndarray) -> np.ndarray:
-        fixed, per_byte = np.abs(theta[0]) * 1e-4, np.abs(theta[1]) * 1e-9
+        fixed, per_byte, slow = unpack(theta)
         out = []
         for r in cut:
             m: AnalyticalModel = r["model"]
+            k = len(m.inputs.seg_fixed)
             m.inputs = m.inputs._replace(
-                seg_fixed=np.full(len(m.inputs.seg_fixed), fixed),
-                seg_byte=np.full(len(m.inputs.seg_byte), per_byte),
+                seg_fixed=np.full(k, fixed),
+                seg_byte=np.full(k, per_byte),
+                split_slow=np.full(k, slow),
             )
             out.append(m.evaluate(r["batch"]).latency_s[0])
         return np.array(out)
@@ -342,10 +349,9 @@ def fit_cuts(runs: list[dict[str, Any]], kinds: list[str]) -> tuple[tuple[float,
     def loss(theta: np.ndarray) -> float:
         return float(np.sum((predict(theta) / measured - 1.0) ** 2))
 
-    starts = [np.array([f, b]) for f in (0.0, 1.0, 5.0) for b in (0.0, 0.5, 2.0)]
+    starts = [np.array([f, b, c]) for f in (0.0, 1.0, 5.0) for b in (0.0, 1.0) for c in (0, 0.2)]
     best = min((minimize(loss, s, method="Nelder-Mead") for s in starts), key=lambda r: r.fun)
-    fixed, per_byte = abs(best.x[0]) * 1e-4, abs(best.x[1]) * 1e-9
-    before = predict(np.zeros(2))
+    before = predict(np.zeros(3))
     after = predict(best.x)
     prov = {
         "mappings": [f"{r['net']}/{r['label']}" for r in cut],
@@ -355,8 +361,7 @@ def fit_cuts(runs: list[dict[str, Any]], kinds: list[str]) -> tuple[tuple[float,
         "predicted_without_cut_costs_ms": [round(x * 1e3, 3) for x in before],
         "predicted_ms": [round(x * 1e3, 3) for x in after],
     }
-    del kinds
-    return (fixed, per_byte), prov
+    return unpack(best.x), prov
 
 
 def versions() -> dict[str, str]:
@@ -410,11 +415,12 @@ def main(cfg: DictConfig) -> dict[str, Any]:
             for r in runs:
                 r["model"] = AnalyticalModel(r["model"].graph, platform, coefficients)
         memory, prov["memory"] = fit_memory(runs)
-        (fixed, per_byte), prov["cuts"] = fit_cuts(runs, kinds)
+        (fixed, per_byte, slow), prov["cuts"] = fit_cuts(runs)
         for kind in kinds:
             raw[kind]["memory"].update(memory)
             raw[kind]["transfer_fixed_s"] = fixed
             raw[kind]["transfer_per_byte_s"] = per_byte
+            raw[kind]["split_work_factor"] = slow
     steps.bar.close()
     out = Path(str(cfg.out)).expanduser() if cfg.get("out") else calibrated_path(platform.name)
     prov.update(
