@@ -62,6 +62,17 @@ def kernel_inputs(
     outputs = {graph.producer[t.name] for t in graph.outputs if t.name in graph.producer}
     last_use[list(outputs)] = n - 1
     links = platform.link_arrays()
+    # consumers of each layer (CSR) and each layer's output tensor id, for the all-gather rule
+    read = graph.edge_src >= 0
+    order = np.lexsort((graph.edge_dst[read], graph.edge_src[read]))
+    src, dst = graph.edge_src[read][order], graph.edge_dst[read][order]
+    out_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(out_ptr, src + 1, 1)
+    out_tid = np.full(n, -1, dtype=np.int64)
+    has = in_src >= 0
+    out_tid[in_src[has]] = in_tensor[has]
+    is_output = np.zeros(n, dtype=np.bool_)
+    is_output[list(outputs)] = True
 
     def power(kind: str, key: str) -> float:
         return coefficients[kind].power_w[key] if kind in coefficients else 0.0
@@ -92,6 +103,10 @@ def kernel_inputs(
         **link_tables(platform, coefficients),
         seg_fixed=np.array([attr(coefficients, k, "transfer_fixed_s") for k in KINDS]),
         seg_byte=np.array([attr(coefficients, k, "transfer_per_byte_s") for k in KINDS]),
+        out_ptr=np.cumsum(out_ptr),
+        out_dst=dst.astype(np.int64),
+        out_tid=out_tid,
+        is_output=is_output,
         split_slow=np.array(
             [
                 attr(coefficients, k, "split_work_factor") if k in coefficients else 1.0

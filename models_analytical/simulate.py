@@ -10,8 +10,7 @@ one) receives the other parts straight from the devices that computed them and c
 locally; the owner receives every other part and concatenates when it needs the whole (it
 computes a consumer or holds a graph output) or must forward it to a device that computed no
 part (Eq. 4.3 when the parts' devices do not read the output); no one else gets parts. Each
-concatenation costs the layer's per-part overhead on its device. A graph output is recognised
-as a layer whose last use is the last layer but which that layer does not read. Memory follows
+concatenation costs the layer's per-part overhead on its device. Memory follows
 allocate-then-free liveness per device over the same order (seed 002): a tensor is held from
 the step that creates or first receives it to the last step that reads or sends it; a part
 for the step that sends it, a gathered whole from its layer to its last reader there.
@@ -57,6 +56,10 @@ class KernelInputs(NamedTuple):
     seg_fixed: np.ndarray  # [K] cost of a tensor crossing to a device of this kind (the cut
     seg_byte: np.ndarray  # [K] segments on both ends), fixed and per byte
     split_slow: np.ndarray  # [K] work factor of a split layer's parts (they run side by side)
+    out_ptr: np.ndarray  # int64 [L+1] CSR of each layer's consumer layers
+    out_dst: np.ndarray  # int64 [E'] consumer layer
+    out_tid: np.ndarray  # int64 [L] tensor id of each layer's output (-1: nobody reads it)
+    is_output: np.ndarray  # bool [L] the layer makes a graph output
 
 
 @njit(cache=True, nogil=True)
@@ -129,27 +132,10 @@ def _simulate_one(
     # and after one whose output is sent or gathered: recv_at[d, l] / sent_at[d, l] mark those
     recv_at = np.zeros((n_dev, n_layers), dtype=np.bool_)
     sent_at = np.zeros((n_dev, n_layers), dtype=np.bool_)
-    # need[l, d]: device d reads layer l's whole output (it computes a consumer or a part of
-    # one, or holds it as a graph output); out_tid[l]: that output's tensor id
-    need = np.zeros((n_layers, n_dev), dtype=np.bool_)
-    out_tid = np.full(n_layers, -1, dtype=np.int64)
-    for m in range(n_layers):
-        for e in range(in_ptr[m], in_ptr[m + 1]):
-            src = in_src[e]
-            if src >= 0:
-                out_tid[src] = in_tensor[e]
-                for d in range(n_dev):
-                    if share[m, d] > 0.0:
-                        need[src, d] = True
-    for m in range(n_layers):
-        if last_use[m] == n_layers - 1:
-            output = True
-            if m < n_layers - 1:
-                for e in range(in_ptr[n_layers - 1], in_ptr[n_layers]):
-                    if in_src[e] == m:
-                        output = False  # read by the last layer: not known to be an output
-            if output:
-                need[m, owner[m]] = True
+    # need[d]: device d reads the split layer's whole output (it computes a consumer or a part
+    # of one, or holds it as a graph output); filled for split layers only
+    need = np.zeros(n_dev, dtype=np.bool_)
+    out_ptr, out_dst, out_tid = k_in.out_ptr, k_in.out_dst, k_in.out_tid
     finish = 0.0
     for layer in range(n_layers):
         n_here = 0
@@ -225,9 +211,17 @@ def _simulate_one(
             # all-gather: every part goes to each part device that needs the whole, and to the
             # owner when it concatenates (it needs the whole or forwards it to a device that
             # computed no part); each receiver concatenates locally
-            cat_owner = need[layer, c]
+            need[:] = False
+            for j in range(out_ptr[layer], out_ptr[layer + 1]):
+                m = out_dst[j]
+                for d in range(n_dev):
+                    if share[m, d] > 0.0:
+                        need[d] = True
+            if k_in.is_output[layer]:
+                need[c] = True
+            cat_owner = need[c]
             for d in range(n_dev):
-                if need[layer, d] and share[layer, d] <= 0.0:
+                if need[d] and share[layer, d] <= 0.0:
                     cat_owner = True
             last_part = 0.0
             for e in range(n_dev):
@@ -243,7 +237,7 @@ def _simulate_one(
                 for e in range(n_dev):
                     if e == d:
                         continue
-                    if not ((e == c and cat_owner) or (share[layer, e] > 0.0 and need[layer, e])):
+                    if not ((e == c and cat_owner) or (share[layer, e] > 0.0 and need[e])):
                         continue
                     ch = channel[d, e]
                     start = max(part_end[d], link_free[ch])
@@ -265,7 +259,7 @@ def _simulate_one(
             ready[layer] = last_part  # nobody reads it from the owner unless it concatenates
             t = out_tid[layer]
             for e in range(n_dev):
-                if not ((e == c and cat_owner) or (share[layer, e] > 0.0 and need[layer, e])):
+                if not ((e == c and cat_owner) or (share[layer, e] > 0.0 and need[e])):
                     continue
                 sent_at[e, layer] = True  # a gather step ends the segment
                 k = kind[e]
