@@ -142,6 +142,16 @@ def points(rows: list[dict[str, Any]], kinds: list[str]) -> dict[str, Any]:
     return {"latency": lat, "memory": mem}
 
 
+def noise_floor(directory: Path) -> float | None:
+    """Median over the measured runs of half their p10-p90 latency spread (% of the median)."""
+    spreads = []
+    for f in Path(directory).glob("*/measurements.json"):
+        lat = json.loads(f.read_text()).get("latency_ms") or {}
+        if lat.get("median"):
+            spreads.append((lat["p90"] - lat["p10"]) / 2 / lat["median"] * 100.0)
+    return round(float(np.median(spreads)), 2) if spreads else None
+
+
 def plot(path: Path, pts: dict[str, Any], title: str) -> None:
     import matplotlib
 
@@ -237,6 +247,7 @@ def main(cfg: DictConfig) -> dict[str, Any]:
                 f"mappings ({calibrated} coefficients {model.coefficients.source})",
             )
             failed = [r["mapping"] for r in rows if r["status"] != "ok"]
+            noise = noise_floor(out / "phase2")
             doc = {
                 "net": net.name,
                 "platform": platform.name,
@@ -249,11 +260,17 @@ def main(cfg: DictConfig) -> dict[str, Any]:
                 "iterations": settings.iterations,
                 "seconds": round(time.perf_counter() - started, 1),
                 "energy": "not measured (no counter readable here); modelled only",
+                "noise_floor_pct": noise,
             }
             (out / "fidelity.json").write_text(json.dumps(doc, indent=1))
     if failed:
         say(f"{len(failed)} mapping(s) failed: {', '.join(failed[:5])} (see {out}/phase2)")
     say(f"wrote {out / 'fidelity.csv'}, {out / 'fidelity.png'} in {doc['seconds']:.0f} s")
+    if noise is not None:
+        say(
+            f"noise floor: half the p10-p90 spread of a run's iterations is {noise:.1f} % of "
+            "its median"
+        )
     say(
         f"fidelity {net.name}: latency MAPE {lat['mape_pct']:.1f} %, within 10 % "
         f"{lat['within_10_pct']:.0f} %, spearman {lat['spearman']:.2f}; memory MAPE "

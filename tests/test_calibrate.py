@@ -267,3 +267,35 @@ def test_split_parts_run_slower_by_the_split_work_factor() -> None:
     t = m.tables.t_work[0]
     assert ev.busy_s[0, 1] == pytest.approx(t[2] * 0.75 * 1.5)
     assert ev.busy_s[0, 0] == pytest.approx(t.sum() - t[2] + t[2] * 0.25 * 1.5)
+
+
+def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> None:
+    """dse.fidelity end to end on 3 mappings (1 iteration each, uncalibrated coefficients):
+    the CSV has a row per mapping, the JSON the statistics, the last line the summary."""
+    import csv
+    import re
+
+    out = tmp_path / "fid"
+    res = run_module(
+        "dse.fidelity",
+        "+net=alexnet",
+        "platform=localhost",
+        "mappings=3",
+        "warmup=0",
+        "iterations=1",
+        f"out={out}",
+        env={"DSE_CALIBRATION_DIR": str(tmp_path / "none")},
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    last = res.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"fidelity alexnet: latency MAPE [\d.]+ %, within 10 % \d+ %, spearman \S+; "
+        r"memory MAPE [\d.]+ %",
+        last,
+    ), last
+    rows = list(csv.DictReader((out / "fidelity.csv").open()))
+    assert len(rows) == 3 and all(r["status"] == "ok" for r in rows)
+    doc = json.loads((out / "fidelity.json").read_text())
+    assert doc["latency"]["n"] == 3 and not doc["calibrated"]
+    assert "not calibrated" in res.stderr
+    assert (out / "fidelity.png").stat().st_size > 10_000
