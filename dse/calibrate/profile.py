@@ -188,12 +188,9 @@ def profile_model(
 
     import onnxruntime as ort
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = int(threads)
-    opts.inter_op_num_threads = 1
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
-    opts.log_severity_level = 3
+    from dse.runtime.sessions import session_options
+
+    opts = session_options("cpu", threads)
     with tempfile.TemporaryDirectory(prefix="dse-profile-") as tmp:
         plain = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
         opts.enable_profiling = True

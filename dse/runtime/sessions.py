@@ -24,10 +24,10 @@ def shared_cpu_arena() -> None:
     ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, 1, -1, -1))
 
 
-def session(model: onnx.ModelProto | str | Path, kind: str = "cpu", threads: int = 1):
-    """An InferenceSession for one sub-model on a ``cpu`` (``threads`` intra-op threads, no
-    spinning, so several sessions in one process do not spin against each other) or ``gpu``
-    device (CUDA execution provider; one clear error where CUDA is not available)."""
+def session_options(kind: str = "cpu", threads: int = 1):
+    """The options every session of a device runs with: ``threads`` intra-op threads, no
+    spinning (several sessions in one process must not spin against each other) and, on a
+    cpu, the process's shared arena."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -39,6 +39,15 @@ def session(model: onnx.ModelProto | str | Path, kind: str = "cpu", threads: int
     if kind != "gpu":
         shared_cpu_arena()
         opts.add_session_config_entry("session.use_env_allocators", "1")
+    return opts
+
+
+def session(model: onnx.ModelProto | str | Path, kind: str = "cpu", threads: int = 1):
+    """An InferenceSession for one sub-model on a ``cpu`` or ``gpu`` device (CUDA execution
+    provider; one clear error where CUDA is not available), with :func:`session_options`."""
+    import onnxruntime as ort
+
+    opts = session_options(kind, threads)
     if kind == "gpu":
         if "CUDAExecutionProvider" not in ort.get_available_providers():
             raise DseError(
