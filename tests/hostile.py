@@ -9,38 +9,19 @@ start-up.
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from cli import ROOT
+from cli import run_module
 
 #: Seconds a bad input may take to be refused (start-up included, on a loaded machine).
 TIMEOUT = 120
 
 
-def _limit(memory_bytes: int | None):  # noqa: ANN202 - a preexec_fn
-    def apply() -> None:
-        if memory_bytes is not None:
-            import resource
-
-            resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-
-    return apply
-
-
 def run(
     module: str, args: Sequence[str], memory_bytes: int | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", module, *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=TIMEOUT,
-        preexec_fn=_limit(memory_bytes),
-        check=False,
-    )
+    return run_module(module, *args, timeout=TIMEOUT, memory_bytes=memory_bytes)
 
 
 def run_all(
@@ -76,3 +57,18 @@ def assert_each_one_line(
         except AssertionError as exc:
             failed.append(f"case '{key}': {exc}")
     assert not failed, "\n".join(failed)
+
+
+def refusal(key: str, words: Sequence[str], call) -> str | None:  # noqa: ANN001
+    """None when ``call()`` raises a one-line DseError holding ``words``; else what went
+    wrong for case ``key`` (accepted, or the message)."""
+    from dse.errors import DseError
+
+    try:
+        call()
+    except DseError as exc:
+        text = str(exc)
+        if "\n" in text or not all(w in text for w in words):
+            return f"case '{key}': {text}"
+        return None
+    return f"case '{key}': accepted"
