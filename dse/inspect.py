@@ -19,6 +19,7 @@ from dse.net.graph import LayerGraph
 
 
 def layer_rows(graph: LayerGraph) -> list[dict]:
+    follows = graph.follows.tolist()
     return [
         {
             "name": layer.name,
@@ -27,6 +28,8 @@ def layer_rows(graph: LayerGraph) -> list[dict]:
             "macs": layer.macs,
             "params": layer.params,
             "splittable": layer.splittable,
+            # runs on the parts of this layer when that one is split (channel-local)
+            "follows": graph.names[follows[layer.index]] if follows[layer.index] >= 0 else None,
             "estimated": layer.estimated,
             "out_channels": layer.out_channels,
             "weight_bytes": layer.weight_bytes,
@@ -59,7 +62,7 @@ def as_table(graph: LayerGraph) -> str:
             "x".join(map(str, r["output_shape"])),
             f"{r['macs']:,}",
             f"{r['params']:,}",
-            "yes" if r["splittable"] else "",
+            "yes" if r["splittable"] else ("parts" if r["follows"] else ""),
             "est." if r["estimated"] else "",
         )
         for i, r in enumerate(layer_rows(graph))
@@ -80,7 +83,8 @@ def as_table(graph: LayerGraph) -> str:
         f"{graph.name}: {t['layers']} layers, {t['macs']:,} MACs "
         f"({t['macs'] / 1e9:.3f} G), {t['params']:,} params "
         f"({t['params'] / 1e6:.2f} M), weights {t['weight_bytes'] / 1e6:.1f} MB, "
-        f"{int(graph.splittable.sum())} splittable"
+        f"{int(graph.splittable.sum())} splittable, "
+        f"{int((graph.follows >= 0).sum())} run on the parts of the split layer before them"
     )
     estimated = sorted({layer.op for layer in graph if layer.estimated})
     if estimated:

@@ -74,6 +74,10 @@ def kernel_inputs(
     is_output = np.zeros(n, dtype=np.bool_)
     is_output[list(outputs)] = True
 
+    follower = np.full(n, -1, dtype=np.int64)
+    has_f = graph.follows >= 0
+    follower[graph.follows[has_f]] = np.flatnonzero(has_f)
+
     def power(kind: str, key: str) -> float:
         return coefficients[kind].power_w[key] if kind in coefficients else 0.0
 
@@ -107,6 +111,8 @@ def kernel_inputs(
         out_dst=dst.astype(np.int64),
         out_tid=out_tid,
         is_output=is_output,
+        follows=np.asarray(graph.follows, dtype=np.int64),
+        follower=follower,
         split_slow=np.array(
             [
                 attr(coefficients, k, "split_work_factor") if k in coefficients else 1.0
@@ -197,7 +203,10 @@ class AnalyticalModel:
             np.ascontiguousarray(batch.owner, dtype=np.int64),
             self.inputs,
         )
-        used = parts > 0
+        # a device takes part when it computes, or only holds tensors (the entry device of the
+        # input image, a device that gathers the parts of a channel-local layer it owns): the
+        # runtime runs a rank there too
+        used = (parts > 0) | (peak > 0)
         idle = np.where(used, np.maximum(latency[:, None] - busy, 0.0), 0.0)
         energy = energy + idle * self._idle_w
         # Eq. 4.9, with a per-layer term for the runtime structures each layer keeps

@@ -10,7 +10,10 @@ one) receives the other parts straight from the devices that computed them and c
 locally; the owner receives every other part and concatenates when it needs the whole (it
 computes a consumer or holds a graph output) or must forward it to a device that computed no
 part (Eq. 4.3 when the parts' devices do not read the output); no one else gets parts. Each
-concatenation costs the layer's per-part overhead on its device. Memory follows
+concatenation costs the layer's per-part overhead on its device. A channel-local layer that
+follows a split layer (``follows``: Relu, pooling, BatchNormalization) runs on that layer's
+parts with its shares, each part reading the part made on its device; its output is gathered
+instead of the split layer's, by the same rule, to its own device as owner. Memory follows
 allocate-then-free liveness per device over the same order (seed 002): a tensor is held from
 the step that creates or first receives it to the last step that reads or sends it; a part
 for the step that sends it, a gathered whole from its layer to its last reader there.
@@ -60,6 +63,8 @@ class KernelInputs(NamedTuple):
     out_dst: np.ndarray  # int64 [E'] consumer layer
     out_tid: np.ndarray  # int64 [L] tensor id of each layer's output (-1: nobody reads it)
     is_output: np.ndarray  # bool [L] the layer makes a graph output
+    follows: np.ndarray  # int64 [L] the split layer whose parts this layer continues, or -1
+    follower: np.ndarray  # int64 [L] the layer that follows this one, or -1
 
 
 @njit(cache=True, nogil=True)
@@ -136,18 +141,39 @@ def _simulate_one(
     # of one, or holds it as a graph output); filled for split layers only
     need = np.zeros(n_dev, dtype=np.bool_)
     out_ptr, out_dst, out_tid = k_in.out_ptr, k_in.out_dst, k_in.out_tid
+    follows, follower = k_in.follows, k_in.follower
+    # row[l]: the layer whose shares l runs with: its own, or (a channel-local layer after a
+    # split one) the split layer's; absorbed: l reads its input part by part on each device
+    row = np.empty(n_layers, dtype=np.int64)
+    for layer in range(n_layers):
+        row[layer] = layer
+        f = follows[layer]
+        if f >= 0:
+            r = row[f]
+            cnt = 0
+            for d in range(n_dev):
+                if share[r, d] > 0.0:
+                    cnt += 1
+            if cnt > 1:
+                row[layer] = r
     finish = 0.0
     for layer in range(n_layers):
+        r = row[layer]
+        absorbed = r != layer
+        nxt = follower[layer]
+        continued = nxt >= 0 and row[nxt] != nxt  # its parts go on to the follower's parts
         n_here = 0
         for d in range(n_dev):
-            if share[layer, d] > 0.0:
+            if share[r, d] > 0.0:
                 n_here += 1
         for d in range(n_dev):
-            s = share[layer, d]
+            s = share[r, d]
             if s <= 0.0:
                 continue
             t_in = 0.0
-            for e in range(in_ptr[layer], in_ptr[layer + 1]):
+            # absorbed: its one input is the part made before on this device (FIFO)
+            hi = in_ptr[layer] if absorbed else in_ptr[layer + 1]
+            for e in range(in_ptr[layer], hi):
                 src = in_src[e]
                 t = in_tensor[e]
                 if src < 0:
@@ -207,6 +233,12 @@ def _simulate_one(
         cat_owner = False
         if n_here == 1:
             ready[layer] = part_end[c]
+        elif continued:  # each part is held on its device until the follower's part reads it
+            for d in range(n_dev):
+                if share[r, d] > 0.0:
+                    nbytes = share[r, d] * out_bytes[layer]
+                    delta[d, layer] += nbytes
+                    delta[d, nxt + 1] -= nbytes
         else:
             # all-gather: every part goes to each part device that needs the whole, and to the
             # owner when it concatenates (it needs the whole or forwards it to a device that
@@ -215,21 +247,21 @@ def _simulate_one(
             for j in range(out_ptr[layer], out_ptr[layer + 1]):
                 m = out_dst[j]
                 for d in range(n_dev):
-                    if share[m, d] > 0.0:
+                    if share[row[m], d] > 0.0:
                         need[d] = True
             if k_in.is_output[layer]:
                 need[c] = True
             cat_owner = need[c]
             for d in range(n_dev):
-                if need[d] and share[layer, d] <= 0.0:
+                if need[d] and share[r, d] <= 0.0:
                     cat_owner = True
             last_part = 0.0
             for e in range(n_dev):
-                gather_in[e] = part_end[e] if share[layer, e] > 0.0 else 0.0
-                if share[layer, e] > 0.0 and part_end[e] > last_part:
+                gather_in[e] = part_end[e] if share[r, e] > 0.0 else 0.0
+                if share[r, e] > 0.0 and part_end[e] > last_part:
                     last_part = part_end[e]
             for d in range(n_dev):
-                s = share[layer, d]
+                s = share[r, d]
                 if s <= 0.0:
                     continue
                 nbytes = s * out_bytes[layer]
@@ -237,7 +269,7 @@ def _simulate_one(
                 for e in range(n_dev):
                     if e == d:
                         continue
-                    if not ((e == c and cat_owner) or (share[layer, e] > 0.0 and need[e])):
+                    if not ((e == c and cat_owner) or (share[r, e] > 0.0 and need[e])):
                         continue
                     ch = channel[d, e]
                     start = max(part_end[d], link_free[ch])
@@ -259,7 +291,7 @@ def _simulate_one(
             ready[layer] = last_part  # nobody reads it from the owner unless it concatenates
             t = out_tid[layer]
             for e in range(n_dev):
-                if not ((e == c and cat_owner) or (share[layer, e] > 0.0 and need[e])):
+                if not ((e == c and cat_owner) or (share[r, e] > 0.0 and need[e])):
                     continue
                 sent_at[e, layer] = True  # a gather step ends the segment
                 k = kind[e]
@@ -299,7 +331,7 @@ def _simulate_one(
         mem_peak[d] = peak
         cut = True
         for i in range(n_layers):
-            if share[i, d] > 0.0:
+            if share[row[i], d] > 0.0:
                 if cut or recv_at[d, i]:
                     n_segs[d] += 1
                 cut = False

@@ -97,7 +97,8 @@ def test_model_uses_profiled_and_regressed_layer_times() -> None:
 
 def test_split_conv_parts_cost_whole_channel_blocks() -> None:
     """A 256-channel conv split 8 / 248 channels with blocks of 16: the small part costs
-    16 / 256 of the layer, the large one 256 / 256 (capped), by hand."""
+    16 / 256 of the layer, the large one 256 / 256 (capped), by hand; the Relu after it runs
+    on the parts by their shares (no channel blocks)."""
     base = coefficients()["cpu"]
     cpu = dataclasses.replace(base, channel_block=16)
     graph, m = _chain_model(Coefficients({"cpu": cpu}))
@@ -107,8 +108,10 @@ def test_split_conv_parts_cost_whole_channel_blocks() -> None:
     share[0, 2] = [8 / 256, 248 / 256]
     ev = m.evaluate(MappingBatch(share, derive_owner(graph, share)))
     t = m.tables.t_work[0]
-    assert ev.busy_s[0, 1] == pytest.approx(t[2] * 1.0)
-    assert ev.busy_s[0, 0] == pytest.approx(t.sum() - t[2] + t[2] * 16 / 256)
+    assert graph.follows[3] == 2
+    assert ev.busy_s[0, 1] == pytest.approx(t[2] * 1.0 + t[3] * 248 / 256)
+    rest = t.sum() - t[2] - t[3]
+    assert ev.busy_s[0, 0] == pytest.approx(rest + t[2] * 16 / 256 + t[3] * 8 / 256)
 
 
 def test_measured_link_table_and_cut_costs() -> None:
@@ -257,7 +260,8 @@ def test_memory_by_weight_class_and_loading_peak_by_hand() -> None:
 
 
 def test_split_parts_run_slower_by_the_split_work_factor() -> None:
-    """Parts of a split layer cost share x time x factor; an unsplit layer is unaffected."""
+    """Parts of a split layer (and of the Relu that follows it) cost share x time x factor;
+    an unsplit layer is unaffected."""
     cpu = dataclasses.replace(coefficients()["cpu"], split_work_factor=1.5)
     graph, m = _chain_model(Coefficients({"cpu": cpu}))
     share = np.zeros((1, len(graph), 2))
@@ -265,8 +269,9 @@ def test_split_parts_run_slower_by_the_split_work_factor() -> None:
     share[0, 2] = [0.25, 0.75]
     ev = m.evaluate(MappingBatch(share, derive_owner(graph, share)))
     t = m.tables.t_work[0]
-    assert ev.busy_s[0, 1] == pytest.approx(t[2] * 0.75 * 1.5)
-    assert ev.busy_s[0, 0] == pytest.approx(t.sum() - t[2] + t[2] * 0.25 * 1.5)
+    split = t[2] + t[3]  # conv1 and its Relu
+    assert ev.busy_s[0, 1] == pytest.approx(split * 0.75 * 1.5)
+    assert ev.busy_s[0, 0] == pytest.approx(t.sum() - split + split * 0.25 * 1.5)
 
 
 def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> None:

@@ -67,12 +67,16 @@ def test_lop_split_over_three_devices_moves_eq_4_3_bytes():
     assert ev.bytes_sent[0].tolist() == pytest.approx(
         [out_bytes / 3, out_bytes / 3, out_bytes / 3, 3 * in_bytes]
     )
-    # the three inputs queue on separate links (one per pair); each part computes a third
+    # the three inputs queue on separate links (one per pair); each part computes a third of
+    # the conv, then (the Relu follows the split conv) a third of the Relu on its part, and the
+    # Relu's parts (as many bytes as the conv's) come back to h3, the Relu's device
     part_s = g.layers[0].macs / 3 / RATE
     t_in = in_bytes / 1e6
     back = (out_bytes / 3) / 1e6
     relu_s = g.layers[1].macs / RATE
-    assert ev.latency_s[0] == pytest.approx(t_in + part_s + back + relu_s)
+    assert ev.latency_s[0] == pytest.approx(t_in + part_s + relu_s / 3 + back)
+    assert ev.busy_s[0].tolist() == pytest.approx([part_s + relu_s / 3] * 3 + [0])
+    assert ev.used[0].all()  # h3 computes nothing but holds the input and the output
 
 
 def test_owner_of_a_split_layer_follows_the_thesis_rule():

@@ -293,3 +293,111 @@ def test_zoo_weights_found_in_the_file() -> None:
     for t in model.graph.initializer:
         off, n = offsets[t.name]
         assert data[off : off + n] == t.raw_data
+
+
+def channel_local_net(tmp_path: Path) -> Net:
+    """conv1 (12 ch) -> BatchNormalization -> Relu -> MaxPool -> conv2 -> Clip, and conv2's
+    Clip read twice (a GlobalAveragePool and a Relu beside it, so neither follows); LRN after
+    conv3 (across channels: never follows); Gemm -> Relu (elementwise: follows a Gemm)."""
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        n("BatchNormalization", ["c1", "s", "bb", "m", "v"], ["n1"], name="bn"),
+        n("Relu", ["n1"], ["r1"], name="relu1"),
+        n("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
+        n("Conv", ["p1", "w2"], ["c2"], name="conv2"),
+        n("Clip", ["c2", "lo", "hi"], ["k2"], name="clip"),
+        n("GlobalAveragePool", ["k2"], ["g"], name="gap"),
+        n("Relu", ["k2"], ["side"], name="side"),
+        n("Conv", ["side", "w3"], ["c3"], name="conv3"),
+        n("LRN", ["c3"], ["l3"], size=3, name="lrn"),
+        n("Flatten", ["g"], ["f"], name="flat"),
+        n("Gemm", ["f", "wf"], ["y0"], transB=1, name="fc"),
+        n("Relu", ["y0"], ["y"], name="relu_fc"),
+    ]
+    rng = np.random.default_rng(5)
+    bn = [
+        numpy_helper.from_array(a.astype(np.float32), nm)
+        for nm, a in (
+            ("s", rng.uniform(0.5, 2, 12)),
+            ("bb", rng.standard_normal(12)),
+            ("m", rng.standard_normal(12)),
+            ("v", rng.uniform(0.5, 2, 12)),
+        )
+    ]
+    inits = [
+        weight("w1", [12, 3, 3, 3], 1),
+        weight("b1", [12], 2),
+        *bn,
+        weight("w2", [10, 12, 1, 1], 3),
+        numpy_helper.from_array(np.array(-0.5, dtype=np.float32), "lo"),
+        numpy_helper.from_array(np.array(0.7, dtype=np.float32), "hi"),
+        weight("w3", [6, 10, 1, 1], 4),
+        weight("wf", [7, 10], 6),
+    ]
+    ins = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])]
+    outs = [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None) for o in ("y", "l3")]
+    m = helper.make_model(
+        helper.make_graph(nodes, "cl", ins, outs, inits),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "cl.onnx")
+    return load_net({"name": "onnx", "path": str(tmp_path / "cl.onnx")})
+
+
+def test_which_layers_follow_a_split_layer(tmp_path: Path) -> None:
+    g = channel_local_net(tmp_path).graph
+    follows = {g.names[c]: g.names[p] for c, p in enumerate(g.follows.tolist()) if p >= 0}
+    assert follows == {
+        "bn": "conv1",
+        "relu1": "bn",
+        "pool": "relu1",
+        "clip": "conv2",  # read twice after it: gap and side follow nobody
+        "relu_fc": "fc",
+    }
+
+
+def test_channel_local_layers_run_on_the_parts(tmp_path: Path) -> None:
+    """conv1 over three devices (12 channels: 4, 4, 4 by uneven shares 0.5/0.25/0.25 -> 6,
+    3, 3): BN, Relu and MaxPool run on each part, only the pooled parts (a quarter of conv1's
+    bytes) are gathered, by conv2's devices; outputs equal the whole model's, and bytes and
+    segments are the model's."""
+    from platforms import model
+
+    net = channel_local_net(tmp_path)
+    g = net.graph
+    plat = platform(3)
+    share = np.zeros((1, len(g), 3))
+    share[0, :, 0] = 1.0
+    share[0, g.index["conv1"]] = [0.5, 0.25, 0.25]
+    share[0, g.index["conv2"]] = [0.0, 0.5, 0.5]  # conv2 on h1, h2: both gather p1
+    share[0, g.index["fc"]] = [0.0, 4 / 7, 3 / 7]  # 7 channels: 4 and 3
+    for name in ("bn", "relu1", "pool", "clip", "gap", "flat", "relu_fc"):
+        share[0, g.index[name]] = [0.0, 1.0, 0.0]  # their own device: h1 (gathers)
+    from dse.mapping import derive_owner
+
+    batch = MappingBatch(share, derive_owner(g, share))
+    plan = partition(net, batch, plat).plan
+    for dev in (1, 2):
+        (gather,) = steps_on(plan, dev, "gather", "p1")
+        assert [(p["from"], p["range"]) for p in gather["parts"]] == [
+            (0, [0, 6]),
+            (1, [6, 9]),
+            (2, [9, 12]),
+        ]
+    for t in ("c1", "n1", "r1"):  # never whole, never sent
+        assert not any(steps_on(plan, d, op, t) for d in range(3) for op in ("gather", "send"))
+    # float32 bytes: x (3x8x8) to h1 and h2; a 4x4 channel of p1, c2/k2 or side is 64 bytes.
+    # h0: x twice, its 6 pooled channels to h1 and h2. h1: 3 pooled channels to h2, side (10
+    # channels) to conv3 on h0, f (10 floats) to h2. h2: 3 pooled channels to h1, its 5 Clip
+    # channels to h1 (Clip's device), its 3 of fc's (Relu-ed) outputs to h1
+    ch = 64
+    expected = [2 * 3 * 64 * 4 + 2 * 6 * ch, 3 * ch + 10 * ch + 40, 3 * ch + 5 * ch + 3 * 4]
+    sent = sent_by_device(plan, 3)
+    assert sent.tolist() == expected
+    ev = model(g, plat).evaluate(batch)
+    np.testing.assert_allclose(sent, ev.bytes_sent[0], rtol=1e-9)
+    segments = {r["device_index"]: len(r["segments"]) for r in plan["ranks"]}
+    assert segments == {d: int(ev.segments[0, d]) for d in range(3) if ev.used[0, d]}
+    assert_equal_outputs(net, batch, plat)

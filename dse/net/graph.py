@@ -45,6 +45,17 @@ SPLITTABLE_OPS: dict[str, tuple[int, bool]] = {
     "MatMulInteger": (1, False),
     "QLinearMatMul": (3, False),
 }
+#: Channel-local ops: output channel k depends on input channel k alone. After a split layer
+#: they run on its parts (:attr:`LayerGraph.follows`). Elementwise ops do so whatever the
+#: split axis; pooling and BatchNormalization only when the channels are axis 1 (NCHW).
+ELEMENTWISE_OPS = frozenset(
+    {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "Elu", "Selu", "HardSigmoid", "HardSwish"}
+    | {"Softplus", "Softsign", "Gelu", "Mish", "Celu", "ThresholdedRelu", "Identity", "Dropout"}
+)
+PER_CHANNEL_OPS = frozenset(
+    {"MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool"}
+    | {"BatchNormalization"}
+)
 #: Ops whose outputs depend only on input shapes, so they fold once shapes are known.
 SHAPE_OPS = frozenset({"Shape", "Size"})
 #: Control flow is never folded: its subgraphs may read activations from the outer scope.
@@ -182,6 +193,40 @@ class LayerGraph:
     @cached_property
     def splittable(self) -> np.ndarray:
         return self._array("splittable", bool)
+
+    @cached_property
+    def follows(self) -> np.ndarray:
+        """int64 [L]: the layer whose output-channel split this layer continues, else -1.
+
+        Layer c follows p when c is channel-local (:data:`ELEMENTWISE_OPS`, or
+        :data:`PER_CHANNEL_OPS` when the split is by axis 1), its one activation input is p's
+        one output, nobody else reads that output (nor is it a graph output), and p is
+        splittable or itself follows a layer. Where p is split, c runs on p's parts, part by
+        part, and c's output is gathered instead of p's (model and runtime alike): Conv -> Relu
+        -> MaxPool over two devices gathers the pooled parts.
+        """
+        n = len(self.layers)
+        follows = np.full(n, -1, dtype=np.int64)
+        n_in = np.bincount(self.edge_dst, minlength=n)
+        reads = self.edge_src >= 0
+        n_out = np.bincount(self.edge_src[reads], minlength=n)
+        outputs = {t.name for t in self.outputs}
+        axis1 = np.zeros(n, dtype=bool)  # the chain's root splits channels on axis 1
+        for e in np.flatnonzero(reads)[np.argsort(self.edge_dst[reads], kind="stable")]:
+            p, c = int(self.edge_src[e]), int(self.edge_dst[e])
+            lp, lc = self.layers[p], self.layers[c]
+            if n_in[c] != 1 or n_out[p] != 1 or len(lp.outputs) != 1 or len(lc.outputs) != 1:
+                continue
+            if lp.outputs[0].name in outputs:
+                continue
+            if lp.splittable:
+                axis1[p] = SPLITTABLE_OPS[lp.op][1]
+            elif follows[p] < 0:
+                continue
+            if lc.op in ELEMENTWISE_OPS or (lc.op in PER_CHANNEL_OPS and axis1[p]):
+                follows[c], axis1[c] = p, axis1[p]
+        follows.setflags(write=False)
+        return follows
 
     @cached_property
     def estimated(self) -> np.ndarray:

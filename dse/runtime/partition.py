@@ -15,6 +15,13 @@ owner. The owner gathers likewise when it needs the whole (a consumer, a graph o
 forward it to a device that computed no part; then it sends the whole to those devices. No
 other device receives parts, so every byte still crosses to a given device at most once.
 
+A channel-local layer that follows a split layer (``LayerGraph.follows``: Relu, pooling,
+BatchNormalization after a Conv) runs on the split layer's parts, each device on the part it
+made (onnxruntime fuses Conv+Relu inside a part's sub-model), and its output is gathered in
+place of the split layer's: a Conv -> Relu -> MaxPool over two devices sends pooled parts. Its
+device in the mapping is where its output is gathered (its owner). :func:`part_rows` states the
+rule; the model's kernel applies the same one.
+
 A device's work is cut into segments (one ONNX sub-model each) before every step that waits for
 a remote tensor and after every step whose output another device needs, so its sends are posted
 as soon as the tensor exists. Sends are non-blocking and receives block in program order, and
@@ -88,6 +95,17 @@ def mapping_hash(share: np.ndarray, owner: np.ndarray) -> str:
     h.update(np.asarray(owner, dtype=np.int64).tobytes())
     h.update(str(np.asarray(share).shape).encode())
     return h.hexdigest()[:16]
+
+
+def part_rows(graph, share: np.ndarray) -> np.ndarray:
+    """int64 [L]: the layer whose shares each layer of one mapping (``share[L, D]``) runs with:
+    its own, or, for a layer that follows a split layer (``graph.follows``), that layer's."""
+    row = np.arange(len(graph), dtype=np.int64)
+    for c in np.flatnonzero(graph.follows >= 0):
+        r = row[graph.follows[c]]
+        if np.count_nonzero(share[r] > 0) > 1:
+            row[c] = r
+    return row
 
 
 def channel_bounds(shares: np.ndarray, channels: int) -> list[tuple[int, int]]:
@@ -377,6 +395,49 @@ def _layer_nodes(
     return act
 
 
+def _follower_part(
+    layer: Layer,
+    node: onnx.NodeProto,
+    statics: _Statics,
+    static_names: set[str],
+    part: tuple[int, int],
+    tag: str,
+    axis: int,
+    types: dict[str, TensorType],
+) -> _Action:
+    """Channels ``part`` of a channel-local layer, computed from the same channels of its
+    input (the part of the split layer it follows, made on this device)."""
+    c0, c1 = part
+    act = _Action("compute")
+    x = layer.inputs[0].name
+    inputs = [f"{x}{tag}" if t == x else t for t in node.input]
+    per_channel = node.op_type == "BatchNormalization"  # scale, bias, mean, var: [C]
+    for i, t in enumerate(node.input):
+        if not t or t not in static_names:
+            continue
+        if per_channel and i >= 1:
+            inputs[i] = f"{t}@{layer.name}{tag}"
+            act.inits[inputs[i]] = numpy_helper.from_array(
+                np.ascontiguousarray(statics.array(t)[c0:c1]), inputs[i]
+            )
+        elif t in statics.constants and t not in statics.inits:
+            act.consts[t] = statics.constants[t]
+        else:
+            act.inits[t] = numpy_helper.from_array(np.array(statics.array(t)), t)
+    out = node.output[0]
+    pout = f"{out}{tag}"
+    n = helper.make_node(node.op_type, inputs, [pout], name=f"{layer.name}{tag}")
+    n.attribute.extend(node.attribute)
+    if node.domain:
+        n.domain = node.domain
+    act.nodes.append(n)
+    shape = list(types[out].shape)
+    shape[axis] = c1 - c0
+    types[pout] = TensorType(tuple(shape), types[out].elem_type)
+    act.reads, act.makes = [f"{x}{tag}"], [pout]
+    return act
+
+
 def _conv_part(
     act: _Action,
     layer: Layer,
@@ -541,8 +602,9 @@ def partition(
     start_sends: dict[int, list[tuple[str, int]]] = defaultdict(list)
     # devices that read each tensor whole: they compute a layer (or a part) reading it
     readers: dict[str, set[int]] = defaultdict(set)
+    row = part_rows(graph, share)
     for layer in graph:
-        on = {int(d) for d in np.flatnonzero(share[layer.index] > 0)}
+        on = {int(d) for d in np.flatnonzero(share[row[layer.index]] > 0)}
         for t in layer.inputs:
             readers[t.name] |= on
     out_set = {t.name for t in graph.outputs}
@@ -555,12 +617,25 @@ def partition(
         post_send(t, src, dst)
         programs[dst].append(_Action("recv", tensor=t, peer=src))
 
+    follower = np.full(len(graph), -1, dtype=np.int64)
+    follower[graph.follows[graph.follows >= 0]] = np.flatnonzero(graph.follows >= 0)
     for layer in graph:
         node = nodes[layer.node]
-        devs = [int(d) for d in np.flatnonzero(share[layer.index] > 0)]
+        r = int(row[layer.index])
+        root = nodes[graph.layers[r].node].op_type
+        axis = 1 if SLICEABLE.get(root, True) else len(types[node.output[0]].shape) - 1
+        absorbed = r != layer.index
+        devs = [int(d) for d in np.flatnonzero(share[r] > 0)]
         split = len(devs) > 1
-        bounds = channel_bounds(share[layer.index, devs], layer.out_channels) if split else []
+        bounds = channel_bounds(share[r, devs], graph.layers[r].out_channels) if split else []
         for k, d in enumerate(devs):
+            if absorbed:
+                act = _follower_part(
+                    layer, node, statics, static_names, bounds[k], f".part{d}", axis, types
+                )
+                programs[d].append(act)
+                made_at[(act.makes[0], d)] = len(programs[d]) - 1
+                continue
             for t in layer.inputs:
                 src = where[t.name]
                 if src != d and d not in has[t.name]:
@@ -579,6 +654,9 @@ def partition(
             for t in act.makes:
                 made_at[(t, d)] = len(programs[d]) - 1
         c = int(owner[layer.index])
+        nxt = int(follower[layer.index])
+        if split and nxt >= 0 and row[nxt] != nxt:
+            continue  # no gather: its parts go on to the follower's parts
         if split:
             out = node.output[0]
             parts = [f"{out}.part{d}" for d in devs]
@@ -589,7 +667,6 @@ def partition(
                 for e in gatherers:
                     if e != d:
                         post_send(p, d, e)
-            axis = 1 if SLICEABLE[node.op_type] else len(types[out].shape) - 1
             for e in gatherers:
                 gather = _Action(
                     "gather",
