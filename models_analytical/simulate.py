@@ -143,33 +143,35 @@ def _simulate_one(
     out_ptr, out_dst, out_tid = k_in.out_ptr, k_in.out_dst, k_in.out_tid
     follows, follower = k_in.follows, k_in.follower
     # row[l]: the layer whose shares l runs with: its own, or (a channel-local layer after a
-    # split one) the split layer's; absorbed: l reads its input part by part on each device
+    # split one) the split layer's; absorbed: l reads its input part by part on each device.
+    # pdev[r, :pcnt[r]]: the devices of row r's parts, in index order
     row = np.empty(n_layers, dtype=np.int64)
+    pcnt = np.zeros(n_layers, dtype=np.int64)
+    pdev = np.empty((n_layers, n_dev), dtype=np.int64)
     for layer in range(n_layers):
         row[layer] = layer
         f = follows[layer]
-        if f >= 0:
-            r = row[f]
-            cnt = 0
-            for d in range(n_dev):
-                if share[r, d] > 0.0:
-                    cnt += 1
-            if cnt > 1:
-                row[layer] = r
+        if f >= 0 and pcnt[row[f]] > 1:
+            row[layer] = row[f]
+            continue
+        cnt = 0
+        for d in range(n_dev):
+            if share[layer, d] > 0.0:
+                pdev[layer, cnt] = d
+                cnt += 1
+        pcnt[layer] = cnt
+    gatherers = np.empty(n_dev, dtype=np.int64)
+    touched = np.zeros(n_dev, dtype=np.bool_)  # devices whose memory deltas are not all zero
     finish = 0.0
     for layer in range(n_layers):
         r = row[layer]
         absorbed = r != layer
         nxt = follower[layer]
         continued = nxt >= 0 and row[nxt] != nxt  # its parts go on to the follower's parts
-        n_here = 0
-        for d in range(n_dev):
-            if share[r, d] > 0.0:
-                n_here += 1
-        for d in range(n_dev):
+        n_here = pcnt[r]
+        for i in range(n_here):
+            d = pdev[r, i]
             s = share[r, d]
-            if s <= 0.0:
-                continue
             t_in = 0.0
             # absorbed: its one input is the part made before on this device (FIFO)
             hi = in_ptr[layer] if absorbed else in_ptr[layer + 1]
@@ -183,6 +185,7 @@ def _simulate_one(
                     recv_first[t, entry] = 0
                     recv_last[t, entry] = layer
                     recv_bytes[t] = in_bytes[e]
+                    touched[entry] = True
                 else:
                     loc = owner[src]
                     rdy = ready[src]
@@ -205,6 +208,7 @@ def _simulate_one(
                         recv_first[t, d] = layer
                         recv_bytes[t] = in_bytes[e]
                         recv_at[d, layer] = True
+                        touched[d] = True
                         if src >= 0:
                             sent_at[loc, src] = True
                     recv_last[t, d] = layer
@@ -223,6 +227,7 @@ def _simulate_one(
             energy[d] += fixed * p_overhead[k]
             # weights of this part: held for its step (streamed) or the whole run (resident)
             wb = s * w_bytes[layer]
+            touched[d] = True
             if streamed:
                 delta[d, layer] += wb
                 delta[d, layer + 1] -= wb
@@ -234,42 +239,58 @@ def _simulate_one(
         if n_here == 1:
             ready[layer] = part_end[c]
         elif continued:  # each part is held on its device until the follower's part reads it
-            for d in range(n_dev):
-                if share[r, d] > 0.0:
-                    nbytes = share[r, d] * out_bytes[layer]
-                    delta[d, layer] += nbytes
-                    delta[d, nxt + 1] -= nbytes
+            for i in range(n_here):
+                d = pdev[r, i]
+                nbytes = share[r, d] * out_bytes[layer]
+                delta[d, layer] += nbytes
+                delta[d, nxt + 1] -= nbytes
         else:
             # all-gather: every part goes to each part device that needs the whole, and to the
             # owner when it concatenates (it needs the whole or forwards it to a device that
             # computed no part); each receiver concatenates locally
             need[:] = False
             for j in range(out_ptr[layer], out_ptr[layer + 1]):
-                m = out_dst[j]
-                for d in range(n_dev):
-                    if share[row[m], d] > 0.0:
-                        need[d] = True
+                m = row[out_dst[j]]
+                for i in range(pcnt[m]):
+                    need[pdev[m, i]] = True
             if k_in.is_output[layer]:
                 need[c] = True
             cat_owner = need[c]
-            for d in range(n_dev):
-                if need[d] and share[r, d] <= 0.0:
-                    cat_owner = True
+            n_need = 0
+            for i in range(n_here):
+                if need[pdev[r, i]]:
+                    n_need += 1
+            if not cat_owner:
+                n_all = 0
+                for d in range(n_dev):
+                    if need[d]:
+                        n_all += 1
+                cat_owner = n_all > n_need  # a device without a part needs the whole
+            # gatherers: the part devices that need the whole, and the owner if it concatenates
+            n_g = 0
+            owner_has_part = False
             last_part = 0.0
-            for e in range(n_dev):
-                gather_in[e] = part_end[e] if share[r, e] > 0.0 else 0.0
-                if share[r, e] > 0.0 and part_end[e] > last_part:
+            for i in range(n_here):
+                e = pdev[r, i]
+                gather_in[e] = part_end[e]
+                if part_end[e] > last_part:
                     last_part = part_end[e]
-            for d in range(n_dev):
-                s = share[r, d]
-                if s <= 0.0:
-                    continue
-                nbytes = s * out_bytes[layer]
+                if e == c:
+                    owner_has_part = True
+                if need[e] or (e == c and cat_owner):
+                    gatherers[n_g] = e
+                    n_g += 1
+            if cat_owner and not owner_has_part:
+                gather_in[c] = 0.0
+                gatherers[n_g] = c
+                n_g += 1
+            for i in range(n_here):
+                d = pdev[r, i]
+                nbytes = share[r, d] * out_bytes[layer]
                 sends = False
-                for e in range(n_dev):
+                for j in range(n_g):
+                    e = gatherers[j]
                     if e == d:
-                        continue
-                    if not ((e == c and cat_owner) or (share[r, e] > 0.0 and need[e])):
                         continue
                     ch = channel[d, e]
                     start = max(part_end[d], link_free[ch])
@@ -290,9 +311,8 @@ def _simulate_one(
                     delta[d, layer + 1] -= nbytes
             ready[layer] = last_part  # nobody reads it from the owner unless it concatenates
             t = out_tid[layer]
-            for e in range(n_dev):
-                if not ((e == c and cat_owner) or (share[r, e] > 0.0 and need[e])):
-                    continue
+            for j in range(n_g):
+                e = gatherers[j]
                 sent_at[e, layer] = True  # a gather step ends the segment
                 k = kind[e]
                 start = max(dev_free[e], gather_in[e])
@@ -309,10 +329,12 @@ def _simulate_one(
                     recv_first[t, e] = layer
                     recv_last[t, e] = layer
                     recv_bytes[t] = out_bytes[layer]
+                    touched[e] = True
         if n_here == 1 or cat_owner:
             # the owner holds the whole output until its last reader anywhere has it
             delta[c, layer] += out_bytes[layer]
             delta[c, last_use[layer] + 1] -= out_bytes[layer]
+            touched[c] = True
         if ready[layer] > finish:
             finish = ready[layer]
     # receive buffers: from the first to the last step that reads them on that device
@@ -322,6 +344,8 @@ def _simulate_one(
                 delta[d, recv_first[t, d]] += recv_bytes[t]
                 delta[d, recv_last[t, d] + 1] -= recv_bytes[t]
     for d in range(n_dev):
+        if not touched[d]:
+            continue
         acc = 0.0
         peak = 0.0
         for i in range(n_layers):
@@ -329,6 +353,8 @@ def _simulate_one(
             if acc > peak:
                 peak = acc
         mem_peak[d] = peak
+        if n_parts[d] == 0:
+            continue
         cut = True
         for i in range(n_layers):
             if share[row[i], d] > 0.0:
