@@ -222,7 +222,8 @@ class CalibrateConfig(BaseConfig):
     )  # profiled networks (layers of other nets are regressed from theirs)
     runs: int = 10  # profiled runs per network (after 2 warm-up runs)
     deployments: bool = True  # also measure 4 mappings per net under MPI (memory, cut costs)
-    iterations: int = 8  # measured iterations of each such deployment (after 2 warm-up)
+    iterations: int = 5  # measured iterations of each such deployment per round (after 2 warm-up)
+    rounds: int = 3  # rounds over a net's deployments, each in a random order (interleaved)
     quick: bool = False  # few repeats and only the first net: a smoke test, not for predictions
     out: str | None = None  # default: the platform's calibration file (dse.calibrate.store)
 
@@ -233,7 +234,9 @@ class FidelityConfig(BaseConfig):
 
     mappings: int = 30  # how many (front bests and spread, then random of every kind)
     warmup: int = 2
-    iterations: int = 10
+    iterations: int = 10  # per round
+    rounds: int = 3  # every mapping runs once per round, rounds in random orders (interleaved)
+    keep: bool = False  # keep the sub-models (else only plans and measurements stay)
     timeout_s: float = 600.0
     out: str | None = None  # default: fidelity/<net>-<platform>
 

@@ -152,6 +152,64 @@ def noise_floor(directory: Path) -> float | None:
     return round(float(np.median(spreads)), 2) if spreads else None
 
 
+def round_spread(directory: Path) -> float | None:
+    """Median over the mappings of (max - min) / median of their rounds' medians, %."""
+    spreads = []
+    for f in Path(directory).glob("*/measurements.json"):
+        lat = json.loads(f.read_text()).get("latency_ms") or {}
+        if lat.get("round_spread") is not None:
+            spreads.append(lat["round_spread"] * 100.0)
+    return round(float(np.median(spreads)), 2) if spreads else None
+
+
+def measure(
+    out, net, platform, model, batch, labels, settings, cfg, bar
+) -> tuple[list[dict[str, Any]], bool]:
+    """Deploy every mapping into ``out/phase2/<label>``, then run them all ``cfg.rounds`` times,
+    each round in a new random order (a slow spell of the machine then hits one round of
+    every mapping instead of every round of one); each mapping's merged measurements with the
+    prediction beside them, written to its ``measurements.json``, and whether Ctrl-C cut the
+    rounds short. Sub-models are deleted at the end unless ``keep=true``."""
+    from dse.results.atomic import write_text
+    from dse.runtime.measure import check_gpus, deploy, measure_interleaved, with_prediction
+    from dse.runtime.phase2 import drop_submodels
+
+    dirs: list[tuple[int, Path]] = []
+    results: dict[int, dict[str, Any]] = {}
+    interrupted = False
+    try:
+        for p, label in enumerate(labels):
+            d = out / "phase2" / label
+            try:
+                check_gpus(platform, batch[p])
+                deploy(
+                    net, platform, batch[p], d, int(cfg.seed), settings.warmup, settings.iterations
+                )
+                dirs.append((p, d))
+            except DseError as exc:
+                results[p] = {"status": "failed", "reason": str(exc)}
+            bar.update(1)
+        merged, interrupted = measure_interleaved(
+            [d for _, d in dirs],
+            int(cfg.rounds),
+            settings.warmup,
+            settings.iterations,
+            settings.timeout_s,
+            np.random.default_rng(int(cfg.seed)),
+            lambda _r, _i: bar.update(1),
+        )
+        for (p, d), result in zip(dirs, merged, strict=True):
+            if result.get("status") == "ok":
+                result = with_prediction(result, model, batch[p])
+            write_text(d / "measurements.json", json.dumps(result, indent=1))
+            results[p] = result
+    finally:
+        if not cfg.keep:
+            for _, d in dirs:
+                drop_submodels(d)
+    return [results[p] for p in range(len(labels))], interrupted
+
+
 def plot(path: Path, pts: dict[str, Any], title: str) -> None:
     import matplotlib
 
@@ -197,7 +255,7 @@ def plot(path: Path, pts: dict[str, Any], title: str) -> None:
 @guarded
 def main(cfg: DictConfig) -> dict[str, Any]:
     from dse.runtime.package import mpiexec_path
-    from dse.runtime.phase2 import measure_mappings
+    from dse.runtime.phase2 import _row
     from dse.runtime.phase2 import write_csv as write_rows
 
     if int(cfg.mappings) < 1:
@@ -222,54 +280,62 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     from tqdm import tqdm
 
     rows: list[dict[str, Any]] = []
-    bar = tqdm(total=len(labels), desc="fidelity", unit="mapping")
-
-    def on_row(row: dict[str, Any]) -> None:
-        row["kind"] = kinds[len(rows)]
+    rounds = int(cfg.rounds)
+    bar = tqdm(total=len(labels) * (rounds + 1), desc="fidelity", unit="run")
+    results, interrupted = measure(out, net, platform, model, batch, labels, settings, cfg, bar)
+    bar.close()
+    for label, kind, result in zip(labels, kinds, results, strict=True):
+        row = _row(label, result)
+        row["kind"] = kind
         rows.append(row)
-        bar.update(1)
-        write_rows(out / "fidelity.csv", rows)
-
-    failed: list[str] = []
-    try:
-        measure_mappings(out, net, platform, model, batch, labels, settings, int(cfg.seed), on_row)
-    finally:
-        bar.close()
-        if rows:
-            pts = points(rows, kinds[: len(rows)])
-            lat = stats([x[0] for x in pts["latency"]], [x[1] for x in pts["latency"]])
-            mem = stats([x[0] for x in pts["memory"]], [x[1] for x in pts["memory"]])
-            calibrated = "calibrated" if model.coefficients.calibrated else "NOT calibrated"
-            plot(
-                out / "fidelity.png",
-                pts,
-                f"{net.name} on {platform.name}: predicted vs measured, {len(pts['latency'])} "
-                f"mappings ({calibrated} coefficients {model.coefficients.source})",
-            )
-            failed = [r["mapping"] for r in rows if r["status"] != "ok"]
-            noise = noise_floor(out / "phase2")
-            doc = {
-                "net": net.name,
-                "platform": platform.name,
-                "coefficients": model.coefficients.source,
-                "calibrated": model.coefficients.calibrated,
-                "latency": lat,
-                "memory": mem,
-                "failed": failed,
-                "warmup": settings.warmup,
-                "iterations": settings.iterations,
-                "seconds": round(time.perf_counter() - started, 1),
-                "energy": "not measured (no counter readable here); modelled only",
-                "noise_floor_pct": noise,
-            }
-            (out / "fidelity.json").write_text(json.dumps(doc, indent=1))
+    write_rows(out / "fidelity.csv", rows)
+    pts = points(rows, kinds)
+    if not pts["latency"]:
+        raise DseError(f"no mapping was measured (see {out}/phase2/*/stderr.log)")
+    lat = stats([x[0] for x in pts["latency"]], [x[1] for x in pts["latency"]])
+    mem = stats([x[0] for x in pts["memory"]], [x[1] for x in pts["memory"]])
+    calibrated = "calibrated" if model.coefficients.calibrated else "NOT calibrated"
+    plot(
+        out / "fidelity.png",
+        pts,
+        f"{net.name} on {platform.name}: predicted vs measured, {len(pts['latency'])} "
+        f"mappings ({calibrated} coefficients {model.coefficients.source})",
+    )
+    failed = [r["mapping"] for r in rows if r["status"] != "ok"]
+    noise = noise_floor(out / "phase2")
+    drift = round_spread(out / "phase2")
+    doc = {
+        "net": net.name,
+        "platform": platform.name,
+        "coefficients": model.coefficients.source,
+        "calibrated": model.coefficients.calibrated,
+        "latency": lat,
+        "memory": mem,
+        "failed": failed,
+        "warmup": settings.warmup,
+        "iterations": settings.iterations,
+        "rounds": rounds,
+        "seconds": round(time.perf_counter() - started, 1),
+        "energy": "not measured (no counter readable here); modelled only",
+        "noise_floor_pct": noise,
+        "round_spread_pct": drift,
+        "interrupted": interrupted,
+    }
+    (out / "fidelity.json").write_text(json.dumps(doc, indent=1))
+    if interrupted:
+        raise KeyboardInterrupt
     if failed:
         say(f"{len(failed)} mapping(s) failed: {', '.join(failed[:5])} (see {out}/phase2)")
     say(f"wrote {out / 'fidelity.csv'}, {out / 'fidelity.png'} in {doc['seconds']:.0f} s")
     if noise is not None:
         say(
-            f"noise floor: half the p10-p90 spread of a run's iterations is {noise:.1f} % of "
-            "its median"
+            f"noise floor: half the p10-p90 spread of a mapping's iterations is {noise:.1f} % "
+            "of its median"
+            + (
+                f"; its {rounds} rounds' medians differ by {drift:.1f} % (median over mappings)"
+                if drift is not None and rounds > 1
+                else ""
+            )
         )
     say(
         f"fidelity {net.name}: latency MAPE {lat['mape_pct']:.1f} %, within 10 % "

@@ -288,6 +288,7 @@ def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> 
         "mappings=3",
         "warmup=0",
         "iterations=1",
+        "rounds=2",
         f"out={out}",
         env={"DSE_CALIBRATION_DIR": str(tmp_path / "none")},
     )
@@ -304,3 +305,27 @@ def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> 
     assert doc["latency"]["n"] == 3 and not doc["calibrated"]
     assert "not calibrated" in res.stderr
     assert (out / "fidelity.png").stat().st_size > 10_000
+    for row in rows:  # two interleaved rounds of one iteration each, sub-models dropped
+        lat = json.loads((out / "phase2" / row["mapping"] / "measurements.json").read_text())
+        lat = lat["latency_ms"]
+        assert len(lat["rounds_ms"]) == 2 and len(lat["all"]) == 2
+        assert lat["median"] == pytest.approx(np.median(lat["rounds_ms"]), abs=1e-3)
+        assert not list((out / "phase2" / row["mapping"]).glob("*.onnx"))
+    assert doc["rounds"] == 2 and doc["round_spread_pct"] is not None
+
+
+def test_runs_of_one_deployment_merge_into_one_measurement() -> None:
+    from dse.runtime.measure import merge_runs
+
+    def run(med: float, every: list[float], tag: str) -> dict:
+        return {"status": "ok", "latency_ms": {"median": med, "all": every}, "ranks": tag}
+
+    merged = merge_runs([run(10, [9, 10, 11], "a"), run(30, [30], "b"), run(20, [19, 21], "c")])
+    lat = merged["latency_ms"]
+    assert lat["median"] == 20 and lat["rounds_ms"] == [10, 30, 20]
+    assert lat["round_spread"] == pytest.approx((30 - 10) / 20)
+    assert sorted(lat["all"]) == [9, 10, 11, 19, 21, 30]
+    assert lat["p10"] == pytest.approx(np.percentile([9, 10, 11, 19, 21, 30], 10))
+    assert merged["ranks"] == "c"  # the other figures: the median run's
+    bad = {"status": "failed", "reason": "mpiexec exited with 1"}
+    assert merge_runs([run(10, [10], "a"), bad]) == bad

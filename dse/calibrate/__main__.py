@@ -14,7 +14,8 @@ Steps, per device kind of the platform (at the thread count of its first device)
    while loading and running give the memory terms, and the latencies of the cut mappings
    the cost of cutting the work into segments (per tensor crossing, fixed and per byte) and
    how much slower a split layer's parts run side by side; each network's layer times are
-   anchored to its one-device run; a run whose spread exceeds 15 % is run again;
+   anchored to its one-device run; a network's four mappings run in interleaved rounds
+   (``rounds``, each in a random order) and each keeps the median of its rounds' medians;
 5. **energy** is not measured here (no counter on most machines): the power figures stay those
    of the platform's file, and the coefficients say so.
 
@@ -231,9 +232,9 @@ def measure_links(cfg: DictConfig, platform: Platform, steps: Steps) -> tuple[di
 def measure_deployments(
     cfg: DictConfig, platform: Platform, coefficients: Coefficients, steps: Steps
 ) -> list[dict[str, Any]]:
-    """Three mappings per network run under MPI: per mapping its model (for refitting), the
-    batch and the measurements."""
-    from dse.runtime.measure import deploy_and_measure
+    """Four mappings per network (:data:`LABELS`) run under MPI: per mapping its model (for
+    refitting), the batch and the merged measurements of its rounds."""
+    from dse.runtime.measure import deploy, measure_interleaved
 
     cpus = [i for i, d in enumerate(platform.devices) if d.kind == "cpu"]
     if len(cpus) < 2:
@@ -241,32 +242,28 @@ def measure_deployments(
     a, b = cpus[0], cpus[1]
     out = []
     iters = 3 if cfg.quick else int(cfg.iterations)
+    rounds = 1 if cfg.quick else int(cfg.rounds)
+    rng = np.random.default_rng(int(cfg.seed))
     with tempfile.TemporaryDirectory(prefix="dse-calibrate-") as tmp:
         for name in list(cfg.nets)[: 1 if cfg.quick else None]:
             net = load_net({"name": name})
             model = AnalyticalModel(net.graph, platform, coefficients)
             times = model.tables.t_work[0]
             batch = calibration_mappings(net.graph, times, a, b, len(platform.devices))
-            for p, label in enumerate(LABELS):
-                for attempt in range(2):  # a run with a wide spread is contaminated: again
-                    res = deploy_and_measure(
-                        net,
-                        platform,
-                        None,
-                        batch[p],
-                        Path(tmp) / f"{name}-{label}-{attempt}",
-                        int(cfg.seed),
-                        2,
-                        iters,
-                        600.0,
-                    )
-                    lat = res.get("latency_ms") or {}
-                    spread = (lat.get("p90", 0) - lat.get("p10", 0)) / lat.get("median", 1)
-                    res["spread"], res["attempts"] = round(spread, 4), attempt + 1
-                    if res.get("status") != "ok" or spread <= CONTAMINATED:
-                        break
+            dirs = [Path(tmp) / f"{name}-{label}" for label in LABELS]
+            for p, d in enumerate(dirs):
+                deploy(net, platform, batch[p], d, int(cfg.seed), 2, iters)
+            # interleaved rounds: a slow spell hits one round of each mapping, and the one-device
+            # run the layer times are anchored to is measured beside the cut ones
+            results, interrupted = measure_interleaved(dirs, rounds, 2, iters, 600.0, rng)
+            if interrupted:
+                raise KeyboardInterrupt
+            for p, (label, res) in enumerate(zip(LABELS, results, strict=True)):
                 if res.get("status") != "ok":
                     raise DseError(f"calibration run {name}/{label} failed: {res.get('reason')}")
+                lat = res["latency_ms"]
+                res["spread"] = round((lat["p90"] - lat["p10"]) / lat["median"], 4)
+                res["rounds_ms"] = lat.get("rounds_ms", [lat["median"]])
                 out.append(
                     {"net": name, "label": label, "model": model, "batch": batch[p], "result": res}
                 )
@@ -356,7 +353,7 @@ def fit_cuts(runs: list[dict[str, Any]]) -> tuple[tuple[float, float, float], di
     prov = {
         "mappings": [f"{r['net']}/{r['label']}" for r in cut],
         "spread": [r["result"]["spread"] for r in cut],
-        "attempts": [r["result"]["attempts"] for r in cut],
+        "rounds_ms": [r["result"]["rounds_ms"] for r in cut],
         "measured_ms": [round(x * 1e3, 3) for x in measured],
         "predicted_without_cut_costs_ms": [round(x * 1e3, 3) for x in before],
         "predicted_ms": [round(x * 1e3, 3) for x in after],

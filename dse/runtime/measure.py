@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from dse.errors import DseError
 from dse.mapping import MappingBatch
@@ -133,3 +136,62 @@ def deploy_and_measure(
 
     write_text(Path(out) / "measurements.json", json.dumps(result, indent=1))
     return result
+
+
+def merge_runs(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One measurement from several runs of one deployment (rounds interleaved with other
+    deployments, so a slow spell of the machine hits one round of each, not all of one).
+
+    ``latency_ms.median`` is the median of the runs' medians; p10, p90 and ``all`` pool every
+    iteration; ``rounds_ms`` lists each run's median and ``round_spread`` is (max - min) /
+    median of them. The other figures (ranks, memory, equivalence) are those of the run whose
+    median is the median run. A deployment with a failed run is failed, with that reason."""
+    failed = [r for r in results if r.get("status") != "ok" or not r.get("latency_ms")]
+    if failed or not results:
+        return failed[0] if failed else {"status": "failed", "reason": "not run"}
+    medians = [float(r["latency_ms"]["median"]) for r in results]
+    mid = results[int(np.argsort(medians)[(len(results) - 1) // 2])]
+    every = np.concatenate([np.asarray(r["latency_ms"]["all"], dtype=float) for r in results])
+    med = float(np.median(medians))
+    merged = dict(mid)
+    merged["latency_ms"] = {
+        "median": round(med, 4),
+        "p10": round(float(np.percentile(every, 10)), 4),
+        "p90": round(float(np.percentile(every, 90)), 4),
+        "all": [round(float(x), 4) for x in every],
+        "rounds_ms": [round(m, 4) for m in medians],
+        "round_spread": round((max(medians) - min(medians)) / med, 4),
+    }
+    return merged
+
+
+def measure_interleaved(
+    directories: list[Path],
+    rounds: int,
+    warmup: int,
+    iterations: int,
+    timeout_s: float,
+    rng: np.random.Generator,
+    on_run: Callable[[int, int], None] | None = None,
+) -> tuple[list[dict[str, Any]], bool]:
+    """Run every deployment ``rounds`` times, each round in a new random order; their merged
+    measurements (:func:`merge_runs`) in the order given, and whether Ctrl-C cut the rounds
+    short (then each merges the runs it had; one never run is failed, "interrupted"). A
+    deployment that failed is not run again. ``on_run(round, index)`` follows each run."""
+    runs: list[list[dict[str, Any]]] = [[] for _ in directories]
+    interrupted = False
+    try:
+        for rnd in range(rounds):
+            for i in rng.permutation(len(directories)).tolist():
+                if runs[i] and runs[i][-1].get("status") != "ok":
+                    continue
+                runs[i].append(launch(directories[i], timeout_s, warmup, iterations))
+                if on_run is not None:
+                    on_run(rnd, i)
+    except KeyboardInterrupt:
+        interrupted = True
+    merged = [
+        merge_runs(r) if r else {"status": "failed", "reason": "interrupted before it ran"}
+        for r in runs
+    ]
+    return merged, interrupted
