@@ -6,6 +6,7 @@
 1. Naive (one gene per device, Eq. 4.5) against advanced with 2, 4 and 6 splits, on the
    CPU+GPU cluster (jetson_xavier_nx_x8) and the CPU-only one (xavier_cpu_only_x8): the
    thesis's Figures 12-13 and its claim that the advanced encoding converges to better fronts.
+Split layers get equal parts, as in the thesis (``chromosome.shares=equal``).
 2. Vertical split points against hybrid (advanced, 2 splits) on CPU+GPU: Figure 14 and the
    claim that hybrid partitioning finds better trade-offs than vertical partitioning alone.
 
@@ -26,11 +27,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PLATFORMS = {"CPU+GPU": "jetson_xavier_nx_x8", "CPU only": "xavier_cpu_only_x8"}
+EQUAL = "chromosome.shares=equal"  # a split layer's parts are equal, as in the thesis
 ENCODINGS = [  # label, overrides, platforms
-    ("naive", ["chromosome=naive"], list(PLATFORMS)),
-    ("advanced-2", ["chromosome=advanced", "chromosome.splits=2"], list(PLATFORMS)),
-    ("advanced-4", ["chromosome=advanced", "chromosome.splits=4"], list(PLATFORMS)),
-    ("advanced-6", ["chromosome=advanced", "chromosome.splits=6"], list(PLATFORMS)),
+    ("naive", ["chromosome=naive", EQUAL], list(PLATFORMS)),
+    ("advanced-2", ["chromosome=advanced", "chromosome.splits=2", EQUAL], list(PLATFORMS)),
+    ("advanced-4", ["chromosome=advanced", "chromosome.splits=4", EQUAL], list(PLATFORMS)),
+    ("advanced-6", ["chromosome=advanced", "chromosome.splits=6", EQUAL], list(PLATFORMS)),
     ("vertical", ["chromosome=vertical"], ["CPU+GPU"]),
 ]
 
