@@ -6,11 +6,11 @@
 1. Naive (one gene per device, Eq. 4.5) against advanced with 2, 4 and 6 splits, on the
    CPU+GPU cluster (jetson_xavier_nx_x8) and the CPU-only one (xavier_cpu_only_x8): the
    thesis's Figures 12-13 and its claim that the advanced encoding converges to better fronts.
-Split layers get equal parts, as in the thesis (``chromosome.shares=equal``).
 2. Vertical split points against hybrid (advanced, 2 splits) on CPU+GPU: Figure 14 and the
    claim that hybrid partitioning finds better trade-offs than vertical partitioning alone.
 
-Every run of one network and platform shares one hypervolume normalisation (fixed reference
+Split layers get equal parts, as in the thesis (``chromosome.shares=equal``). Every run of
+one network and platform shares one hypervolume normalisation (fixed reference
 mappings, dse/search/hypervolume.py), so the table's mean +- sd compare across encodings.
 Prints a Markdown table and writes it to OUT/table.md.
 """
