@@ -69,3 +69,40 @@ def test_measure_mappings_writes_rows_and_keeps_going(tmp_path: Path, monkeypatc
     one = tmp_path / "run" / "phase2" / "one"
     assert (one / "measurements.json").is_file() and (one / "plan.json").is_file()
     assert not list(one.glob("*.onnx*"))  # sub-models dropped once measured (keep=false)
+
+
+def test_reference_outputs_are_the_whole_model_once_per_file_and_input(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The equivalence check's expected outputs are onnxruntime's on the whole model; they
+    are cached per (model file, input) and a changed file is computed again."""
+    import os
+
+    from dse.runtime.partition import input_arrays
+    from dse.runtime.sessions import session
+    from dse.runtime.worker import reference_outputs
+
+    monkeypatch.setenv("DSE_CACHE", str(tmp_path / "cache"))
+    net = zoo_like(tmp_path)
+    path = Path(net.path)
+    plan = {
+        "seed": 3,
+        "inputs": [{"name": "x", "shape": [1, 4, 8, 8], "dtype": "float32"}],
+        "reference": {"path": str(path), "input_shape": None},
+    }
+    names = ["m", "s"]
+    want = session(str(path)).run(names, input_arrays(plan, 3))
+    got = reference_outputs(plan, path, names)
+    (cached,) = (tmp_path / "cache" / "reference").glob("*.npz")
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+    with np.load(cached) as z:  # the cache holds the values; the second call reads them
+        for i, b in enumerate(want):
+            np.testing.assert_array_equal(z[f"o{i}"], b)
+    # the second call reads the cache, not the model: planted zeros come back
+    np.savez(cached, o0=np.zeros_like(want[0]), o1=np.zeros_like(want[1]))
+    assert all(not a.any() for a in reference_outputs(plan, path, names))
+    assert len(list(cached.parent.glob("*.npz"))) == 1
+    os.utime(path, ns=(0, 0))  # the file changed: another key
+    reference_outputs(plan, path, names)
+    assert len(list(cached.parent.glob("*.npz"))) == 2
