@@ -152,6 +152,20 @@ def noise_floor(directory: Path) -> float | None:
     return round(float(np.median(spreads)), 2) if spreads else None
 
 
+def by_kind(points: list[tuple[float, float, str]]) -> dict[str, dict[str, float]]:
+    """Per kind of mapping: how many, the mean signed error (bias) and MAPE of latency, %."""
+    out = {}
+    for kind in KINDS:
+        err = [(p - m) / m * 100.0 for p, m, k in points if k == kind]
+        if err:
+            out[kind] = {
+                "n": len(err),
+                "bias_pct": round(float(np.mean(err)), 2),
+                "mape_pct": round(float(np.mean(np.abs(err))), 2),
+            }
+    return out
+
+
 def round_spread(directory: Path) -> float | None:
     """Median over the mappings of (max - min) / median of their rounds' medians, %."""
     spreads = []
@@ -293,6 +307,7 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     if not pts["latency"]:
         raise DseError(f"no mapping was measured (see {out}/phase2/*/stderr.log)")
     lat = stats([x[0] for x in pts["latency"]], [x[1] for x in pts["latency"]])
+    lat["by_kind"] = by_kind(pts["latency"])
     mem = stats([x[0] for x in pts["memory"]], [x[1] for x in pts["memory"]])
     calibrated = "calibrated" if model.coefficients.calibrated else "NOT calibrated"
     plot(
@@ -337,6 +352,10 @@ def main(cfg: DictConfig) -> dict[str, Any]:
                 else ""
             )
         )
+    say(
+        "latency error by kind of mapping (mean, +: predicted slower): "
+        + ", ".join(f"{k} {v['bias_pct']:+.1f} % (n={v['n']})" for k, v in lat["by_kind"].items())
+    )
     say(
         f"fidelity {net.name}: latency MAPE {lat['mape_pct']:.1f} %, within 10 % "
         f"{lat['within_10_pct']:.0f} %, spearman {lat['spearman']:.2f}; memory MAPE "

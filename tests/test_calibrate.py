@@ -329,3 +329,14 @@ def test_runs_of_one_deployment_merge_into_one_measurement() -> None:
     assert merged["ranks"] == "c"  # the other figures: the median run's
     bad = {"status": "failed", "reason": "mpiexec exited with 1"}
     assert merge_runs([run(10, [10], "a"), bad]) == bad
+
+
+def test_fidelity_error_by_kind_of_mapping() -> None:
+    from dse.fidelity import by_kind
+
+    pts = [(11.0, 10.0, "single"), (9.0, 10.0, "single"), (12.0, 10.0, "split")]
+    # single: errors +10 % and -10 % (bias 0, MAPE 10); split: +20 %
+    assert by_kind(pts) == {
+        "single": {"n": 2, "bias_pct": 0.0, "mape_pct": 10.0},
+        "split": {"n": 1, "bias_pct": 20.0, "mape_pct": 20.0},
+    }

@@ -29,12 +29,22 @@ from dse.runtime.sessions import session
 
 #: Outputs must agree to max|a - b| <= RTOL * max|b| (see tests/test_runtime_partition.py).
 RTOL = 1e-4
-#: A rank waiting for a message polls for this long, then sleeps between polls (None: it
-#: spins in ``Probe`` for as long as it waits). EXPERIMENT: set from DSE_WAIT_SPIN_US.
-SPIN_S: float | None = (
-    float(os.environ["DSE_WAIT_SPIN_US"]) * 1e-6 if "DSE_WAIT_SPIN_US" in os.environ else None
-)
-SLEEP_S = 20e-6
+
+
+def _spin_s() -> float | None:
+    """How long a rank waiting for a message polls before it sleeps between polls, from
+    ``DSE_WAIT_SPIN_US`` (microseconds; ``spin``: it spins in ``Probe`` as long as it waits)."""
+    raw = os.environ.get("DSE_WAIT_SPIN_US", "spin").strip()
+    if raw == "spin":
+        return None
+    try:
+        return max(float(raw), 0.0) * 1e-6
+    except ValueError:
+        raise DseError(f"DSE_WAIT_SPIN_US={raw!r} must be microseconds or 'spin'") from None
+
+
+SPIN_S = _spin_s()
+SLEEP_S = 20e-6  # between polls once past SPIN_S
 
 
 def probe(comm: Any, source: int, tag: int) -> None:
