@@ -234,7 +234,7 @@ class FidelityConfig(BaseConfig):
 
     mappings: int = 30  # how many (front bests and spread, then random of every kind)
     warmup: int = 2
-    iterations: int = 10  # per round
+    iterations: int = 5  # per round
     rounds: int = 3  # every mapping runs once per round, rounds in random orders (interleaved)
     keep: bool = False  # keep the sub-models (else only plans and measurements stay)
     timeout_s: float = 600.0
