@@ -340,3 +340,55 @@ def test_fidelity_error_by_kind_of_mapping() -> None:
         "single": {"n": 2, "bias_pct": 0.0, "mape_pct": 10.0},
         "split": {"n": 1, "bias_pct": 20.0, "mape_pct": 20.0},
     }
+
+
+def test_memory_fit_recovers_known_coefficients() -> None:
+    """Ranks' peak RSS made by a model with known memory terms (bias, activations, weights by
+    class, per segment, per layer, loading by class) on varied mappings: fit_memory finds
+    them again."""
+    from dse.calibrate.__main__ import fit_memory
+
+    truth = {
+        "bias_mb": 80.0,
+        "coefficient": 1.7,
+        "weights": {"conv": 2.0, "other": 0.9},
+        "per_segment_mb": 0.4,
+        "per_layer_mb": 0.3,
+        "loading": {"conv": 2.4, "other": 1.3},
+    }
+    base = coefficients()["cpu"]
+    known = dataclasses.replace(
+        base,
+        memory_bias_mb=truth["bias_mb"],
+        memory_coefficient=truth["coefficient"],
+        memory_weights=truth["weights"],
+        memory_per_segment_mb=truth["per_segment_mb"],
+        memory_per_layer_mb=truth["per_layer_mb"],
+        memory_loading={"conv": 0.0, "other": 0.0},
+    )
+    graph, running_model = _chain_model(Coefficients({"cpu": known}))
+    plat = running_model.platform
+    runs = []
+    for p, kind in enumerate(["single", "vertical", "split", "mixed"] * 3):
+        share = random_mappings(graph, 2, kind, 1, np.random.default_rng(p))
+        batch = MappingBatch(share, derive_owner(graph, share))
+        ev = running_model.evaluate(batch)
+        w = share[0].T @ running_model._w_class  # [D, class] MB (conv, other)
+        ranks = []
+        for d in np.flatnonzero(ev.used[0]):
+            load = truth["bias_mb"] + w[d] @ [truth["loading"]["conv"], truth["loading"]["other"]]
+            ranks.append(
+                {
+                    "device": plat.devices[d].name,
+                    "peak_rss_running_mb": float(ev.memory_mb[0, d]),
+                    "peak_rss_loading_mb": float(load),
+                }
+            )
+        _, fresh = _chain_model(coefficients())
+        runs.append({"net": "chain", "label": kind, "model": fresh, "batch": batch,
+                     "result": {"ranks": ranks}})  # fmt: skip
+    fitted, prov = fit_memory(runs)
+    assert prov["max_rel_error"] < 1e-3
+    for key in ("bias_mb", "coefficient", "per_segment_mb", "per_layer_mb"):
+        assert fitted[key] == pytest.approx(truth[key], rel=1e-2, abs=1e-3), key
+    assert fitted["loading"]["conv"] == pytest.approx(truth["loading"]["conv"], rel=1e-2)

@@ -273,8 +273,9 @@ def measure_deployments(
 
 def fit_memory(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Peak RSS while running = bias + coefficient x live activations + weights[class] x the
-    rank's weights of that class + per segment x sub-models; while loading = bias +
-    loading[class] x weights (MB; classes: conv, other). Non-negative, relative residuals."""
+    rank's weights of that class + per segment x sub-models + per layer x layers (or parts)
+    it runs; while loading = bias + loading[class] x weights (MB; classes: conv, other).
+    Non-negative, relative residuals."""
     from models_analytical.calibration import fit_nonnegative
 
     rows, target, names = [], [], []
@@ -284,15 +285,17 @@ def fit_memory(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, An
         m._mem_coef, m._mem_bias, m._mem_layer = unit, 0 * unit, 0 * unit
         m._mem_segment, m._mem_load, m._by_class = 0 * unit, 0 * m._mem_load, False
         ev = m.evaluate(r["batch"])  # memory_mb is now the liveness peak alone
+        m._mem_coef, m._mem_layer = 0 * unit, unit
+        parts = m.evaluate(r["batch"]).memory_mb[0]  # now the layers (parts) each device runs
         w = r["batch"].share[0].T @ m._w_class  # [D, class] MB
         for rank in r["result"]["ranks"]:
             d = next(i for i, dev in enumerate(m.platform.devices) if dev.name == rank["device"])
             if rank["peak_rss_running_mb"] is None:
                 continue
             act = max(ev.memory_mb[0, d] - w[d].sum(), 0.0)
-            rows.append([1.0, act, w[d, 0], w[d, 1], ev.segments[0, d], 0.0, 0.0])
+            rows.append([1.0, act, w[d, 0], w[d, 1], ev.segments[0, d], 0.0, 0.0, parts[d]])
             target.append(rank["peak_rss_running_mb"])
-            rows.append([1.0, 0.0, 0.0, 0.0, 0.0, w[d, 0], w[d, 1]])
+            rows.append([1.0, 0.0, 0.0, 0.0, 0.0, w[d, 0], w[d, 1], 0.0])
             target.append(rank["peak_rss_loading_mb"])
             names += [f"{r['net']}/{r['label']}/{rank['device']}/{x}" for x in ("run", "load")]
     a, y = np.array(rows), np.array(target)
@@ -301,7 +304,7 @@ def fit_memory(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, An
     fitted = {
         "bias_mb": float(coef[0]),
         "coefficient": float(max(coef[1], 1e-6)),
-        "per_layer_mb": 0.0,
+        "per_layer_mb": float(coef[7]),
         "weights": {"conv": float(coef[2]), "other": float(coef[3])},
         "per_segment_mb": float(coef[4]),
         "loading": {"conv": float(coef[5]), "other": float(coef[6])},
