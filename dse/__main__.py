@@ -22,7 +22,7 @@ from dse.cli import CONF_DIR, INTERRUPTED, DeferredSignals, guarded, run, say
 from dse.config import check
 from dse.errors import DseError
 from dse.objectives import OBJECTIVES, fmt
-from dse.results import writers
+from dse.results import plot_worker, writers
 from dse.results.atomic import remove_stale
 from dse.results.outputs import write_outputs
 from dse.search import checkpoint, nsga2
@@ -76,6 +76,7 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     sweeper can optimise it."""
     started = time.perf_counter()
     check(cfg)
+    plot_worker.prestart()  # matplotlib imported by helpers while the search runs
     if cfg.get("resume"):
         if HydraConfig.get().mode.name == "MULTIRUN":
             raise DseError("resume one run at a time, without --multirun")

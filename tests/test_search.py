@@ -242,3 +242,39 @@ def test_crowding_distance_is_pymoos():
         F = rng.integers(0, 5, size=(n, 3)).astype(float)  # ties and equal columns
         F[:, 2] = 1.0 if n % 2 else F[:, 2]
         assert np.array_equal(search.crowding_distance(F), pymoo_cd.do(F), equal_nan=True)
+
+
+def test_plot_helpers_write_the_figures_and_failures_are_raised(tmp_path):
+    """Figures drawn by helper processes are complete PNGs; a helper that died draws nothing
+    and its figure is drawn in the run's process instead; a figure that cannot be drawn is an
+    error of the run, not a silent gap."""
+    from dse.results import plot_worker
+
+    history = [
+        {"generation": g, "hypervolume": g / 10, "best_latency": 10.0 - g, "best_memory": 5.0}
+        for g in range(1, 6)
+    ]
+    front = np.array([[1.0, 4.0], [2.0, 3.0], [3.0, 1.0]])
+    plot_worker.prestart(2)
+    dead = plot_worker._idle[0]
+    dead.kill()
+    dead.wait()
+    plot_worker.draw(
+        [
+            (
+                "plot_convergence",
+                (tmp_path / "c.png", {"run": history}, ["latency", "memory"], "t"),
+            ),
+            (
+                "plot_pareto",
+                (tmp_path / "p.png", front, np.ones(3, bool), ["latency", "memory"], "t"),
+            ),
+        ]
+    )
+    for name in ("c.png", "p.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(tmp_path.glob(".*.tmp"))
+    nothing = (tmp_path / "x.png", np.zeros((0, 2)), np.zeros(0, bool), ["latency", "memory"], "t")
+    with pytest.raises(ValueError):  # no point to mark as best: fails in the helper and here
+        plot_worker.draw([("plot_pareto", nothing)])
+    assert not (tmp_path / "x.png").exists()

@@ -10,7 +10,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from dse.platform import Platform
-from dse.results import plots, report, writers
+from dse.results import plot_worker, plots, report, writers
 from dse.results.atomic import write_text
 from dse.search import nsga2
 from dse.search.problem import MappingProblem
@@ -69,11 +69,13 @@ def write_outputs(
     if phase2 is not None:
         summary["phase2"] = phase2
     title = plots.run_title(summary)
+    figures = [("plot_pareto", (out / "pareto.png", f, feasible, problem.objectives, title))]
     if state.history:
-        plots.plot_convergence(
-            out / "convergence.png", {cfg.chromosome.name: state.history}, problem.objectives, title
+        runs = {cfg.chromosome.name: state.history}
+        figures.insert(
+            0, ("plot_convergence", (out / "convergence.png", runs, problem.objectives, title))
         )
-    plots.plot_pareto(out / "pareto.png", f, feasible, problem.objectives, title)
+    plot_worker.draw(figures)  # in helper processes, side by side; back once both are written
     calibrated = problem.model.coefficients.calibrated
     write_text(out / "report.html", report.render(summary, title, rows, best, calibrated))
     write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
