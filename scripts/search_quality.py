@@ -1,6 +1,7 @@
 """How close NSGA-II gets to the true front of small networks whose every mapping is enumerated.
 
     python scripts/search_quality.py [--pop 50] [--gens 20] [--seeds 5] [--capacity 2.6 3 1e9]
+        [--structured-seeds]
 
 The network is conv -> relu -> conv -> relu -> conv -> relu on 3 devices joined by slow links
 (5 MB/s), objectives latency, memory and total energy: 9,261 distinct naive mappings. For each
@@ -8,7 +9,8 @@ capacity (MB; memory binds below 5.7) and encoding, every gene vector is decoded
 which gives the true Pareto front of that encoding; then NSGA-II runs with the given budget and
 several seeds. Printed per case: feasible share of all mappings, distinct mappings, evaluations
 used, hypervolume found / true (mean, worst), share of true front points found, distinct
-mappings in the final population.
+mappings in the final population. ``--structured-seeds`` adds
+:func:`chromosomes.seeds.seed_population` to the first population (in this process).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import onnx_factory as f  # noqa: E402
 from platforms import coefficients, platform  # noqa: E402
 
 from chromosomes import make_chromosome  # noqa: E402
+from chromosomes.seeds import seed_population  # noqa: E402
 from dse.config import MUTATIONS, AlgorithmConfig  # noqa: E402
 from dse.net.graph import build_graph  # noqa: E402
 from dse.search import nsga2  # noqa: E402
@@ -75,7 +78,18 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--capacity", type=float, nargs="+", default=[2.6, 3.0, 1e9])
     ap.add_argument("--mutation", default="pm", choices=sorted(MUTATIONS))
+    ap.add_argument("--structured-seeds", action="store_true")
     args = ap.parse_args()
+    if args.structured_seeds:
+        plain_initial = nsga2.initial_population
+
+        def seeded(problem, settings, seed):  # noqa: ANN001, ANN202
+            x = plain_initial(problem, settings, seed)
+            if settings.seed_single_device:
+                seed_population(x, problem.chromosome, problem.model)
+            return x
+
+        nsga2.initial_population = seeded
     for capacity in args.capacity:
         for chrom, splits in (("naive", None), ("advanced", 2), ("advanced", 3)):
             p = problem(chrom, capacity, splits)

@@ -302,3 +302,70 @@ def test_compiled_decoder_equals_the_numpy_reference(net, shares, name, splits):
     assert np.array_equal(got.share, want.share)  # bit for bit
     assert np.array_equal(got.owner, want.owner)
     assert parts_keys(chrom.parts(genes)) == mapping_keys(want, g)
+
+
+# --- structured seeds of a first population ---------------------------------------------------
+
+
+def test_device_order_is_by_total_time_with_the_fastest_devices_host_mates_first():
+    from chromosomes.seeds import device_order
+
+    # times per layer 1 / speed; totals: device 0: 4, 1: 1, 2: 2, 3: 1.5
+    speed = 1.0 / np.array([[2.0, 0.5, 1.0, 0.75], [2.0, 0.5, 1.0, 0.75]])
+    assert device_order(speed).tolist() == [1, 3, 2, 0]
+    assert device_order(speed, ["a", "b", "b", "a"]).tolist() == [1, 2, 3, 0]  # 2 beside 1
+
+
+@pytest.mark.parametrize("name", ["naive", "advanced"])
+def test_spread_seeds_split_the_given_layers_over_the_given_devices(name):
+    from chromosomes.seeds import spread
+    from dse.mapping import from_device_lists
+
+    g = figure8_net()  # l1 and l5 splittable (10 channels each)
+    chrom = make_chromosome(name, g, 4, splits=2)
+    got = chrom.decode(np.stack([spread(chrom, [2, 0]), spread(chrom, [2, 0], 1, 1)]))
+    both, two = [0, 2], [2]
+    want = from_device_lists(
+        g,
+        4,
+        [
+            [both, two, two, two, both, two],  # every splittable layer over devices 2 and 0
+            [two, two, two, two, both, two],  # only the second one (l5)
+        ],
+    )
+    assert (got.share[0, 0] * 10).tolist() == [5, 0, 5, 0]
+    assert np.array_equal(got.share, want.share)
+    assert np.array_equal(got.owner, want.owner)
+    if name == "advanced":  # two splits: at most two parts
+        assert spread(chrom, [2, 0, 1]) is None
+
+
+def test_structured_seeds_per_encoding_and_in_a_first_population():
+    from types import SimpleNamespace
+
+    from chromosomes.seeds import seed_population, structured_seeds
+
+    g = figure8_net()
+    speed = np.ones((len(g), 4))
+    speed[:, 3] = 4.0  # device 3 fastest, then 0, 1, 2 (ties to the lower index)
+    naive, advanced = make_chromosome("naive", g, 4), make_chromosome("advanced", g, 4)
+    seeds = structured_seeds(naive, speed)
+    assert len(seeds) == 3  # the fastest 2, 3 and 4 devices
+    parts = naive.decode(seeds).share[:, 0] > 0  # l1's devices
+    assert parts.tolist() == [
+        [True, False, False, True],
+        [True, True, False, True],
+        [True, True, True, True],
+    ]
+    assert len(structured_seeds(advanced, speed)) == 1  # two splits: two parts at most
+    assert len(structured_seeds(make_chromosome("vertical", g, 4), speed)) == 0
+
+    model = SimpleNamespace(
+        device_speed=lambda: speed,
+        platform=SimpleNamespace(devices=[SimpleNamespace(host=h) for h in "abcd"]),
+    )
+    x = naive.sample(6, np.random.default_rng(0))
+    before = x.copy()
+    seed_population(x, naive, model)
+    assert np.array_equal(x[:4], before[:4])  # the one-device rows are left alone
+    assert np.array_equal(x[4:], seeds[:2])  # as many seeds as fit
