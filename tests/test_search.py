@@ -278,3 +278,17 @@ def test_plot_helpers_write_the_figures_and_failures_are_raised(tmp_path):
     with pytest.raises(ValueError):  # no point to mark as best: fails in the helper and here
         plot_worker.draw([("plot_pareto", nothing)])
     assert not (tmp_path / "x.png").exists()
+
+
+def test_mapping_keys_equal_exactly_when_mappings_are():
+    """Every gene vector of the small problem: two get one key exactly when their whole-number
+    mappings (devices and channels) are equal, compared as rows by numpy."""
+    chrom = small_problem("naive").chromosome
+    upper = chrom.upper.tolist()
+    genes = np.array(list(itertools.product(*[range(u + 1) for u in upper])), dtype=np.int64)
+    parts = chrom.parts(genes)
+    rows = np.concatenate([parts.device, parts.channels.reshape(len(genes), -1)], axis=1)
+    _, by_row = np.unique(rows, axis=0, return_inverse=True)
+    _, by_key = np.unique(np.array(search.parts_keys(parts)), return_inverse=True)
+    assert len(set(zip(by_row.tolist(), by_key.tolist(), strict=True))) == by_row.max() + 1
+    assert by_key.max() == by_row.max()

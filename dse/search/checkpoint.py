@@ -24,7 +24,7 @@ from dse.search.nsga2 import Population, SearchState, parts_keys
 from dse.search.problem import MappingProblem
 
 CHECKPOINT = "checkpoint.npz"
-FORMAT = 1
+FORMAT = 2  # 2: mapping keys by dse.search.keys (1: blake2b of key bytes)
 _ARRAYS = ("X", "F", "G", "rank", "crowding")
 
 

@@ -15,7 +15,6 @@ both for mapping search:
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from collections.abc import Callable
@@ -25,12 +24,13 @@ import numpy as np
 from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 from pymoo.util.randomized_argsort import randomized_argsort
 
-from chromosomes import Parts, kernels
+from chromosomes import Parts
 from dse.config import AlgorithmConfig
 from dse.errors import DseError
 from dse.mapping import MappingBatch
 from dse.net.graph import LayerGraph
 from dse.search.hypervolume import Reference
+from dse.search.keys import hash_parts
 from dse.search.problem import MappingProblem
 
 _NDS = NonDominatedSorting()
@@ -103,24 +103,23 @@ class SearchState:
 
 
 def mapping_keys(batch: MappingBatch, graph: LayerGraph) -> list[bytes]:
-    """One 8-byte key per mapping: a digest of each layer's first device and, for splittable
-    layers, the channels each device computes. That determines the whole share array (a layer
-    that cannot be split is on one device), in far fewer bytes than the array itself."""
-    first = batch.share.argmax(axis=2).astype(np.uint8)  # [P, L]
-    split = np.flatnonzero(graph.splittable)
+    """One 8-byte key per mapping (:mod:`dse.search.keys`): each layer's device and, for
+    splittable layers, the channels each device computes. That determines the whole share
+    array (a layer that cannot be split is on one device), in far fewer bytes than the array."""
+    split = graph.splittable
+    device = np.where(split[None, :], -1, batch.share.argmax(axis=2)).astype(np.int64)
     channels = graph.out_channels[split].astype(np.float64)[None, :, None]
-    counts = np.rint(batch.share[:, split, :] * channels).astype(np.uint16)  # [P, S, D]
-    rows = np.concatenate([first, counts.reshape(batch.size, -1).view(np.uint8)], axis=1)
-    return [hashlib.blake2b(row.tobytes(), digest_size=8).digest() for row in rows]
+    counts = np.rint(batch.share[:, split, :] * channels).astype(np.int32)  # [P, S, D]
+    return parts_keys(Parts(device, counts))
 
 
 def parts_keys(parts: Parts) -> list[bytes]:
     """:func:`mapping_keys` of the mappings :meth:`Chromosome.parts` gives (the same keys),
     from their whole numbers without building their shares."""
-    n, n_layers = parts.device.shape
-    rows = np.empty((n, n_layers + 2 * parts.channels[0].size if n else 0), dtype=np.uint8)
-    kernels.key_rows(parts.device, parts.channels, rows)
-    return [hashlib.blake2b(row.tobytes(), digest_size=8).digest() for row in rows]
+    out = np.empty(len(parts.device), dtype=np.uint64)
+    hash_parts(np.ascontiguousarray(parts.device), np.ascontiguousarray(parts.channels), out)
+    raw = out.tobytes()
+    return [raw[i : i + 8] for i in range(0, len(raw), 8)]
 
 
 def evaluate(problem: MappingProblem, batch: MappingBatch) -> tuple[np.ndarray, np.ndarray]:
