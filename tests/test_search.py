@@ -245,9 +245,9 @@ def test_crowding_distance_is_pymoos():
 
 
 def test_plot_helpers_write_the_figures_and_failures_are_raised(tmp_path):
-    """Figures drawn by helper processes are complete PNGs; a helper that died draws nothing
-    and its figure is drawn in the run's process instead; a figure that cannot be drawn is an
-    error of the run, not a silent gap."""
+    """Figures drawn by helper processes (one drawing both, or one each) are complete PNGs; a
+    helper that died draws nothing and its figure is drawn in the run's process instead; a
+    figure that cannot be drawn is an error of the run, not a silent gap."""
     from dse.results import plot_worker
 
     history = [
@@ -255,26 +255,26 @@ def test_plot_helpers_write_the_figures_and_failures_are_raised(tmp_path):
         for g in range(1, 6)
     ]
     front = np.array([[1.0, 4.0], [2.0, 3.0], [3.0, 1.0]])
-    plot_worker.prestart(2)
-    dead = plot_worker._idle[0]
-    dead.kill()
-    dead.wait()
-    plot_worker.draw(
-        [
-            (
-                "plot_convergence",
-                (tmp_path / "c.png", {"run": history}, ["latency", "memory"], "t"),
-            ),
-            (
-                "plot_pareto",
-                (tmp_path / "p.png", front, np.ones(3, bool), ["latency", "memory"], "t"),
-            ),
-        ]
-    )
-    for name in ("c.png", "p.png"):
-        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert not list(tmp_path.glob(".*.tmp"))
-    nothing = (tmp_path / "x.png", np.zeros((0, 2)), np.zeros(0, bool), ["latency", "memory"], "t")
+    names = ["latency", "memory"]
+    for helpers, kill in ((1, False), (2, True)):
+        out = tmp_path / f"{helpers}"
+        plot_worker.prestart(helpers)
+        assert len(plot_worker._idle) == helpers
+        if kill:
+            plot_worker._idle[0].kill()
+            plot_worker._idle[0].wait()
+        plot_worker.draw(
+            [
+                ("plot_convergence", (out / "c.png", {"run": history}, names, "t")),
+                ("plot_pareto", (out / "p.png", front, np.ones(3, bool), names, "t")),
+            ]
+        )
+        assert not plot_worker._idle
+        for name in ("c.png", "p.png"):
+            assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert not list(out.glob(".*.tmp"))
+    nothing = (tmp_path / "x.png", np.zeros((0, 2)), np.zeros(0, bool), names, "t")
+    plot_worker.prestart(1)
     with pytest.raises(ValueError):  # no point to mark as best: fails in the helper and here
         plot_worker.draw([("plot_pareto", nothing)])
     assert not (tmp_path / "x.png").exists()

@@ -1,12 +1,15 @@
 """Plots drawn by helper processes, started early so matplotlib's import overlaps the search.
 
 A run's two figures cost about as much as a tenth of the search (matplotlib's import, then the
-drawing). :func:`prestart` starts one helper per figure when a run begins; each imports
-matplotlib on the machine's other core while the search runs, then waits for its one job on
-stdin. :func:`draw` hands the jobs over and waits until every figure is written, so a run still
-exits only once its plots are on disk. A helper that cannot be started, dies, or fails draws
-nothing: its figure is drawn here instead, where an error is raised as usual. Helpers ignore
-Ctrl-C (the run decides when to stop) and end when their stdin closes, so none outlives the run.
+drawing). :func:`prestart` starts helpers when a run begins; each imports matplotlib while the
+search runs, then waits for its jobs on stdin. With a core to spare beside the search (load
+average at most the cores less one) there are two, one per figure, drawing side by side at the
+end; on a busy machine one, drawing both (a second import would only take CPU from the search).
+:func:`draw` hands the jobs over and waits until every figure is written, so a run still exits
+only once its plots are on disk. Jobs whose helper cannot be started, dies, or fails are drawn
+here instead, where an error is raised as usual; without prestarted helpers everything is drawn
+here. Helpers ignore Ctrl-C (the run decides when to stop) and end when their stdin closes, so
+none outlives the run.
 """
 
 from __future__ import annotations
@@ -42,8 +45,18 @@ def _spawn() -> subprocess.Popen | None:
         return None
 
 
-def prestart(n: int = FIGURES) -> None:
-    """Have ``n`` helpers ready (importing matplotlib now, drawing later)."""
+def helpers_wanted() -> int:
+    """Two helpers (one per figure) with a core to spare beside the search, else one."""
+    try:
+        spare = (os.cpu_count() or 1) - 1 - os.getloadavg()[0]
+    except OSError:
+        spare = 0.0
+    return FIGURES if spare >= 0 else 1
+
+
+def prestart(n: int | None = None) -> None:
+    """Have ``n`` helpers ready (default :func:`helpers_wanted`), importing matplotlib now."""
+    n = helpers_wanted() if n is None else n
     while len(_idle) < n:
         proc = _spawn()
         if proc is None:
@@ -66,38 +79,41 @@ atexit.register(_release)
 
 
 def draw(jobs: Sequence[tuple[str, tuple[Any, ...]]]) -> None:
-    """Run each ``(function of dse.results.plots, args)`` in a helper, all at once; returns
-    when every figure is written. A job whose helper did not write it runs here."""
+    """Run each ``(function of dse.results.plots, args)``, spread over the prestarted helpers
+    (drawing side by side); returns when every figure is written."""
     import threading
 
-    procs = [_idle.pop(0) if _idle else _spawn() for _ in jobs]
-    done = [False] * len(jobs)
+    procs = [_idle.pop(0) for _ in range(min(len(_idle), len(jobs)))]
+    shares = [list(jobs[i :: len(procs)]) for i in range(len(procs))]
+    done = [False] * len(procs)
 
     def hand_over(i: int) -> None:
-        proc, payload = procs[i], pickle.dumps(jobs[i], protocol=pickle.HIGHEST_PROTOCOL)
+        proc = procs[i]
         try:
-            out, _ = proc.communicate(payload)
+            out, _ = proc.communicate(pickle.dumps(shares[i], protocol=pickle.HIGHEST_PROTOCOL))
         except OSError:  # the helper has died: drawn here below
             proc.kill()
             proc.wait()
             return
         done[i] = proc.returncode == 0 and out == _DONE
 
-    # every job handed over before any is waited on: the helpers draw side by side
-    threads = [threading.Thread(target=hand_over, args=(i,)) for i, p in enumerate(procs) if p]
-    for t in threads:
+    threads = [threading.Thread(target=hand_over, args=(i,)) for i in range(len(procs))]
+    for t in threads:  # every share handed over before any is waited on
         t.start()
     for t in threads:
         t.join()
-    for (name, args), ok in zip(jobs, done, strict=True):
-        if not ok:
-            from dse.results import plots
+    left = [job for share, ok in zip(shares, done, strict=True) if not ok for job in share]
+    if not procs:
+        left = list(jobs)
+    if left:
+        from dse.results import plots
 
+        for name, args in left:
             getattr(plots, name)(*args)
 
 
 def _serve() -> int:
-    """The helper: import matplotlib, read one job, draw it, say so."""
+    """The helper: import matplotlib, read its jobs, draw them, say so."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -108,8 +124,8 @@ def _serve() -> int:
     data = sys.stdin.buffer.read()
     if not data:
         return 0
-    name, args = pickle.loads(data)  # noqa: S301 - from the parent process, over a pipe
-    getattr(plots, name)(*args)
+    for name, args in pickle.loads(data):  # noqa: S301 - from the parent process, over a pipe
+        getattr(plots, name)(*args)
     sys.stdout.buffer.write(_DONE)
     sys.stdout.flush()
     return 0
