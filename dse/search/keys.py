@@ -1,10 +1,11 @@
 """A 64-bit key per mapping, compiled: what the search compares to skip mappings it has seen.
 
 A mapping in whole numbers (:class:`chromosomes.Parts`) is the device of every layer that is
-not splittable and the channels each device computes of every splittable layer. The key chains
-those numbers (position and value of each non-zero one) through splitmix64, so two mappings
-share a key only when their numbers are equal or by a 64-bit collision (about 1 in 10^8 for a
-run of a million mappings). One pass over each mapping, no bytes built, no per-mapping Python.
+not splittable and the channels each device computes of every splittable layer. The key sums
+splitmix64 hashes of each number with its position (non-zero channel counts only), so two
+mappings share a key only when their numbers are equal or by a 64-bit collision (about 1 in
+10^8 for a run of a million mappings). One pass over each mapping, no bytes built, no
+per-mapping Python.
 """
 
 from __future__ import annotations
@@ -29,17 +30,19 @@ def _mix(h, v):
 @njit(cache=True, nogil=True)
 def hash_parts(device, channels, out):
     """``out[p]`` (uint64) = the key of mapping p: ``device[P, L]`` (-1 for splittable layers)
-    and ``channels[P, S, D]``."""
+    and ``channels[P, S, D]``. Each (position, value) is hashed on its own and the hashes are
+    summed (Zobrist-style): no chain from one number to the next, so the CPU overlaps them."""
     pop, n_layers = device.shape
     n_split, n_devices = channels.shape[1], channels.shape[2]
+    flat = channels.reshape(pop, n_split * n_devices)
     for p in range(pop):
-        h = np.uint64(n_layers)
+        h = np.uint64(0)
         for layer in range(n_layers):
-            h = _mix(h, np.uint64(device[p, layer] + 1))
-        for s in range(n_split):
-            for d in range(n_devices):
-                c = channels[p, s, d]
-                if c != 0:
-                    pos = np.uint64(s * n_devices + d)
-                    h = _mix(h, (pos << np.uint64(32)) | np.uint64(c & 0xFFFFFFFF))
+            d = device[p, layer]
+            if d >= 0:
+                h += _mix(np.uint64(layer) * _GOLDEN, np.uint64(d))
+        for i in range(n_split * n_devices):
+            c = flat[p, i]
+            if c != 0:
+                h += _mix(np.uint64(n_layers + i) * _GOLDEN, np.uint64(c & 0xFFFFFFFF))
         out[p] = h
