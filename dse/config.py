@@ -65,9 +65,11 @@ class ChromosomeConfig:
     # most parts a splittable layer gets; None: the encoding's default (advanced: 2, naive: one
     # gene per device as in Eq. 4.5); the vertical encoding splits no layer and ignores it
     splits: int | None = None
-    # a split layer's parts: equal (the thesis), or speed (sized to each device's modelled
-    # throughput on that layer, so a fast GPU and a slow CPU finish together)
-    shares: str = "equal"
+    # a split layer's parts: speed (sized to each device's modelled throughput on that layer,
+    # so a fast GPU and a slow CPU finish together; between equal devices, equal parts), or
+    # equal (the thesis's rule). speed: lower latency and a larger hypervolume on VGG-16 and
+    # AlexNet over the default platform (scripts/uneven_splits.py)
+    shares: str = "speed"
 
     def __post_init__(self) -> None:
         if self.splits is not None and self.splits < 1:
