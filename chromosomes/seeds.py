@@ -91,3 +91,19 @@ def seed_population(x: np.ndarray, chrom: Chromosome, model) -> np.ndarray:  # n
     seeds = seeds[:room]
     x[chrom.n_devices : chrom.n_devices + len(seeds)] = seeds
     return x
+
+
+def use_structured_seeds() -> None:
+    """For experiments in this process (scripts): the search's first population also gets
+    :func:`seed_population`'s rows wherever it gets its one-device rows. Not used by the app."""
+    from dse.search import nsga2
+
+    plain = nsga2.initial_population
+
+    def seeded(problem, settings, seed):  # noqa: ANN001, ANN202
+        x = plain(problem, settings, seed)
+        if settings.seed_single_device:
+            seed_population(x, problem.chromosome, problem.model)
+        return x
+
+    nsga2.initial_population = seeded

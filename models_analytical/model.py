@@ -74,10 +74,6 @@ def kernel_inputs(
     is_output = np.zeros(n, dtype=np.bool_)
     is_output[list(outputs)] = True
 
-    follower = np.full(n, -1, dtype=np.int64)
-    has_f = graph.follows >= 0
-    follower[graph.follows[has_f]] = np.flatnonzero(has_f)
-
     def power(kind: str, key: str) -> float:
         return coefficients[kind].power_w[key] if kind in coefficients else 0.0
 
@@ -112,7 +108,7 @@ def kernel_inputs(
         out_tid=out_tid,
         is_output=is_output,
         follows=np.asarray(graph.follows, dtype=np.int64),
-        follower=follower,
+        follower=np.asarray(graph.follower, dtype=np.int64),
         split_slow=np.array(
             [
                 attr(coefficients, k, "split_work_factor") if k in coefficients else 1.0

@@ -27,7 +27,7 @@ import onnx_factory as f  # noqa: E402
 from platforms import coefficients, platform  # noqa: E402
 
 from chromosomes import make_chromosome  # noqa: E402
-from chromosomes.seeds import seed_population  # noqa: E402
+from chromosomes.seeds import use_structured_seeds  # noqa: E402
 from dse.config import MUTATIONS, AlgorithmConfig  # noqa: E402
 from dse.net.graph import build_graph  # noqa: E402
 from dse.search import nsga2  # noqa: E402
@@ -81,15 +81,7 @@ def main() -> None:
     ap.add_argument("--structured-seeds", action="store_true")
     args = ap.parse_args()
     if args.structured_seeds:
-        plain_initial = nsga2.initial_population
-
-        def seeded(problem, settings, seed):  # noqa: ANN001, ANN202
-            x = plain_initial(problem, settings, seed)
-            if settings.seed_single_device:
-                seed_population(x, problem.chromosome, problem.model)
-            return x
-
-        nsga2.initial_population = seeded
+        use_structured_seeds()
     for capacity in args.capacity:
         for chrom, splits in (("naive", None), ("advanced", 2), ("advanced", 3)):
             p = problem(chrom, capacity, splits)

@@ -34,7 +34,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 import dse.config  # noqa: E402,F401 - registers the structured configs
-from chromosomes.seeds import device_order, seed_population  # noqa: E402
+from chromosomes.seeds import device_order, use_structured_seeds  # noqa: E402
 from dse import app  # noqa: E402
 from dse.cli import CONF_DIR  # noqa: E402
 from dse.mapping import from_autodice  # noqa: E402
@@ -96,15 +96,7 @@ def main() -> None:
     ap.add_argument("--structured-seeds", action="store_true")
     args = ap.parse_args()
     if args.structured_seeds:
-        plain_initial = nsga2.initial_population
-
-        def seeded(problem, settings, seed):  # noqa: ANN001, ANN202
-            x = plain_initial(problem, settings, seed)
-            if settings.seed_single_device:
-                seed_population(x, problem.chromosome, problem.model)
-            return x
-
-        nsga2.initial_population = seeded
+        use_structured_seeds()
     print(
         f"overrides: {' '.join(args.set) or '(defaults)'}"
         + ("; structured seeds" if args.structured_seeds else "")

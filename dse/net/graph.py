@@ -229,6 +229,15 @@ class LayerGraph:
         return follows
 
     @cached_property
+    def follower(self) -> np.ndarray:
+        """int64 [L]: the layer that follows each layer (:attr:`follows`), else -1."""
+        follower = np.full(len(self.layers), -1, dtype=np.int64)
+        has = self.follows >= 0
+        follower[self.follows[has]] = np.flatnonzero(has)
+        follower.setflags(write=False)
+        return follower
+
+    @cached_property
     def estimated(self) -> np.ndarray:
         return self._array("estimated", bool)
 

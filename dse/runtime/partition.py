@@ -617,8 +617,6 @@ def partition(
         post_send(t, src, dst)
         programs[dst].append(_Action("recv", tensor=t, peer=src))
 
-    follower = np.full(len(graph), -1, dtype=np.int64)
-    follower[graph.follows[graph.follows >= 0]] = np.flatnonzero(graph.follows >= 0)
     for layer in graph:
         node = nodes[layer.node]
         r = int(row[layer.index])
@@ -654,7 +652,7 @@ def partition(
             for t in act.makes:
                 made_at[(t, d)] = len(programs[d]) - 1
         c = int(owner[layer.index])
-        nxt = int(follower[layer.index])
+        nxt = int(graph.follower[layer.index])
         if split and nxt >= 0 and row[nxt] != nxt:
             continue  # no gather: its parts go on to the follower's parts
         if split:
