@@ -10,7 +10,7 @@ import numpy as np
 
 from chromosomes import kernels
 from dse.errors import DseError
-from dse.mapping import MappingBatch, first_consumer, first_producer, shares_by_speed
+from dse.mapping import MappingBatch, first_consumer, first_producer
 from dse.net.graph import LayerGraph
 
 
@@ -55,6 +55,9 @@ class Chromosome(ABC):
         self.graph, self.n_devices = graph, n_devices
         self.speed = speed
         self.split_layers = np.flatnonzero(graph.splittable)
+        self._split_speed = (
+            None if speed is None else np.ascontiguousarray(speed[self.split_layers], dtype=float)
+        )
         self._channels = np.asarray(graph.out_channels, dtype=np.int64)
         self._consumer, self._producer = first_consumer(graph), first_producer(graph)
         if splits is not None and not 1 <= splits <= n_devices:
@@ -104,9 +107,9 @@ class Chromosome(ABC):
             out = np.empty_like(counts)
             kernels.equal_channels(counts, channels, out)
             return Parts(device, out)
-        share = shares_by_speed(counts, channels, self.speed[self.split_layers])
-        whole = np.rint(share * np.maximum(channels, 1)[None, :, None]).astype(np.int32)
-        return Parts(device, whole)
+        out = np.empty_like(counts)
+        kernels.speed_channels(counts, channels, self._split_speed, out)
+        return Parts(device, out)
 
     def batch_of(self, parts: Parts) -> MappingBatch:
         """The mapping batch of :meth:`parts`."""

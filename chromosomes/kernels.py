@@ -126,6 +126,54 @@ def equal_channels(counts, channels, out):
 
 
 @njit(cache=True, nogil=True)
+def speed_channels(counts, channels, speed, out):
+    """Channels per part when layer s's parts are sized to their devices' speeds
+    (:func:`dse.mapping.shares_by_speed` times the channels, number for number): device d gets
+    the floor of ``channels x counts[d] x speed[s, d] / sum(counts x speed[s])``, then the
+    channels left over go one each to the largest remainders (ties to the lower device; a
+    device with no part never gets one). ``speed[S, D]``; fills ``out`` shaped like
+    ``counts[P, S, D]``."""
+    pop, n_layers, n_devices = counts.shape
+    w = np.empty(n_devices)
+    base = np.empty(n_devices)
+    frac = np.empty(n_devices)
+    for p in range(pop):
+        for layer in range(n_layers):
+            used, last = 0, 0
+            for d in range(n_devices):
+                out[p, layer, d] = 0
+                if counts[p, layer, d] > 0:
+                    used += 1
+                    last = d
+            if used == 1:  # the whole layer on one device (the rule gives exactly this)
+                out[p, layer, last] = max(channels[layer], 1)
+                continue
+            total = 0.0
+            for d in range(n_devices):
+                w[d] = counts[p, layer, d] * speed[layer, d]
+                total += w[d]
+            if not total > 0:
+                total = 1.0
+            ch = float(max(channels[layer], 1))
+            given = 0.0
+            for d in range(n_devices):
+                ideal = ch * w[d] / total
+                base[d] = np.floor(ideal + 1e-9)
+                given += base[d]
+                frac[d] = ideal - base[d] if counts[p, layer, d] > 0 else -1.0
+            for d in range(n_devices):
+                out[p, layer, d] = int(base[d])
+            # the `rem` largest remainders get one more channel each, ties to the lower device
+            for _ in range(int(ch - given)):
+                best = 0
+                for d in range(1, n_devices):
+                    if frac[d] > frac[best]:
+                        best = d
+                out[p, layer, best] += 1
+                frac[best] = -np.inf
+
+
+@njit(cache=True, nogil=True)
 def shares_and_owner(device, split_channels, channels, consumer, producer, share, owner):
     """The mapping batch of ``device[P, L]`` (layers that are not split) and
     ``split_channels[P, S, D]`` (channels of each splittable layer per device): share =

@@ -304,6 +304,30 @@ def test_compiled_decoder_equals_the_numpy_reference(net, shares, name, splits):
     assert parts_keys(chrom.parts(genes)) == mapping_keys(want, g)
 
 
+@pytest.mark.parametrize("n_dev", [2, 8, 16])
+def test_compiled_speed_channels_equal_the_numpy_rule(n_dev):
+    """The compiled speed split gives :func:`dse.mapping.shares_by_speed`'s channels exactly,
+    with as many devices as the platforms have (numpy sums 8 or more in another order), equal
+    speeds (tied remainders), repeated parts and layers of 1-3 channels."""
+    from chromosomes import kernels
+    from dse.mapping import shares_by_speed
+
+    rng = np.random.default_rng(n_dev)
+    counts = rng.integers(0, 3, size=(400, 12, n_dev)).astype(np.int32)
+    counts[:, :, 0] = np.maximum(counts[:, :, 0], 1)  # every layer has a part
+    counts[:50] = np.where(rng.random((50, 12, n_dev)) < 0.7, 1, 0)  # many at one part each
+    counts[:50, :, 0] = 1
+    channels = np.array([1, 2, 3, 7, 16, 64, 96, 100, 255, 512, 1000, 4096])
+    speed = rng.uniform(0.2, 5.0, size=(12, n_dev))
+    speed[:4] = 1.0  # equal speeds: remainders tie
+    speed[4, : n_dev // 2] = 3.0
+    want = np.rint(shares_by_speed(counts, channels, speed) * channels[None, :, None])
+    got = np.empty_like(counts)
+    kernels.speed_channels(counts, channels, speed, got)
+    assert np.array_equal(got, want.astype(np.int32))
+    assert (got.sum(axis=2) == channels[None, :]).all()
+
+
 # --- structured seeds of a first population ---------------------------------------------------
 
 
