@@ -177,7 +177,7 @@ class BaseConfig:
     seed: int = 0
     objectives: list[str] = field(default_factory=lambda: ["latency", "memory", "energy"])
     coefficients: str | None = None  # a coefficients JSON; None: the platform's own
-    model_threads: int | None = 1  # analytical model threads on large batches; null: all cores
+    model_threads: int | None = None  # model threads on large batches; null: all cores if idle
     phase2: Phase2Config = field(default_factory=Phase2Config)
     resume: str | None = None  # a run directory to continue from its checkpoint
     progress: bool = True  # progress bar on stderr
@@ -251,7 +251,10 @@ def check(cfg: Any) -> None:
         if group in cfg:
             OmegaConf.to_object(cfg[group])
     if cfg.get("model_threads") is not None and cfg.model_threads < 1:
-        raise DseError(f"model_threads={cfg.model_threads} must be 1 or more (or null: cores)")
+        raise DseError(
+            f"model_threads={cfg.model_threads} must be 1 or more (or null: every core when "
+            "the machine is idle, else 1)"
+        )
     if cfg.get("net") is not None:
         for key in ("measure_mb", "measure_seconds"):
             value = cfg.net.get(key)

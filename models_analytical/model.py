@@ -5,6 +5,7 @@ Objectives are computed from an :class:`Evaluation` by :mod:`dse.objectives`.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -17,6 +18,7 @@ from dse.platform import KINDS, Platform
 from models_analytical.coefficients import OP_CLASSES, WEIGHT_CLASSES, Coefficients
 from models_analytical.layer_costs import CONV_OPS, LayerTables, layer_tables
 from models_analytical.simulate import KernelInputs, input_csr, simulate_batch
+from models_analytical.threads import ThreadTuner
 
 MB = 1e6
 #: Batches smaller than this run on one thread: waking a thread pool costs more than it saves,
@@ -156,15 +158,14 @@ class AnalyticalModel:
         graph: LayerGraph,
         platform: Platform,
         coefficients: Coefficients,
-        threads: int | None = 1,
+        threads: int | None = None,
     ) -> None:
-        """``threads``: the kernel's threads for large batches (None: one per core). One by
-        default: on a busy machine more threads made the kernel 3x slower, never faster
-        (scripts/bench_threads.py)."""
+        """``threads``: the kernel's threads for batches of PARALLEL_MIN_BATCH mappings or
+        more; None (the default): one or every core, whichever its timings show is faster
+        now (:class:`~models_analytical.threads.ThreadTuner`)."""
         coefficients.check_covers(platform)
-        self.threads = min(
-            threads or numba.config.NUMBA_NUM_THREADS, numba.config.NUMBA_NUM_THREADS
-        )
+        cores = numba.config.NUMBA_NUM_THREADS
+        self.tuner = ThreadTuner([1, cores] if threads is None else [min(threads, cores)])
         self.graph, self.platform, self.coefficients = graph, platform, coefficients
         self.tables: LayerTables = layer_tables(graph, coefficients)
         self.inputs = kernel_inputs(graph, platform, coefficients, self.tables)
@@ -193,12 +194,17 @@ class AnalyticalModel:
         return np.where(work > 0, 1.0 / np.where(work > 0, work, 1.0), 1.0)
 
     def evaluate(self, batch: MappingBatch) -> Evaluation:
-        numba.set_num_threads(1 if batch.size < PARALLEL_MIN_BATCH else self.threads)
+        large = batch.size >= PARALLEL_MIN_BATCH
+        threads = self.tuner.choose() if large else 1
+        numba.set_num_threads(threads)
+        t0 = time.perf_counter()
         latency, busy, comm, peak, energy, parts, sent, segments = simulate_batch(
             np.ascontiguousarray(batch.share, dtype=np.float64),
             np.ascontiguousarray(batch.owner, dtype=np.int64),
             self.inputs,
         )
+        if large:
+            self.tuner.record(threads, batch.size, time.perf_counter() - t0)
         # a device takes part when it computes, or only holds tensors (the entry device of the
         # input image, a device that gathers the parts of a channel-local layer it owns): the
         # runtime runs a rank there too

@@ -10,6 +10,7 @@ layer over 1-4 random devices; numba compilation happens before timing.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -48,7 +49,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     for net in args.nets:
         graph = load_net({"name": net}).graph
-        model = AnalyticalModel(graph, plat, coeff, args.threads or None)
+        model = AnalyticalModel(graph, plat, coeff, args.threads or os.cpu_count())
         batch = random_batch(graph, len(plat), args.batch, rng)
         model.evaluate(batch[:2])  # compile
         done, t0 = 0, time.perf_counter()

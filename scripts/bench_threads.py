@@ -2,10 +2,11 @@
 
     python scripts/bench_threads.py [--net vgg16] [--seconds 2] [--rounds 3]
 
-For 1 and all threads, a batch of 1 and of 1000 mappings, on an idle machine and with one busy
-process per core beside it (started and stopped by this script), prints the median over
-interleaved rounds of mappings/s. AnalyticalModel runs batches under PARALLEL_MIN_BATCH on one
-thread and larger ones on `model_threads` (default: all cores); these figures are why.
+For 1 and all threads, a batch of 1 and of 1000 mappings, on an idle machine, with one busy
+process fewer than the cores beside it, and with one per core (started and stopped by this
+script), prints the median over interleaved rounds of mappings/s. AnalyticalModel runs batches
+under PARALLEL_MIN_BATCH on one thread and larger ones on `model_threads` (default: every core
+when the machine is idle, else one); these figures are why.
 """
 
 from __future__ import annotations
@@ -62,10 +63,12 @@ def main() -> None:
     model.evaluate(batches[1000])  # compile
     cores = numba.config.NUMBA_NUM_THREADS
     results: dict[tuple, list[float]] = {}
-    for load in ("idle", "loaded"):
+    n_cores = os.cpu_count() or 1
+    for busy in sorted({0, n_cores - 1, n_cores}):
+        load = f"{busy} busy"
         stop, procs = mp.Event(), []
-        if load == "loaded":
-            procs = [mp.Process(target=spin, args=(stop,)) for _ in range(os.cpu_count() or 1)]
+        if busy:
+            procs = [mp.Process(target=spin, args=(stop,)) for _ in range(busy)]
             for p in procs:
                 p.start()
             time.sleep(0.5)
@@ -79,7 +82,7 @@ def main() -> None:
             p.join()
     for (load, size, threads), rs in sorted(results.items()):
         print(
-            f"{args.net} {load:6s} batch {size:4d} threads {threads}: "
+            f"{args.net} {load} batch {size:4d} threads {threads}: "
             f"{statistics.median(rs):,.0f} mappings/s (spread {min(rs):,.0f}-{max(rs):,.0f})"
         )
 

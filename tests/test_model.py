@@ -308,3 +308,57 @@ def test_consecutive_split_layers_all_gather_their_parts():
     # h2 computed no part and gets the whole from the owner; y's parts (800 B) go to h0
     ev = run(g, platform(n=3, bw=1e6), [[0, 1], [0, 1, 2]], coefficients(rate=1e15))
     assert ev.bytes_sent[0].tolist() == pytest.approx([1600 + 1200 + 2400, 1200 + 800, 800])
+
+
+# --- the kernel's threads, chosen by timing them ------------------------------------------------
+
+
+def test_thread_tuner_tries_each_then_keeps_the_faster_and_reprobes():
+    from models_analytical.threads import ThreadTuner
+
+    tuner = ThreadTuner([1, 2], reprobe=5)
+
+    def run(seconds, n):
+        picked = []
+        for _ in range(n):
+            t = tuner.choose()
+            picked.append(t)
+            tuner.record(t, 1000, seconds[t])
+        return picked
+
+    # an idle machine, two threads twice as fast: a first untimed batch (on the most
+    # threads), each choice once, then the faster; the other one again at every 4th batch
+    # until it has 3 timings (batches 4 and 5: 5 is a reprobe), then every 5th
+    assert run({1: 1.0, 2: 0.5}, 12) == [2, 1, 2, 2, 1, 1, 2, 2, 2, 2, 1, 2]
+    assert tuner.rate(2) == 2000 and tuner.rate(1) == 1000
+    # one slow batch on two threads does not flip the choice (median of the last three)
+    assert run({1: 1.0, 2: 5.0}, 1) == [2]
+    assert run({1: 1.0, 2: 0.5}, 2) == [2, 2]
+    # the machine gets busy, two threads now slower: batch 15 reprobes one thread, two lose
+    # once two of their last three batches were slow, and are timed again at batch 20
+    assert run({1: 1.0, 2: 1.6}, 6) == [1, 2, 2, 1, 1, 2]
+    assert ThreadTuner([3]).choose() == 3  # a fixed choice stays
+    fixed = ThreadTuner([3])
+    fixed.record(3, 1000, 1.0)
+    assert fixed.choose() == 3
+
+
+def test_model_threads_fixed_or_tuned_and_small_batches_on_one():
+    import numba
+
+    from models_analytical.model import PARALLEL_MIN_BATCH
+
+    g, plat = relu_chain(1000, 3), platform()
+    fixed = AnalyticalModel(g, plat, coefficients(), threads=1)
+    assert fixed.tuner.choices == [1]
+    tuned = AnalyticalModel(g, plat, coefficients())
+    assert tuned.tuner.choices == sorted({1, numba.config.NUMBA_NUM_THREADS})
+
+    def batch(n):
+        return from_device_lists(g, len(plat), [[[0], [1], [0]]] * n)
+
+    small = tuned.evaluate(batch(PARALLEL_MIN_BATCH - 1))
+    assert tuned.tuner.batches == 0  # small batches are not timed: always one thread
+    large = tuned.evaluate(batch(PARALLEL_MIN_BATCH))
+    assert tuned.tuner.batches == 1
+    assert large.latency_s[0] == small.latency_s[0]  # threads change the speed, not the numbers

@@ -292,3 +292,20 @@ def test_mapping_keys_equal_exactly_when_mappings_are():
     _, by_key = np.unique(np.array(search.parts_keys(parts)), return_inverse=True)
     assert len(set(zip(by_row.tolist(), by_key.tolist(), strict=True))) == by_row.max() + 1
     assert by_key.max() == by_row.max()
+
+
+def test_spare_cores_counts_what_else_runs_now(tmp_path, monkeypatch):
+    from dse import host
+
+    loadavg = tmp_path / "loadavg"
+    monkeypatch.setattr(host, "PROC_LOADAVG", str(loadavg))
+    monkeypatch.setattr(host.os, "cpu_count", lambda: 4)
+    loadavg.write_text("0.90 0.50 0.20 1/345 6789\n")  # this process alone: 3 cores spare
+    assert host.spare_cores() == 3
+    loadavg.write_text("3.10 2.00 1.00 3/345 6789\n")  # two more running
+    assert host.spare_cores() == 1
+    loadavg.write_text("9.00 9.00 9.00 9/345 6789\n")
+    assert host.spare_cores() == 0
+    loadavg.write_text("garbled\n")  # unreadable: the 1-minute load average instead
+    monkeypatch.setattr(host.os, "getloadavg", lambda: (2.5, 0.0, 0.0))
+    assert host.spare_cores() == 0.5

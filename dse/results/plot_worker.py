@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dse import host
+
 #: Figures a run draws (convergence, Pareto front): helpers started ahead of them.
 FIGURES = 2
 _DONE = b"plot written\n"
@@ -47,11 +49,7 @@ def _spawn() -> subprocess.Popen | None:
 
 def helpers_wanted() -> int:
     """Two helpers (one per figure) with a core to spare beside the search, else one."""
-    try:
-        spare = (os.cpu_count() or 1) - 1 - os.getloadavg()[0]
-    except OSError:
-        spare = 0.0
-    return FIGURES if spare >= 0 else 1
+    return FIGURES if host.spare_cores() >= 1 else 1
 
 
 def prestart(n: int | None = None) -> None:
