@@ -176,6 +176,34 @@ def round_spread(directory: Path) -> float | None:
     return round(float(np.median(spreads)), 2) if spreads else None
 
 
+def repeatability(directory: Path) -> dict[str, float] | None:
+    """How well the measurements agree with themselves, the finest a model can be checked:
+    the Spearman correlation of one round's latencies with another's over the mappings
+    (median over pairs of rounds), and the share of (mapping, round) whose round median lies
+    within ±10 % of the median of that mapping's other rounds, %. None with fewer than 2
+    rounds or 3 mappings."""
+    from itertools import combinations
+
+    from scipy.stats import spearmanr
+
+    rounds = []
+    for f in sorted(Path(directory).glob("*/measurements.json")):
+        lat = json.loads(f.read_text()).get("latency_ms") or {}
+        rounds.append(lat.get("rounds_ms") or [])
+    n = min((len(r) for r in rounds), default=0)
+    if n < 2 or len(rounds) < 3:
+        return None
+    r = np.array([x[:n] for x in rounds], dtype=np.float64)  # [mappings, rounds]
+    pairs = [spearmanr(r[:, i], r[:, j]).statistic for i, j in combinations(range(n), 2)]
+    within = [
+        np.abs(r[:, i] / np.median(np.delete(r, i, axis=1), axis=1) - 1.0) <= 0.10 for i in range(n)
+    ]
+    return {
+        "spearman_round_vs_round": round(float(np.median(pairs)), 3),
+        "round_within_10_pct": round(float(np.mean(within)) * 100.0, 1),
+    }
+
+
 def measure(
     out, net, platform, model, batch, labels, settings, cfg, bar
 ) -> tuple[list[dict[str, Any]], bool]:
@@ -319,6 +347,7 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     failed = [r["mapping"] for r in rows if r["status"] != "ok"]
     noise = noise_floor(out / "phase2")
     drift = round_spread(out / "phase2")
+    repeat = repeatability(out / "phase2")
     doc = {
         "net": net.name,
         "platform": platform.name,
@@ -334,6 +363,7 @@ def main(cfg: DictConfig) -> dict[str, Any]:
         "energy": "not measured (no counter readable here); modelled only",
         "noise_floor_pct": noise,
         "round_spread_pct": drift,
+        "repeatability": repeat,
         "interrupted": interrupted,
     }
     (out / "fidelity.json").write_text(json.dumps(doc, indent=1))
@@ -351,6 +381,12 @@ def main(cfg: DictConfig) -> dict[str, Any]:
                 if drift is not None and rounds > 1
                 else ""
             )
+        )
+    if repeat is not None:
+        say(
+            "repeatability (the finest check these measurements allow): one round against "
+            f"another, spearman {repeat['spearman_round_vs_round']:.2f}; a round within 10 % of "
+            f"the mapping's other rounds {repeat['round_within_10_pct']:.0f} %"
         )
     say(
         "latency error by kind of mapping (mean, +: predicted slower): "

@@ -312,6 +312,27 @@ def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> 
         assert lat["median"] == pytest.approx(np.median(lat["rounds_ms"]), abs=1e-3)
         assert not list((out / "phase2" / row["mapping"]).glob("*.onnx"))
     assert doc["rounds"] == 2 and doc["round_spread_pct"] is not None
+    assert set(doc["repeatability"]) == {"spearman_round_vs_round", "round_within_10_pct"}
+    assert "repeatability" in res.stdout
+
+
+def test_repeatability_of_rounds_by_hand(tmp_path) -> None:
+    from dse.fidelity import repeatability
+
+    rounds = {"m1": [10, 10, 10], "m2": [20, 22, 30], "m3": [30, 25, 21]}
+    for name, r in rounds.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "measurements.json").write_text(
+            json.dumps({"latency_ms": {"median": float(np.median(r)), "rounds_ms": r}})
+        )
+    rep = repeatability(tmp_path)
+    # rounds 0-1 rank the mappings alike (1.0); 0-2 and 1-2 swap m2 and m3: 1 - 6*2/(3*8)
+    assert rep["spearman_round_vs_round"] == pytest.approx(0.5)
+    # within 10 % of the other rounds' median: m1 all 3; m2 none (20/26, 22/25, 30/21);
+    # m3 only round 1 (25/25.5): 4 of 9
+    assert rep["round_within_10_pct"] == pytest.approx(44.4)
+    (tmp_path / "m3" / "measurements.json").write_text(json.dumps({"latency_ms": {}}))
+    assert repeatability(tmp_path) is None  # a mapping without rounds: nothing to compare
 
 
 def test_runs_of_one_deployment_merge_into_one_measurement() -> None:
