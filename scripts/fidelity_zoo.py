@@ -3,6 +3,7 @@ calibration; print one table (run on a quiet machine: it measures).
 
     python scripts/fidelity_zoo.py --out /work/fidelity_runs            # ~30 min on localhost
     python scripts/fidelity_zoo.py --out DIR --skip-calibrate --nets alexnet   # reuse, one net
+    python scripts/fidelity_zoo.py --out DIR --rounds 5   # steadier medians, ~5/3 the time
 
 Steps (each a plain command, printed before it runs):
 1. ``python -m dse.calibrate platform=P`` (every zoo net) into the platform's calibration file;
@@ -36,6 +37,7 @@ def main() -> int:
     ap.add_argument("--nets", nargs="+", default=["alexnet", "vgg16", "resnet50", "densenet121"])
     ap.add_argument("--held-out", default="googlenet")
     ap.add_argument("--mappings", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=3, help="dse.fidelity's interleaved rounds")
     ap.add_argument("--skip-calibrate", action="store_true")
     a = ap.parse_args()
     py = [sys.executable, "-m"]
@@ -53,6 +55,7 @@ def main() -> int:
                     f"+net={net}",
                     f"platform={a.platform}",
                     f"mappings={a.mappings}",
+                    f"rounds={a.rounds}",
                     f"out={d}",
                 ]
             )
@@ -71,6 +74,7 @@ def main() -> int:
                     f"+net={a.held_out}",
                     f"platform={a.platform}",
                     f"mappings={a.mappings}",
+                    f"rounds={a.rounds}",
                     f"coefficients={coeff}",
                     f"out={d}",
                 ]
@@ -79,7 +83,8 @@ def main() -> int:
     print()
     print(
         f"{'network':<22} {'n':>3} {'lat MAPE %':>10} {'within 10 %':>11} {'spearman':>8} "
-        f"{'kendall':>7} {'mem MAPE %':>10} {'mem within 10 %':>15}"
+        f"{'kendall':>7} {'mem MAPE %':>10} {'mem within 10 %':>15} | repeatability: "
+        "spearman, within 10 %"
     )
     for name, d in runs:
         f = json.loads((d / "fidelity.json").read_text())
@@ -87,7 +92,12 @@ def main() -> int:
         print(
             f"{name:<22} {lat['n']:>3} {lat['mape_pct']:>10.1f} {lat['within_10_pct']:>11.0f} "
             f"{lat['spearman']:>8.3f} {lat['kendall']:>7.3f} {mem['mape_pct']:>10.1f} "
-            f"{mem['within_10_pct']:>15.0f}"
+            f"{mem['within_10_pct']:>15.0f} | "
+            + (
+                f"{rep['spearman_round_vs_round']:.3f}, {rep['round_within_10_pct']:.0f} %"
+                if (rep := f.get("repeatability"))
+                else "-"
+            )
         )
     return 0
 
