@@ -17,22 +17,29 @@ from numba import njit
 def _cover_row(values, n_items, extend, out):
     """``out[i]`` = the device covering item i+1 in one row of split points (the smallest value
     >= i+1, ties to the lowest device), -1 if none; with ``extend``, items past the row's
-    largest value go to the first device holding it."""
+    largest value go to the first device holding it. The devices are sorted by (value, index)
+    once, then the items walk along them."""
     n = values.shape[0]
     last = 0
     for d in range(1, n):
         if values[d] > values[last]:
             last = d
+    order = np.empty(n, dtype=np.int64)
+    for d in range(n):  # insertion sort by (value, index): stable, rows are short
+        j = d
+        while j > 0 and values[order[j - 1]] > values[d]:
+            order[j] = order[j - 1]
+            j -= 1
+        order[j] = d
+    j = 0
     for i in range(n_items):
         item = i + 1
-        best = -1
-        for d in range(n):
-            v = values[d]
-            if v >= item and (best < 0 or v < values[best]):
-                best = d
-        if best < 0 and extend:
-            best = last
-        out[i] = best
+        while j < n and values[order[j]] < item:
+            j += 1
+        if j < n:
+            out[i] = order[j]
+        else:
+            out[i] = last if extend else -1
 
 
 @njit(cache=True, nogil=True)
