@@ -237,7 +237,7 @@ class FidelityConfig(BaseConfig):
     mappings: int = 30  # how many (front bests and spread, then random of every kind)
     warmup: int = 2
     iterations: int = 5  # per round
-    rounds: int = 3  # every mapping runs once per round, rounds in random orders (interleaved)
+    rounds: int = 5  # every mapping runs once per round, rounds in random orders (interleaved)
     keep: bool = False  # keep the sub-models (else only plans and measurements stay)
     timeout_s: float = 600.0
     out: str | None = None  # default: fidelity/<net>-<platform>

@@ -1,9 +1,9 @@
 """Calibrate, then measure the model's fidelity on the zoo and on a network left out of
 calibration; print one table (run on a quiet machine: it measures).
 
-    python scripts/fidelity_zoo.py --out /work/fidelity_runs            # ~30 min on localhost
+    python scripts/fidelity_zoo.py --out /work/fidelity_runs            # ~55 min on localhost
     python scripts/fidelity_zoo.py --out DIR --skip-calibrate --nets alexnet   # reuse, one net
-    python scripts/fidelity_zoo.py --out DIR --rounds 5   # steadier medians, ~5/3 the time
+    python scripts/fidelity_zoo.py --out DIR --rounds 3   # quicker, noisier medians
 
 Steps (each a plain command, printed before it runs):
 1. ``python -m dse.calibrate platform=P`` (every zoo net) into the platform's calibration file;
@@ -37,7 +37,7 @@ def main() -> int:
     ap.add_argument("--nets", nargs="+", default=["alexnet", "vgg16", "resnet50", "densenet121"])
     ap.add_argument("--held-out", default="googlenet")
     ap.add_argument("--mappings", type=int, default=30)
-    ap.add_argument("--rounds", type=int, default=3, help="dse.fidelity's interleaved rounds")
+    ap.add_argument("--rounds", type=int, default=5, help="dse.fidelity's interleaved rounds")
     ap.add_argument("--skip-calibrate", action="store_true")
     a = ap.parse_args()
     py = [sys.executable, "-m"]
