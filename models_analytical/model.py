@@ -12,12 +12,12 @@ from functools import cached_property
 import numba
 import numpy as np
 
-from dse.mapping import MappingBatch
+from dse.mapping import MappingBatch, first_consumer, first_producer
 from dse.net.graph import LayerGraph
 from dse.platform import KINDS, Platform
 from models_analytical.coefficients import OP_CLASSES, WEIGHT_CLASSES, Coefficients
 from models_analytical.layer_costs import CONV_OPS, LayerTables, layer_tables
-from models_analytical.simulate import KernelInputs, input_csr, simulate_batch
+from models_analytical.simulate import KernelInputs, input_csr, simulate_batch, simulate_parts
 from models_analytical.threads import ThreadTuner
 
 MB = 1e6
@@ -185,7 +185,11 @@ class AnalyticalModel:
         )
         self._by_class = platform.weights == "resident" and bool(self._mem_w.any())
         self._mem_segment = np.array([c.memory_per_segment_mb for c in coeff])
+        self._need_weights = self._by_class or bool(self._mem_load.any())
         self.capacity_mb = np.array([d.memory_mb for d in platform.devices])
+        # for mappings given in whole numbers (evaluate_parts)
+        self._channels = np.asarray(graph.out_channels, dtype=np.int64)
+        self._consumer, self._producer = first_consumer(graph), first_producer(graph)
 
     def device_speed(self) -> np.ndarray:
         """[L, D] relative throughput of each device on each layer: 1 / its modelled work time
@@ -198,13 +202,59 @@ class AnalyticalModel:
         threads = self.tuner.choose() if large else 1
         numba.set_num_threads(threads)
         t0 = time.perf_counter()
-        latency, busy, comm, peak, energy, parts, sent, segments = simulate_batch(
+        raw = simulate_batch(
             np.ascontiguousarray(batch.share, dtype=np.float64),
             np.ascontiguousarray(batch.owner, dtype=np.int64),
             self.inputs,
         )
         if large:
             self.tuner.record(threads, batch.size, time.perf_counter() - t0)
+        weights = None
+        if self._need_weights:
+            weights = np.einsum("pld,lc->pdc", batch.share, self._w_class)  # [P, D, class] MB
+        return self._evaluation(*raw, weights)
+
+    def evaluate_parts(self, device: np.ndarray, channels: np.ndarray) -> Evaluation:
+        """:meth:`evaluate` of mappings in whole numbers, number for number, without building
+        their shares: ``device[P, L]`` the device of each layer that is not splittable (-1 for
+        splittable layers), ``channels[P, S, D]`` the channels of each splittable layer (the
+        graph's ``splittable`` layers in order) on each device (``chromosomes.Parts``)."""
+        device = np.ascontiguousarray(device, dtype=np.int64)
+        channels = np.ascontiguousarray(channels)
+        size = len(device)
+        large = size >= PARALLEL_MIN_BATCH
+        threads = self.tuner.choose() if large else 1
+        numba.set_num_threads(threads)
+        t0 = time.perf_counter()
+        *raw, weights = simulate_parts(
+            device,
+            channels,
+            self._channels,
+            self._consumer,
+            self._producer,
+            self._w_class,
+            self._need_weights,
+            self.inputs,
+            4 * threads,  # chunks: a few per thread balance uneven mappings
+        )
+        if large:
+            self.tuner.record(threads, size, time.perf_counter() - t0)
+        return self._evaluation(*raw, weights if self._need_weights else None)
+
+    def _evaluation(
+        self,
+        latency: np.ndarray,
+        busy: np.ndarray,
+        comm: np.ndarray,
+        peak: np.ndarray,
+        energy: np.ndarray,
+        parts: np.ndarray,
+        sent: np.ndarray,
+        segments: np.ndarray,
+        weights: np.ndarray | None,
+    ) -> Evaluation:
+        """The Evaluation of the kernel's figures; ``weights[P, D, class]`` (MB) each device
+        holds, needed when the coefficients have weight-class memory terms."""
         # a device takes part when it computes, or only holds tensors (the entry device of the
         # input image, a device that gathers the parts of a channel-local layer it owns): the
         # runtime runs a rank there too
@@ -213,14 +263,14 @@ class AnalyticalModel:
         energy = energy + idle * self._idle_w
         # Eq. 4.9, with a per-layer term for the runtime structures each layer keeps
         memory = self._mem_bias + parts * self._mem_layer + segments * self._mem_segment
-        if self._by_class or self._mem_load.any():
-            weights = np.einsum("pld,lc->pdc", batch.share, self._w_class)  # [P, D, class] MB
         if self._by_class:  # resident weights: the liveness peak is weights + activations
+            assert weights is not None
             act = np.maximum(peak / MB - weights.sum(axis=2), 0.0)
             memory = memory + act * self._mem_coef + (weights * self._mem_w).sum(axis=2)
         else:
             memory = memory + (peak / MB) * self._mem_coef
         if self._mem_load.any():
+            assert weights is not None
             # while loading, onnxruntime holds weights twice and packs conv weights: the peak
             # RSS is the larger of that and the running footprint
             loading = self._mem_bias + (weights * self._mem_load).sum(axis=2)

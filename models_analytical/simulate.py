@@ -396,6 +396,109 @@ def simulate_batch(share, owner, k_in):
     return latency, busy, comm, mem, energy, parts, sent, segs
 
 
+@njit(cache=True, nogil=True)
+def _share_owner_one(device, split_channels, channels, consumer, producer, share, owner, anchor):
+    """One mapping's share [L, D] (zeros on entry) and owner [L] from its whole numbers:
+    ``device[L]`` (-1 for splittable layers) and ``split_channels[S, D]``; the arithmetic and
+    owner rule of :func:`chromosomes.kernels.shares_and_owner` (share = channels / the layer's
+    channels; a split layer is concatenated on the first device of its first consumer, else
+    where its producer's output is). ``anchor[L]``: scratch."""
+    n_layers, n_devices = share.shape
+    s = 0
+    for layer in range(n_layers):
+        if device[layer] >= 0:
+            share[layer, device[layer]] = 1.0
+            anchor[layer] = device[layer]
+            owner[layer] = -1  # not split: its anchor
+            continue
+        ch = float(max(channels[layer], 1))
+        first, used = -1, 0
+        for d in range(n_devices):
+            c = split_channels[s, d]
+            if c > 0:
+                share[layer, d] = c / ch
+                used += 1
+                if first < 0:
+                    first = d
+        anchor[layer] = max(first, 0)
+        owner[layer] = -2 if used > 1 else -1  # -2: split, resolved below
+        s += 1
+    for layer in range(n_layers):
+        o = anchor[layer]
+        if owner[layer] == -2:
+            if consumer[layer] >= 0:
+                o = anchor[consumer[layer]]
+            elif producer[layer] >= 0:
+                o = owner[producer[layer]]
+        owner[layer] = o
+
+
+@njit(cache=True, parallel=True)
+def simulate_parts(
+    device, split_channels, channels, consumer, producer, w_class, with_weights, k_in, n_chunks
+):
+    """:func:`simulate_batch` of mappings given in whole numbers, without their dense shares:
+    ``device[P, L]`` (the device of each layer that is not splittable, -1 for splittable
+    layers) and ``split_channels[P, S, D]`` (channels of each splittable layer, in graph order,
+    on each device); ``channels[L]`` the layers' output channels, ``consumer`` / ``producer``
+    [L] :func:`dse.mapping.first_consumer` / :func:`dse.mapping.first_producer`. Each mapping's
+    share [L, D] and owner [L] are built in per-thread scratch (exactly the batch's numbers)
+    and simulated by the same :func:`_simulate_one`. Returns simulate_batch's arrays and the
+    weights each device holds by class, [P, D, C] = sum over layers of share x
+    ``w_class[L, C]`` (in layer order, as ``einsum("pld,lc->pdc")`` sums them; zeros unless
+    ``with_weights``). The mappings run in ``n_chunks`` contiguous chunks (a few per thread),
+    each allocating its scratch once."""
+    n_pop, n_layers = device.shape
+    n_dev = split_channels.shape[2]
+    n_cls = w_class.shape[1]
+    latency = np.zeros(n_pop)
+    busy = np.zeros((n_pop, n_dev))
+    comm = np.zeros((n_pop, n_dev))
+    mem = np.zeros((n_pop, n_dev))
+    energy = np.zeros((n_pop, n_dev))
+    parts = np.zeros((n_pop, n_dev), dtype=np.int64)
+    sent = np.zeros((n_pop, n_dev))
+    segs = np.zeros((n_pop, n_dev), dtype=np.int64)
+    weights = np.zeros((n_pop, n_dev, n_cls))
+    n_chunks = max(min(n_chunks, n_pop), 1)
+    for chunk in prange(n_chunks):
+        lo = chunk * n_pop // n_chunks
+        hi = (chunk + 1) * n_pop // n_chunks
+        share = np.zeros((n_layers, n_dev))
+        owner = np.empty(n_layers, dtype=np.int64)
+        anchor = np.empty(n_layers, dtype=np.int64)
+        for p in range(lo, hi):
+            _share_owner_one(
+                device[p], split_channels[p], channels, consumer, producer, share, owner, anchor
+            )
+            _simulate_one(
+                share,
+                owner,
+                k_in,
+                latency[p : p + 1],
+                busy[p],
+                comm[p],
+                mem[p],
+                energy[p],
+                parts[p],
+                sent[p],
+                segs[p],
+            )
+            # weights by class (layer by layer, leaving out the zero shares einsum adds), then
+            # the scratch back to zeros: only the entries this mapping set
+            for layer in range(n_layers):
+                d0 = device[p, layer]
+                lo_d, hi_d = (d0, d0 + 1) if d0 >= 0 else (0, n_dev)
+                for d in range(lo_d, hi_d):
+                    sh = share[layer, d]
+                    if sh > 0.0:
+                        if with_weights:
+                            for c in range(n_cls):
+                                weights[p, d, c] += sh * w_class[layer, c]
+                        share[layer, d] = 0.0
+    return latency, busy, comm, mem, energy, parts, sent, segs, weights
+
+
 def input_csr(
     edge_src: np.ndarray,
     edge_dst: np.ndarray,

@@ -309,3 +309,84 @@ def test_spare_cores_counts_what_else_runs_now(tmp_path, monkeypatch):
     loadavg.write_text("garbled\n")  # unreadable: the 1-minute load average instead
     monkeypatch.setattr(host.os, "getloadavg", lambda: (2.5, 0.0, 0.0))
     assert host.spare_cores() == 0.5
+
+
+def _jetson(weight_terms: bool) -> tuple:
+    """The default platform (16 devices, cpu and gpu kinds, its fitted coefficients); with
+    ``weight_terms``, resident weights and weight-class memory terms for loading and running."""
+    import dataclasses
+
+    import yaml
+
+    from dse.cli import CONF_DIR
+    from dse.platform import load_platform
+    from models_analytical.coefficients import load_coefficients
+
+    cfg = yaml.safe_load((CONF_DIR / "platform" / "jetson_xavier_nx_x8.yaml").read_text())
+    plat = load_platform(cfg)
+    coeff = load_coefficients(CONF_DIR / "platform" / cfg["coefficients"])
+    if weight_terms:
+        plat = dataclasses.replace(plat, weights="resident")
+        kinds = {
+            k: dataclasses.replace(
+                c,
+                memory_weights={"conv": 2.0, "other": 1.5},
+                memory_loading={"conv": 2.5 + i, "other": 1.25},
+            )
+            for i, (k, c) in enumerate(coeff.kinds.items())
+        }
+        coeff = dataclasses.replace(coeff, kinds=kinds)
+    return plat, coeff
+
+
+@pytest.mark.parametrize("weight_terms", [False, True])
+@pytest.mark.parametrize("shares", ["equal", "speed"])
+@pytest.mark.parametrize("name, splits", [("naive", None), ("advanced", 3)])
+@pytest.mark.parametrize("net", ["alexnet", "googlenet"])
+def test_evaluate_parts_equals_evaluate_of_the_batch(net, name, splits, shares, weight_terms):
+    """The compiled whole-number path gives every figure of evaluate(batch_of(parts)) bit for
+    bit (shares built per mapping in scratch, weights by class summed in layer order)."""
+    import dataclasses
+
+    from chromosomes import CHROMOSOMES
+    from dse.net import load_net
+
+    g = load_net({"name": net}).graph
+    plat, coeff = _jetson(weight_terms)
+    model = AnalyticalModel(g, plat, coeff)
+    assert model._by_class == weight_terms and bool(model._mem_load.any()) == weight_terms
+    speed = model.device_speed() if shares == "speed" else None
+    chrom = CHROMOSOMES[name](g, len(plat), splits=splits, speed=speed)
+    rng = np.random.default_rng(11)
+    genes = chrom.sample(300, rng)
+    genes[0], genes[1] = chrom.upper, 0
+    genes[2:40] = rng.integers(0, 3, size=(38, chrom.n_genes))  # ties, repeats, few devices
+    parts = chrom.parts(genes)
+    assert (parts.channels > 0).sum(axis=2).max() > 1  # some layers are split
+    for rows in (slice(None), slice(0, 7)):  # the threaded (>= 256) and one-thread batches
+        p = parts.take(np.arange(len(genes))[rows])
+        want = model.evaluate(chrom.batch_of(p))
+        got = model.evaluate_parts(p.device, p.channels)
+        for fld in dataclasses.fields(want):
+            a, b = getattr(got, fld.name), getattr(want, fld.name)
+            assert a.dtype == b.dtype and np.array_equal(a, b), fld.name
+    if weight_terms:  # the weight terms shape the memory figure
+        ev = model.evaluate_parts(parts.device, parts.channels)
+        plain = AnalyticalModel(g, plat, _jetson(False)[1])
+        assert not np.array_equal(
+            plain.evaluate_parts(parts.device, parts.channels).memory_mb, ev.memory_mb
+        )
+
+
+@pytest.mark.parametrize("chromosome", ["naive", "advanced"])
+def test_problem_evaluate_parts_gives_the_batchs_f_and_g(chromosome):
+    problem = small_problem(chromosome)
+    chrom = problem.chromosome
+    genes = chrom.sample(40, np.random.default_rng(3))
+    parts = chrom.parts(genes)
+    want: dict = {}
+    got: dict = {}
+    problem.evaluate_batch(chrom.batch_of(parts), want)
+    problem.evaluate_parts(parts, got)
+    assert np.array_equal(got["F"], want["F"]) and np.array_equal(got["G"], want["G"])
+    assert len(np.unique(want["F"], axis=0)) > 5  # distinct mappings, not one repeated

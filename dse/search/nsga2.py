@@ -122,9 +122,9 @@ def parts_keys(parts: Parts) -> list[bytes]:
     return [raw[i : i + 8] for i in range(0, len(raw), 8)]
 
 
-def evaluate(problem: MappingProblem, batch: MappingBatch) -> tuple[np.ndarray, np.ndarray]:
+def evaluate(problem: MappingProblem, parts: Parts) -> tuple[np.ndarray, np.ndarray]:
     out: dict = {}
-    problem.evaluate_batch(batch, out)
+    problem.evaluate_parts(parts, out)
     return out["F"], out["G"]
 
 
@@ -297,7 +297,7 @@ def step(state: SearchState) -> None:
         parts = found_p[0] if len(found_p) == 1 else Parts.concat(found_p)
         parents = state.pop
     if len(X):
-        F, G = evaluate(problem, problem.chromosome.batch_of(parts))
+        F, G = evaluate(problem, parts)
     else:
         F, G = np.zeros((0, problem.n_obj)), np.zeros((0, 1))
     state.evaluations += len(X)

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 import numpy as np
 from pymoo.core.problem import Problem
 
-from chromosomes import Chromosome
+from chromosomes import Chromosome, Parts
 from dse import objectives
 from dse.mapping import MappingBatch
-from models_analytical.model import AnalyticalModel
+from models_analytical.model import AnalyticalModel, Evaluation
 
 
 class MappingProblem(Problem):
@@ -36,6 +36,13 @@ class MappingProblem(Problem):
 
     def evaluate_batch(self, batch: MappingBatch, out: dict) -> None:
         """F (display units) and G of already decoded mappings."""
-        ev = self.model.evaluate(batch)
+        self._fill(self.model.evaluate(batch), out)
+
+    def evaluate_parts(self, parts: Parts, out: dict) -> None:
+        """F and G of mappings in whole numbers (:meth:`Chromosome.parts`): the same numbers
+        as :meth:`evaluate_batch` of their batch, without building their shares."""
+        self._fill(self.model.evaluate_parts(parts.device, parts.channels), out)
+
+    def _fill(self, ev: Evaluation, out: dict) -> None:
         out["F"] = objectives.values(self.objectives, ev)
         out["G"] = ev.constraints().max(axis=1, keepdims=True)
