@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from dse.mapping_kernels import share_owner_one
+
 
 @njit(cache=True, nogil=True)
 def _cover_row(values, n_items, extend, out):
@@ -188,38 +190,11 @@ def shares_and_owner(device, split_channels, channels, consumer, producer, share
     split layer is concatenated on the first device of its first consumer, else where its
     producer's output is). Fills ``share[P, L, D]`` (zeros on entry: allocated by numpy, whose
     zeroed pages cost far less than numba's) and ``owner[P, L]``."""
-    pop, n_layers = device.shape
-    n_devices = share.shape[2]
-    anchor = np.zeros(n_layers, dtype=np.int64)
-    split = np.zeros(n_layers, dtype=np.bool_)
-    for p in range(pop):
-        s = 0
-        for layer in range(n_layers):
-            if device[p, layer] >= 0:
-                share[p, layer, device[p, layer]] = 1.0
-                anchor[layer] = device[p, layer]
-                split[layer] = False
-                continue
-            ch = float(max(channels[layer], 1))
-            first, used = -1, 0
-            for d in range(n_devices):
-                c = split_channels[p, s, d]
-                if c > 0:
-                    share[p, layer, d] = c / ch
-                    used += 1
-                    if first < 0:
-                        first = d
-            anchor[layer] = max(first, 0)
-            split[layer] = used > 1
-            s += 1
-        for layer in range(n_layers):
-            o = anchor[layer]
-            if split[layer]:
-                if consumer[layer] >= 0:
-                    o = anchor[consumer[layer]]
-                elif producer[layer] >= 0:
-                    o = owner[p, producer[layer]]
-            owner[p, layer] = o
+    anchor = np.empty(device.shape[1], dtype=np.int64)
+    for p in range(device.shape[0]):
+        share_owner_one(
+            device[p], split_channels[p], channels, consumer, producer, share[p], owner[p], anchor
+        )
 
 
 @njit(cache=True, nogil=True)

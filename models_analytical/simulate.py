@@ -26,6 +26,8 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
+from dse.mapping_kernels import share_owner_one
+
 
 class KernelInputs(NamedTuple):
     """Everything the kernel reads besides the mappings: built once per (graph, platform,
@@ -396,43 +398,6 @@ def simulate_batch(share, owner, k_in):
     return latency, busy, comm, mem, energy, parts, sent, segs
 
 
-@njit(cache=True, nogil=True)
-def _share_owner_one(device, split_channels, channels, consumer, producer, share, owner, anchor):
-    """One mapping's share [L, D] (zeros on entry) and owner [L] from its whole numbers:
-    ``device[L]`` (-1 for splittable layers) and ``split_channels[S, D]``; the arithmetic and
-    owner rule of :func:`chromosomes.kernels.shares_and_owner` (share = channels / the layer's
-    channels; a split layer is concatenated on the first device of its first consumer, else
-    where its producer's output is). ``anchor[L]``: scratch."""
-    n_layers, n_devices = share.shape
-    s = 0
-    for layer in range(n_layers):
-        if device[layer] >= 0:
-            share[layer, device[layer]] = 1.0
-            anchor[layer] = device[layer]
-            owner[layer] = -1  # not split: its anchor
-            continue
-        ch = float(max(channels[layer], 1))
-        first, used = -1, 0
-        for d in range(n_devices):
-            c = split_channels[s, d]
-            if c > 0:
-                share[layer, d] = c / ch
-                used += 1
-                if first < 0:
-                    first = d
-        anchor[layer] = max(first, 0)
-        owner[layer] = -2 if used > 1 else -1  # -2: split, resolved below
-        s += 1
-    for layer in range(n_layers):
-        o = anchor[layer]
-        if owner[layer] == -2:
-            if consumer[layer] >= 0:
-                o = anchor[consumer[layer]]
-            elif producer[layer] >= 0:
-                o = owner[producer[layer]]
-        owner[layer] = o
-
-
 @njit(cache=True, parallel=True)
 def simulate_parts(
     device, split_channels, channels, consumer, producer, w_class, with_weights, k_in, n_chunks
@@ -468,7 +433,7 @@ def simulate_parts(
         owner = np.empty(n_layers, dtype=np.int64)
         anchor = np.empty(n_layers, dtype=np.int64)
         for p in range(lo, hi):
-            _share_owner_one(
+            share_owner_one(
                 device[p], split_channels[p], channels, consumer, producer, share, owner, anchor
             )
             _simulate_one(
