@@ -8,6 +8,7 @@ process exits 2 at the end if any job failed. Interrupted work exits 130.
 from __future__ import annotations
 
 import functools
+import gc
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -195,7 +196,12 @@ def run(main: Callable[[], Any], config_name: str = "config") -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         check_overrides(sys.argv[1:], config_name)
+        # The imports and the composed configs are a few hundred thousand objects that live
+        # until exit: out of the collector's way, each full collection no longer walks them
+        # (0.2 s of a VGG-16 run), nor does the interpreter's last one at exit (0.4 s).
+        gc.freeze()
         main()
+        gc.freeze()
     except DseError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
