@@ -244,6 +244,38 @@ def test_crowding_distance_is_pymoos():
         assert np.array_equal(search.crowding_distance(F), pymoo_cd.do(F), equal_nan=True)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_compiled_sbx_and_pm_are_pymoos(seed):
+    """The compiled operators draw what pymoo draws and give its offspring exactly: parents
+    equal in some genes, genes with equal bounds, non-default parameters."""
+    from types import SimpleNamespace
+
+    from pymoo.operators.crossover.sbx import SBX
+    from pymoo.operators.mutation.pm import PM
+
+    from dse.search import operators
+
+    rng = np.random.default_rng(seed)
+    n_var = 13
+    xl = rng.integers(0, 2, n_var).astype(float)
+    xu = xl + rng.integers(0, 9, n_var)  # some genes with xl == xu
+    problem = SimpleNamespace(xl=xl, xu=xu, n_var=n_var)
+    X = np.stack([xl + np.floor(rng.random((200, n_var)) * (xu - xl + 1)) for _ in range(2)])
+    X[1, :20] = X[0, :20]  # identical parents are not crossed
+    for cx in (SBX(prob=0.9, eta=15.0), SBX(prob_var=0.8, eta=4.0, prob_exch=0.5)):
+        assert operators.fast_path(cx)
+        want = cx._do(problem, X.copy(), random_state=np.random.default_rng(seed + 10))
+        got = operators.sbx(cx, X.copy(), xl, xu, np.random.default_rng(seed + 10))
+        assert np.array_equal(got, want)
+    for mut in (PM(prob=0.9, eta=20.0), PM(eta=3.0, prob_var=0.4)):
+        assert operators.fast_path(mut)
+        want = mut._do(problem, X[0].copy(), random_state=np.random.default_rng(seed + 20))
+        got = operators.pm(mut, X[0].copy(), xl, xu, n_var, np.random.default_rng(seed + 20))
+        assert np.array_equal(got, want) and not np.array_equal(got, X[0])
+    assert not operators.fast_path(PM(at_least_once=True))
+    assert not operators.fast_path(SBX(n_offsprings=1))
+
+
 def test_plot_helpers_write_the_figures_and_failures_are_raised(tmp_path):
     """Figures drawn by helper processes (one drawing both, or one each) are complete PNGs; a
     helper that died draws nothing and its figure is drawn in the run's process instead; a

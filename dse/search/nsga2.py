@@ -29,6 +29,7 @@ from dse.config import AlgorithmConfig
 from dse.errors import DseError
 from dse.mapping import MappingBatch
 from dse.net.graph import LayerGraph
+from dse.search import operators
 from dse.search.hypervolume import Reference
 from dse.search.keys import hash_parts
 from dse.search.problem import MappingProblem
@@ -88,6 +89,9 @@ class SearchState:
     def __post_init__(self) -> None:
         self.crossover = self.settings.crossover.build()
         self.mutation = self.settings.mutation.build()
+        # pymoo's SBX and PM are run by their compiled copies (same draws, same numbers)
+        self.fast_crossover = operators.fast_path(self.crossover)
+        self.fast_mutation = operators.fast_path(self.mutation)
 
     @property
     def done(self) -> bool:
@@ -223,10 +227,16 @@ def offspring(state: SearchState, n_off: int) -> np.ndarray:
     Xp = X[: cx.n_offsprings].copy()
     cross = rng.random(n_matings) < cx.prob.value
     if cross.any():
-        Q = cx._do(problem, X, random_state=rng)
+        if state.fast_crossover:
+            Q = operators.sbx(cx, X, problem.xl, problem.xu, rng)
+        else:
+            Q = cx._do(problem, X, random_state=rng)
         Xp[:, cross] = Q[:, cross]
     Xp = Xp.reshape(-1, problem.n_var)
-    Xm = mut._do(problem, Xp, random_state=rng)
+    if state.fast_mutation:
+        Xm = operators.pm(mut, Xp, problem.xl, problem.xu, problem.n_var, rng)
+    else:
+        Xm = mut._do(problem, Xp, random_state=rng)
     mutate = rng.random(len(Xp)) <= mut.prob.value
     Xp[mutate] = Xm[mutate]
     return np.clip(np.rint(Xp), problem.xl, problem.xu).astype(np.int64)
