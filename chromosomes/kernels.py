@@ -195,31 +195,3 @@ def shares_and_owner(device, split_channels, channels, consumer, producer, share
         share_owner_one(
             device[p], split_channels[p], channels, consumer, producer, share[p], owner[p], anchor
         )
-
-
-@njit(cache=True, nogil=True)
-def key_rows(device, split_channels, out):
-    """Fills ``out[P, L + 2 S D]`` (uint8) with each mapping's key bytes: every layer's device
-    (a split layer's: the first with the most channels), then the split layers' channel counts
-    as little-endian uint16 (:func:`dse.search.nsga2.mapping_keys`'s bytes)."""
-    pop, n_layers = device.shape
-    n_split, n_devices = split_channels.shape[1], split_channels.shape[2]
-    for p in range(pop):
-        s = 0
-        for layer in range(n_layers):
-            d = device[p, layer]
-            if d < 0:
-                best = 0
-                for k in range(1, n_devices):
-                    if split_channels[p, s, k] > split_channels[p, s, best]:
-                        best = k
-                d = best
-                s += 1
-            out[p, layer] = d & 0xFF
-        pos = n_layers
-        for s in range(n_split):
-            for k in range(n_devices):
-                c = split_channels[p, s, k] & 0xFFFF
-                out[p, pos] = c & 0xFF
-                out[p, pos + 1] = c >> 8
-                pos += 2

@@ -114,7 +114,7 @@ def choose(cfg: DictConfig, net, model, n: int, seed: int) -> tuple[MappingBatch
     share = np.concatenate(shares)
     for _ in range(10):  # copies (a random mapping equal to another) are replaced by mixed ones
         batch = MappingBatch(share, derive_owner(graph, share))
-        _, first = np.unique(np.array(mapping_keys(batch, graph)), return_index=True)
+        _, first = np.unique(np.array(mapping_keys(batch, graph), np.uint64), return_index=True)
         keep = np.sort(first)
         if len(keep) >= n:
             break

@@ -62,7 +62,7 @@ def save(state: SearchState, directory: Path, ident: dict, config: dict) -> Path
     arrays = {name: getattr(pop, name) for name in _ARRAYS}
     meta_bytes = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     # sorted as numbers (the file does not depend on the set's order): 20x faster than sorted()
-    seen = np.sort(np.frombuffer(b"".join(state.seen), dtype=np.uint64))
+    seen = np.sort(np.fromiter(state.seen, dtype=np.uint64, count=len(state.seen)))
     np.savez(buf, meta=meta_bytes, seen=seen, **arrays)
     path = Path(directory) / CHECKPOINT
     write_bytes(path, buf.getvalue())
@@ -144,7 +144,7 @@ def restore(
         evaluations=int(meta["evaluations"]),
         history=list(meta["history"]),
         seconds=float(meta["seconds"]),
-        seen={v.tobytes() for v in data["seen"]},
+        seen=set(data["seen"].tolist()),
         exhausted=bool(meta.get("exhausted", False)),
     )
     return state

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 from pymoo.util.randomized_argsort import randomized_argsort
 
@@ -49,7 +50,7 @@ class Population:
     G: np.ndarray  # float64 [N, 1]: fullest device's memory / capacity - 1
     rank: np.ndarray  # int64 [N], -1 for infeasible individuals
     crowding: np.ndarray  # float64 [N]
-    keys: list[bytes]  # [N] the mapping of each individual (:func:`mapping_keys`)
+    keys: list[int]  # [N] the mapping of each individual (:func:`mapping_keys`)
 
     def __len__(self) -> int:
         return len(self.X)
@@ -83,7 +84,7 @@ class SearchState:
     evaluations: int = 0  # distinct mappings evaluated
     history: list[dict] = field(default_factory=list)
     seconds: float = 0.0
-    seen: set[bytes] = field(default_factory=set)  # every mapping evaluated so far
+    seen: set[int] = field(default_factory=set)  # every mapping evaluated so far
     exhausted: bool = False  # no new mapping could be bred
 
     def __post_init__(self) -> None:
@@ -106,8 +107,8 @@ class SearchState:
 # --- mappings as keys ------------------------------------------------------------------------
 
 
-def mapping_keys(batch: MappingBatch, graph: LayerGraph) -> list[bytes]:
-    """One 8-byte key per mapping (:mod:`dse.search.keys`): each layer's device and, for
+def mapping_keys(batch: MappingBatch, graph: LayerGraph) -> list[int]:
+    """One 64-bit key per mapping (:mod:`dse.search.keys`): each layer's device and, for
     splittable layers, the channels each device computes. That determines the whole share
     array (a layer that cannot be split is on one device), in far fewer bytes than the array."""
     split = graph.splittable
@@ -117,13 +118,16 @@ def mapping_keys(batch: MappingBatch, graph: LayerGraph) -> list[bytes]:
     return parts_keys(Parts(device, counts))
 
 
-def parts_keys(parts: Parts) -> list[bytes]:
+def parts_keys(parts: Parts) -> list[int]:
     """:func:`mapping_keys` of the mappings :meth:`Chromosome.parts` gives (the same keys),
     from their whole numbers without building their shares."""
+    return _key_array(parts).tolist()
+
+
+def _key_array(parts: Parts) -> np.ndarray:
     out = np.empty(len(parts.device), dtype=np.uint64)
     hash_parts(np.ascontiguousarray(parts.device), np.ascontiguousarray(parts.channels), out)
-    raw = out.tobytes()
-    return [raw[i : i + 8] for i in range(0, len(raw), 8)]
+    return out
 
 
 def evaluate(problem: MappingProblem, parts: Parts) -> tuple[np.ndarray, np.ndarray]:
@@ -137,24 +141,36 @@ def evaluate(problem: MappingProblem, parts: Parts) -> tuple[np.ndarray, np.ndar
 
 def crowding_distance(F: np.ndarray) -> np.ndarray:
     """pymoo 0.6's crowding distance ("cd": ``calc_crowding_distance`` behind
-    ``FunctionalDiversity``, without duplicate filtering), copied: its module imports
-    scipy.spatial, half a second of start-up for a function that does not use it."""
-    F = np.array(F, dtype=np.double)
+    ``FunctionalDiversity``, without duplicate filtering), number for number, compiled: pymoo's
+    imports scipy.spatial (half a second of start-up) and its numpy passes cost more than the
+    sorting on fronts of a few hundred points."""
+    return _crowding(np.ascontiguousarray(F, dtype=np.float64))
+
+
+@njit(cache=True, nogil=True)
+def _crowding(F):
     n_points, n_obj = F.shape
     if n_points <= 2:
         return np.full(n_points, np.inf)
-    sort = np.argsort(F, axis=0, kind="mergesort")
-    F = F[sort, np.arange(n_obj)]
-    dist = np.vstack([F, np.full(n_obj, np.inf)]) - np.vstack([np.full(n_obj, -np.inf), F])
-    norm = np.max(F, axis=0) - np.min(F, axis=0)
-    norm[norm == 0] = np.nan
-    dist_to_last, dist_to_next = dist, np.copy(dist)
-    dist_to_last, dist_to_next = dist_to_last[:-1] / norm, dist_to_next[1:] / norm
-    dist_to_last[np.isnan(dist_to_last)] = 0.0
-    dist_to_next[np.isnan(dist_to_next)] = 0.0
-    back = np.argsort(sort, axis=0)
-    cols = np.arange(n_obj)
-    return np.sum(dist_to_last[back, cols] + dist_to_next[back, cols], axis=1) / n_obj
+    total = np.zeros((n_points, n_obj))
+    for j in range(n_obj):
+        order = np.argsort(F[:, j], kind="mergesort")
+        lo, hi = F[order[0], j], F[order[n_points - 1], j]
+        norm = hi - lo
+        for r in range(n_points):
+            if norm == 0.0:  # pymoo: nan, then 0 (even at the ends)
+                continue
+            i = order[r]
+            last = np.inf if r == 0 else (F[i, j] - F[order[r - 1], j]) / norm
+            nxt = np.inf if r == n_points - 1 else (F[order[r + 1], j] - F[i, j]) / norm
+            total[i, j] = last + nxt
+    out = np.empty(n_points)
+    for i in range(n_points):
+        acc = 0.0
+        for j in range(n_obj):
+            acc += total[i, j]
+        out[i] = acc / n_obj
+    return out
 
 
 def survive(pop: Population, n: int, rng: np.random.Generator) -> Population:
@@ -259,23 +275,22 @@ def new_search(problem: MappingProblem, settings: AlgorithmConfig, seed: int) ->
 
 
 def _distinct(
-    problem: MappingProblem, X: np.ndarray, limit: int, taken: set[bytes]
-) -> tuple[np.ndarray, Parts, list[bytes]]:
+    problem: MappingProblem, X: np.ndarray, limit: int, taken: set[int]
+) -> tuple[np.ndarray, Parts, list[int]]:
     """The first ``limit`` gene vectors of X whose mappings are not in ``taken`` (nor twice in
     X), with their mappings (:class:`Parts`); their keys are added to ``taken``."""
     parts = problem.chromosome.parts(X)
-    keys = parts_keys(parts)
-    keep = []
-    for i, k in enumerate(keys):
-        if k not in taken:
-            taken.add(k)
-            keep.append(i)
-            if len(keep) == limit:
-                break
+    arr = _key_array(parts)
+    _, first = np.unique(arr, return_index=True)  # each mapping's first gene vector in X
+    first.sort()
+    keep = [i for i, k in zip(first.tolist(), arr[first].tolist(), strict=True) if k not in taken]
+    del keep[limit:]
+    keys = arr[keep].tolist()
+    taken.update(keys)
     if len(keep) == len(X):
         return X, parts, keys
     idx = np.array(keep, dtype=np.int64)
-    return X[idx], parts.take(idx), [keys[i] for i in keep]
+    return X[idx], parts.take(idx), keys
 
 
 def step(state: SearchState) -> None:
