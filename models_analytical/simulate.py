@@ -368,19 +368,28 @@ def _simulate_one(
     latency_out[0] = finish
 
 
+@njit(cache=True, nogil=True)
+def _outputs(n_pop, n_dev):
+    """The kernels' outputs, zeroed: latency [P]; busy, communication, peak bytes, energy,
+    parts, bytes sent and segments, each [P, D]."""
+    return (
+        np.zeros(n_pop),
+        np.zeros((n_pop, n_dev)),
+        np.zeros((n_pop, n_dev)),
+        np.zeros((n_pop, n_dev)),
+        np.zeros((n_pop, n_dev)),
+        np.zeros((n_pop, n_dev), dtype=np.int64),
+        np.zeros((n_pop, n_dev)),
+        np.zeros((n_pop, n_dev), dtype=np.int64),
+    )
+
+
 @njit(cache=True, parallel=True)
 def simulate_batch(share, owner, k_in):
     """Latency [P]; busy, communication, activation+weight peak bytes, energy (without idle),
     parts, bytes sent and segments (the runtime's sub-models), each [P, D]."""
     n_pop, _, n_dev = share.shape
-    latency = np.zeros(n_pop)
-    busy = np.zeros((n_pop, n_dev))
-    comm = np.zeros((n_pop, n_dev))
-    mem = np.zeros((n_pop, n_dev))
-    energy = np.zeros((n_pop, n_dev))
-    parts = np.zeros((n_pop, n_dev), dtype=np.int64)
-    sent = np.zeros((n_pop, n_dev))
-    segs = np.zeros((n_pop, n_dev), dtype=np.int64)
+    latency, busy, comm, mem, energy, parts, sent, segs = _outputs(n_pop, n_dev)
     for p in prange(n_pop):
         _simulate_one(
             share[p],
@@ -416,14 +425,7 @@ def simulate_parts(
     n_pop, n_layers = device.shape
     n_dev = split_channels.shape[2]
     n_cls = w_class.shape[1]
-    latency = np.zeros(n_pop)
-    busy = np.zeros((n_pop, n_dev))
-    comm = np.zeros((n_pop, n_dev))
-    mem = np.zeros((n_pop, n_dev))
-    energy = np.zeros((n_pop, n_dev))
-    parts = np.zeros((n_pop, n_dev), dtype=np.int64)
-    sent = np.zeros((n_pop, n_dev))
-    segs = np.zeros((n_pop, n_dev), dtype=np.int64)
+    latency, busy, comm, mem, energy, parts, sent, segs = _outputs(n_pop, n_dev)
     weights = np.zeros((n_pop, n_dev, n_cls))
     n_chunks = max(min(n_chunks, n_pop), 1)
     for chunk in prange(n_chunks):
