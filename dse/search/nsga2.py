@@ -306,7 +306,7 @@ def step(state: SearchState) -> None:
             budget = min(budget, settings.max_evaluations - state.evaluations)
         found_x: list[np.ndarray] = []
         found_p: list[Parts] = []
-        keys: list[bytes] = []
+        keys: list[int] = []
         for attempt in range(MAX_MATING_ROUNDS):
             missing = budget - len(keys)
             if missing <= 0:

@@ -58,8 +58,9 @@ def _value(v: Any) -> float:
 
 
 def sbx(op: Any, X: np.ndarray, xl: np.ndarray, xu: np.ndarray, rng: np.random.Generator):
-    """pymoo's ``SBX._do(problem, X)``: X [2, n_matings, n_var] parents -> [2, n_matings, n_var]
-    children."""
+    """pymoo's ``SBX._do(problem, X)``: X [2, n_matings, n_var] parents, within the bounds ->
+    [2, n_matings, n_var] children (pymoo also clamps the genes it did not cross, which
+    parents within the bounds never need)."""
     _, n_matings, n_var = X.shape
     X = np.ascontiguousarray(X, dtype=np.float64)
     xl, xu = np.asarray(xl, np.float64), np.asarray(xu, np.float64)
@@ -112,7 +113,7 @@ def _sbx_kernel(X, xl, xu, cross, exch, rand, r_bin, eta, prob_bin):
 
 
 def pm(op: Any, X: np.ndarray, xl: np.ndarray, xu: np.ndarray, n_var: int, rng):
-    """pymoo's ``PM._do(problem, X)``: X [n, n_var] -> mutated copy."""
+    """pymoo's ``PM._do(problem, X)``: X [n, n_var] within the bounds -> mutated copy."""
     X = np.ascontiguousarray(X, dtype=np.float64)
     xl, xu = np.asarray(xl, np.float64), np.asarray(xu, np.float64)
     p = op.prob_var
