@@ -104,6 +104,27 @@ def _part_share(k_in, k, layer, s, n_here):
 
 
 @njit(cache=True, nogil=True)
+def _deadline(loc, src, layer, absorbed, k_in, recv_at, gath_at, pcnt, row, owner):
+    """The last layer after which ``loc`` sends ``src``'s output to the device computing
+    ``layer`` (its first reader there): the latest input of ``layer`` that ``loc`` makes whole
+    in the same run of work as ``src`` (no receive or gather on ``loc`` between)."""
+    dl = src
+    hi = k_in.in_ptr[layer] if absorbed else k_in.in_ptr[layer + 1]
+    for e in range(k_in.in_ptr[layer], hi):
+        s2 = k_in.in_src[e]
+        if s2 <= dl or owner[s2] != loc or pcnt[row[s2]] != 1:
+            continue
+        same_run = True
+        for m in range(src + 1, s2 + 1):
+            if recv_at[loc, m] or (m < s2 and gath_at[loc, m]):
+                same_run = False
+                break
+        if same_run:
+            dl = s2
+    return dl
+
+
+@njit(cache=True, nogil=True)
 def _simulate_one(
     share,
     owner,
@@ -135,10 +156,12 @@ def _simulate_one(
     delta = np.zeros((n_dev, n_layers + 1))
     part_end = np.zeros(n_dev)
     gather_in = np.zeros(n_dev)
-    # the runtime cuts a device's work into segments (sub-models) before a step that receives
-    # and after one whose output is sent or gathered: recv_at[d, l] / sent_at[d, l] mark those
+    # the runtime cuts a device's work into segments (sub-models) before a step that receives,
+    # after a gather and after a send's deadline (dse.runtime.partition.send_deadlines):
+    # recv_at[d, l] / sent_at[d, l] mark those; gath_at[d, l]: d gathers layer l
     recv_at = np.zeros((n_dev, n_layers), dtype=np.bool_)
     sent_at = np.zeros((n_dev, n_layers), dtype=np.bool_)
+    gath_at = np.zeros((n_dev, n_layers), dtype=np.bool_)
     # need[d]: device d reads the split layer's whole output (it computes a consumer or a part
     # of one, or holds it as a graph output); filled for split layers only
     need = np.zeros(n_dev, dtype=np.bool_)
@@ -196,6 +219,14 @@ def _simulate_one(
                 else:
                     a = arrival[t, d]
                     if a < 0.0:
+                        dl = src
+                        if src >= 0 and pcnt[row[src]] == 1:
+                            # sent with the last input of this layer that loc makes later
+                            # in the same run of work (no receive or gather between)
+                            dl = _deadline(
+                                loc, src, layer, absorbed, k_in, recv_at, gath_at, pcnt, row, owner
+                            )
+                            rdy = ready[dl]
                         ch = channel[loc, d]
                         start = max(rdy, link_free[ch])
                         dur = _transfer_s(k_in, loc, d, in_bytes[e])
@@ -212,7 +243,7 @@ def _simulate_one(
                         recv_at[d, layer] = True
                         touched[d] = True
                         if src >= 0:
-                            sent_at[loc, src] = True
+                            sent_at[loc, dl] = True
                     recv_last[t, d] = layer
                 if a > t_in:
                     t_in = a
@@ -316,6 +347,7 @@ def _simulate_one(
             for j in range(n_g):
                 e = gatherers[j]
                 sent_at[e, layer] = True  # a gather step ends the segment
+                gath_at[e, layer] = True
                 k = kind[e]
                 start = max(dev_free[e], gather_in[e])
                 end = start + t_fixed[k, layer]

@@ -215,13 +215,21 @@ def platform_localhost():
     return load_platform(yaml.safe_load((CONF_DIR / "platform" / "localhost.yaml").read_text()))
 
 
-@pytest.mark.parametrize("kind", ["vertical", "split", "mixed"])
-def test_model_counts_the_segments_the_partitioner_cuts(kind: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("googlenet", "vertical"),
+        ("googlenet", "split"),
+        ("googlenet", "mixed"),
+        ("densenet121", "vertical"),  # cuts in dense blocks: sends wait for their deadline
+    ],
+)
+def test_model_counts_the_segments_the_partitioner_cuts(name: str, kind: str) -> None:
     """The model's segments per device (its memory's per-segment term) equal the number of
     sub-models the runtime's partitioner writes for that device."""
     from dse.runtime.partition import partition
 
-    net = load_net({"name": "googlenet"})
+    net = load_net({"name": name})
     g = net.graph
     plat = platform_localhost()
     share = random_mappings(g, 2, kind, 3, np.random.default_rng(7))

@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
+from onnx_factory import model as onnx_model
 from onnx_factory import weight
 from platforms import platform
 
@@ -401,3 +402,85 @@ def test_channel_local_layers_run_on_the_parts(tmp_path: Path) -> None:
     segments = {r["device_index"]: len(r["segments"]) for r in plan["ranks"]}
     assert segments == {d: int(ev.segments[0, d]) for d in range(3) if ev.used[0, d]}
     assert_equal_outputs(net, batch, plat)
+
+
+def dense_block_net(tmp_path: Path, early_reader: bool) -> Net:
+    """A dense block: a -> b -> c (8 channels each), cat = Concat(a, b, c) -> conv d; with
+    ``early_reader``, e = Relu(a) is read beside d (stored before cat, kept in file order)."""
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "wa"], ["a"], pads=[1, 1, 1, 1], name="a"),
+        n("Conv", ["a", "wb"], ["b"], pads=[1, 1, 1, 1], name="b"),
+        n("Conv", ["b", "wc"], ["c"], pads=[1, 1, 1, 1], name="c"),
+    ]
+    outs = ["d"]
+    if early_reader:
+        nodes.append(n("Relu", ["a"], ["e"], name="e"))
+        outs.append("e")
+    nodes += [
+        n("Concat", ["a", "b", "c"], ["cat"], axis=1, name="cat"),
+        n("Conv", ["cat", "wd"], ["d"], name="d"),
+    ]
+    inits = [
+        weight("wa", [8, 8, 3, 3], 1),
+        weight("wb", [8, 8, 3, 3], 2),
+        weight("wc", [8, 8, 3, 3], 3),
+        weight("wd", [8, 24, 1, 1], 4),
+    ]
+    path = tmp_path / f"dense{int(early_reader)}.onnx"
+    onnx.save(onnx_model(nodes, {"x": [1, 8, 6, 6]}, outs, inits), path)
+    return load_net({"name": "onnx", "path": str(path), "order": "file"})
+
+
+@pytest.mark.parametrize("early_reader", [False, True])
+def test_sends_go_out_when_the_receiver_can_use_them(tmp_path: Path, early_reader: bool) -> None:
+    """a, b, c on device 0, the rest on device 1. Device 1's Concat needs all three, so device 0
+    runs them as one sub-model and sends them after it (it used to cut after each send); when
+    device 1 first reads a alone (e = Relu(a)), a goes out after its own layer: two sub-models.
+    Outputs equal the whole model's, and the model counts the same segments."""
+    from platforms import model
+
+    net = dense_block_net(tmp_path, early_reader)
+    g = net.graph
+    lists = [[0] if name in ("a", "b", "c") else [1] for name in g.names]
+    batch = from_device_lists(g, 2, [lists])
+    plan = partition(net, batch, platform(2)).plan
+    steps = [s["op"] for s in plan["ranks"][0]["steps"]]
+    want = ["run", "send", "run", "send", "send"] if early_reader else ["run"] + ["send"] * 3
+    assert steps == want
+    segments = {r["device_index"]: len(r["segments"]) for r in plan["ranks"]}
+    assert segments[0] == (2 if early_reader else 1)
+    ev = model(g, platform(2)).evaluate(batch)
+    assert segments == {d: int(ev.segments[0, d]) for d in range(2)}
+    assert_equal_outputs(net, batch, platform(2))
+
+
+def test_concat_inputs_of_a_cpu_sub_model_pass_an_identity_conv() -> None:
+    """A Concat's sub-model inputs of a multiple of 8 channels pass a depthwise 1x1 Conv with
+    weights 1 (onnxruntime keeps the Concat in its blocked layout); other readers, other inputs
+    and tensors of other channel counts are left alone."""
+    from dse.net.onnx_load import TensorType
+    from dse.runtime.partition import blocked_inputs
+
+    n = helper.make_node
+    nodes = [
+        n("Concat", ["a", "b", "c"], ["cat"], axis=1, name="cat"),
+        n("Relu", ["a"], ["ra"], name="ra"),
+    ]
+    f = onnx.TensorProto.FLOAT
+    types = {
+        "a": TensorType((1, 16, 4, 4), f),
+        "b": TensorType((1, 6, 4, 4), f),  # not a multiple of 8: the layout cannot take it
+        "c": TensorType((1, 8, 4, 4), f),
+    }
+    identity, rewired, weights = blocked_inputs(nodes, ["a", "b"], types)  # c: made inside
+    assert [(m.op_type, list(m.input), list(m.output)) for m in identity] == [
+        ("Conv", ["a", "a/blocked.weight"], ["a/blocked"])
+    ]
+    assert helper.get_attribute_value(identity[0].attribute[0]) == 16  # group: depthwise
+    np.testing.assert_array_equal(
+        numpy_helper.to_array(weights["a/blocked.weight"]), np.ones((16, 1, 1, 1))
+    )
+    assert list(rewired[0].input) == ["a/blocked", "b", "c"]
+    assert list(rewired[1].input) == ["a"]
+    assert list(nodes[0].input) == ["a", "b", "c"]  # the caller's nodes are not changed
