@@ -3,9 +3,9 @@
 For one-cut vertical mappings of a network (device 0 runs the layers before the cut, device 1 the
 rest), the runtime's partitioner writes its sub-models; each is run alone in this process (one
 thread, the runtime's session options) alternately with the whole model, and the medians are
-printed beside the calibrated model's layer times for the same layers. A cut inside a block
-whose outputs the later layers all read (DenseNet's dense blocks) leaves device 0 one segment
-per layer after it, since the runtime ends a segment after every layer whose output is sent.
+printed beside the calibrated model's layer times for the same layers. (Before sends waited for
+their deadline, a cut inside a DenseNet dense block left device 0 one segment per layer of the
+block before the cut, each layer's output being sent as soon as it was made.)
 
     python scripts/segment_overhead.py --net densenet121 [--platform localhost] [--runs 9]
 """

@@ -405,27 +405,31 @@ def test_channel_local_layers_run_on_the_parts(tmp_path: Path) -> None:
 
 
 def dense_block_net(tmp_path: Path, early_reader: bool) -> Net:
-    """A dense block: a -> b -> c (8 channels each), cat = Concat(a, b, c) -> conv d; with
-    ``early_reader``, e = Relu(a) is read beside d (stored before cat, kept in file order)."""
+    """A dense block: a -> b -> c (8 channels each), Concat(a, b, c) -> conv d, Concat(a, b, c,
+    d) -> conv f; with ``early_reader``, e = Relu(a) is read beside f (stored before the first
+    Concat, kept in file order)."""
     n = helper.make_node
     nodes = [
         n("Conv", ["x", "wa"], ["a"], pads=[1, 1, 1, 1], name="a"),
         n("Conv", ["a", "wb"], ["b"], pads=[1, 1, 1, 1], name="b"),
         n("Conv", ["b", "wc"], ["c"], pads=[1, 1, 1, 1], name="c"),
     ]
-    outs = ["d"]
+    outs = ["f"]
     if early_reader:
         nodes.append(n("Relu", ["a"], ["e"], name="e"))
         outs.append("e")
     nodes += [
         n("Concat", ["a", "b", "c"], ["cat"], axis=1, name="cat"),
         n("Conv", ["cat", "wd"], ["d"], name="d"),
+        n("Concat", ["a", "b", "c", "d"], ["cat2"], axis=1, name="cat2"),
+        n("Conv", ["cat2", "wf"], ["f"], name="f"),
     ]
     inits = [
         weight("wa", [8, 8, 3, 3], 1),
         weight("wb", [8, 8, 3, 3], 2),
         weight("wc", [8, 8, 3, 3], 3),
         weight("wd", [8, 24, 1, 1], 4),
+        weight("wf", [8, 32, 1, 1], 5),
     ]
     path = tmp_path / f"dense{int(early_reader)}.onnx"
     onnx.save(onnx_model(nodes, {"x": [1, 8, 6, 6]}, outs, inits), path)
@@ -437,14 +441,19 @@ def test_sends_go_out_when_the_receiver_can_use_them(tmp_path: Path, early_reade
     """a, b, c on device 0, the rest on device 1. Device 1's Concat needs all three, so device 0
     runs them as one sub-model and sends them after it (it used to cut after each send); when
     device 1 first reads a alone (e = Relu(a)), a goes out after its own layer: two sub-models.
-    Outputs equal the whole model's, and the model counts the same segments."""
+    Device 1's two Concats read a, b, c through identity Convs. Outputs equal the whole
+    model's, and the model counts the same segments."""
     from platforms import model
 
     net = dense_block_net(tmp_path, early_reader)
     g = net.graph
     lists = [[0] if name in ("a", "b", "c") else [1] for name in g.names]
     batch = from_device_lists(g, 2, [lists])
-    plan = partition(net, batch, platform(2)).plan
+    dep = partition(net, batch, platform(2))
+    plan = dep.plan
+    *_, last = [dep.segments[s["segment"]] for s in plan["ranks"][1]["steps"] if "segment" in s]
+    blocked = {m.name for m in last.graph.node if m.name.endswith("/blocked")}
+    assert blocked == {"a/blocked", "b/blocked", "c/blocked"}
     steps = [s["op"] for s in plan["ranks"][0]["steps"]]
     want = ["run", "send", "run", "send", "send"] if early_reader else ["run"] + ["send"] * 3
     assert steps == want
@@ -456,24 +465,26 @@ def test_sends_go_out_when_the_receiver_can_use_them(tmp_path: Path, early_reade
 
 
 def test_concat_inputs_of_a_cpu_sub_model_pass_an_identity_conv() -> None:
-    """A Concat's sub-model inputs of a multiple of 8 channels pass a depthwise 1x1 Conv with
-    weights 1 (onnxruntime keeps the Concat in its blocked layout); other readers, other inputs
-    and tensors of other channel counts are left alone."""
+    """A sub-model input that two Concats read, of a multiple of 8 channels, passes a depthwise
+    1x1 Conv with weights 1 (onnxruntime keeps the Concats in its blocked layout); an input one
+    Concat reads, an input of 6 channels and other readers are left alone."""
     from dse.net.onnx_load import TensorType
     from dse.runtime.partition import blocked_inputs
 
     n = helper.make_node
     nodes = [
-        n("Concat", ["a", "b", "c"], ["cat"], axis=1, name="cat"),
+        n("Concat", ["a", "b", "c", "d"], ["cat1"], axis=1, name="cat1"),
+        n("Concat", ["a", "b", "cat1"], ["cat2"], axis=1, name="cat2"),
         n("Relu", ["a"], ["ra"], name="ra"),
     ]
     f = onnx.TensorProto.FLOAT
     types = {
-        "a": TensorType((1, 16, 4, 4), f),
-        "b": TensorType((1, 6, 4, 4), f),  # not a multiple of 8: the layout cannot take it
-        "c": TensorType((1, 8, 4, 4), f),
+        "a": TensorType((1, 16, 4, 4), f),  # two Concats read it
+        "b": TensorType((1, 6, 4, 4), f),  # two, but not a multiple of 8: the layout can't
+        "c": TensorType((1, 8, 4, 4), f),  # made inside the sub-model
+        "d": TensorType((1, 8, 4, 4), f),  # one Concat reads it
     }
-    identity, rewired, weights = blocked_inputs(nodes, ["a", "b"], types)  # c: made inside
+    identity, rewired, weights = blocked_inputs(nodes, ["a", "b", "d"], types)
     assert [(m.op_type, list(m.input), list(m.output)) for m in identity] == [
         ("Conv", ["a", "a/blocked.weight"], ["a/blocked"])
     ]
@@ -481,6 +492,9 @@ def test_concat_inputs_of_a_cpu_sub_model_pass_an_identity_conv() -> None:
     np.testing.assert_array_equal(
         numpy_helper.to_array(weights["a/blocked.weight"]), np.ones((16, 1, 1, 1))
     )
-    assert list(rewired[0].input) == ["a/blocked", "b", "c"]
-    assert list(rewired[1].input) == ["a"]
-    assert list(nodes[0].input) == ["a", "b", "c"]  # the caller's nodes are not changed
+    assert [list(m.input) for m in rewired] == [
+        ["a/blocked", "b", "c", "d"],
+        ["a/blocked", "b", "cat1"],
+        ["a"],
+    ]
+    assert list(nodes[0].input) == ["a", "b", "c", "d"]  # the caller's nodes are not changed

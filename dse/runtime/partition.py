@@ -30,12 +30,14 @@ every send is posted before the device's next receive, receives block in program
 every receive waits for a tensor made at an earlier layer (or, for a gather, at the same
 layer's parts, each sent before its device gathers): work going A -> B -> A cannot deadlock.
 
-On a cpu, a sub-model input that a channel Concat reads first passes an identity depthwise
-1x1 Conv (weights 1, exact). onnxruntime's CPU provider runs convolutions in a blocked layout
-(NCHWc) and keeps a Concat, and the BatchNormalization and Relu after it, in that layout only
-when every input of the Concat comes from a blocked node; a sub-model's inputs do not, so
-without it DenseNet's dense layers after a cut ran unfused and slower (a segment of
-DenseNet-121 cut at layer 149: 3 % over its share of the whole, 1 % with it).
+On a cpu, a sub-model input that two or more channel Concats read first passes an identity
+depthwise 1x1 Conv (weights 1, exact). onnxruntime's CPU provider runs convolutions in a blocked
+layout (NCHWc) and keeps a Concat, and the BatchNormalization and Relu after it, in that layout
+only when every input of the Concat comes from a blocked node; a sub-model's inputs do not, so
+without it DenseNet's dense layers after a cut ran unfused and slower (one-cut DenseNet-121: its
+segments 1.03 of the whole network, 1.01 with it). A sub-model of one dense layer (one Concat)
+is left alone: there the pass over every input cost more than it saved (10 % on mappings that
+split every layer).
 """
 
 from __future__ import annotations
@@ -294,18 +296,27 @@ class _Builder:
 
 #: Channel counts onnxruntime's blocked layout takes (its block is 8 or 16 channels).
 BLOCK = 8
+#: An input passes the identity Conv when this many Concats read it: a sub-model of one
+#: dense layer (one Concat of many inputs) would pay a pass over every input for one Concat.
+MIN_CONCATS = 2
 
 
 def blocked_inputs(
-    nodes: list[onnx.NodeProto], inputs: list[str], types: dict[str, TensorType]
+    nodes: list[onnx.NodeProto],
+    inputs: list[str],
+    types: dict[str, TensorType],
+    min_readers: int = MIN_CONCATS,
 ) -> tuple[list[onnx.NodeProto], list[onnx.NodeProto], dict[str, TensorProto]]:
-    """Identity depthwise Convs for the ``inputs`` a channel Concat of ``nodes`` reads (float
-    NCHW tensors of a multiple of :data:`BLOCK` channels): the new nodes, ``nodes`` with those
-    Concats reading the Convs' outputs instead, and the Convs' weights (all ones)."""
-    wanted = set()
+    """Identity depthwise Convs for the ``inputs`` that at least ``min_readers`` channel
+    Concats of ``nodes`` read (float NCHW tensors of a multiple of :data:`BLOCK` channels): the
+    new nodes, ``nodes`` with those Concats reading the Convs' outputs instead, and the Convs'
+    weights (all ones)."""
+    readers: dict[str, int] = defaultdict(int)
     for nd in nodes:
         if nd.op_type == "Concat" and _axis(nd) in (1, -3):
-            wanted.update(t for t in nd.input if t in inputs)
+            for t in set(nd.input) & set(inputs):
+                readers[t] += 1
+    wanted = {t for t, n in readers.items() if n >= min_readers}
     renamed: dict[str, str] = {}
     identity: list[onnx.NodeProto] = []
     weights: dict[str, TensorProto] = {}
