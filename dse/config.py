@@ -227,6 +227,7 @@ class CalibrateConfig(BaseConfig):
     iterations: int = 5  # measured iterations of each such deployment per round (after 2 warm-up)
     rounds: int = 3  # rounds over a net's deployments, each in a random order (interleaved)
     quick: bool = False  # few repeats and only the first net: a smoke test, not for predictions
+    probe: bool = True  # time the whole net alone beside each deployment run (dse.runtime.probe)
     out: str | None = None  # default: the platform's calibration file (dse.calibrate.store)
 
 
@@ -239,6 +240,7 @@ class FidelityConfig(BaseConfig):
     iterations: int = 5  # per round
     rounds: int = 5  # every mapping runs once per round, rounds in random orders (interleaved)
     keep: bool = False  # keep the sub-models (else only plans and measurements stay)
+    probe: bool = True  # time the whole net alone beside each run: the machine's speed drift
     timeout_s: float = 600.0
     out: str | None = None  # default: fidelity/<net>-<platform>
 

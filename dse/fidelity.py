@@ -128,18 +128,21 @@ def choose(cfg: DictConfig, net, model, n: int, seed: int) -> tuple[MappingBatch
 
 
 def points(rows: list[dict[str, Any]], kinds: list[str]) -> dict[str, Any]:
-    """(predicted, measured, kind) per mapping for latency and per used device for memory."""
-    lat, mem = [], []
+    """(predicted, measured, kind) per mapping for latency (``latency_adjusted``: with the
+    machine's drift taken out, where probed) and per used device for memory."""
+    lat, adj, mem = [], [], []
     for row, kind in zip(rows, kinds, strict=True):
         if row["status"] != "ok":
             continue
         lat.append((row["latency_predicted_ms"], row["latency_measured_ms"], kind))
+        if row.get("latency_adjusted_ms") is not None:
+            adj.append((row["latency_predicted_ms"], row["latency_adjusted_ms"], kind))
         for key, value in row.items():
             if key.endswith("_memory_mb_predicted") and value:
                 measured = row[key.replace("_predicted", "_measured")]
                 if measured:
                     mem.append((value, measured, kind))
-    return {"latency": lat, "memory": mem}
+    return {"latency": lat, "latency_adjusted": adj if len(adj) == len(lat) else [], "memory": mem}
 
 
 def noise_floor(directory: Path) -> float | None:
@@ -176,12 +179,13 @@ def round_spread(directory: Path) -> float | None:
     return round(float(np.median(spreads)), 2) if spreads else None
 
 
-def repeatability(directory: Path) -> dict[str, float] | None:
+def repeatability(directory: Path, adjusted: bool = False) -> dict[str, float] | None:
     """How well the measurements agree with themselves, the finest a model can be checked:
     the Spearman correlation of one round's latencies with another's over the mappings
     (median over pairs of rounds), and the share of (mapping, round) whose round median lies
-    within ±10 % of the median of that mapping's other rounds, %. None with fewer than 2
-    rounds or 3 mappings."""
+    within ±10 % of the median of that mapping's other rounds, %. ``adjusted``: the rounds
+    with the machine's drift taken out (``latency_ms.drift``). None with fewer than 2 rounds
+    or 3 mappings."""
     from itertools import combinations
 
     from scipy.stats import spearmanr
@@ -189,7 +193,11 @@ def repeatability(directory: Path) -> dict[str, float] | None:
     rounds = []
     for f in sorted(Path(directory).glob("*/measurements.json")):
         lat = json.loads(f.read_text()).get("latency_ms") or {}
-        rounds.append(lat.get("rounds_ms") or [])
+        rounds.append(
+            (lat.get("drift") or {}).get("rounds_adjusted_ms") or []
+            if adjusted
+            else lat.get("rounds_ms") or []
+        )
     n = min((len(r) for r in rounds), default=0)
     if n < 2 or len(rounds) < 3:
         return None
@@ -204,17 +212,37 @@ def repeatability(directory: Path) -> dict[str, float] | None:
     }
 
 
+def speed_reference(model, net_name: str) -> float | None:
+    """The calibration's speed probe of this network (ms), if it has one at these threads."""
+    ref = model.coefficients.notes.get("speed_reference") or {}
+    cpus = [d for d in model.platform.devices if d.kind == "cpu"]
+    if not cpus or ref.get("threads") != cpus[0].threads:
+        return None
+    value = (ref.get("whole_ms") or {}).get(net_name)
+    return float(value) if isinstance(value, int | float) and value > 0 else None
+
+
 def measure(
     out, net, platform, model, batch, labels, settings, cfg, bar
-) -> tuple[list[dict[str, Any]], bool]:
+) -> tuple[list[dict[str, Any]], bool, dict[str, Any] | None]:
     """Deploy every mapping into ``out/phase2/<label>``, then run them all ``cfg.rounds`` times,
     each round in a new random order (a slow spell of the machine then hits one round of
     every mapping instead of every round of one); each mapping's merged measurements with the
-    prediction beside them, written to its ``measurements.json``, and whether Ctrl-C cut the
-    rounds short. Sub-models are deleted at the end unless ``keep=true``."""
+    prediction beside them, written to its ``measurements.json``, whether Ctrl-C cut the
+    rounds short, and (with ``probe``) the machine's speed drift: each run is brought to the
+    calibration's probe of the network, or without one to this run's median probe
+    (:mod:`dse.runtime.probe`). Sub-models are deleted at the end unless ``keep=true``."""
     from dse.results.atomic import write_text
-    from dse.runtime.measure import check_gpus, deploy, measure_interleaved, with_prediction
+    from dse.runtime.measure import (
+        check_gpus,
+        deploy,
+        measure_interleaved,
+        probe_times,
+        take_out_drift,
+        with_prediction,
+    )
     from dse.runtime.phase2 import drop_submodels
+    from dse.runtime.probe import SpeedProbe
 
     dirs: list[tuple[int, Path]] = []
     results: dict[int, dict[str, Any]] = {}
@@ -231,6 +259,7 @@ def measure(
             except DseError as exc:
                 results[p] = {"status": "failed", "reason": str(exc)}
             bar.update(1)
+        probe = SpeedProbe(dirs[0][1], platform) if cfg.probe and dirs else None
         merged, interrupted = measure_interleaved(
             [d for _, d in dirs],
             int(cfg.rounds),
@@ -239,9 +268,22 @@ def measure(
             settings.timeout_s,
             np.random.default_rng(int(cfg.seed)),
             lambda _r, _i: bar.update(1),
+            probe,
         )
+        probes = probe_times(merged)
+        drift = None
+        if probes:
+            reference = speed_reference(model, net.name)
+            drift = {
+                "probe_ms": round(float(np.median(probes)), 3),
+                "reference_ms": round(reference or float(np.median(probes)), 3),
+                "reference": "calibration" if reference else "this run's median probe",
+            }
+            drift["slower_pct"] = round((drift["probe_ms"] / drift["reference_ms"] - 1) * 100, 2)
         for (p, d), result in zip(dirs, merged, strict=True):
             if result.get("status") == "ok":
+                if drift is not None:
+                    result = take_out_drift(result, drift["reference_ms"])
                 result = with_prediction(result, model, batch[p])
             write_text(d / "measurements.json", json.dumps(result, indent=1))
             results[p] = result
@@ -249,7 +291,7 @@ def measure(
         if not cfg.keep:
             for _, d in dirs:
                 drop_submodels(d)
-    return [results[p] for p in range(len(labels))], interrupted
+    return [results[p] for p in range(len(labels))], interrupted, drift
 
 
 def plot(path: Path, pts: dict[str, Any], title: str) -> None:
@@ -259,17 +301,22 @@ def plot(path: Path, pts: dict[str, Any], title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 5))
+    adjusted = bool(pts.get("latency_adjusted"))
     for ax, (name, unit) in zip(axes, (("latency", "ms"), ("memory", "MB")), strict=True):
-        data = pts[name]
+        data = pts["latency_adjusted"] if name == "latency" and adjusted else pts[name]
         if not data:
             ax.set_title(f"{name}: nothing measured")
             continue
         p = np.array([d[0] for d in data], dtype=float)
         m = np.array([d[1] for d in data], dtype=float)
-        lo, hi = min(p.min(), m.min()) * 0.8, max(p.max(), m.max()) * 1.25
+        # where each latency was before the machine's drift came out of it
+        raw = np.array([d[1] for d in pts["latency"]]) if name == "latency" and adjusted else m
+        lo, hi = min(p.min(), m.min(), raw.min()) * 0.8, max(p.max(), m.max(), raw.max()) * 1.25
         x = np.geomspace(lo, hi, 50)
         ax.plot(x, x, "k-", lw=1, label="y = x")
         ax.fill_between(x, x / 1.1, x * 1.1, color="0.85", label="+-10 %")
+        if raw is not m:
+            ax.scatter(raw, p, s=14, marker="x", color="0.6", lw=0.8, label="as measured")
         for kind in KINDS:
             sel = [i for i, d in enumerate(data) if d[2] == kind]
             if sel:
@@ -284,7 +331,8 @@ def plot(path: Path, pts: dict[str, Any], title: str) -> None:
             f"10 %, Spearman {s['spearman']:.2f}",
             fontsize=9,
         )
-        ax.set_xlabel(f"measured {name} ({unit})")
+        what = " (machine's drift taken out)" if name == "latency" and adjusted else ""
+        ax.set_xlabel(f"measured {name} ({unit}){what}")
         ax.set_ylabel(f"predicted {name} ({unit})")
         ax.legend(fontsize=7, loc="upper left")
     fig.suptitle(title, fontsize=10)
@@ -324,18 +372,31 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     rounds = int(cfg.rounds)
     bar = tqdm(total=len(labels) * (rounds + 1), desc="fidelity", unit="run")
-    results, interrupted = measure(out, net, platform, model, batch, labels, settings, cfg, bar)
+    results, interrupted, speed = measure(
+        out, net, platform, model, batch, labels, settings, cfg, bar
+    )
     bar.close()
     for label, kind, result in zip(labels, kinds, results, strict=True):
         row = _row(label, result)
         row["kind"] = kind
+        adjusted = ((result.get("latency_ms") or {}).get("drift") or {}).get("median_adjusted")
+        if adjusted and row["latency_predicted_ms"] is not None:
+            row["latency_adjusted_ms"] = adjusted
+            row["latency_adjusted_error_pct"] = round(
+                (row["latency_predicted_ms"] - adjusted) / adjusted * 100.0, 2
+            )
         rows.append(row)
     write_rows(out / "fidelity.csv", rows)
     pts = points(rows, kinds)
     if not pts["latency"]:
         raise DseError(f"no mapping was measured (see {out}/phase2/*/stderr.log)")
-    lat = stats([x[0] for x in pts["latency"]], [x[1] for x in pts["latency"]])
-    lat["by_kind"] = by_kind(pts["latency"])
+    raw = stats([x[0] for x in pts["latency"]], [x[1] for x in pts["latency"]])
+    raw["by_kind"] = by_kind(pts["latency"])
+    # the figures judged: with the machine's drift taken out where it was probed
+    judged = pts["latency_adjusted"] or pts["latency"]
+    lat = stats([x[0] for x in judged], [x[1] for x in judged])
+    lat["by_kind"] = by_kind(judged)
+    lat["drift_taken_out"] = bool(pts["latency_adjusted"])
     mem = stats([x[0] for x in pts["memory"]], [x[1] for x in pts["memory"]])
     calibrated = "calibrated" if model.coefficients.calibrated else "NOT calibrated"
     plot(
@@ -348,12 +409,15 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     noise = noise_floor(out / "phase2")
     drift = round_spread(out / "phase2")
     repeat = repeatability(out / "phase2")
+    repeat_adjusted = repeatability(out / "phase2", adjusted=True)
     doc = {
         "net": net.name,
         "platform": platform.name,
         "coefficients": model.coefficients.source,
         "calibrated": model.coefficients.calibrated,
         "latency": lat,
+        "latency_as_measured": raw,
+        "drift": speed,
         "memory": mem,
         "failed": failed,
         "warmup": settings.warmup,
@@ -364,6 +428,7 @@ def main(cfg: DictConfig) -> dict[str, Any]:
         "noise_floor_pct": noise,
         "round_spread_pct": drift,
         "repeatability": repeat,
+        "repeatability_adjusted": repeat_adjusted,
         "interrupted": interrupted,
     }
     (out / "fidelity.json").write_text(json.dumps(doc, indent=1))
@@ -382,16 +447,35 @@ def main(cfg: DictConfig) -> dict[str, Any]:
                 else ""
             )
         )
-    if repeat is not None:
-        say(
-            "repeatability (the finest check these measurements allow): one round against "
-            f"another, spearman {repeat['spearman_round_vs_round']:.2f}; a round within 10 % of "
-            f"the mapping's other rounds {repeat['round_within_10_pct']:.0f} %"
-        )
+    for name, rep in (("as measured", repeat), ("drift taken out", repeat_adjusted)):
+        if rep is not None:
+            say(
+                f"repeatability {name} (the finest check these measurements allow): one round "
+                f"against another, spearman {rep['spearman_round_vs_round']:.2f}; a round "
+                f"within 10 % of the mapping's other rounds {rep['round_within_10_pct']:.0f} %"
+            )
     say(
         "latency error by kind of mapping (mean, +: predicted slower): "
         + ", ".join(f"{k} {v['bias_pct']:+.1f} % (n={v['n']})" for k, v in lat["by_kind"].items())
     )
+    if lat["drift_taken_out"]:
+        if speed["reference"] == "calibration":
+            how = (
+                f"the machine ran {abs(speed['slower_pct']):.1f} % "
+                f"{'slower' if speed['slower_pct'] >= 0 else 'faster'} than at calibration "
+                f"(the whole network alone: {speed['probe_ms']:.1f} ms against "
+                f"{speed['reference_ms']:.1f} ms then)"
+            )
+        else:
+            how = (
+                "calibration did not probe this network: runs are brought to this run's median "
+                f"speed (the whole network alone: {speed['probe_ms']:.1f} ms)"
+            )
+        say(
+            f"{how}; as measured, latency MAPE {raw['mape_pct']:.1f} %, within 10 % "
+            f"{raw['within_10_pct']:.0f} %, spearman {raw['spearman']:.2f}; the figures below "
+            "take the drift out of every run"
+        )
     say(
         f"fidelity {net.name}: latency MAPE {lat['mape_pct']:.1f} %, within 10 % "
         f"{lat['within_10_pct']:.0f} %, spearman {lat['spearman']:.2f}; memory MAPE "

@@ -322,6 +322,20 @@ def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> 
     assert doc["rounds"] == 2 and doc["round_spread_pct"] is not None
     assert set(doc["repeatability"]) == {"spearman_round_vs_round", "round_within_10_pct"}
     assert "repeatability" in res.stdout
+    # no calibration probed alexnet: every run is brought to this run's median probe
+    assert doc["drift"]["reference"] == "this run's median probe"
+    probes = []
+    for row in rows:
+        lat = json.loads((out / "phase2" / row["mapping"] / "measurements.json").read_text())
+        probes += lat["latency_ms"]["rounds_probe_ms"]
+    assert doc["drift"]["reference_ms"] == pytest.approx(np.median(probes), abs=1e-3)
+    ref = doc["drift"]["reference_ms"]
+    for row in rows:
+        lat = json.loads((out / "phase2" / row["mapping"] / "measurements.json").read_text())
+        lat = lat["latency_ms"]
+        by_hand = np.median(np.array(lat["rounds_ms"]) * ref / np.array(lat["rounds_probe_ms"]))
+        assert float(row["latency_adjusted_ms"]) == pytest.approx(by_hand, rel=1e-3)
+    assert doc["latency"]["drift_taken_out"] and doc["latency_as_measured"]["n"] == 3
 
 
 def test_repeatability_of_rounds_by_hand(tmp_path) -> None:
@@ -341,6 +355,122 @@ def test_repeatability_of_rounds_by_hand(tmp_path) -> None:
     assert rep["round_within_10_pct"] == pytest.approx(44.4)
     (tmp_path / "m3" / "measurements.json").write_text(json.dumps({"latency_ms": {}}))
     assert repeatability(tmp_path) is None  # a mapping without rounds: nothing to compare
+
+
+def test_drift_is_taken_out_of_each_round_by_its_probe() -> None:
+    from dse.runtime.measure import measured_latency_ms, merge_runs, take_out_drift
+
+    def run(med: float, probes: list[float]) -> dict:
+        return {"status": "ok", "latency_ms": {"median": med, "all": [med]}, "probe_ms": probes}
+
+    # rounds of 10, 30 and 20 ms with the whole net alone taking (48+52)/2 = 50, 150 and 100 ms
+    # beside them: at the reference's 100 ms, each round is 20 ms
+    merged = merge_runs([run(10, [48, 52]), run(30, [150, 150]), run(20, [90, 110])])
+    assert merged["latency_ms"]["rounds_probe_ms"] == [50, 150, 100]
+    assert "probe_ms" not in merged
+    drift = take_out_drift(merged, 100.0)["latency_ms"]["drift"]
+    assert drift["rounds_adjusted_ms"] == [20, 20, 20] and drift["probe_ms"] == 100
+    assert measured_latency_ms(merged) == 20 and merged["latency_ms"]["median"] == 20
+    unprobed = merge_runs([run(10, []), run(12, [])])
+    assert "rounds_probe_ms" not in unprobed["latency_ms"]
+    assert measured_latency_ms(take_out_drift(unprobed, 100.0)) == 11
+
+
+def test_interleaved_runs_have_a_probe_on_either_side(monkeypatch, tmp_path) -> None:
+    """One probe before the first run and one after each: run k's probes are the (k-1)-th
+    and k-th after the first, whatever deployment it ran."""
+    from dse.runtime import measure
+
+    order, ticks = [], iter(range(100))
+    monkeypatch.setattr(
+        measure,
+        "launch",
+        lambda d, *a: order.append(d) or {"status": "ok", "latency_ms": {"median": 1, "all": [1]}},
+    )
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    merged, interrupted = measure.measure_interleaved(
+        dirs, 2, 0, 1, 1.0, np.random.default_rng(0), probe=lambda: float(next(ticks))
+    )
+    assert not interrupted and len(order) == 4
+    # probes 0 | run | 1 | run | 2 | run | 3 | run | 4: run k sits between probes k and k + 1
+    for i, d in enumerate(dirs):
+        ks = [k for k, x in enumerate(order) if x == d]
+        assert merged[i]["latency_ms"]["rounds_probe_ms"] == [k + 0.5 for k in ks]
+
+
+def test_fidelity_reads_the_calibration_probe_of_its_network() -> None:
+    from types import SimpleNamespace
+
+    from dse.fidelity import speed_reference
+
+    plat = platform_localhost()  # 1 thread per device
+    notes = {"speed_reference": {"threads": 1, "whole_ms": {"alexnet": 48.5}}}
+    model = SimpleNamespace(platform=plat, coefficients=SimpleNamespace(notes=notes))
+    assert speed_reference(model, "alexnet") == 48.5
+    assert speed_reference(model, "googlenet") is None  # held out of calibration
+    notes["speed_reference"]["threads"] = 4  # probed at another thread count: not comparable
+    assert speed_reference(model, "alexnet") is None
+    model.coefficients.notes = {}
+    assert speed_reference(model, "alexnet") is None
+
+
+def test_probe_times_the_whole_model_on_each_core_of_the_platform(tmp_path) -> None:
+    import os
+
+    from dse.runtime.measure import deploy
+    from dse.runtime.probe import SpeedProbe, probe_cores
+
+    plat = platform_localhost()
+    cores = probe_cores(plat)
+    assert cores == [c for c in ({0}, {1}) if c <= os.sched_getaffinity(0)]
+    net = load_net({"name": "mobilenetv2"})
+    share = np.zeros((1, len(net.graph), 2))
+    share[0, :, 0] = 1.0
+    deploy(net, plat, MappingBatch(share, derive_owner(net.graph, share)), tmp_path / "d")
+    probe = SpeedProbe(tmp_path / "d", plat)
+    before = os.sched_getaffinity(0)
+    ms = probe()
+    assert os.sched_getaffinity(0) == before  # the launcher's cores are given back
+    assert 1 <= probe.repeats <= 8 and probe.threads == 1
+    # the whole model alone, timed independently, in the same range
+    import time
+
+    from dse.runtime.partition import input_arrays
+    from dse.runtime.worker import whole_model_session
+
+    plan = json.loads((tmp_path / "d" / "plan.json").read_text())
+    sess = whole_model_session(plan, zoo.materialize("mobilenetv2", 0))
+    feeds = input_arrays(plan, 0)
+    sess.run(None, feeds)
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        sess.run(None, feeds)
+        times.append((time.perf_counter() - t0) * 1e3)
+    assert 0.5 < ms / np.median(times) < 2.0
+
+
+def test_quick_calibration_with_deployments_brings_runs_to_its_probe(tmp_path) -> None:
+    """quick=true with the MPI deployments: the file keeps the speed probe of its network,
+    and the latencies its cut costs were fitted to are the rounds brought to that speed."""
+    env_dir = tmp_path / "calibration"
+    out = run_module(
+        "dse.calibrate",
+        "platform=localhost",
+        "quick=true",
+        env={"DSE_CALIBRATION_DIR": str(env_dir)},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    doc = json.loads((env_dir / "localhost.json").read_text())
+    ref = doc["speed_reference"]["whole_ms"]["alexnet"]
+    assert doc["speed_reference"]["threads"] == 1 and ref > 0
+    cuts = doc["provenance"]["cuts"]
+    assert len(cuts["measured_ms"]) == 3  # vertical, split, mixed
+    for measured, rounds, probes in zip(
+        cuts["measured_ms"], cuts["rounds_ms"], cuts["rounds_probe_ms"], strict=True
+    ):
+        by_hand = np.median(np.array(rounds) * ref / np.array(probes))
+        assert measured == pytest.approx(by_hand, rel=1e-3)
 
 
 def test_runs_of_one_deployment_merge_into_one_measurement() -> None:

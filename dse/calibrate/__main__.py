@@ -44,6 +44,7 @@ from dse.errors import DseError
 from dse.mapping import MappingBatch, derive_owner
 from dse.net import load_net, zoo
 from dse.platform import Platform
+from dse.runtime.measure import measured_latency_ms
 from models_analytical.coefficients import Coefficients, load_coefficients
 from models_analytical.layer_costs import family, layer_key, regression_terms
 from models_analytical.model import AnalyticalModel
@@ -195,7 +196,7 @@ def anchor_to_runtime(
     for r in runs:
         if r["label"] == "single":
             whole = nets[r["net"]]["whole_ms"]
-            factors[r["net"]] = r["result"]["latency_ms"]["median"] / whole
+            factors[r["net"]] = measured_latency_ms(r["result"]) / whole
     secs = np.array(samples["seconds"]) * np.array([factors.get(n, 1.0) for n in samples["net"]])
     layer_s: dict[str, float] = {}
     for r in runs:
@@ -231,16 +232,20 @@ def measure_links(cfg: DictConfig, platform: Platform, steps: Steps) -> tuple[di
 
 def measure_deployments(
     cfg: DictConfig, platform: Platform, coefficients: Coefficients, steps: Steps
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Four mappings per network (:data:`LABELS`) run under MPI: per mapping its model (for
-    refitting), the batch and the merged measurements of its rounds."""
-    from dse.runtime.measure import deploy, measure_interleaved
+    refitting), the batch and the merged measurements of its rounds; and per network the
+    median of the speed probes beside its runs (with ``probe``), the speed its latencies are
+    brought to (:func:`dse.runtime.measure.take_out_drift`)."""
+    from dse.runtime.measure import deploy, measure_interleaved, probe_times, take_out_drift
+    from dse.runtime.probe import SpeedProbe
 
     cpus = [i for i, d in enumerate(platform.devices) if d.kind == "cpu"]
     if len(cpus) < 2:
         raise DseError(f"platform '{platform.name}' needs two cpu devices to calibrate cuts")
     a, b = cpus[0], cpus[1]
     out = []
+    speed: dict[str, float] = {}
     iters = 3 if cfg.quick else int(cfg.iterations)
     rounds = 1 if cfg.quick else int(cfg.rounds)
     rng = np.random.default_rng(int(cfg.seed))
@@ -255,12 +260,20 @@ def measure_deployments(
                 deploy(net, platform, batch[p], d, int(cfg.seed), 2, iters)
             # interleaved rounds: a slow spell hits one round of each mapping, and the one-device
             # run the layer times are anchored to is measured beside the cut ones
-            results, interrupted = measure_interleaved(dirs, rounds, 2, iters, 600.0, rng)
+            probe = SpeedProbe(dirs[0], platform) if cfg.probe else None
+            results, interrupted = measure_interleaved(
+                dirs, rounds, 2, iters, 600.0, rng, probe=probe
+            )
             if interrupted:
                 raise KeyboardInterrupt
+            probes = probe_times(results)
+            if probes:
+                speed[name] = round(float(np.median(probes)), 4)
             for p, (label, res) in enumerate(zip(LABELS, results, strict=True)):
                 if res.get("status") != "ok":
                     raise DseError(f"calibration run {name}/{label} failed: {res.get('reason')}")
+                if probes:
+                    res = take_out_drift(res, speed[name])
                 lat = res["latency_ms"]
                 res["spread"] = round((lat["p90"] - lat["p10"]) / lat["median"], 4)
                 res["rounds_ms"] = lat.get("rounds_ms", [lat["median"]])
@@ -268,7 +281,7 @@ def measure_deployments(
                     {"net": name, "label": label, "model": model, "batch": batch[p], "result": res}
                 )
                 steps.tick(f"ran {name} {label}")
-    return out
+    return out, speed
 
 
 def fit_memory(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -327,7 +340,7 @@ def fit_cuts(runs: list[dict[str, Any]]) -> tuple[tuple[float, float, float], di
     from scipy.optimize import minimize
 
     cut = [r for r in runs if r["label"] != "single"]
-    measured = np.array([r["result"]["latency_ms"]["median"] / 1e3 for r in cut])
+    measured = np.array([measured_latency_ms(r["result"]) / 1e3 for r in cut])
 
     def unpack(theta: np.ndarray) -> tuple[float, float, float]:
         return abs(theta[0]) * 1e-4, abs(theta[1]) * 1e-9, 1.0 + abs(theta[2])
@@ -357,6 +370,7 @@ def fit_cuts(runs: list[dict[str, Any]]) -> tuple[tuple[float, float, float], di
         "mappings": [f"{r['net']}/{r['label']}" for r in cut],
         "spread": [r["result"]["spread"] for r in cut],
         "rounds_ms": [r["result"]["rounds_ms"] for r in cut],
+        "rounds_probe_ms": [r["result"]["latency_ms"].get("rounds_probe_ms") for r in cut],
         "measured_ms": [round(x * 1e3, 3) for x in measured],
         "predicted_without_cut_costs_ms": [round(x * 1e3, 3) for x in before],
         "predicted_ms": [round(x * 1e3, 3) for x in after],
@@ -405,7 +419,16 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     raw["links"], prov["links"] = measure_links(cfg, platform, steps)
     coefficients = Coefficients.from_dict(raw, "calibration")
     if cfg.deployments:
-        runs = measure_deployments(cfg, platform, coefficients, steps)
+        runs, speed = measure_deployments(cfg, platform, coefficients, steps)
+        if speed:
+            cpu = next(d for d in platform.devices if d.kind == "cpu")
+            raw["speed_reference"] = {
+                "whole_ms": speed,
+                "threads": cpu.threads,
+                "what": "the whole network alone (dse.runtime.probe), median over the probes "
+                "beside the deployment runs; every latency fitted here was brought to this "
+                "speed, and dse.fidelity compares its own probes with it",
+            }
         if "cpu" in raw:  # the deployments run on cpu devices
             nets = prov["kinds"]["cpu"]["profiled_networks"]
             prov["kinds"]["cpu"]["runtime_over_profile"] = anchor_to_runtime(

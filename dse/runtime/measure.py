@@ -162,7 +162,42 @@ def merge_runs(results: list[dict[str, Any]]) -> dict[str, Any]:
         "rounds_ms": [round(m, 4) for m in medians],
         "round_spread": round((max(medians) - min(medians)) / med, 4),
     }
+    if all(r.get("probe_ms") for r in results):  # the speed probes on either side of each run
+        merged["latency_ms"]["rounds_probe_ms"] = [
+            round(float(np.mean(r["probe_ms"])), 4) for r in results
+        ]
+    merged.pop("probe_ms", None)
     return merged
+
+
+def take_out_drift(merged: dict[str, Any], reference_ms: float) -> dict[str, Any]:
+    """``merged`` with ``latency_ms.drift``: each round's median scaled by ``reference_ms`` over
+    the speed probe beside it (:mod:`dse.runtime.probe`), i.e. the latency the run would have
+    had with the machine at the reference's speed, and the median of those. Without probes,
+    ``merged`` unchanged."""
+    lat = merged.get("latency_ms") or {}
+    probes = lat.get("rounds_probe_ms")
+    if not probes or len(probes) != len(lat.get("rounds_ms", [])):
+        return merged
+    adjusted = [m * reference_ms / p for m, p in zip(lat["rounds_ms"], probes, strict=True)]
+    lat["drift"] = {
+        "reference_ms": round(float(reference_ms), 4),
+        "probe_ms": round(float(np.median(probes)), 4),
+        "rounds_adjusted_ms": [round(float(a), 4) for a in adjusted],
+        "median_adjusted": round(float(np.median(adjusted)), 4),
+    }
+    return merged
+
+
+def probe_times(merged: list[dict[str, Any]]) -> list[float]:
+    """Every round's speed probe (ms) over merged measurements; [] where none was probed."""
+    return [x for r in merged for x in (r.get("latency_ms") or {}).get("rounds_probe_ms", [])]
+
+
+def measured_latency_ms(result: dict[str, Any]) -> float:
+    """A measurement's latency: drift taken out where it was (:func:`take_out_drift`)."""
+    lat = result["latency_ms"]
+    return float(lat["drift"]["median_adjusted"] if "drift" in lat else lat["median"])
 
 
 def measure_interleaved(
@@ -173,19 +208,28 @@ def measure_interleaved(
     timeout_s: float,
     rng: np.random.Generator,
     on_run: Callable[[int, int], None] | None = None,
+    probe: Callable[[], float] | None = None,
 ) -> tuple[list[dict[str, Any]], bool]:
     """Run every deployment ``rounds`` times, each round in a new random order; their merged
     measurements (:func:`merge_runs`) in the order given, and whether Ctrl-C cut the rounds
     short (then each merges the runs it had; one never run is failed, "interrupted"). A
-    deployment that failed is not run again. ``on_run(round, index)`` follows each run."""
+    deployment that failed is not run again. ``on_run(round, index)`` follows each run.
+    ``probe`` (:class:`dse.runtime.probe.SpeedProbe`) is timed before the first run and after
+    each one: a run's ``probe_ms`` holds the probes on either side of it."""
     runs: list[list[dict[str, Any]]] = [[] for _ in directories]
     interrupted = False
     try:
+        last = probe() if probe is not None else None
         for rnd in range(rounds):
             for i in rng.permutation(len(directories)).tolist():
                 if runs[i] and runs[i][-1].get("status") != "ok":
                     continue
-                runs[i].append(launch(directories[i], timeout_s, warmup, iterations))
+                result = launch(directories[i], timeout_s, warmup, iterations)
+                if probe is not None:
+                    now = probe()
+                    result["probe_ms"] = [round(last, 4), round(now, 4)]
+                    last = now
+                runs[i].append(result)
                 if on_run is not None:
                     on_run(rnd, i)
     except KeyboardInterrupt:

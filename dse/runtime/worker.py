@@ -348,6 +348,20 @@ def _gather_outputs(comm: Any, plan: dict[str, Any], me: Rank) -> dict[str, np.n
     return got
 
 
+def whole_model_session(plan: dict[str, Any], path: Path, threads: int = 1):
+    """The whole model of a deployment (``plan["reference"]``) in one cpu session."""
+    import onnx
+
+    from dse.net.onnx_load import fix_input_shapes
+
+    if plan["reference"].get("input_shape") is None:
+        model: Any = path  # onnxruntime reads the file itself: no protobuf copy
+    else:
+        model = onnx.load(path, load_external_data=True)
+        fix_input_shapes(model, plan["reference"].get("input_shape"))
+    return session(model, "cpu", threads)
+
+
 def reference_outputs(plan: dict[str, Any], path: Path, names: list[str]) -> list[np.ndarray]:
     """The whole model's outputs on the plan's input, computed once per (model file, input)
     and cached (``<zoo cache>/reference/<key>.npz``): building the whole-model session took
@@ -366,17 +380,9 @@ def reference_outputs(plan: dict[str, Any], path: Path, names: list[str]) -> lis
             return [z[f"o{i}"] for i in range(len(names))]
     except (OSError, KeyError, ValueError):
         pass
-    import onnx
-
-    from dse.net.onnx_load import fix_input_shapes
-
-    if plan["reference"].get("input_shape") is None:
-        model: Any = path  # onnxruntime reads the file itself: no protobuf copy
-    else:
-        model = onnx.load(path, load_external_data=True)
-        fix_input_shapes(model, plan["reference"].get("input_shape"))
-    sess = session(model, "cpu", 1)
-    expected = sess.run(names, input_arrays(plan, int(plan.get("seed", 0))))
+    expected = whole_model_session(plan, path).run(
+        names, input_arrays(plan, int(plan.get("seed", 0)))
+    )
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_name(f"{cache.stem}.{os.getpid()}.tmp.npz")
