@@ -225,7 +225,7 @@ class CalibrateConfig(BaseConfig):
     runs: int = 10  # profiled runs per network (after 2 warm-up runs)
     deployments: bool = True  # also measure 4 mappings per net under MPI (memory, cut costs)
     iterations: int = 5  # measured iterations of each such deployment per round (after 2 warm-up)
-    rounds: int = 3  # rounds over a net's deployments, each in a random order (interleaved)
+    rounds: int = 5  # rounds over a net's deployments, each in a random order (interleaved)
     quick: bool = False  # few repeats and only the first net: a smoke test, not for predictions
     probe: bool = True  # time the whole net alone beside each deployment run (dse.runtime.probe)
     out: str | None = None  # default: the platform's calibration file (dse.calibrate.store)
