@@ -212,13 +212,17 @@ def repeatability(directory: Path, adjusted: bool = False) -> dict[str, float] |
     }
 
 
-def speed_reference(model, net_name: str) -> float | None:
-    """The calibration's speed probe of this network (ms), if it has one at these threads."""
+def speed_reference(model, net) -> float | None:  # noqa: ANN001 - AnalyticalModel, Net
+    """The calibration's speed probe of this network (ms): only for the same network (its
+    fingerprint) probed at the same thread count."""
+    from dse.runtime.probe import probe_threads
+
     ref = model.coefficients.notes.get("speed_reference") or {}
-    cpus = [d for d in model.platform.devices if d.kind == "cpu"]
-    if not cpus or ref.get("threads") != cpus[0].threads:
+    if ref.get("threads") != probe_threads(model.platform):
         return None
-    value = (ref.get("whole_ms") or {}).get(net_name)
+    if (ref.get("fingerprints") or {}).get(net.name) != net.fingerprint:
+        return None
+    value = (ref.get("whole_ms") or {}).get(net.name)
     return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
@@ -242,7 +246,7 @@ def measure(
         with_prediction,
     )
     from dse.runtime.phase2 import drop_submodels
-    from dse.runtime.probe import SpeedProbe
+    from dse.runtime.probe import speed_probe
 
     dirs: list[tuple[int, Path]] = []
     results: dict[int, dict[str, Any]] = {}
@@ -259,7 +263,7 @@ def measure(
             except DseError as exc:
                 results[p] = {"status": "failed", "reason": str(exc)}
             bar.update(1)
-        probe = SpeedProbe(dirs[0][1], platform) if cfg.probe and dirs else None
+        probe = speed_probe(dirs[0][1], platform) if cfg.probe and dirs else None
         merged, interrupted = measure_interleaved(
             [d for _, d in dirs],
             int(cfg.rounds),
@@ -271,19 +275,20 @@ def measure(
             probe,
         )
         probes = probe_times(merged)
-        drift = None
+        speed = None
         if probes:
-            reference = speed_reference(model, net.name)
-            drift = {
-                "probe_ms": round(float(np.median(probes)), 3),
-                "reference_ms": round(reference or float(np.median(probes)), 3),
+            now = round(float(np.median(probes)), 3)
+            reference = speed_reference(model, net)
+            speed = {
+                "probe_ms": now,
+                "reference_ms": round(reference, 3) if reference else now,
                 "reference": "calibration" if reference else "this run's median probe",
             }
-            drift["slower_pct"] = round((drift["probe_ms"] / drift["reference_ms"] - 1) * 100, 2)
+            speed["slower_pct"] = round((now / speed["reference_ms"] - 1) * 100, 2)
         for (p, d), result in zip(dirs, merged, strict=True):
             if result.get("status") == "ok":
-                if drift is not None:
-                    result = take_out_drift(result, drift["reference_ms"])
+                if speed is not None:
+                    result = take_out_drift(result, speed["reference_ms"])
                 result = with_prediction(result, model, batch[p])
             write_text(d / "measurements.json", json.dumps(result, indent=1))
             results[p] = result
@@ -291,7 +296,7 @@ def measure(
         if not cfg.keep:
             for _, d in dirs:
                 drop_submodels(d)
-    return [results[p] for p in range(len(labels))], interrupted, drift
+    return [results[p] for p in range(len(labels))], interrupted, speed
 
 
 def plot(path: Path, pts: dict[str, Any], title: str) -> None:
@@ -379,12 +384,6 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     for label, kind, result in zip(labels, kinds, results, strict=True):
         row = _row(label, result)
         row["kind"] = kind
-        adjusted = ((result.get("latency_ms") or {}).get("drift") or {}).get("median_adjusted")
-        if adjusted and row["latency_predicted_ms"] is not None:
-            row["latency_adjusted_ms"] = adjusted
-            row["latency_adjusted_error_pct"] = round(
-                (row["latency_predicted_ms"] - adjusted) / adjusted * 100.0, 2
-            )
         rows.append(row)
     write_rows(out / "fidelity.csv", rows)
     pts = points(rows, kinds)
@@ -407,7 +406,7 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     )
     failed = [r["mapping"] for r in rows if r["status"] != "ok"]
     noise = noise_floor(out / "phase2")
-    drift = round_spread(out / "phase2")
+    spread = round_spread(out / "phase2")
     repeat = repeatability(out / "phase2")
     repeat_adjusted = repeatability(out / "phase2", adjusted=True)
     doc = {
@@ -426,7 +425,7 @@ def main(cfg: DictConfig) -> dict[str, Any]:
         "seconds": round(time.perf_counter() - started, 1),
         "energy": "not measured (no counter readable here); modelled only",
         "noise_floor_pct": noise,
-        "round_spread_pct": drift,
+        "round_spread_pct": spread,
         "repeatability": repeat,
         "repeatability_adjusted": repeat_adjusted,
         "interrupted": interrupted,
@@ -442,8 +441,8 @@ def main(cfg: DictConfig) -> dict[str, Any]:
             f"noise floor: half the p10-p90 spread of a mapping's iterations is {noise:.1f} % "
             "of its median"
             + (
-                f"; its {rounds} rounds' medians differ by {drift:.1f} % (median over mappings)"
-                if drift is not None and rounds > 1
+                f"; its {rounds} rounds' medians differ by {spread:.1f} % (median over mappings)"
+                if spread is not None and rounds > 1
                 else ""
             )
         )
@@ -454,10 +453,6 @@ def main(cfg: DictConfig) -> dict[str, Any]:
                 f"against another, spearman {rep['spearman_round_vs_round']:.2f}; a round "
                 f"within 10 % of the mapping's other rounds {rep['round_within_10_pct']:.0f} %"
             )
-    say(
-        "latency error by kind of mapping (mean, +: predicted slower): "
-        + ", ".join(f"{k} {v['bias_pct']:+.1f} % (n={v['n']})" for k, v in lat["by_kind"].items())
-    )
     if lat["drift_taken_out"]:
         if speed["reference"] == "calibration":
             how = (
@@ -474,8 +469,14 @@ def main(cfg: DictConfig) -> dict[str, Any]:
         say(
             f"{how}; as measured, latency MAPE {raw['mape_pct']:.1f} %, within 10 % "
             f"{raw['within_10_pct']:.0f} %, spearman {raw['spearman']:.2f}; the figures below "
-            "take the drift out of every run"
+            "(by kind and the summary) take the drift out of every run"
         )
+    say(
+        "latency error by kind of mapping"
+        + (" (drift taken out)" if lat["drift_taken_out"] else "")
+        + " (mean, +: predicted slower): "
+        + ", ".join(f"{k} {v['bias_pct']:+.1f} % (n={v['n']})" for k, v in lat["by_kind"].items())
+    )
     say(
         f"fidelity {net.name}: latency MAPE {lat['mape_pct']:.1f} %, within 10 % "
         f"{lat['within_10_pct']:.0f} %, spearman {lat['spearman']:.2f}; memory MAPE "

@@ -283,11 +283,22 @@ def test_split_parts_run_slower_by_the_split_work_factor() -> None:
 
 
 def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> None:
-    """dse.fidelity end to end on 3 mappings (1 iteration each, uncalibrated coefficients):
-    the CSV has a row per mapping, the JSON the statistics, the last line the summary."""
+    """dse.fidelity end to end on 3 mappings (1 iteration each, uncalibrated coefficients
+    with a speed probe of alexnet as calibration keeps it): the CSV has a row per mapping,
+    the JSON the statistics, the last line the summary."""
     import csv
     import re
 
+    from dse.cli import CONF_DIR
+
+    coeff = json.loads((CONF_DIR / "platform" / "localhost.json").read_text())
+    fingerprint = load_net({"name": "alexnet"}).fingerprint
+    coeff["speed_reference"] = {
+        "threads": 1,
+        "whole_ms": {"alexnet": 40.0},
+        "fingerprints": {"alexnet": fingerprint},
+    }
+    (tmp_path / "c.json").write_text(json.dumps(coeff))
     out = tmp_path / "fid"
     res = run_module(
         "dse.fidelity",
@@ -297,8 +308,8 @@ def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> 
         "warmup=0",
         "iterations=1",
         "rounds=2",
+        f"coefficients={tmp_path / 'c.json'}",
         f"out={out}",
-        env={"DSE_CALIBRATION_DIR": str(tmp_path / "none")},
     )
     assert res.returncode == 0, res.stderr[-2000:]
     last = res.stdout.strip().splitlines()[-1]
@@ -322,20 +333,25 @@ def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> 
     assert doc["rounds"] == 2 and doc["round_spread_pct"] is not None
     assert set(doc["repeatability"]) == {"spearman_round_vs_round", "round_within_10_pct"}
     assert "repeatability" in res.stdout
-    # no calibration probed alexnet: every run is brought to this run's median probe
-    assert doc["drift"]["reference"] == "this run's median probe"
+    # every run is brought to the speed of the coefficients' probe of alexnet (40 ms)
+    assert doc["drift"]["reference"] == "calibration" and doc["drift"]["reference_ms"] == 40.0
     probes = []
     for row in rows:
         lat = json.loads((out / "phase2" / row["mapping"] / "measurements.json").read_text())
-        probes += lat["latency_ms"]["rounds_probe_ms"]
-    assert doc["drift"]["reference_ms"] == pytest.approx(np.median(probes), abs=1e-3)
-    ref = doc["drift"]["reference_ms"]
-    for row in rows:
-        lat = json.loads((out / "phase2" / row["mapping"] / "measurements.json").read_text())
         lat = lat["latency_ms"]
-        by_hand = np.median(np.array(lat["rounds_ms"]) * ref / np.array(lat["rounds_probe_ms"]))
+        probes += lat["rounds_probe_ms"]
+        by_hand = np.median(np.array(lat["rounds_ms"]) * 40.0 / np.array(lat["rounds_probe_ms"]))
         assert float(row["latency_adjusted_ms"]) == pytest.approx(by_hand, rel=1e-3)
-    assert doc["latency"]["drift_taken_out"] and doc["latency_as_measured"]["n"] == 3
+    slower = (np.median(probes) / 40.0 - 1) * 100
+    assert doc["drift"]["slower_pct"] == pytest.approx(slower, abs=0.1)
+    assert "than at calibration" in res.stdout
+    predicted = np.array([float(r["latency_predicted_ms"]) for r in rows])
+    adjusted = np.array([float(r["latency_adjusted_ms"]) for r in rows])
+    measured = np.array([float(r["latency_measured_ms"]) for r in rows])
+    assert doc["latency"]["drift_taken_out"]
+    for key, against in (("latency", adjusted), ("latency_as_measured", measured)):
+        mape = np.mean(np.abs(predicted - against) / against) * 100
+        assert doc[key]["mape_pct"] == pytest.approx(mape, rel=1e-3)
 
 
 def test_repeatability_of_rounds_by_hand(tmp_path) -> None:
@@ -363,30 +379,36 @@ def test_drift_is_taken_out_of_each_round_by_its_probe() -> None:
     def run(med: float, probes: list[float]) -> dict:
         return {"status": "ok", "latency_ms": {"median": med, "all": [med]}, "probe_ms": probes}
 
-    # rounds of 10, 30 and 20 ms with the whole net alone taking (48+52)/2 = 50, 150 and 100 ms
-    # beside them: at the reference's 100 ms, each round is 20 ms
-    merged = merge_runs([run(10, [48, 52]), run(30, [150, 150]), run(20, [90, 110])])
+    # rounds of 10, 30 and 24 ms with the whole net alone taking (48+52)/2 = 50, 150 and 100 ms
+    # beside them: at the reference's 100 ms, 20, 20 and 24 ms (median 20; as measured, 24)
+    merged = merge_runs([run(10, [48, 52]), run(30, [150, 150]), run(24, [90, 110])])
     assert merged["latency_ms"]["rounds_probe_ms"] == [50, 150, 100]
     assert "probe_ms" not in merged
     drift = take_out_drift(merged, 100.0)["latency_ms"]["drift"]
-    assert drift["rounds_adjusted_ms"] == [20, 20, 20] and drift["probe_ms"] == 100
-    assert measured_latency_ms(merged) == 20 and merged["latency_ms"]["median"] == 20
-    unprobed = merge_runs([run(10, []), run(12, [])])
-    assert "rounds_probe_ms" not in unprobed["latency_ms"]
-    assert measured_latency_ms(take_out_drift(unprobed, 100.0)) == 11
+    assert drift["rounds_adjusted_ms"] == [20, 20, 24] and drift["probe_ms"] == 100
+    assert measured_latency_ms(merged) == 20 and merged["latency_ms"]["median"] == 24
+    # a run without its probe after it (Ctrl-C came during that probe): nothing is scaled
+    partial = merge_runs([run(10, [50, 50]), run(12, [50])])
+    assert "rounds_probe_ms" not in partial["latency_ms"]
+    assert measured_latency_ms(take_out_drift(partial, 100.0)) == 11
+
+
+def _fake_launch(order: list) -> object:
+    def launch(d, *args):  # noqa: ANN001, ANN002, ANN202
+        order.append(d)
+        return {"status": "ok", "latency_ms": {"median": 1.0, "all": [1.0]}}
+
+    return launch
 
 
 def test_interleaved_runs_have_a_probe_on_either_side(monkeypatch, tmp_path) -> None:
-    """One probe before the first run and one after each: run k's probes are the (k-1)-th
-    and k-th after the first, whatever deployment it ran."""
+    """One probe before the first run and one after each: run k's probes are the k-th and
+    (k+1)-th, whatever deployment it ran."""
     from dse.runtime import measure
 
-    order, ticks = [], iter(range(100))
-    monkeypatch.setattr(
-        measure,
-        "launch",
-        lambda d, *a: order.append(d) or {"status": "ok", "latency_ms": {"median": 1, "all": [1]}},
-    )
+    order: list = []
+    ticks = iter(range(100))
+    monkeypatch.setattr(measure, "launch", _fake_launch(order))
     dirs = [tmp_path / "a", tmp_path / "b"]
     merged, interrupted = measure.measure_interleaved(
         dirs, 2, 0, 1, 1.0, np.random.default_rng(0), probe=lambda: float(next(ticks))
@@ -398,56 +420,96 @@ def test_interleaved_runs_have_a_probe_on_either_side(monkeypatch, tmp_path) -> 
         assert merged[i]["latency_ms"]["rounds_probe_ms"] == [k + 0.5 for k in ks]
 
 
+def test_ctrl_c_during_a_probe_keeps_the_run_before_it(monkeypatch, tmp_path) -> None:
+    from dse.runtime import measure
+
+    order: list = []
+    calls = iter(range(100))
+    monkeypatch.setattr(measure, "launch", _fake_launch(order))
+
+    def probe() -> float:
+        k = next(calls)
+        if k == 2:  # the probe after the second run
+            raise KeyboardInterrupt
+        return 100.0
+
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    merged, interrupted = measure.measure_interleaved(
+        dirs, 3, 0, 1, 1.0, np.random.default_rng(0), probe=probe
+    )
+    assert interrupted and len(order) == 2
+    assert all(m["status"] == "ok" for m in merged)  # each ran once: both runs kept
+    second = dirs.index(order[1])
+    assert "rounds_probe_ms" not in merged[second]["latency_ms"]  # its probe after never came
+    assert merged[1 - second]["latency_ms"]["rounds_probe_ms"] == [100.0]
+
+
 def test_fidelity_reads_the_calibration_probe_of_its_network() -> None:
     from types import SimpleNamespace
 
     from dse.fidelity import speed_reference
 
     plat = platform_localhost()  # 1 thread per device
-    notes = {"speed_reference": {"threads": 1, "whole_ms": {"alexnet": 48.5}}}
-    model = SimpleNamespace(platform=plat, coefficients=SimpleNamespace(notes=notes))
-    assert speed_reference(model, "alexnet") == 48.5
-    assert speed_reference(model, "googlenet") is None  # held out of calibration
-    notes["speed_reference"]["threads"] = 4  # probed at another thread count: not comparable
-    assert speed_reference(model, "alexnet") is None
+    net = load_net({"name": "alexnet"})
+    ref = {"threads": 1, "whole_ms": {"alexnet": 48.5}, "fingerprints": {}}
+    ref["fingerprints"]["alexnet"] = net.fingerprint
+    model = SimpleNamespace(platform=plat, coefficients=SimpleNamespace(notes={}))
+    model.coefficients.notes["speed_reference"] = ref
+    assert speed_reference(model, net) == 48.5
+    assert speed_reference(model, load_net({"name": "googlenet"})) is None  # held out
+    ref["fingerprints"]["alexnet"] = "another alexnet"  # same name, another network
+    assert speed_reference(model, net) is None
+    ref["fingerprints"]["alexnet"] = net.fingerprint
+    ref["threads"] = 4  # probed at another thread count: not comparable
+    assert speed_reference(model, net) is None
     model.coefficients.notes = {}
-    assert speed_reference(model, "alexnet") is None
+    assert speed_reference(model, net) is None
 
 
-def test_probe_times_the_whole_model_on_each_core_of_the_platform(tmp_path) -> None:
+def test_probe_times_the_whole_model_on_each_core_of_the_platform(monkeypatch, tmp_path) -> None:
+    import dataclasses
     import os
+    import time
 
+    from dse.runtime import probe as probe_mod
     from dse.runtime.measure import deploy
-    from dse.runtime.probe import SpeedProbe, probe_cores
+    from dse.runtime.partition import input_arrays
+    from dse.runtime.worker import whole_model_session
 
     plat = platform_localhost()
-    cores = probe_cores(plat)
-    assert cores == [c for c in ({0}, {1}) if c <= os.sched_getaffinity(0)]
+    allowed = os.sched_getaffinity(0)
+    assert probe_mod.probe_cores(plat) == [c for c in ({0}, {1}) if c <= allowed]
+    remote = dataclasses.replace(
+        plat, devices=[dataclasses.replace(d, host="board7") for d in plat.devices]
+    )
+    assert probe_mod.probe_cores(remote) == [] and probe_mod.speed_probe(tmp_path, remote) is None
     net = load_net({"name": "mobilenetv2"})
     share = np.zeros((1, len(net.graph), 2))
     share[0, :, 0] = 1.0
     deploy(net, plat, MappingBatch(share, derive_owner(net.graph, share)), tmp_path / "d")
-    probe = SpeedProbe(tmp_path / "d", plat)
-    before = os.sched_getaffinity(0)
+    probe = probe_mod.speed_probe(tmp_path / "d", plat)
+    probe()  # loads its sessions
+    bound: list[set[int]] = []
+    real = os.sched_setaffinity
+    monkeypatch.setattr(
+        probe_mod.os, "sched_setaffinity", lambda p, c: bound.append(set(c)) or real(p, c)
+    )
     ms = probe()
-    assert os.sched_getaffinity(0) == before  # the launcher's cores are given back
+    # timed bound to each core set in turn, its cores given back each time
+    assert bound == [x for c in probe.cores for x in (c, allowed)]
+    assert os.sched_getaffinity(0) == allowed
     assert 1 <= probe.repeats <= 8 and probe.threads == 1
     # the whole model alone, timed independently, in the same range
-    import time
-
-    from dse.runtime.partition import input_arrays
-    from dse.runtime.worker import whole_model_session
-
     plan = json.loads((tmp_path / "d" / "plan.json").read_text())
     sess = whole_model_session(plan, zoo.materialize("mobilenetv2", 0))
     feeds = input_arrays(plan, 0)
     sess.run(None, feeds)
     times = []
-    for _ in range(5):
+    for _ in range(9):
         t0 = time.perf_counter()
         sess.run(None, feeds)
         times.append((time.perf_counter() - t0) * 1e3)
-    assert 0.5 < ms / np.median(times) < 2.0
+    assert 0.6 < ms / np.median(times) < 1.6
 
 
 def test_quick_calibration_with_deployments_brings_runs_to_its_probe(tmp_path) -> None:
@@ -464,6 +526,8 @@ def test_quick_calibration_with_deployments_brings_runs_to_its_probe(tmp_path) -
     doc = json.loads((env_dir / "localhost.json").read_text())
     ref = doc["speed_reference"]["whole_ms"]["alexnet"]
     assert doc["speed_reference"]["threads"] == 1 and ref > 0
+    fingerprint = load_net({"name": "alexnet"}).fingerprint
+    assert doc["speed_reference"]["fingerprints"] == {"alexnet": fingerprint}
     cuts = doc["provenance"]["cuts"]
     assert len(cuts["measured_ms"]) == 3  # vertical, split, mixed
     for measured, rounds, probes in zip(

@@ -232,20 +232,20 @@ def measure_links(cfg: DictConfig, platform: Platform, steps: Steps) -> tuple[di
 
 def measure_deployments(
     cfg: DictConfig, platform: Platform, coefficients: Coefficients, steps: Steps
-) -> tuple[list[dict[str, Any]], dict[str, float]]:
+) -> tuple[list[dict[str, Any]], dict[str, tuple[float, str]]]:
     """Four mappings per network (:data:`LABELS`) run under MPI: per mapping its model (for
     refitting), the batch and the merged measurements of its rounds; and per network the
-    median of the speed probes beside its runs (with ``probe``), the speed its latencies are
-    brought to (:func:`dse.runtime.measure.take_out_drift`)."""
+    median of the speed probes beside its runs (with ``probe``: the speed its latencies are
+    brought to, :func:`dse.runtime.measure.take_out_drift`) and its fingerprint."""
     from dse.runtime.measure import deploy, measure_interleaved, probe_times, take_out_drift
-    from dse.runtime.probe import SpeedProbe
+    from dse.runtime.probe import speed_probe
 
     cpus = [i for i, d in enumerate(platform.devices) if d.kind == "cpu"]
     if len(cpus) < 2:
         raise DseError(f"platform '{platform.name}' needs two cpu devices to calibrate cuts")
     a, b = cpus[0], cpus[1]
     out = []
-    speed: dict[str, float] = {}
+    speed: dict[str, tuple[float, str]] = {}
     iters = 3 if cfg.quick else int(cfg.iterations)
     rounds = 1 if cfg.quick else int(cfg.rounds)
     rng = np.random.default_rng(int(cfg.seed))
@@ -260,7 +260,7 @@ def measure_deployments(
                 deploy(net, platform, batch[p], d, int(cfg.seed), 2, iters)
             # interleaved rounds: a slow spell hits one round of each mapping, and the one-device
             # run the layer times are anchored to is measured beside the cut ones
-            probe = SpeedProbe(dirs[0], platform) if cfg.probe else None
+            probe = speed_probe(dirs[0], platform) if cfg.probe else None
             results, interrupted = measure_interleaved(
                 dirs, rounds, 2, iters, 600.0, rng, probe=probe
             )
@@ -268,12 +268,12 @@ def measure_deployments(
                 raise KeyboardInterrupt
             probes = probe_times(results)
             if probes:
-                speed[name] = round(float(np.median(probes)), 4)
+                speed[name] = (round(float(np.median(probes)), 4), net.fingerprint)
             for p, (label, res) in enumerate(zip(LABELS, results, strict=True)):
                 if res.get("status") != "ok":
                     raise DseError(f"calibration run {name}/{label} failed: {res.get('reason')}")
                 if probes:
-                    res = take_out_drift(res, speed[name])
+                    res = take_out_drift(res, speed[name][0])
                 lat = res["latency_ms"]
                 res["spread"] = round((lat["p90"] - lat["p10"]) / lat["median"], 4)
                 res["rounds_ms"] = lat.get("rounds_ms", [lat["median"]])
@@ -369,8 +369,10 @@ def fit_cuts(runs: list[dict[str, Any]]) -> tuple[tuple[float, float, float], di
     prov = {
         "mappings": [f"{r['net']}/{r['label']}" for r in cut],
         "spread": [r["result"]["spread"] for r in cut],
-        "rounds_ms": [r["result"]["rounds_ms"] for r in cut],
+        "rounds_ms": [r["result"]["rounds_ms"] for r in cut],  # as measured
         "rounds_probe_ms": [r["result"]["latency_ms"].get("rounds_probe_ms") for r in cut],
+        # what was fitted: the rounds brought to the speed reference (median of the rounds of
+        # rounds_ms x reference / rounds_probe_ms), or as measured without a probe
         "measured_ms": [round(x * 1e3, 3) for x in measured],
         "predicted_without_cut_costs_ms": [round(x * 1e3, 3) for x in before],
         "predicted_ms": [round(x * 1e3, 3) for x in after],
@@ -421,10 +423,12 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     if cfg.deployments:
         runs, speed = measure_deployments(cfg, platform, coefficients, steps)
         if speed:
-            cpu = next(d for d in platform.devices if d.kind == "cpu")
+            from dse.runtime.probe import probe_threads
+
             raw["speed_reference"] = {
-                "whole_ms": speed,
-                "threads": cpu.threads,
+                "whole_ms": {n: ms for n, (ms, _) in speed.items()},
+                "fingerprints": {n: fp for n, (_, fp) in speed.items()},
+                "threads": probe_threads(platform),
                 "what": "the whole network alone (dse.runtime.probe), median over the probes "
                 "beside the deployment runs; every latency fitted here was brought to this "
                 "speed, and dse.fidelity compares its own probes with it",

@@ -92,6 +92,8 @@ def with_prediction(
     cmp: dict[str, Any] = {"latency_ms": compare(pred["latency_ms"], None)}
     if result.get("latency_ms"):
         cmp["latency_ms"] = compare(pred["latency_ms"], result["latency_ms"]["median"])
+        if "drift" in result["latency_ms"]:  # and with the machine's drift taken out
+            cmp["latency_adjusted_ms"] = compare(pred["latency_ms"], measured_latency_ms(result))
     devices: dict[str, Any] = {}
     for r in result.get("ranks", []):
         d = r["device"]
@@ -162,7 +164,7 @@ def merge_runs(results: list[dict[str, Any]]) -> dict[str, Any]:
         "rounds_ms": [round(m, 4) for m in medians],
         "round_spread": round((max(medians) - min(medians)) / med, 4),
     }
-    if all(r.get("probe_ms") for r in results):  # the speed probes on either side of each run
+    if all(len(r.get("probe_ms", ())) == 2 for r in results):  # probes on either side of each
         merged["latency_ms"]["rounds_probe_ms"] = [
             round(float(np.mean(r["probe_ms"])), 4) for r in results
         ]
@@ -177,7 +179,7 @@ def take_out_drift(merged: dict[str, Any], reference_ms: float) -> dict[str, Any
     ``merged`` unchanged."""
     lat = merged.get("latency_ms") or {}
     probes = lat.get("rounds_probe_ms")
-    if not probes or len(probes) != len(lat.get("rounds_ms", [])):
+    if not probes:
         return merged
     adjusted = [m * reference_ms / p for m, p in zip(lat["rounds_ms"], probes, strict=True)]
     lat["drift"] = {
@@ -225,11 +227,11 @@ def measure_interleaved(
                 if runs[i] and runs[i][-1].get("status") != "ok":
                     continue
                 result = launch(directories[i], timeout_s, warmup, iterations)
+                runs[i].append(result)  # kept even if Ctrl-C comes during the probe after it
                 if probe is not None:
                     now = probe()
                     result["probe_ms"] = [round(last, 4), round(now, 4)]
                     last = now
-                runs[i].append(result)
                 if on_run is not None:
                     on_run(rnd, i)
     except KeyboardInterrupt:

@@ -71,6 +71,9 @@ def _row(label: str, result: dict[str, Any]) -> dict[str, Any]:
     row["latency_predicted_ms"] = lat.get("predicted")
     row["latency_measured_ms"] = lat.get("measured")
     row["latency_error_pct"] = lat.get("error_pct")
+    if "latency_adjusted_ms" in cmp:  # measured with a speed probe (dse.runtime.probe)
+        row["latency_adjusted_ms"] = cmp["latency_adjusted_ms"]["measured"]
+        row["latency_adjusted_error_pct"] = cmp["latency_adjusted_ms"]["error_pct"]
     eq = result.get("equivalence") or {}
     row["max_rel_error"] = eq.get("max_rel_error")
     if "period_ms" in cmp:

@@ -4,33 +4,41 @@ A shared machine's speed drifts. On the 2-core VM this was built on, the whole D
 took 71-85 ms (p10-p90) over two minutes, on a core nothing else of ours ran on, with CPU time
 equal to wall time: the core itself ran slower, so no scheduling trick removes it. A latency
 measured now and one measured at calibration compare only at the same speed. A probe times the
-same work (the deployment's whole model in onnxruntime, one session per device's thread count)
-between runs; :func:`dse.runtime.measure.measure_interleaved` calls it before the first run and
-after every run, so each run has a probe on either side, and
-:func:`dse.runtime.measure.take_out_drift` scales each run by the speed they show. The probe
-runs in the launching process while no rank runs: it measures the machine, never competes with
-a measurement.
+same work (the deployment's whole model in onnxruntime, at the devices' thread count) between
+runs; :func:`dse.runtime.measure.measure_interleaved` calls it before the first run and after
+every run, so each run has a probe on either side, and :func:`dse.runtime.measure.take_out_drift`
+scales each run by the speed they show. The probe runs in the launching process while no rank
+runs: it measures the machine, never competes with a measurement. It measures this machine
+only, so a platform with no cpu device here gets none (:func:`speed_probe`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from dse.platform import Platform
 
-#: A probe times this much work per core (at least one run of the model).
+#: A probe times this much work per core set (at least one run of the model).
 PROBE_S = 0.12
 LOCAL_HOSTS = {"localhost", "127.0.0.1", socket.gethostname()}
 
 
+def probe_threads(platform: Platform) -> int:
+    """The thread count the probe runs at: the first cpu device's (calibration profiles at it)."""
+    return next((d.threads for d in platform.devices if d.kind == "cpu"), 1)
+
+
 def probe_cores(platform: Platform) -> list[set[int]]:
     """The core sets of the platform's cpu devices on this machine (their ranks' bindings),
-    once each; ``[]`` when none is here (the probe then runs where the OS puts it)."""
+    once each; ``[]`` when none is here."""
     from dse.runtime.package import core_slots
 
     allowed = os.sched_getaffinity(0)
@@ -45,38 +53,64 @@ def probe_cores(platform: Platform) -> list[set[int]]:
     return cores
 
 
+def speed_probe(directory: Path, platform: Platform) -> SpeedProbe | None:
+    """A probe of the whole model of the deployment in ``directory``, or None when no cpu
+    device of ``platform`` is on this machine (the probe would time the wrong one)."""
+    cores = probe_cores(platform)
+    return SpeedProbe(Path(directory), cores, probe_threads(platform)) if cores else None
+
+
 class SpeedProbe:
     """``probe()`` -> the median time (ms) of the whole model over a few runs on each core set.
 
     Built from one deployment directory (its ``plan.json`` names the whole model and the
-    input); every deployment of the same network shares the probe."""
+    input); every deployment of the same network shares the probe. The sessions load at the
+    first call (inside the measurement, so Ctrl-C there is the measurement's); each core set
+    gets its own, created while this thread is bound to it, so onnxruntime's worker threads
+    (more than one thread per device) are bound to it too."""
 
-    def __init__(self, directory: Path, platform: Platform) -> None:
+    def __init__(self, directory: Path, cores: list[set[int]], threads: int) -> None:
+        self.directory, self.cores, self.threads = directory, cores, threads
+        self.sessions: list[Any] = []
+        self.repeats = 1
+
+    def _load(self) -> None:
         from dse.runtime.package import read_plan
         from dse.runtime.partition import input_arrays
         from dse.runtime.worker import whole_model_session
 
-        plan = read_plan(Path(directory))
-        cpus = [d for d in platform.devices if d.kind == "cpu"]
-        self.threads = cpus[0].threads if cpus else 1
-        self.cores = probe_cores(platform)
-        self.session = whole_model_session(plan, Path(plan["reference"]["path"]), self.threads)
+        plan = read_plan(self.directory)
+        path = Path(plan["reference"]["path"])
         self.feeds = input_arrays(plan, int(plan.get("seed", 0)))
-        self.session.run(None, self.feeds)  # the first run pays for allocation
-        t0 = time.perf_counter()
-        self.session.run(None, self.feeds)
-        self.repeats = int(np.clip(round(PROBE_S / (time.perf_counter() - t0)), 1, 8))
+        shared = None if self.threads > 1 else whole_model_session(plan, path, 1)
+        for cores in self.cores:
+            with _bound(cores):
+                self.sessions.append(shared or whole_model_session(plan, path, self.threads))
+        with _bound(self.cores[0]):
+            self.sessions[0].run(None, self.feeds)  # the first run pays for allocation
+            t0 = time.perf_counter()
+            self.sessions[0].run(None, self.feeds)
+            self.repeats = int(np.clip(round(PROBE_S / (time.perf_counter() - t0)), 1, 8))
 
     def __call__(self) -> float:
+        if not self.sessions:
+            self._load()
         times = []
-        original = os.sched_getaffinity(0)
-        try:
-            for cores in self.cores or [original]:
-                os.sched_setaffinity(0, cores)
+        for cores, session in zip(self.cores, self.sessions, strict=True):
+            with _bound(cores):
                 for _ in range(self.repeats):
                     t0 = time.perf_counter()
-                    self.session.run(None, self.feeds)
+                    session.run(None, self.feeds)
                     times.append(time.perf_counter() - t0)
-        finally:
-            os.sched_setaffinity(0, original)
         return float(np.median(times) * 1e3)
+
+
+@contextlib.contextmanager
+def _bound(cores: set[int]) -> Iterator[None]:
+    """Bind the calling thread to ``cores`` for the block, then give it its cores back."""
+    original = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, original)
