@@ -7,7 +7,10 @@ Runs `python -m dse +net=NET` (population 1000, 100 generations, default platfor
 process per network, start-up included, and prints `NET: T s wall, E evaluations/s`. With
 ``--repeat N`` each network runs N times and the median is printed too. ``--against DIR`` (another
 checkout, e.g. `git worktree add /tmp/old HEAD~3`) runs that code alternately with this one, so a
-shared machine's load falls on both alike; compare the medians.
+shared machine's load falls on both alike; compare the medians. Before each run, one VGG-16
+inference in onnxruntime on one thread is timed (median of 3, ``--no-probe`` to skip) and
+printed beside it: this machine's speed at that moment (it moves by 20-30 % within minutes on a
+shared VM), so a figure can be read against the machine it was measured on.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,13 +53,39 @@ def once(root: Path, net: str, overrides: list[str]) -> tuple[float, int] | str:
         return wall, json.loads((Path(tmp) / "summary.json").read_text())["evaluations"]
 
 
+def vgg16_inference_ms() -> Callable[[], float]:
+    """A function timing one VGG-16 inference (ms, median of 3) on one onnxruntime thread."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from dse.net import zoo
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(str(zoo.materialize("vgg16", 0)), opts)
+    x = {sess.get_inputs()[0].name: np.zeros((1, 3, 224, 224), np.float32)}
+    sess.run(None, x)
+
+    def probe() -> float:
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            sess.run(None, x)
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times) * 1e3
+
+    return probe
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nets", nargs="+", default=["vgg16", "densenet121"])
     ap.add_argument("--repeat", type=int, default=1, help="runs per network (median printed)")
     ap.add_argument("--against", type=Path, help="another checkout, run alternately")
+    ap.add_argument("--no-probe", action="store_true", help="do not time VGG-16 inferences")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. chromosome=naive")
     args = ap.parse_args()
+    probe = None if args.no_probe else vgg16_inference_ms()
     roots = {"this": ROOT}
     if args.against:
         roots["against"] = args.against.resolve()
@@ -63,6 +93,7 @@ def main() -> None:
         walls: dict[str, list[float]] = {k: [] for k in roots}
         for i in range(args.repeat):
             for label, root in roots.items():
+                speed = f" (one VGG-16 inference {probe():.0f} ms)" if probe else ""
                 result = once(root, net, args.overrides)
                 tag = (
                     f"{net}"
@@ -74,7 +105,10 @@ def main() -> None:
                     continue
                 wall, evals = result
                 walls[label].append(wall)
-                print(f"{tag}: {wall:.1f} s wall, {evals / wall:,.0f} evaluations/s", flush=True)
+                print(
+                    f"{tag}: {wall:.1f} s wall, {evals / wall:,.0f} evaluations/s{speed}",
+                    flush=True,
+                )
         if args.repeat > 1 or args.against:
             for label, w in walls.items():
                 if w:
