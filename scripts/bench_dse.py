@@ -56,13 +56,11 @@ def once(root: Path, net: str, overrides: list[str]) -> tuple[float, int] | str:
 def vgg16_inference_ms() -> Callable[[], float]:
     """A function timing one VGG-16 inference (ms, median of 3) on one onnxruntime thread."""
     import numpy as np
-    import onnxruntime as ort
 
     from dse.net import zoo
+    from dse.runtime.sessions import session
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(str(zoo.materialize("vgg16", 0)), opts)
+    sess = session(zoo.materialize("vgg16", 0), "cpu", 1)  # a rank's session settings
     x = {sess.get_inputs()[0].name: np.zeros((1, 3, 224, 224), np.float32)}
     sess.run(None, x)
 
