@@ -46,6 +46,12 @@ class KindCoefficients:
     memory_weights: dict[str, float] = field(default_factory=dict)
     memory_loading: dict[str, float] = field(default_factory=dict)
     memory_per_segment_mb: float = 0.0  # per sub-model a device runs (session state)
+    # per MB of the buffers the runtime keeps for good (what a device receives or gathers, the
+    # input image where it enters); None: memory_coefficient, as for other tensors
+    memory_held: float | None = None
+    # a rank that runs no sub-model (it only holds or passes on tensors; no onnxruntime session
+    # is created there): its baseline instead of memory_bias_mb; None: memory_bias_mb
+    memory_empty_mb: float | None = None
 
     @classmethod
     def from_dict(cls, k: Mapping[str, Any], where: str) -> KindCoefficients:
@@ -116,6 +122,12 @@ class KindCoefficients:
             memory_per_segment_mb=number(
                 mem.get("per_segment_mb", 0.0), f"{where}.memory.per_segment_mb"
             ),
+            memory_held=None
+            if mem.get("held") is None
+            else number(mem["held"], f"{where}.memory.held"),
+            memory_empty_mb=None
+            if mem.get("empty_mb") is None
+            else number(mem["empty_mb"], f"{where}.memory.empty_mb"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -127,6 +139,8 @@ class KindCoefficients:
             "weights": d.pop("memory_weights"),
             "loading": d.pop("memory_loading"),
             "per_segment_mb": d.pop("memory_per_segment_mb"),
+            "held": d.pop("memory_held"),
+            "empty_mb": d.pop("memory_empty_mb"),
         }
         return d
 

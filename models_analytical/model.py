@@ -185,6 +185,12 @@ class AnalyticalModel:
         )
         self._by_class = platform.weights == "resident" and bool(self._mem_w.any())
         self._mem_segment = np.array([c.memory_per_segment_mb for c in coeff])
+        self._mem_empty = np.array(
+            [c.memory_bias_mb if c.memory_empty_mb is None else c.memory_empty_mb for c in coeff]
+        )
+        self._mem_held = np.array(
+            [c.memory_coefficient if c.memory_held is None else c.memory_held for c in coeff]
+        )
         self._need_weights = self._by_class or bool(self._mem_load.any())
         self.capacity_mb = np.array([d.memory_mb for d in platform.devices])
         # for mappings given in whole numbers (evaluate_parts)
@@ -213,6 +219,24 @@ class AnalyticalModel:
         if self._need_weights:
             weights = np.einsum("pld,lc->pdc", batch.share, self._w_class)  # [P, D, class] MB
         return self._evaluation(*raw, weights)
+
+    def memory_terms(self, batch: MappingBatch) -> dict[str, np.ndarray]:
+        """What the memory of each device is made of, before coefficients (each [P, D]):
+        ``peak_mb`` the liveness peak of tensors and weights, ``held_mb`` buffers kept for good,
+        ``parts`` and ``segments`` it runs, and ``weights_mb`` [P, D, class] it holds. The
+        terms calibration fits (:func:`dse.calibrate.__main__.fit_memory`)."""
+        raw = simulate_batch(
+            np.ascontiguousarray(batch.share, dtype=np.float64),
+            np.ascontiguousarray(batch.owner, dtype=np.int64),
+            self.inputs,
+        )
+        return {
+            "peak_mb": raw[3] / MB,
+            "held_mb": raw[8] / MB,
+            "parts": raw[5],
+            "segments": raw[7],
+            "weights_mb": np.einsum("pld,lc->pdc", batch.share, self._w_class),
+        }
 
     def evaluate_parts(self, device: np.ndarray, channels: np.ndarray) -> Evaluation:
         """:meth:`evaluate` of mappings in whole numbers, number for number, without building
@@ -251,6 +275,7 @@ class AnalyticalModel:
         parts: np.ndarray,
         sent: np.ndarray,
         segments: np.ndarray,
+        held: np.ndarray,
         weights: np.ndarray | None,
     ) -> Evaluation:
         """The Evaluation of the kernel's figures; ``weights[P, D, class]`` (MB) each device
@@ -258,11 +283,14 @@ class AnalyticalModel:
         # a device takes part when it computes, or only holds tensors (the entry device of the
         # input image, a device that gathers the parts of a channel-local layer it owns): the
         # runtime runs a rank there too
-        used = (parts > 0) | (peak > 0)
+        used = (parts > 0) | (peak > 0) | (held > 0)
         idle = np.where(used, np.maximum(latency[:, None] - busy, 0.0), 0.0)
         energy = energy + idle * self._idle_w
-        # Eq. 4.9, with a per-layer term for the runtime structures each layer keeps
-        memory = self._mem_bias + parts * self._mem_layer + segments * self._mem_segment
+        # Eq. 4.9, with a per-layer term for the runtime structures each layer keeps; a rank
+        # that runs no sub-model (it only holds tensors) has a baseline of its own
+        bias = np.where(parts > 0, self._mem_bias, self._mem_empty)
+        memory = bias + parts * self._mem_layer + segments * self._mem_segment
+        memory = memory + (held / MB) * self._mem_held  # buffers kept for good
         if self._by_class:  # resident weights: the liveness peak is weights + activations
             assert weights is not None
             act = np.maximum(peak / MB - weights.sum(axis=2), 0.0)
@@ -273,7 +301,7 @@ class AnalyticalModel:
             assert weights is not None
             # while loading, onnxruntime holds weights twice and packs conv weights: the peak
             # RSS is the larger of that and the running footprint
-            loading = self._mem_bias + (weights * self._mem_load).sum(axis=2)
+            loading = bias + (weights * self._mem_load).sum(axis=2)
             memory = np.maximum(memory, loading)
         memory = np.where(used, memory, 0.0)
         return Evaluation(

@@ -14,9 +14,11 @@ concatenation costs the layer's per-part overhead on its device. A channel-local
 follows a split layer (``follows``: Relu, pooling, BatchNormalization) runs on that layer's
 parts with its shares, each part reading the part made on its device; its output is gathered
 instead of the split layer's, by the same rule, to its own device as owner. Memory follows
-allocate-then-free liveness per device over the same order (seed 002): a tensor is held from
-the step that creates or first receives it to the last step that reads or sends it; a part
-for the step that sends it, a gathered whole from its layer to its last reader there.
+allocate-then-free liveness per device over the same order (seed 002), as the runtime
+(:mod:`dse.runtime.worker`) holds tensors: an output is held from the step that makes it to
+its last reader there, or to the end of the inference if the device sends it (sends complete
+there); what a device receives or gathers lands in buffers allocated once and kept, as does
+the input image where it enters: those are ``held`` bytes, apart from the peak.
 """
 
 from __future__ import annotations
@@ -137,6 +139,7 @@ def _simulate_one(
     n_parts,
     sent,
     n_segs,
+    held,
 ):
     kind, t_work, t_fixed, op_class = k_in.kind, k_in.t_work, k_in.t_fixed, k_in.op_class
     out_bytes, w_bytes, last_use, entry = k_in.out_bytes, k_in.w_bytes, k_in.last_use, k_in.entry
@@ -153,6 +156,7 @@ def _simulate_one(
     recv_first = np.full((n_tensors, n_dev), -1)
     recv_last = np.full((n_tensors, n_dev), -1)
     recv_bytes = np.zeros(n_tensors)
+    sent_whole = np.zeros(n_tensors, dtype=np.bool_)
     delta = np.zeros((n_dev, n_layers + 1))
     part_end = np.zeros(n_dev)
     gather_in = np.zeros(n_dev)
@@ -244,6 +248,11 @@ def _simulate_one(
                         touched[d] = True
                         if src >= 0:
                             sent_at[loc, dl] = True
+                            if pcnt[row[src]] == 1 and not sent_whole[t]:
+                                # a whole output sent on: held to the end of the inference
+                                sent_whole[t] = True
+                                delta[loc, last_use[src] + 1] += in_bytes[e]
+                                delta[loc, n_layers] -= in_bytes[e]
                     recv_last[t, d] = layer
                 if a > t_in:
                     t_in = a
@@ -338,10 +347,11 @@ def _simulate_one(
                     if a > gather_in[e]:
                         gather_in[e] = a
                     sends = True
-                if sends:  # the part is held on its device until it is sent
+                if sends:  # the part is held on its device until its sends complete, at
+                    # the end of the inference (dse.runtime.worker waits for them there)
                     sent_at[d, layer] = True
                     delta[d, layer] += nbytes
-                    delta[d, layer + 1] -= nbytes
+                    delta[d, n_layers] -= nbytes
             ready[layer] = last_part  # nobody reads it from the owner unless it concatenates
             t = out_tid[layer]
             for j in range(n_g):
@@ -364,19 +374,23 @@ def _simulate_one(
                     recv_last[t, e] = layer
                     recv_bytes[t] = out_bytes[layer]
                     touched[e] = True
-        if n_here == 1 or cat_owner:
-            # the owner holds the whole output until its last reader anywhere has it
+        if n_here == 1:
+            # the owner holds the whole output until its last reader anywhere has it (until the
+            # end of the inference if it sends it, below)
             delta[c, layer] += out_bytes[layer]
             delta[c, last_use[layer] + 1] -= out_bytes[layer]
             touched[c] = True
+        elif cat_owner:  # the owner gathers into a buffer the runtime keeps for good
+            held[c] += out_bytes[layer]
+            touched[c] = True
         if ready[layer] > finish:
             finish = ready[layer]
-    # receive buffers: from the first to the last step that reads them on that device
+    # receive and gather buffers, and the input image where it enters: allocated once by the
+    # runtime and kept for good (``held``, apart from the peak of what comes and goes)
     for t in range(n_tensors):
         for d in range(n_dev):
             if recv_first[t, d] >= 0:
-                delta[d, recv_first[t, d]] += recv_bytes[t]
-                delta[d, recv_last[t, d] + 1] -= recv_bytes[t]
+                held[d] += recv_bytes[t]
     for d in range(n_dev):
         if not touched[d]:
             continue
@@ -403,7 +417,7 @@ def _simulate_one(
 @njit(cache=True, nogil=True)
 def _outputs(n_pop, n_dev):
     """The kernels' outputs, zeroed: latency [P]; busy, communication, peak bytes, energy,
-    parts, bytes sent and segments, each [P, D]."""
+    parts, bytes sent, segments and held bytes, each [P, D]."""
     return (
         np.zeros(n_pop),
         np.zeros((n_pop, n_dev)),
@@ -413,15 +427,18 @@ def _outputs(n_pop, n_dev):
         np.zeros((n_pop, n_dev), dtype=np.int64),
         np.zeros((n_pop, n_dev)),
         np.zeros((n_pop, n_dev), dtype=np.int64),
+        np.zeros((n_pop, n_dev)),
     )
 
 
 @njit(cache=True, parallel=True)
 def simulate_batch(share, owner, k_in):
     """Latency [P]; busy, communication, activation+weight peak bytes, energy (without idle),
-    parts, bytes sent and segments (the runtime's sub-models), each [P, D]."""
+    parts, bytes sent, segments (the runtime's sub-models) and held bytes (buffers the runtime
+    keeps for good: what a device receives or gathers, the input image where it enters; not in
+    the peak), each [P, D]."""
     n_pop, _, n_dev = share.shape
-    latency, busy, comm, mem, energy, parts, sent, segs = _outputs(n_pop, n_dev)
+    latency, busy, comm, mem, energy, parts, sent, segs, held = _outputs(n_pop, n_dev)
     for p in prange(n_pop):
         _simulate_one(
             share[p],
@@ -435,8 +452,9 @@ def simulate_batch(share, owner, k_in):
             parts[p],
             sent[p],
             segs[p],
+            held[p],
         )
-    return latency, busy, comm, mem, energy, parts, sent, segs
+    return latency, busy, comm, mem, energy, parts, sent, segs, held
 
 
 @njit(cache=True, parallel=True)
@@ -457,7 +475,7 @@ def simulate_parts(
     n_pop, n_layers = device.shape
     n_dev = split_channels.shape[2]
     n_cls = w_class.shape[1]
-    latency, busy, comm, mem, energy, parts, sent, segs = _outputs(n_pop, n_dev)
+    latency, busy, comm, mem, energy, parts, sent, segs, held = _outputs(n_pop, n_dev)
     weights = np.zeros((n_pop, n_dev, n_cls))
     n_chunks = max(min(n_chunks, n_pop), 1)
     for chunk in prange(n_chunks):
@@ -482,6 +500,7 @@ def simulate_parts(
                 parts[p],
                 sent[p],
                 segs[p],
+                held[p],
             )
             # weights by class (layer by layer, leaving out the zero shares einsum adds), then
             # the scratch back to zeros: only the entries this mapping set
@@ -495,7 +514,7 @@ def simulate_parts(
                             for c in range(n_cls):
                                 weights[p, d, c] += sh * w_class[layer, c]
                         share[layer, d] = 0.0
-    return latency, busy, comm, mem, energy, parts, sent, segs, weights
+    return latency, busy, comm, mem, energy, parts, sent, segs, held, weights
 
 
 def input_csr(

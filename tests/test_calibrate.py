@@ -242,6 +242,42 @@ def test_model_counts_the_segments_the_partitioner_cuts(name: str, kind: str) ->
         assert got == want
 
 
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("alexnet", "split"),
+        ("googlenet", "mixed"),
+        ("densenet121", "mixed"),
+        ("resnet50", "single"),
+    ],
+)
+def test_model_holds_the_buffers_the_runtime_allocates(name: str, kind: str) -> None:
+    """The model's held bytes per device equal what a rank of the partitioner's plan keeps
+    for good (dse.runtime.worker.Rank): a buffer per tensor it receives or gathers, and the
+    input image on the entry rank."""
+    from dse.runtime.partition import partition
+
+    net = load_net({"name": name})
+    g = net.graph
+    plat = platform_localhost()
+    share = random_mappings(g, 2, kind, 2, np.random.default_rng(3))
+    batch = MappingBatch(share, derive_owner(g, share))
+    held = AnalyticalModel(g, plat, coefficients()).memory_terms(batch)["held_mb"]
+    for p in range(batch.size):
+        plan = partition(net, batch[p], plat).plan
+        for r in plan["ranks"]:
+            kept = 0
+            for s in r["steps"]:
+                if s["op"] in ("recv", "gather"):
+                    gathered = s["op"] == "gather"
+                    shape = s["shape"] if gathered else plan["tensors"][s["tensor"]]["shape"]
+                    kept += 4 * int(np.prod(shape))  # float32
+            if r["rank"] == plan["entry_rank"]:
+                kept += sum(4 * int(np.prod(i["shape"])) for i in plan["inputs"])
+            assert held[p, r["device_index"]] * 1e6 == pytest.approx(kept), (p, r["rank"])
+    assert held.max() > 0
+
+
 def test_memory_by_weight_class_and_loading_peak_by_hand() -> None:
     """Resident weights: running = bias + coef x activations + per-class weight factors x
     weights + per segment; the peak RSS is the larger of that and the loading peak."""
@@ -529,7 +565,7 @@ def test_quick_calibration_with_deployments_brings_runs_to_its_probe(tmp_path) -
     fingerprint = load_net({"name": "alexnet"}).fingerprint
     assert doc["speed_reference"]["fingerprints"] == {"alexnet": fingerprint}
     cuts = doc["provenance"]["cuts"]
-    assert len(cuts["measured_ms"]) == 3  # vertical, split, mixed
+    assert len(cuts["measured_ms"]) == 4  # vertical, split, mixed, entry-only
     for measured, rounds, probes in zip(
         cuts["measured_ms"], cuts["rounds_ms"], cuts["rounds_probe_ms"], strict=True
     ):
@@ -566,9 +602,9 @@ def test_fidelity_error_by_kind_of_mapping() -> None:
 
 
 def test_memory_fit_recovers_known_coefficients() -> None:
-    """Ranks' peak RSS made by a model with known memory terms (bias, activations, weights by
-    class, per segment, per layer, loading by class) on varied mappings: fit_memory finds
-    them again."""
+    """Ranks' peak RSS made by a model with known memory terms (bias, activations, held
+    buffers, weights by class, per segment, per layer, loading by class, the bias of a rank
+    that runs nothing) on varied mappings: fit_memory finds them again."""
     from dse.calibrate.__main__ import fit_memory
 
     truth = {
@@ -578,6 +614,8 @@ def test_memory_fit_recovers_known_coefficients() -> None:
         "per_segment_mb": 0.4,
         "per_layer_mb": 0.3,
         "loading": {"conv": 2.4, "other": 1.3},
+        "held": 0.6,
+        "empty_mb": 60.0,
     }
     base = coefficients()["cpu"]
     known = dataclasses.replace(
@@ -588,18 +626,29 @@ def test_memory_fit_recovers_known_coefficients() -> None:
         memory_per_segment_mb=truth["per_segment_mb"],
         memory_per_layer_mb=truth["per_layer_mb"],
         memory_loading={"conv": 0.0, "other": 0.0},
+        memory_held=truth["held"],
+        memory_empty_mb=truth["empty_mb"],
     )
     graph, running_model = _chain_model(Coefficients({"cpu": known}))
     plat = running_model.platform
     runs = []
-    for p, kind in enumerate(["single", "vertical", "split", "mixed"] * 3):
-        share = random_mappings(graph, 2, kind, 1, np.random.default_rng(p))
+    entry_only = np.zeros((1, len(graph), 2))
+    entry_only[0, :, 1] = 1.0  # device 0, the entry, only sends the image: runs nothing
+    shares = [
+        random_mappings(graph, 2, kind, 1, np.random.default_rng(p))
+        for p, kind in enumerate(["single", "vertical", "split", "mixed"] * 3)
+    ]
+    for p, share in enumerate([*shares, entry_only]):
+        kind = "entry-only" if p == len(shares) else "random"
         batch = MappingBatch(share, derive_owner(graph, share))
         ev = running_model.evaluate(batch)
+        parts = running_model.memory_terms(batch)["parts"][0]
         w = share[0].T @ running_model._w_class  # [D, class] MB (conv, other)
         ranks = []
         for d in np.flatnonzero(ev.used[0]):
             load = truth["bias_mb"] + w[d] @ [truth["loading"]["conv"], truth["loading"]["other"]]
+            if parts[d] == 0:
+                load = truth["empty_mb"]
             ranks.append(
                 {
                     "device": plat.devices[d].name,
@@ -612,6 +661,6 @@ def test_memory_fit_recovers_known_coefficients() -> None:
                      "result": {"ranks": ranks}})  # fmt: skip
     fitted, prov = fit_memory(runs)
     assert prov["max_rel_error"] < 1e-3
-    for key in ("bias_mb", "coefficient", "per_segment_mb", "per_layer_mb"):
+    for key in ("bias_mb", "coefficient", "per_segment_mb", "per_layer_mb", "held", "empty_mb"):
         assert fitted[key] == pytest.approx(truth[key], rel=1e-2, abs=1e-3), key
     assert fitted["loading"]["conv"] == pytest.approx(truth["loading"]["conv"], rel=1e-2)

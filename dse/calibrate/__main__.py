@@ -14,8 +14,10 @@ Steps, per device kind of the platform (at the thread count of its first device)
    while loading and running give the memory terms, and the latencies of the cut mappings
    the cost of cutting the work into segments (per tensor crossing, fixed and per byte) and
    how much slower a split layer's parts run side by side; each network's layer times are
-   anchored to its one-device run; a network's four mappings run in interleaved rounds
-   (``rounds``, each in a random order) and each keeps the median of its rounds' medians;
+   anchored to its one-device run; a network's mappings run in interleaved rounds
+   (``rounds``, each in a random order) and each keeps the median of its rounds' medians. The
+   first network also runs whole on a device other than the entry, whose rank then only
+   sends the image: the memory of a rank that runs no sub-model;
 5. **energy** is not measured here (no counter on most machines): the power figures stay those
    of the platform's file, and the coefficients say so.
 
@@ -62,15 +64,21 @@ def base_coefficients(cfg: DictConfig, platform: Platform) -> Coefficients:
 
 
 LABELS = ("single", "vertical", "split", "mixed")
+#: The first network's extra mapping: whole on ``b``, so the entry device ``a`` runs nothing.
+ENTRY_ONLY = "entry-only"
 
 
-def calibration_mappings(graph, times: np.ndarray, a: int, b: int, n_dev: int) -> MappingBatch:
+def calibration_mappings(
+    graph, times: np.ndarray, a: int, b: int, n_dev: int, entry_only: bool = False
+) -> MappingBatch:
     """One device; a vertical cut at half the time; every splittable layer over two devices;
-    each layer on a random one of the two (a third of the splittable ones split): many cuts."""
+    each layer on a random one of the two (a third of the splittable ones split): many cuts
+    (:data:`LABELS`); with ``entry_only``, then the whole network on ``b`` (:data:`ENTRY_ONLY`;
+    ``a`` must be the entry device)."""
     from dse.fidelity import random_mappings
 
     n = len(graph)
-    share = np.zeros((4, n, n_dev))
+    share = np.zeros((5 if entry_only else 4, n, n_dev))
     share[0, :, a] = 1.0
     cut = int(np.searchsorted(np.cumsum(times), times.sum() / 2))
     cut = min(max(cut, 1), n - 1)
@@ -81,6 +89,8 @@ def calibration_mappings(graph, times: np.ndarray, a: int, b: int, n_dev: int) -
     share[2, :, b] = np.where(split, 0.5, 0.0)
     mixed = random_mappings(graph, 2, "mixed", 1, np.random.default_rng(12345))[0]
     share[3][:, [a, b]] = mixed
+    if entry_only:
+        share[4, :, b] = 1.0
     return MappingBatch(share, derive_owner(graph, share))
 
 
@@ -233,8 +243,9 @@ def measure_links(cfg: DictConfig, platform: Platform, steps: Steps) -> tuple[di
 def measure_deployments(
     cfg: DictConfig, platform: Platform, coefficients: Coefficients, steps: Steps
 ) -> tuple[list[dict[str, Any]], dict[str, tuple[float, str]]]:
-    """Four mappings per network (:data:`LABELS`) run under MPI: per mapping its model (for
-    refitting), the batch and the merged measurements of its rounds; and per network the
+    """Four mappings per network (:data:`LABELS`; the first network also :data:`ENTRY_ONLY`)
+    run under MPI: per mapping its model (for refitting), the batch and the merged
+    measurements of its rounds; and per network the
     median of the speed probes beside its runs (with ``probe``: the speed its latencies are
     brought to, :func:`dse.runtime.measure.take_out_drift`) and its fingerprint."""
     from dse.runtime.measure import deploy, measure_interleaved, probe_times, take_out_drift
@@ -243,19 +254,23 @@ def measure_deployments(
     cpus = [i for i, d in enumerate(platform.devices) if d.kind == "cpu"]
     if len(cpus) < 2:
         raise DseError(f"platform '{platform.name}' needs two cpu devices to calibrate cuts")
-    a, b = cpus[0], cpus[1]
+    # a: the entry device where it is a cpu (then the entry-only mapping leaves it idle)
+    a = platform.entry if platform.entry in cpus else cpus[0]
+    b = next(c for c in cpus if c != a)
     out = []
     speed: dict[str, tuple[float, str]] = {}
     iters = 3 if cfg.quick else int(cfg.iterations)
     rounds = 1 if cfg.quick else int(cfg.rounds)
     rng = np.random.default_rng(int(cfg.seed))
     with tempfile.TemporaryDirectory(prefix="dse-calibrate-") as tmp:
-        for name in list(cfg.nets)[: 1 if cfg.quick else None]:
+        for i, name in enumerate(list(cfg.nets)[: 1 if cfg.quick else None]):
             net = load_net({"name": name})
             model = AnalyticalModel(net.graph, platform, coefficients)
             times = model.tables.t_work[0]
-            batch = calibration_mappings(net.graph, times, a, b, len(platform.devices))
-            dirs = [Path(tmp) / f"{name}-{label}" for label in LABELS]
+            entry_only = i == 0 and a == platform.entry
+            labels = (*LABELS, ENTRY_ONLY) if entry_only else LABELS
+            batch = calibration_mappings(net.graph, times, a, b, len(platform.devices), entry_only)
+            dirs = [Path(tmp) / f"{name}-{label}" for label in labels]
             for p, d in enumerate(dirs):
                 deploy(net, platform, batch[p], d, int(cfg.seed), 2, iters)
             # interleaved rounds: a slow spell hits one round of each mapping, and the one-device
@@ -269,7 +284,7 @@ def measure_deployments(
             probes = probe_times(results)
             if probes:
                 speed[name] = (round(float(np.median(probes)), 4), net.fingerprint)
-            for p, (label, res) in enumerate(zip(LABELS, results, strict=True)):
+            for p, (label, res) in enumerate(zip(labels, results, strict=True)):
                 if res.get("status") != "ok":
                     raise DseError(f"calibration run {name}/{label} failed: {res.get('reason')}")
                 if probes:
@@ -285,30 +300,30 @@ def measure_deployments(
 
 
 def fit_memory(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Peak RSS while running = bias + coefficient x live activations + weights[class] x the
-    rank's weights of that class + per segment x sub-models + per layer x layers (or parts)
-    it runs; while loading = bias + loading[class] x weights (MB; classes: conv, other).
+    """Peak RSS while running = bias + coefficient x live activations + held x the buffers the
+    runtime keeps (what a rank receives or gathers) + weights[class] x the rank's weights of
+    that class + per segment x sub-models + per layer x layers (or parts) it runs; while
+    loading = bias + loading[class] x weights (MB; classes: conv, other). A rank that runs no
+    sub-model has its own bias (``empty_mb``: no onnxruntime session is ever created there).
     Non-negative, relative residuals."""
     from models_analytical.calibration import fit_nonnegative
 
     rows, target, names = [], [], []
     for r in runs:
         m: AnalyticalModel = r["model"]
-        unit = np.ones_like(m._mem_coef)
-        m._mem_coef, m._mem_bias, m._mem_layer = unit, 0 * unit, 0 * unit
-        m._mem_segment, m._mem_load, m._by_class = 0 * unit, 0 * m._mem_load, False
-        ev = m.evaluate(r["batch"])  # memory_mb is now the liveness peak alone
-        m._mem_coef, m._mem_layer = 0 * unit, unit
-        parts = m.evaluate(r["batch"]).memory_mb[0]  # now the layers (parts) each device runs
-        w = r["batch"].share[0].T @ m._w_class  # [D, class] MB
+        terms = {k: v[0] for k, v in m.memory_terms(r["batch"]).items()}
+        w = terms["weights_mb"]  # [D, class]
         for rank in r["result"]["ranks"]:
             d = next(i for i, dev in enumerate(m.platform.devices) if dev.name == rank["device"])
             if rank["peak_rss_running_mb"] is None:
                 continue
-            act = max(ev.memory_mb[0, d] - w[d].sum(), 0.0)
-            rows.append([1.0, act, w[d, 0], w[d, 1], ev.segments[0, d], 0.0, 0.0, parts[d]])
+            act = max(terms["peak_mb"][d] - w[d].sum(), 0.0)
+            seg, parts, held = terms["segments"][d], terms["parts"][d], terms["held_mb"][d]
+            runs_any = float(parts > 0)
+            bias = [runs_any, 1.0 - runs_any]  # columns 0 and 9
+            rows.append([bias[0], act, w[d, 0], w[d, 1], seg, 0.0, 0.0, parts, held, bias[1]])
             target.append(rank["peak_rss_running_mb"])
-            rows.append([1.0, 0.0, 0.0, 0.0, 0.0, w[d, 0], w[d, 1], 0.0])
+            rows.append([bias[0], 0.0, 0.0, 0.0, 0.0, w[d, 0], w[d, 1], 0.0, 0.0, bias[1]])
             target.append(rank["peak_rss_loading_mb"])
             names += [f"{r['net']}/{r['label']}/{rank['device']}/{x}" for x in ("run", "load")]
     a, y = np.array(rows), np.array(target)
@@ -321,6 +336,9 @@ def fit_memory(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, An
         "weights": {"conv": float(coef[2]), "other": float(coef[3])},
         "per_segment_mb": float(coef[4]),
         "loading": {"conv": float(coef[5]), "other": float(coef[6])},
+        "held": float(coef[8]),
+        # no rank ran empty (no entry-only mapping): the bias stands for it, as before
+        "empty_mb": float(coef[9]) if a[:, 9].any() else None,
     }
     return fitted, {
         "rows": len(y),
@@ -409,7 +427,9 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     base = base_coefficients(cfg, platform)
     kinds = sorted({d.kind for d in platform.devices})
     n_nets = 1 if cfg.quick else len(cfg.nets)
-    total = len(kinds) * (n_nets + 1) + 1 + (len(LABELS) * n_nets if cfg.deployments else 0)
+    entry_only = platform.devices[platform.entry].kind == "cpu"  # see measure_deployments
+    runs_total = len(LABELS) * n_nets + entry_only
+    total = len(kinds) * (n_nets + 1) + 1 + (runs_total if cfg.deployments else 0)
     steps = Steps(total)
     raw: dict[str, Any] = {}
     samples: dict[str, Any] = {}
