@@ -5,7 +5,7 @@
 
 The network is conv -> relu -> conv -> relu -> conv -> relu on 3 devices joined by slow links
 (5 MB/s), objectives latency, memory and total energy: 9,261 distinct naive mappings. For each
-capacity (MB; memory binds below 5.7) and encoding, every gene vector is decoded and scored,
+capacity (MB; memory binds below 5.8) and encoding, every gene vector is decoded and scored,
 which gives the true Pareto front of that encoding; then NSGA-II runs with the given budget and
 several seeds. Printed per case: feasible share of all mappings, distinct mappings, evaluations
 used, hypervolume found / true (mean, worst), share of true front points found, distinct
