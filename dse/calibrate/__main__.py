@@ -245,9 +245,9 @@ def measure_deployments(
 ) -> tuple[list[dict[str, Any]], dict[str, tuple[float, str]]]:
     """Four mappings per network (:data:`LABELS`; the first network also :data:`ENTRY_ONLY`)
     run under MPI: per mapping its model (for refitting), the batch and the merged
-    measurements of its rounds; and per network the
-    median of the speed probes beside its runs (with ``probe``: the speed its latencies are
-    brought to, :func:`dse.runtime.measure.take_out_drift`) and its fingerprint."""
+    measurements of its rounds; and per network the median of the speed probes beside its
+    runs (with ``probe``: the speed its latencies are brought to,
+    :func:`dse.runtime.measure.take_out_drift`) and its fingerprint."""
     from dse.runtime.measure import deploy, measure_interleaved, probe_times, take_out_drift
     from dse.runtime.probe import speed_probe
 
@@ -336,8 +336,9 @@ def fit_memory(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, An
         "weights": {"conv": float(coef[2]), "other": float(coef[3])},
         "per_segment_mb": float(coef[4]),
         "loading": {"conv": float(coef[5]), "other": float(coef[6])},
-        "held": float(coef[8]),
-        # no rank ran empty (no entry-only mapping): the bias stands for it, as before
+        # a term no rank measured is left to the model's fallback (None), not fitted to 0:
+        # held buffers then count like other tensors, an empty rank like any other
+        "held": float(coef[8]) if a[:, 8].any() else None,
         "empty_mb": float(coef[9]) if a[:, 9].any() else None,
     }
     return fitted, {
