@@ -208,11 +208,7 @@ class AnalyticalModel:
         threads = self.tuner.choose() if large else 1
         numba.set_num_threads(threads)
         t0 = time.perf_counter()
-        raw = simulate_batch(
-            np.ascontiguousarray(batch.share, dtype=np.float64),
-            np.ascontiguousarray(batch.owner, dtype=np.int64),
-            self.inputs,
-        )
+        raw = self._simulate(batch)
         if large:
             self.tuner.record(threads, batch.size, time.perf_counter() - t0)
         weights = None
@@ -220,16 +216,20 @@ class AnalyticalModel:
             weights = np.einsum("pld,lc->pdc", batch.share, self._w_class)  # [P, D, class] MB
         return self._evaluation(*raw, weights)
 
+    def _simulate(self, batch: MappingBatch) -> tuple[np.ndarray, ...]:
+        """The kernel's arrays for ``batch`` (:func:`models_analytical.simulate.simulate_batch`)."""
+        return simulate_batch(
+            np.ascontiguousarray(batch.share, dtype=np.float64),
+            np.ascontiguousarray(batch.owner, dtype=np.int64),
+            self.inputs,
+        )
+
     def memory_terms(self, batch: MappingBatch) -> dict[str, np.ndarray]:
         """What the memory of each device is made of, before coefficients (each [P, D]):
         ``peak_mb`` the liveness peak of tensors and weights, ``held_mb`` buffers kept for good,
         ``parts`` and ``segments`` it runs, and ``weights_mb`` [P, D, class] it holds. The
         terms calibration fits (:func:`dse.calibrate.__main__.fit_memory`)."""
-        raw = simulate_batch(
-            np.ascontiguousarray(batch.share, dtype=np.float64),
-            np.ascontiguousarray(batch.owner, dtype=np.int64),
-            self.inputs,
-        )
+        raw = self._simulate(batch)
         return {
             "peak_mb": raw[3] / MB,
             "held_mb": raw[8] / MB,

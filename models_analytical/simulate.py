@@ -153,8 +153,7 @@ def _simulate_one(
     dev_free = np.zeros(n_dev)
     link_free = np.zeros(n_channels)
     arrival = np.full((n_tensors, n_dev), -1.0)
-    recv_first = np.full((n_tensors, n_dev), -1)
-    recv_last = np.full((n_tensors, n_dev), -1)
+    kept = np.zeros((n_tensors, n_dev), dtype=np.bool_)  # a buffer of tensor t kept on d
     recv_bytes = np.zeros(n_tensors)
     sent_whole = np.zeros(n_tensors, dtype=np.bool_)
     delta = np.zeros((n_dev, n_layers + 1))
@@ -210,9 +209,8 @@ def _simulate_one(
                 if src < 0:
                     loc = entry
                     rdy = 0.0
-                    # the input image is held where it enters until its last reader has it
-                    recv_first[t, entry] = 0
-                    recv_last[t, entry] = layer
+                    # the input image is kept where it enters
+                    kept[t, entry] = True
                     recv_bytes[t] = in_bytes[e]
                     touched[entry] = True
                 else:
@@ -242,7 +240,7 @@ def _simulate_one(
                         sent[loc] += in_bytes[e]
                         energy[loc] += in_bytes[e] * e_byte[loc, d]
                         energy[d] += in_bytes[e] * e_byte[loc, d]
-                        recv_first[t, d] = layer
+                        kept[t, d] = True
                         recv_bytes[t] = in_bytes[e]
                         recv_at[d, layer] = True
                         touched[d] = True
@@ -253,7 +251,6 @@ def _simulate_one(
                                 sent_whole[t] = True
                                 delta[loc, last_use[src] + 1] += in_bytes[e]
                                 delta[loc, n_layers] -= in_bytes[e]
-                    recv_last[t, d] = layer
                 if a > t_in:
                     t_in = a
             k = kind[d]
@@ -370,8 +367,7 @@ def _simulate_one(
                     ready[layer] = end
                 elif t >= 0:  # a gathered whole: held like a received tensor
                     arrival[t, e] = end
-                    recv_first[t, e] = layer
-                    recv_last[t, e] = layer
+                    kept[t, e] = True
                     recv_bytes[t] = out_bytes[layer]
                     touched[e] = True
         if n_here == 1:
@@ -389,7 +385,7 @@ def _simulate_one(
     # runtime and kept for good (``held``, apart from the peak of what comes and goes)
     for t in range(n_tensors):
         for d in range(n_dev):
-            if recv_first[t, d] >= 0:
+            if kept[t, d]:
                 held[d] += recv_bytes[t]
     for d in range(n_dev):
         if not touched[d]:

@@ -240,6 +240,16 @@ def measure_links(cfg: DictConfig, platform: Platform, steps: Steps) -> tuple[di
     return tables, prov
 
 
+def cut_devices(platform: Platform) -> tuple[int, int]:
+    """The two cpu devices the deployments run on: the entry device first where it is a cpu
+    (then the first network's :data:`ENTRY_ONLY` mapping leaves it idle)."""
+    cpus = [i for i, d in enumerate(platform.devices) if d.kind == "cpu"]
+    if len(cpus) < 2:
+        raise DseError(f"platform '{platform.name}' needs two cpu devices to calibrate cuts")
+    a = platform.entry if platform.entry in cpus else cpus[0]
+    return a, next(c for c in cpus if c != a)
+
+
 def measure_deployments(
     cfg: DictConfig, platform: Platform, coefficients: Coefficients, steps: Steps
 ) -> tuple[list[dict[str, Any]], dict[str, tuple[float, str]]]:
@@ -251,12 +261,7 @@ def measure_deployments(
     from dse.runtime.measure import deploy, measure_interleaved, probe_times, take_out_drift
     from dse.runtime.probe import speed_probe
 
-    cpus = [i for i, d in enumerate(platform.devices) if d.kind == "cpu"]
-    if len(cpus) < 2:
-        raise DseError(f"platform '{platform.name}' needs two cpu devices to calibrate cuts")
-    # a: the entry device where it is a cpu (then the entry-only mapping leaves it idle)
-    a = platform.entry if platform.entry in cpus else cpus[0]
-    b = next(c for c in cpus if c != a)
+    a, b = cut_devices(platform)
     out = []
     speed: dict[str, tuple[float, str]] = {}
     iters = 3 if cfg.quick else int(cfg.iterations)
@@ -428,9 +433,10 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     base = base_coefficients(cfg, platform)
     kinds = sorted({d.kind for d in platform.devices})
     n_nets = 1 if cfg.quick else len(cfg.nets)
-    entry_only = platform.devices[platform.entry].kind == "cpu"  # see measure_deployments
-    runs_total = len(LABELS) * n_nets + entry_only
-    total = len(kinds) * (n_nets + 1) + 1 + (runs_total if cfg.deployments else 0)
+    runs_total = 0
+    if cfg.deployments:  # one more run where the entry device can be left idle
+        runs_total = len(LABELS) * n_nets + (cut_devices(platform)[0] == platform.entry)
+    total = len(kinds) * (n_nets + 1) + 1 + runs_total
     steps = Steps(total)
     raw: dict[str, Any] = {}
     samples: dict[str, Any] = {}
