@@ -1,0 +1,112 @@
+"""Does the model's per-device compute match the sub-models the runtime runs? No MPI needed.
+
+For random mappings of the given kinds (as ``dse.fidelity`` draws them), the runtime's
+partitioner writes each device's sub-models. Each sub-model is timed in this process (one
+thread, the runtime's session options; 2 warm-up and ``--runs`` timed rounds, every sub-model
+once per round), and each device's sum is printed beside the calibrated model's compute for
+that device (``busy``).
+
+    python scripts/submodel_compute.py --net resnet50 [--kinds split mixed] [--mappings 3]
+
+Measured 2026-11-24 with run K's calibration, on run K's fidelity mappings (split, mixed and
+front; rebuilt with ``dse.fidelity.choose``), per device:
+
+| network | sub-models alone vs the model | MPI-measured compute vs sub-models alone |
+|---|---|---|
+| ResNet-50 | +5 to +22 %, median +14 % | 0 to +9 %, median +4 % |
+| DenseNet-121 | +3 to +43 %, median +28 % | -3 to +5 %, median +1 % |
+
+The first column is what this script prints, there for run K's mappings (on its own random
+ones, ResNet-50 split and mixed, 2 each: +8 to +18 %); the second divides run K's
+``measurements.json`` per-rank compute by it.
+
+So most of the compute the model misses is in the sub-models themselves, and one process can
+measure it: the layers' cost inside a part, and a cost per sub-model run. Two ranks running
+side by side under MPI add only a few percent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from dse.calibrate.store import calibrated_path
+from dse.cli import CONF_DIR
+from dse.fidelity import random_mappings
+from dse.mapping import MappingBatch, derive_owner
+from dse.net import load_net
+from dse.platform import load_platform
+from dse.runtime.partition import partition
+from dse.runtime.sessions import session
+from models_analytical.coefficients import load_coefficients
+from models_analytical.model import AnalyticalModel
+
+
+def feeds(sess) -> dict[str, np.ndarray]:  # noqa: ANN001 - an onnxruntime InferenceSession
+    rng = np.random.default_rng(0)
+    return {
+        i.name: rng.random([d if isinstance(d, int) else 1 for d in i.shape], dtype=np.float32)
+        for i in sess.get_inputs()
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--net", default="resnet50")
+    ap.add_argument("--platform", default="localhost")
+    ap.add_argument("--kinds", nargs="+", default=["split", "mixed"])
+    ap.add_argument("--mappings", type=int, default=3, help="random mappings per kind")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    platform = load_platform(
+        yaml.safe_load((CONF_DIR / "platform" / f"{a.platform}.yaml").read_text())
+    )
+    path = calibrated_path(platform.name)
+    if not path.exists():
+        raise SystemExit(f"no calibration for {platform.name}: run python -m dse.calibrate first")
+    net = load_net({"name": a.net})
+    g, n_dev = net.graph, len(platform.devices)
+    model = AnalyticalModel(g, platform, load_coefficients(path), threads=1)
+    rng = np.random.default_rng(a.seed)
+    share = np.concatenate([random_mappings(g, n_dev, k, a.mappings, rng) for k in a.kinds])
+    labels = [f"{k}_{i}" for k in a.kinds for i in range(a.mappings)]
+    batch = MappingBatch(share, derive_owner(g, share))
+    busy = model.evaluate(batch).busy_s * 1e3
+    print(f"{a.net} on {platform.name} (calibrated {path}); per device: model / sub-models alone")
+    for p, label in enumerate(labels):
+        dep = partition(net, batch[p], platform)
+        rank_of = {
+            s["segment"]: r["rank"] for r in dep.plan["ranks"] for s in r["steps"] if "segment" in s
+        }
+        with tempfile.TemporaryDirectory(prefix="submodels-") as tmp:
+            dep.write_segments(Path(tmp))
+            sess = {name: session(Path(tmp) / name, "cpu", 1) for name in dep.segments}
+            ins = {name: feeds(s) for name, s in sess.items()}
+            times: dict[str, list[float]] = {name: [] for name in sess}
+            for r in range(a.runs + 2):
+                for name, s in sess.items():
+                    t0 = time.perf_counter()
+                    s.run(None, ins[name])
+                    if r >= 2:
+                        times[name].append(time.perf_counter() - t0)
+        med = {name: float(np.median(v)) * 1e3 for name, v in times.items()}
+        cells = []
+        for d in range(n_dev):
+            alone = sum(v for k, v in med.items() if rank_of[k] == d)
+            count = sum(1 for k in med if rank_of[k] == d)
+            if count:
+                cells.append(
+                    f"device {d}: {busy[p, d]:6.1f} / {alone:6.1f} ms "
+                    f"({(alone / busy[p, d] - 1) * 100:+5.1f} %, {count} sub-models)"
+                )
+        print(f"  {label:10s} " + " | ".join(cells))
+
+
+if __name__ == "__main__":
+    main()
