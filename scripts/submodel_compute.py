@@ -7,6 +7,7 @@ once per round), and each device's sum is printed beside the calibrated model's 
 that device (``busy``).
 
     python scripts/submodel_compute.py --net resnet50 [--kinds split mixed] [--mappings 3]
+    python scripts/submodel_compute.py --net densenet121 --calibration
 
 Measured 2026-11-24 with run K's calibration, on run K's fidelity mappings (split, mixed and
 front; rebuilt with ``dse.fidelity.choose``), per device:
@@ -35,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from dse.calibrate.__main__ import LABELS, calibration_mappings
 from dse.calibrate.store import calibrated_path
 from dse.cli import CONF_DIR
 from dse.fidelity import random_mappings
@@ -63,6 +65,11 @@ def main() -> None:
     ap.add_argument("--mappings", type=int, default=3, help="random mappings per kind")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--calibration",
+        action="store_true",
+        help="dse.calibrate's own cut mappings (vertical, split, mixed) instead of random ones",
+    )
     a = ap.parse_args()
     platform = load_platform(
         yaml.safe_load((CONF_DIR / "platform" / f"{a.platform}.yaml").read_text())
@@ -73,12 +80,17 @@ def main() -> None:
     net = load_net({"name": a.net})
     g, n_dev = net.graph, len(platform.devices)
     model = AnalyticalModel(g, platform, load_coefficients(path), threads=1)
-    rng = np.random.default_rng(a.seed)
-    share = np.concatenate([random_mappings(g, n_dev, k, a.mappings, rng) for k in a.kinds])
-    labels = [f"{k}_{i}" for k in a.kinds for i in range(a.mappings)]
-    batch = MappingBatch(share, derive_owner(g, share))
+    if a.calibration:
+        batch = calibration_mappings(g, model.tables.t_work[0], 0, 1, n_dev)[1:]
+        labels = list(LABELS[1:])
+    else:
+        rng = np.random.default_rng(a.seed)
+        share = np.concatenate([random_mappings(g, n_dev, k, a.mappings, rng) for k in a.kinds])
+        labels = [f"{k}_{i}" for k in a.kinds for i in range(a.mappings)]
+        batch = MappingBatch(share, derive_owner(g, share))
     busy = model.evaluate(batch).busy_s * 1e3
     print(f"{a.net} on {platform.name} (calibrated {path}); per device: model / sub-models alone")
+    totals = [0.0, 0.0]
     for p, label in enumerate(labels):
         dep = partition(net, batch[p], platform)
         rank_of = {
@@ -105,7 +117,10 @@ def main() -> None:
                     f"device {d}: {busy[p, d]:6.1f} / {alone:6.1f} ms "
                     f"({(alone / busy[p, d] - 1) * 100:+5.1f} %, {count} sub-models)"
                 )
+                totals[0] += busy[p, d]
+                totals[1] += alone
         print(f"  {label:10s} " + " | ".join(cells))
+    print(f"all devices: sub-models alone / model = {totals[1] / totals[0]:.3f}")
 
 
 if __name__ == "__main__":
