@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from dse.calibrate.__main__ import LABELS, calibration_mappings
+from dse.calibrate.__main__ import LABELS, calibration_mappings, cut_devices
 from dse.calibrate.store import calibrated_path
 from dse.cli import CONF_DIR
 from dse.fidelity import random_mappings
@@ -81,7 +81,8 @@ def main() -> None:
     g, n_dev = net.graph, len(platform.devices)
     model = AnalyticalModel(g, platform, load_coefficients(path), threads=1)
     if a.calibration:
-        batch = calibration_mappings(g, model.tables.t_work[0], 0, 1, n_dev)[1:]
+        dev_a, dev_b = cut_devices(platform)
+        batch = calibration_mappings(g, model.tables.t_work[0], dev_a, dev_b, n_dev)[1:]
         labels = list(LABELS[1:])
     else:
         rng = np.random.default_rng(a.seed)
@@ -93,8 +94,12 @@ def main() -> None:
     totals = [0.0, 0.0]
     for p, label in enumerate(labels):
         dep = partition(net, batch[p], platform)
-        rank_of = {
-            s["segment"]: r["rank"] for r in dep.plan["ranks"] for s in r["steps"] if "segment" in s
+        names = [dev.name for dev in platform.devices]
+        device_of = {
+            s["segment"]: names.index(r["device"])
+            for r in dep.plan["ranks"]
+            for s in r["steps"]
+            if "segment" in s
         }
         with tempfile.TemporaryDirectory(prefix="submodels-") as tmp:
             dep.write_segments(Path(tmp))
@@ -110,8 +115,8 @@ def main() -> None:
         med = {name: float(np.median(v)) * 1e3 for name, v in times.items()}
         cells = []
         for d in range(n_dev):
-            alone = sum(v for k, v in med.items() if rank_of[k] == d)
-            count = sum(1 for k in med if rank_of[k] == d)
+            alone = sum(v for k, v in med.items() if device_of[k] == d)
+            count = sum(1 for k in med if device_of[k] == d)
             if count:
                 cells.append(
                     f"device {d}: {busy[p, d]:6.1f} / {alone:6.1f} ms "
