@@ -13,9 +13,7 @@ block before the cut, each layer's output being sent as soon as it was made.)
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import yaml
@@ -26,17 +24,10 @@ from dse.mapping import MappingBatch, derive_owner
 from dse.net import load_net, zoo
 from dse.platform import load_platform
 from dse.runtime.partition import partition
+from dse.runtime.sequential import random_feeds, time_segments
 from dse.runtime.sessions import session
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
-
-
-def feeds(sess) -> dict[str, np.ndarray]:  # noqa: ANN001 - an onnxruntime InferenceSession
-    rng = np.random.default_rng(0)
-    return {
-        i.name: rng.random([d if isinstance(d, int) else 1 for d in i.shape], dtype=np.float32)
-        for i in sess.get_inputs()
-    }
 
 
 def main() -> None:
@@ -57,36 +48,24 @@ def main() -> None:
     model = AnalyticalModel(g, platform, load_coefficients(path), threads=1)
     layer_ms = (model.tables.t_work[0] + model.tables.t_fixed[0]) * 1e3
     whole = session(zoo.materialize(a.net, 0), "cpu", 1)
-    whole_in = feeds(whole)
+    whole_in = random_feeds(whole)
     print(f"{a.net}: model {layer_ms.sum():.1f} ms for the whole network (calibrated {path})")
     for frac in a.cuts:
         cut = min(max(int(n * frac), 1), n - 1)
         share = np.zeros((1, n, len(platform)))
         share[0, :cut, 0] = share[0, cut:, 1] = 1.0
         dep = partition(net, MappingBatch(share, derive_owner(g, share)), platform)
-        ranks = {
-            s["segment"]: r["rank"] for r in dep.plan["ranks"] for s in r["steps"] if "segment" in s
-        }
-        with tempfile.TemporaryDirectory(prefix="segments-") as tmp:
-            dep.write_segments(Path(tmp))
-            sess = {name: session(Path(tmp) / name, "cpu", 1) for name in dep.segments}
-            ins = {name: feeds(s) for name, s in sess.items()}
-            for name, s in sess.items():
-                s.run(None, ins[name])
-            times: dict[str, list[float]] = {name: [] for name in sess}
-            whole_t = []
-            for _ in range(a.runs):  # alternately, so a slow spell hits both
-                t0 = time.perf_counter()
-                whole.run(None, whole_in)
-                whole_t.append(time.perf_counter() - t0)
-                for name, s in sess.items():
-                    t0 = time.perf_counter()
-                    s.run(None, ins[name])
-                    times[name].append(time.perf_counter() - t0)
-        med = {name: float(np.median(v)) * 1e3 for name, v in times.items()}
+        whole_t: list[float] = []
+
+        def time_whole(acc: list[float] = whole_t) -> None:  # alternately with the segments,
+            t0 = time.perf_counter()  # so a slow spell hits both
+            whole.run(None, whole_in)
+            acc.append(time.perf_counter() - t0)
+
+        timed = time_segments(dep, a.runs, warmup=1, each_round=time_whole)
         w = float(np.median(whole_t)) * 1e3
-        per_rank = [sum(v for k, v in med.items() if ranks[k] == r) for r in (0, 1)]
-        counts = [sum(1 for k in med if ranks[k] == r) for r in (0, 1)]
+        per_rank = [sum(s for dev, s in timed.values() if dev == d) * 1e3 for d in (0, 1)]
+        counts = [sum(1 for dev, _ in timed.values() if dev == d) for d in (0, 1)]
         model_ms = (layer_ms[:cut].sum(), layer_ms[cut:].sum())
         print(
             f"cut after layer {cut}/{n}: whole {w:.1f} ms; device 0 {counts[0]} segments "

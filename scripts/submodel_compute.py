@@ -29,9 +29,6 @@ side by side under MPI add only a few percent.
 from __future__ import annotations
 
 import argparse
-import tempfile
-import time
-from pathlib import Path
 
 import numpy as np
 import yaml
@@ -44,17 +41,9 @@ from dse.mapping import MappingBatch, derive_owner
 from dse.net import load_net
 from dse.platform import load_platform
 from dse.runtime.partition import partition
-from dse.runtime.sessions import session
+from dse.runtime.sequential import time_segments
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
-
-
-def feeds(sess) -> dict[str, np.ndarray]:  # noqa: ANN001 - an onnxruntime InferenceSession
-    rng = np.random.default_rng(0)
-    return {
-        i.name: rng.random([d if isinstance(d, int) else 1 for d in i.shape], dtype=np.float32)
-        for i in sess.get_inputs()
-    }
 
 
 def main() -> None:
@@ -93,30 +82,11 @@ def main() -> None:
     print(f"{a.net} on {platform.name} (calibrated {path}); per device: model / sub-models alone")
     totals = [0.0, 0.0]
     for p, label in enumerate(labels):
-        dep = partition(net, batch[p], platform)
-        names = [dev.name for dev in platform.devices]
-        device_of = {
-            s["segment"]: names.index(r["device"])
-            for r in dep.plan["ranks"]
-            for s in r["steps"]
-            if "segment" in s
-        }
-        with tempfile.TemporaryDirectory(prefix="submodels-") as tmp:
-            dep.write_segments(Path(tmp))
-            sess = {name: session(Path(tmp) / name, "cpu", 1) for name in dep.segments}
-            ins = {name: feeds(s) for name, s in sess.items()}
-            times: dict[str, list[float]] = {name: [] for name in sess}
-            for r in range(a.runs + 2):
-                for name, s in sess.items():
-                    t0 = time.perf_counter()
-                    s.run(None, ins[name])
-                    if r >= 2:
-                        times[name].append(time.perf_counter() - t0)
-        med = {name: float(np.median(v)) * 1e3 for name, v in times.items()}
+        timed = time_segments(partition(net, batch[p], platform), a.runs, warmup=2)
         cells = []
         for d in range(n_dev):
-            alone = sum(v for k, v in med.items() if device_of[k] == d)
-            count = sum(1 for k in med if device_of[k] == d)
+            alone = sum(s for dev, s in timed.values() if dev == d) * 1e3
+            count = sum(1 for dev, _ in timed.values() if dev == d)
             if count:
                 cells.append(
                     f"device {d}: {busy[p, d]:6.1f} / {alone:6.1f} ms "

@@ -24,7 +24,7 @@ from dse.errors import DseError
 from dse.mapping import MappingBatch, from_device_lists
 from dse.net import Net, load_net
 from dse.runtime.partition import channel_bounds, input_arrays, partition
-from dse.runtime.sequential import run_deployment
+from dse.runtime.sequential import run_deployment, time_segments
 from dse.runtime.sessions import session
 
 RTOL = 1e-4
@@ -156,6 +156,22 @@ def test_a_b_a_vertical_mapping(tmp_path: Path) -> None:
     lists = [[[i % 2] for i in range(n)]]
     segments = assert_equal_outputs(net, from_device_lists(net.graph, 2, lists), platform(2))
     assert segments == n  # one segment per layer: each waits for the other device
+
+
+def test_time_segments_times_every_sub_model_once_on_its_device(tmp_path: Path) -> None:
+    net = zoo_like(tmp_path)
+    n = len(net.graph)
+    # the first half on device 2, the rest on device 0 (the entry): ranks are 0 and 1, so a
+    # sub-model's device must come from the plan's device, not its rank
+    lists = [[[2] if i < n // 2 else [0] for i in range(n)]]
+    dep = partition(net, from_device_lists(net.graph, 3, lists), platform(3))
+    rounds = []
+    timed = time_segments(dep, runs=2, warmup=1, each_round=lambda: rounds.append(1))
+    want = {s: r["device_index"] for r in dep.plan["ranks"] for s in r["segments"]}
+    assert {k: d for k, (d, _) in timed.items()} == want
+    assert set(want.values()) == {0, 2}
+    assert len(rounds) == 2  # called at the start of each timed round only
+    assert all(s > 0.0 for _, s in timed.values())
 
 
 def test_alexnet_random_mappings() -> None:

@@ -1,9 +1,11 @@
-"""Run a deployment's plan in one process (no MPI): every rank's steps, in a valid order."""
+"""Run a deployment's plan in one process (no MPI): every rank's steps, in a valid order; or
+time each of its sub-models alone (:func:`time_segments`, for the diagnostics in ``scripts/``)."""
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -104,3 +106,42 @@ def _step(
     for t in s.get("free", []):
         local.pop(t, None)
     return True
+
+
+def random_feeds(sess: Any) -> dict[str, np.ndarray]:
+    """Seeded random float32 inputs of an onnxruntime session's input shapes (a symbolic
+    dimension taken as 1)."""
+    rng = np.random.default_rng(0)
+    return {
+        i.name: rng.random([d if isinstance(d, int) else 1 for d in i.shape], dtype=np.float32)
+        for i in sess.get_inputs()
+    }
+
+
+def time_segments(
+    deployment: Deployment,
+    runs: int,
+    warmup: int = 1,
+    threads: int = 1,
+    each_round: Callable[[], None] | None = None,
+) -> dict[str, tuple[int, float]]:
+    """Each sub-model of ``deployment`` run alone on :func:`random_feeds`: ``warmup`` rounds,
+    then ``runs`` timed rounds, every sub-model once per round (so a slow spell of the machine
+    hits them all alike); ``each_round`` is called at the start of each timed round (to time
+    something else alternately). Per sub-model: its device's index in the platform and median
+    seconds."""
+    device_of = {n: r["device_index"] for r in deployment.plan["ranks"] for n in r["segments"]}
+    with tempfile.TemporaryDirectory(prefix="dse-segments-") as tmp:
+        deployment.write_segments(Path(tmp))
+        sessions = {name: session(Path(tmp) / name, "cpu", threads) for name in deployment.segments}
+        feeds = {name: random_feeds(s) for name, s in sessions.items()}
+        times: dict[str, list[float]] = {name: [] for name in sessions}
+        for r in range(warmup + runs):
+            if r >= warmup and each_round is not None:
+                each_round()
+            for name, s in sessions.items():
+                t0 = time.perf_counter()
+                s.run(None, feeds[name])
+                if r >= warmup:
+                    times[name].append(time.perf_counter() - t0)
+    return {name: (device_of[name], float(np.median(v))) for name, v in times.items()}
