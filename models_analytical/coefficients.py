@@ -22,6 +22,13 @@ REGRESSION_TERMS = ("1", "macs", "activation_bytes", "weight_bytes")
 WEIGHT_CLASSES = ("conv", "other")
 
 
+def flag(value: Any, where: str) -> bool:
+    """``value`` as a bool (JSON true/false), else one clear DseError."""
+    if not isinstance(value, bool):
+        raise DseError(f"{where} must be true or false, not {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class KindCoefficients:
     """Calibrated values for one device kind (section 4.3, extended)."""
@@ -40,6 +47,15 @@ class KindCoefficients:
     transfer_fixed_s: float = 0.0  # per tensor crossing devices: the segment cut on both ends
     transfer_per_byte_s: float = 0.0  # ... and per byte (layout conversions, copies)
     split_work_factor: float = 1.0  # a split layer's parts run side by side: each this slower
+    # what running the work as sub-models costs on the device, beyond their layers (measured
+    # on sub-models timed alone): per sub-model run, per byte of each tensor one takes in and
+    # of each it gives out (layout conversions and copies at its edges)
+    segment_run_s: float = 0.0
+    segment_in_per_byte_s: float = 0.0
+    segment_out_per_byte_s: float = 0.0
+    # a device receives by copying the data in once its earlier work is done (the runtime's
+    # blocking MPI Recv), so a transfer occupies it; False: transfers overlap its compute
+    receive_on_device: bool = False
     # Calibrated memory, per weight class (WEIGHT_CLASSES; empty: off): while running, bias +
     # coefficient x live activations + weights[class] x that class's weights (MB); while loading,
     # bias + loading[class] x weights (onnxruntime holds some twice, packs conv weights)
@@ -109,6 +125,14 @@ class KindCoefficients:
             split_work_factor=number(
                 k.get("split_work_factor", 1.0), f"{where}.split_work_factor", positive=True
             ),
+            segment_run_s=number(k.get("segment_run_s", 0.0), f"{where}.segment_run_s"),
+            segment_in_per_byte_s=number(
+                k.get("segment_in_per_byte_s", 0.0), f"{where}.segment_in_per_byte_s"
+            ),
+            segment_out_per_byte_s=number(
+                k.get("segment_out_per_byte_s", 0.0), f"{where}.segment_out_per_byte_s"
+            ),
+            receive_on_device=flag(k.get("receive_on_device", False), f"{where}.receive_on_device"),
             memory_weights={
                 c: number(v, f"{where}.memory.weights.{c}")
                 for c, v in dict(mem.get("weights") or {}).items()

@@ -117,6 +117,13 @@ def kernel_inputs(
                 for k in KINDS
             ]
         ),
+        seg_run=np.array([attr(coefficients, k, "segment_run_s") for k in KINDS]),
+        seg_in=np.array([attr(coefficients, k, "segment_in_per_byte_s") for k in KINDS]),
+        seg_out=np.array([attr(coefficients, k, "segment_out_per_byte_s") for k in KINDS]),
+        recv_busy=np.array(
+            [k in coefficients and coefficients[k].receive_on_device for k in KINDS],
+            dtype=np.bool_,
+        ),
     )
 
 

@@ -19,6 +19,13 @@ allocate-then-free liveness per device over the same order (seed 002), as the ru
 its last reader there, or to the end of the inference if the device sends it (sends complete
 there); what a device receives or gathers lands in buffers allocated once and kept, as does
 the input image where it enters: those are ``held`` bytes, apart from the peak.
+
+Each device's work runs as sub-models, cut as :mod:`dse.runtime.partition` cuts them (before a
+step that receives, after a gather and after a send's deadline). Each costs on its device, on
+top of its layers, a run (``seg_run``) and per byte of each tensor it takes in and gives out
+(``seg_in``, ``seg_out``: layout conversions and copies at its edges). Where receiving
+occupies the device (``recv_busy``: the runtime's ranks copy data in with a blocking receive),
+a transfer starts no earlier than the receiver is free and keeps it busy until it is in.
 """
 
 from __future__ import annotations
@@ -63,6 +70,11 @@ class KernelInputs(NamedTuple):
     seg_fixed: np.ndarray  # [K] cost of a tensor crossing to a device of this kind (the cut
     seg_byte: np.ndarray  # [K] segments on both ends), fixed and per byte
     split_slow: np.ndarray  # [K] work factor of a split layer's parts (they run side by side)
+    seg_run: np.ndarray  # [K] seconds per sub-model run, on the device (session call, setup)
+    seg_in: np.ndarray  # [K] seconds per byte of each tensor a sub-model takes in (layout
+    seg_out: np.ndarray  # [K] conversion, copies) and of each it gives out
+    recv_busy: np.ndarray  # bool [K] a transfer occupies a receiving device of this kind: its
+    # rank copies the data in (MPI Recv) once it has finished its work before, not meanwhile
     out_ptr: np.ndarray  # int64 [L+1] CSR of each layer's consumer layers
     out_dst: np.ndarray  # int64 [E'] consumer layer
     out_tid: np.ndarray  # int64 [L] tensor id of each layer's output (-1: nobody reads it)
@@ -127,6 +139,81 @@ def _deadline(loc, src, layer, absorbed, k_in, recv_at, gath_at, pcnt, row, owne
 
 
 @njit(cache=True, nogil=True)
+def _cut_after(
+    d, layer, k_in, row, pcnt, owner, sub, seg_start, lseg, plist, n_parts, sent_at, in_at, done
+):
+    """The runtime ends device d's sub-model after ``layer``, a send's deadline found only
+    now: d already ran parts after it in the same sub-model. Those become one of their own
+    (``sub`` row 0: each device's current sub-model, row 1: the last number given;
+    ``plist[d, :n_parts[d]]`` d's parts so far), whose run and the tensors that now cross
+    into it are charged; returns those seconds. (A cut at d's last part only closes it.)"""
+    sent_at[d, layer] = True
+    n = n_parts[d]
+    first = np.searchsorted(plist[d, :n], layer, side="right")  # d's first part after it
+    y = plist[d, first]
+    if seg_start[d, y]:
+        return 0.0
+    seg_start[d, y] = True
+    k = k_in.kind[d]
+    old = lseg[d, y]
+    sub[1, d] += 1
+    new = sub[1, d]
+    if sub[0, d] == old:
+        sub[0, d] = new
+    cost = k_in.seg_run[k]
+    for j in range(first, n):
+        z = plist[d, j]
+        if lseg[d, z] != old:
+            break  # a sub-model's parts are consecutive
+        lseg[d, z] = new
+        if row[z] != z:
+            continue  # it reads the part made before it here
+        for e in range(k_in.in_ptr[z], k_in.in_ptr[z + 1]):
+            src = k_in.in_src[e]
+            t = k_in.in_tensor[e]
+            whole = src >= 0 and owner[src] == d and pcnt[row[src]] == 1
+            if whole and lseg[d, src] == new:
+                continue  # made in the new one
+            ta = in_at[t, d]
+            if ta >= 0 and lseg[d, ta] == new:
+                continue  # taken in by the new one (its charge moves with it)
+            # a later sub-model took it in last, so in_at cannot mark the new one: did one of
+            # the new one's parts before this one take it in?
+            later = ta >= 0 and lseg[d, ta] != old
+            if later and _reads(t, d, new, first, j, plist, k_in, row, lseg):
+                continue
+            if whole and lseg[d, src] == old:  # made before the cut: it crosses it now
+                charge = True
+                if not done[src]:
+                    done[src] = True
+                    cost += k_in.seg_out[k] * k_in.in_bytes[e]
+            elif later:  # charged once for the old one: did its first half take it in too?
+                charge = _reads(t, d, old, first, -1, plist, k_in, row, lseg)
+            else:
+                charge = True  # taken in before the cut: the new one takes it in too
+            if charge:
+                cost += k_in.seg_in[k] * k_in.in_bytes[e]
+            if not later:
+                in_at[t, d] = z
+    return cost
+
+
+@njit(cache=True, nogil=True)
+def _reads(t, d, seg, start, stop, plist, k_in, row, lseg):
+    """Whether a part of device d in sub-model ``seg`` reads tensor t: its parts from index
+    ``start`` back while they are in ``seg`` (``stop`` -1), or those in [start, stop)."""
+    j = start - 1 if stop < 0 else start
+    while (j >= 0 if stop < 0 else j < stop) and lseg[d, plist[d, j]] == seg:
+        z = plist[d, j]
+        if row[z] == z:
+            for e in range(k_in.in_ptr[z], k_in.in_ptr[z + 1]):
+                if k_in.in_tensor[e] == t:
+                    return True
+        j = j - 1 if stop < 0 else j + 1
+    return False
+
+
+@njit(cache=True, nogil=True)
 def _simulate_one(
     share,
     owner,
@@ -188,6 +275,18 @@ def _simulate_one(
                 pdev[layer, cnt] = d
                 cnt += 1
         pcnt[layer] = cnt
+    # sub-models as they run (see _cut_after): the current one on each device (sub[0], -1 when
+    # a send's deadline or a gather has closed it; sub[1] numbers them), lseg[d, l] the one d's part
+    # of layer l ran in, seg_start[d, l] marks a part that starts one; in_at[t, d] the part
+    # (layer) that last took tensor t into its sub-model on d (charged; lseg gives the one);
+    # out_done[l]: layer l's whole output was charged as leaving its sub-model
+    seg_run, seg_in, seg_out = k_in.seg_run, k_in.seg_in, k_in.seg_out
+    sub = np.full((2, n_dev), -1, dtype=np.int64)
+    lseg = np.full((n_dev, n_layers), -1, dtype=np.int64)
+    seg_start = np.zeros((n_dev, n_layers), dtype=np.bool_)
+    plist = np.empty((n_dev, n_layers), dtype=np.int64)  # each device's parts, in order
+    in_at = np.full((n_tensors, n_dev), -1, dtype=np.int64)
+    out_done = np.zeros(n_layers, dtype=np.bool_)
     gatherers = np.empty(n_dev, dtype=np.int64)
     touched = np.zeros(n_dev, dtype=np.bool_)  # devices whose memory deltas are not all zero
     finish = 0.0
@@ -229,11 +328,22 @@ def _simulate_one(
                                 loc, src, layer, absorbed, k_in, recv_at, gath_at, pcnt, row, owner
                             )
                             rdy = ready[dl]
+                            if not out_done[src]:  # it leaves its sub-model on loc
+                                out_done[src] = True
+                                c_out = seg_out[kind[loc]] * in_bytes[e]
+                                rdy += c_out
+                                dev_free[loc] += c_out
+                                busy[loc] += c_out
+                                energy[loc] += c_out * p_overhead[kind[loc]]
                         ch = channel[loc, d]
                         start = max(rdy, link_free[ch])
+                        if k_in.recv_busy[kind[d]]:
+                            start = max(start, dev_free[d])
                         dur = _transfer_s(k_in, loc, d, in_bytes[e])
                         a = start + dur
                         link_free[ch] = a
+                        if k_in.recv_busy[kind[d]]:
+                            dev_free[d] = a
                         arrival[t, d] = a
                         comm[loc] += dur
                         comm[d] += dur
@@ -244,8 +354,18 @@ def _simulate_one(
                         recv_bytes[t] = in_bytes[e]
                         recv_at[d, layer] = True
                         touched[d] = True
-                        if src >= 0:
-                            sent_at[loc, dl] = True
+                        if src >= 0 and not sent_at[loc, dl]:
+                            if dl >= plist[loc, n_parts[loc] - 1]:
+                                sent_at[loc, dl] = True  # loc's sub-model ends here
+                                sub[0, loc] = -1
+                            else:  # found late: loc ran on in that sub-model
+                                late = _cut_after(
+                                    loc, dl, k_in, row, pcnt, owner, sub, seg_start, lseg,
+                                    plist, n_parts, sent_at, in_at, out_done,
+                                )  # fmt: skip
+                                dev_free[loc] += late
+                                busy[loc] += late
+                                energy[loc] += late * p_overhead[kind[loc]]
                             if pcnt[row[src]] == 1 and not sent_whole[t]:
                                 # a whole output sent on: held to the end of the inference
                                 sent_whole[t] = True
@@ -254,16 +374,46 @@ def _simulate_one(
                 if a > t_in:
                     t_in = a
             k = kind[d]
+            # the sub-model this part runs in: a new one after a cut or where it receives; what
+            # enters it (received, gathered, or made by an earlier one here) and what leaves it
+            # costs per byte on this device
+            seg = sub[0, d]
+            if seg < 0 or recv_at[d, layer]:
+                sub[1, d] += 1
+                seg = sub[1, d]
+                sub[0, d] = seg
+                seg_start[d, layer] = True
+                over = seg_run[k]
+            else:
+                over = 0.0
+            lseg[d, layer] = seg
+            plist[d, n_parts[d]] = layer  # n_parts[d] counts it below
+            for e in range(in_ptr[layer], hi):
+                src = in_src[e]
+                t = in_tensor[e]
+                loc = entry if src < 0 else owner[src]
+                whole = src >= 0 and pcnt[row[src]] == 1
+                if loc == d and whole and lseg[d, src] == seg:
+                    continue  # made in this sub-model
+                if in_at[t, d] < 0 or lseg[d, in_at[t, d]] != seg:
+                    in_at[t, d] = layer
+                    over += seg_in[k] * in_bytes[e]
+                if loc == d and whole and not out_done[src]:
+                    out_done[src] = True  # it left an earlier sub-model here
+                    over += seg_out[k] * in_bytes[e]
+            if n_here == 1 and k_in.is_output[layer] and not out_done[layer]:
+                out_done[layer] = True
+                over += seg_out[k] * out_bytes[layer]
             work = _part_share(k_in, k, layer, s, n_here) * t_work[k, layer]
             fixed = t_fixed[k, layer]
             start = max(dev_free[d], t_in)
-            end = start + work + fixed
+            end = start + over + work + fixed
             dev_free[d] = end
             part_end[d] = end
-            busy[d] += work + fixed
+            busy[d] += over + work + fixed
             n_parts[d] += 1
             energy[d] += work * p_class[k, op_class[layer]]
-            energy[d] += fixed * p_overhead[k]
+            energy[d] += (fixed + over) * p_overhead[k]
             # weights of this part: held for its step (streamed) or the whole run (resident)
             wb = s * w_bytes[layer]
             touched[d] = True
@@ -286,7 +436,15 @@ def _simulate_one(
         else:
             # all-gather: every part goes to each part device that needs the whole, and to the
             # owner when it concatenates (it needs the whole or forwards it to a device that
-            # computed no part); each receiver concatenates locally
+            # computed no part); each receiver concatenates locally. Each part leaves its
+            # sub-model (to be sent, or gathered where it was made)
+            for i in range(n_here):
+                d = pdev[r, i]
+                c_out = seg_out[kind[d]] * share[r, d] * out_bytes[layer]
+                part_end[d] += c_out
+                dev_free[d] += c_out
+                busy[d] += c_out
+                energy[d] += c_out * p_overhead[kind[d]]
             need[:] = False
             for j in range(out_ptr[layer], out_ptr[layer + 1]):
                 m = row[out_dst[j]]
@@ -333,9 +491,13 @@ def _simulate_one(
                         continue
                     ch = channel[d, e]
                     start = max(part_end[d], link_free[ch])
+                    if k_in.recv_busy[kind[e]]:
+                        start = max(start, dev_free[e])
                     dur = _transfer_s(k_in, d, e, nbytes)
                     a = start + dur
                     link_free[ch] = a
+                    if k_in.recv_busy[kind[e]]:
+                        dev_free[e] = a
                     comm[d] += dur
                     comm[e] += dur
                     sent[d] += nbytes
@@ -346,14 +508,16 @@ def _simulate_one(
                     sends = True
                 if sends:  # the part is held on its device until its sends complete, at
                     # the end of the inference (dse.runtime.worker waits for them there)
-                    sent_at[d, layer] = True
+                    sent_at[d, layer] = True  # d just ran this part: its sub-model ends
+                    sub[0, d] = -1
                     delta[d, layer] += nbytes
                     delta[d, n_layers] -= nbytes
             ready[layer] = last_part  # nobody reads it from the owner unless it concatenates
             t = out_tid[layer]
             for j in range(n_g):
                 e = gatherers[j]
-                sent_at[e, layer] = True  # a gather step ends the segment
+                sent_at[e, layer] = True  # a gather step ends e's sub-model
+                sub[0, e] = -1
                 gath_at[e, layer] = True
                 k = kind[e]
                 start = max(dev_free[e], gather_in[e])

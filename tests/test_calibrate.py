@@ -245,6 +245,107 @@ def test_model_counts_the_segments_the_partitioner_cuts(name: str, kind: str) ->
 @pytest.mark.parametrize(
     ("name", "kind"),
     [
+        ("googlenet", "split"),
+        ("googlenet", "mixed"),
+        ("resnet50", "mixed"),
+        ("densenet121", "vertical"),  # sends found late split sub-models already charged
+    ],
+)
+def test_model_charges_the_sub_models_the_partitioner_writes(name: str, kind: str) -> None:
+    """With 1 s per sub-model run (or 1 s per byte in, or out) and nothing else changed, a
+    device's compute grows by the number of sub-models the partitioner writes for it (the
+    bytes of their inputs, of their outputs, read from the sub-models' own ONNX graphs); and
+    the model's compute of each sub-model's layers (dse.calibrate.submodels) adds up to the
+    device's compute."""
+    from dse.calibrate.submodels import features
+    from dse.runtime.partition import partition
+
+    net = load_net({"name": name})
+    g = net.graph
+    plat = platform_localhost()
+    share = random_mappings(g, 2, kind, 2, np.random.default_rng(11))
+    batch = MappingBatch(share, derive_owner(g, share))
+    base = AnalyticalModel(g, plat, coefficients())
+    busy = base.evaluate(batch).busy_s
+    extra = {}
+    for term in ("segment_run_s", "segment_in_per_byte_s", "segment_out_per_byte_s"):
+        cpu = dataclasses.replace(coefficients()["cpu"], **{term: 1.0})
+        m = AnalyticalModel(g, plat, Coefficients({"cpu": cpu}))
+        extra[term] = m.evaluate(batch).busy_s - busy
+    for p in range(batch.size):
+        dep = partition(net, batch[p], plat)
+        subs = features(dep, batch[p : p + 1], base)
+        for r in dep.plan["ranks"]:
+            d = r["device_index"]
+            mine = [f for f in subs.values() if f["device"] == d]
+            assert extra["segment_run_s"][p, d] == pytest.approx(len(r["segments"]))
+            assert extra["segment_in_per_byte_s"][p, d] == pytest.approx(
+                sum(f["in_bytes"] for f in mine)
+            )
+            assert extra["segment_out_per_byte_s"][p, d] == pytest.approx(
+                sum(f["out_bytes"] for f in mine)
+            )
+            assert sum(f["compute_s"] for f in mine) == pytest.approx(busy[p, d])
+    assert extra["segment_in_per_byte_s"].max() > 0
+
+
+def test_receive_occupies_the_receiving_device_by_hand() -> None:
+    """A split layer's part made on device 1 is gathered on device 0, still busy with its
+    larger part: when receiving occupies the device, the copy starts only when device 0 is
+    done, so the inference ends later by exactly the transfer's time."""
+    share = np.zeros((1, 6, 2))
+    share[0, :, 0] = 1.0
+    share[0, 2] = [0.75, 0.25]  # conv1 (its Relu follows on the parts)
+    graph, plain = _chain_model(coefficients())
+    batch = MappingBatch(share, derive_owner(graph, share))
+    cpu = dataclasses.replace(coefficients()["cpu"], receive_on_device=True)
+    _, busy_recv = _chain_model(Coefficients({"cpu": cpu}))
+    transfer = 0.25 * graph.output_bytes[3] / 1e9  # the Relu's part over a 1 GB/s link
+    t = plain.tables.t_work[0]
+    assert 0.5 * (t[2] + t[3]) > transfer  # device 0 is still busy when the part could arrive
+    later = busy_recv.evaluate(batch).latency_s - plain.evaluate(batch).latency_s
+    assert later[0] == pytest.approx(transfer, rel=1e-6)
+
+
+def test_sub_model_costs_recovered_from_synthetic_timings() -> None:
+    """dse.calibrate.submodels.fit recovers the run, per-byte and split costs that made
+    synthetic sub-model timings, at two process speeds."""
+    from dse.calibrate.submodels import fit
+
+    rng = np.random.default_rng(5)
+    truth = {"run": 40e-6, "in": 0.08e-9, "out": 0.05e-9, "split": 1.1}
+    samples = []
+    for i in range(200):
+        compute = rng.uniform(1e-4, 5e-3)
+        split = compute * rng.integers(0, 2)
+        inb, outb = rng.uniform(1e4, 3e6, size=2)
+        speed = 1.0 if i % 2 else 1.05
+        alone = speed * compute + truth["run"] + truth["in"] * inb + truth["out"] * outb
+        alone += (truth["split"] - 1.0) * speed * split
+        samples.append(
+            {
+                "device": i % 2,
+                "compute_s": compute,
+                "split_s": split,
+                "in_bytes": inb,
+                "out_bytes": outb,
+                "alone_s": alone,
+                "speed": speed,
+                "net": "synthetic",
+                "mapping": i // 20,
+            }
+        )
+    got, prov = fit(samples)
+    assert got["segment_run_s"] == pytest.approx(truth["run"], rel=1e-6)
+    assert got["segment_in_per_byte_s"] == pytest.approx(truth["in"], rel=1e-6)
+    assert got["segment_out_per_byte_s"] == pytest.approx(truth["out"], rel=1e-6)
+    assert got["split_work_factor"] == pytest.approx(truth["split"], rel=1e-6)
+    assert prov["median_abs_error_after"] < 1e-6 < prov["median_abs_error_before"]
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
         ("alexnet", "split"),
         ("googlenet", "mixed"),
         ("densenet121", "mixed"),

@@ -11,14 +11,19 @@ Steps, per device kind of the platform (at the thread count of its first device)
 3. **links**: ping-pong and two-way exchanges between two ranks of each link class, by size;
 4. **deployments**: per network, one device, a vertical cut, a split of every splittable
    layer over two devices and a random mix, run under MPI by the runtime: the ranks' peak RSS
-   while loading and running give the memory terms, and the latencies of the cut mappings
-   the cost of cutting the work into segments (per tensor crossing, fixed and per byte) and
-   how much slower a split layer's parts run side by side; each network's layer times are
-   anchored to its one-device run; a network's mappings run in interleaved rounds
-   (``rounds``, each in a random order) and each keeps the median of its rounds' medians. The
-   first network also runs whole on a device other than the entry, whose rank then only
-   sends the image: the memory of a rank that runs no sub-model;
-5. **energy** is not measured here (no counter on most machines): the power figures stay those
+   while loading and running give the memory terms; each network's layer times are anchored
+   to its one-device run; a network's mappings run in interleaved rounds (``rounds``, each in
+   a random order) and each keeps the median of its rounds' medians. The first network also
+   runs whole on a device other than the entry, whose rank then only sends the image: the
+   memory of a rank that runs no sub-model;
+5. **sub-models**: the cut mappings' sub-models, each timed alone in this process beside the
+   whole network, give what running work as sub-models costs on a device beyond its layers
+   (per sub-model, per byte in and out) and how much slower split layers' parts are
+   (:mod:`dse.calibrate.submodels`); a device then receives by copying the data in, as the
+   runtime's ranks do;
+6. **cuts**: what the cut mappings' latencies still show is charged per tensor crossing
+   devices (fixed and per byte: the runtime's probe, receive and send calls);
+7. **energy** is not measured here (no counter on most machines): the power figures stay those
    of the platform's file, and the coefficients say so.
 
 Each figure's spread (p90 - p10 over median) and the machine's load during the run are kept in
@@ -195,18 +200,24 @@ def calibrate_kind(
 
 
 def anchor_to_runtime(
-    k: dict[str, Any], samples: dict[str, list], runs: list[dict[str, Any]], nets: dict
+    k: dict[str, Any],
+    samples: dict[str, list],
+    runs: list[dict[str, Any]],
+    nets: dict,
+    overhead_ms: dict[str, float],
 ) -> dict[str, float]:
     """Scale each network's profiled layer times so they add up to its one-device run under
-    the runtime (the profile runs in this process, the runtime adds its own costs: MPI, the
-    rank's loop); refit the regression on the scaled times. Returns the factor per network."""
+    the runtime, less ``overhead_ms`` (what the model adds for running it as one sub-model);
+    the profile runs in this process, the runtime adds its own costs (MPI, the rank's loop).
+    Refit the regression on the scaled times. Returns the factor per network."""
     from models_analytical.calibration import fit_regression
 
     factors = {}
     for r in runs:
         if r["label"] == "single":
             whole = nets[r["net"]]["whole_ms"]
-            factors[r["net"]] = measured_latency_ms(r["result"]) / whole
+            ms = measured_latency_ms(r["result"]) - overhead_ms.get(r["net"], 0.0)
+            factors[r["net"]] = ms / whole
     secs = np.array(samples["seconds"]) * np.array([factors.get(n, 1.0) for n in samples["net"]])
     layer_s: dict[str, float] = {}
     for r in runs:
@@ -304,6 +315,35 @@ def measure_deployments(
     return out, speed
 
 
+def measure_submodels(
+    cfg: DictConfig, platform: Platform, runs: list[dict[str, Any]], steps: Steps
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """Each cut mapping's sub-models timed alone in this process, and what running work as
+    sub-models costs beyond its layers, fitted on them (:mod:`dse.calibrate.submodels`)."""
+    from dse.calibrate import submodels
+
+    a, _ = cut_devices(platform)
+    samples: list[dict[str, Any]] = []
+    for name in dict.fromkeys(r["net"] for r in runs):
+        cut = [r for r in runs if r["net"] == name and r["label"] in LABELS[1:]]
+        batch = MappingBatch(
+            np.concatenate([r["batch"].share for r in cut]),
+            np.concatenate([r["batch"].owner for r in cut]),
+        )
+        samples += submodels.rows(
+            load_net({"name": name}),
+            cut[0]["model"],
+            platform,
+            batch,
+            runs=1 if cfg.quick else 3,
+            threads=platform.devices[a].threads,
+            seed=int(cfg.seed),
+        )
+        steps.tick(f"sub-models of {name}")
+    fitted, prov = submodels.fit(samples)
+    return fitted, prov
+
+
 def fit_memory(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Peak RSS while running = bias + coefficient x live activations + held x the buffers the
     runtime keeps (what a rank receives or gathers) + weights[class] x the rank's weights of
@@ -357,38 +397,35 @@ def fit_memory(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, An
     }
 
 
-def fit_cuts(runs: list[dict[str, Any]]) -> tuple[tuple[float, float, float], dict]:
-    """The cost of a tensor crossing devices (fixed, per byte) and the work factor of split
-    layers' parts that make the cut mappings' predicted latencies best match the measured
-    ones (relative squared error)."""
+def fit_cuts(runs: list[dict[str, Any]]) -> tuple[tuple[float, float], dict]:
+    """The cost of a tensor crossing devices beyond the link's measured time (fixed, per byte:
+    the runtime's probe, receive and send calls) that makes the cut mappings' predicted
+    latencies best match the measured ones (relative squared error); the sub-models' own
+    costs are already in the model."""
     from scipy.optimize import minimize
 
     cut = [r for r in runs if r["label"] != "single"]
     measured = np.array([measured_latency_ms(r["result"]) / 1e3 for r in cut])
 
-    def unpack(theta: np.ndarray) -> tuple[float, float, float]:
-        return abs(theta[0]) * 1e-4, abs(theta[1]) * 1e-9, 1.0 + abs(theta[2])
+    def unpack(theta: np.ndarray) -> tuple[float, float]:
+        return abs(theta[0]) * 1e-4, abs(theta[1]) * 1e-9
 
     def predict(theta: np.ndarray) -> np.ndarray:
-        fixed, per_byte, slow = unpack(theta)
+        fixed, per_byte = unpack(theta)
         out = []
         for r in cut:
             m: AnalyticalModel = r["model"]
             k = len(m.inputs.seg_fixed)
-            m.inputs = m.inputs._replace(
-                seg_fixed=np.full(k, fixed),
-                seg_byte=np.full(k, per_byte),
-                split_slow=np.full(k, slow),
-            )
+            m.inputs = m.inputs._replace(seg_fixed=np.full(k, fixed), seg_byte=np.full(k, per_byte))
             out.append(m.evaluate(r["batch"]).latency_s[0])
         return np.array(out)
 
     def loss(theta: np.ndarray) -> float:
         return float(np.sum((predict(theta) / measured - 1.0) ** 2))
 
-    starts = [np.array([f, b, c]) for f in (0.0, 1.0, 5.0) for b in (0.0, 1.0) for c in (0, 0.2)]
+    starts = [np.array([f, b]) for f in (0.0, 1.0, 5.0) for b in (0.0, 1.0, 3.0)]
     best = min((minimize(loss, s, method="Nelder-Mead") for s in starts), key=lambda r: r.fun)
-    before = predict(np.zeros(3))
+    before = predict(np.zeros(2))
     after = predict(best.x)
     prov = {
         "mappings": [f"{r['net']}/{r['label']}" for r in cut],
@@ -436,6 +473,7 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     runs_total = 0
     if cfg.deployments:  # one more run where the entry device can be left idle
         runs_total = len(LABELS) * n_nets + (cut_devices(platform)[0] == platform.entry)
+        runs_total += n_nets * ("cpu" in kinds)  # each network's sub-models timed alone
     total = len(kinds) * (n_nets + 1) + 1 + runs_total
     steps = Steps(total)
     raw: dict[str, Any] = {}
@@ -461,20 +499,29 @@ def main(cfg: DictConfig) -> dict[str, Any]:
                 "speed, and dse.fidelity compares its own probes with it",
             }
         if "cpu" in raw:  # the deployments run on cpu devices
+            sub, prov["sub_models"] = measure_submodels(cfg, platform, runs, steps)
+            raw["cpu"].update(sub, receive_on_device=True)
+            coefficients = Coefficients.from_dict(raw, "calibration")
+            overhead = {}  # the model's sub-model costs of each one-device run
+            for r in runs:
+                if r["label"] == "single":
+                    m = AnalyticalModel(r["model"].graph, platform, coefficients)
+                    busy = m.evaluate(r["batch"]).busy_s.max() * 1e3
+                    overhead[r["net"]] = busy - m.tables.t_work[0].sum() * 1e3
+                    overhead[r["net"]] -= m.tables.t_fixed[0].sum() * 1e3
             nets = prov["kinds"]["cpu"]["profiled_networks"]
             prov["kinds"]["cpu"]["runtime_over_profile"] = anchor_to_runtime(
-                raw["cpu"], samples["cpu"], runs, nets
+                raw["cpu"], samples["cpu"], runs, nets, overhead
             )
             coefficients = Coefficients.from_dict(raw, "calibration")
             for r in runs:
                 r["model"] = AnalyticalModel(r["model"].graph, platform, coefficients)
         memory, prov["memory"] = fit_memory(runs)
-        (fixed, per_byte, slow), prov["cuts"] = fit_cuts(runs)
+        (fixed, per_byte), prov["cuts"] = fit_cuts(runs)
         for kind in kinds:
             raw[kind]["memory"].update(memory)
             raw[kind]["transfer_fixed_s"] = fixed
             raw[kind]["transfer_per_byte_s"] = per_byte
-            raw[kind]["split_work_factor"] = slow
     steps.bar.close()
     out = Path(str(cfg.out)).expanduser() if cfg.get("out") else calibrated_path(platform.name)
     prov.update(

@@ -383,6 +383,7 @@ class _Action:
     gather a split layer's parts into its whole."""
 
     kind: str  # "compute" | "recv" | "gather"
+    layer: int = -1  # compute: the graph layer (whole, or a part of it)
     nodes: list[onnx.NodeProto] = field(default_factory=list)
     inits: dict[str, Init] = field(default_factory=dict)
     consts: dict[str, onnx.NodeProto] = field(default_factory=dict)
@@ -710,6 +711,7 @@ def partition(
                 act = _follower_part(
                     layer, node, statics, static_names, bounds[k], f".part{d}", axis, types
                 )
+                act.layer = layer.index
                 programs[d].append(act)
                 made_at[(act.makes[0], d)] = len(programs[d]) - 1
                 continue
@@ -727,6 +729,7 @@ def partition(
             act = _layer_nodes(
                 layer, node, statics, static_names, part, f".part{d}" if split else "", types
             )
+            act.layer = layer.index
             programs[d].append(act)
             for t in act.makes:
                 made_at[(t, d)] = len(programs[d]) - 1
@@ -980,7 +983,15 @@ def _device_steps(
             nodes, inits, consts, inputs, outputs, name[:-5], cpu
         )
         files.append(name)
-        steps.append({"op": "run", "segment": name, "inputs": inputs, "outputs": outputs})
+        steps.append(
+            {
+                "op": "run",
+                "segment": name,
+                "inputs": inputs,
+                "outputs": outputs,
+                "layers": [a.layer for a in g],  # the graph layers (or parts) it computes
+            }
+        )
         steps.extend(send_steps(sends))
     _add_frees(steps, initial, {t for t in out_names if where[t] == d})
     return steps, files

@@ -1,0 +1,158 @@
+"""What running a network as sub-models costs beyond their layers, measured in one process.
+
+The runtime runs each device's work as sub-models (one onnxruntime session each). A sub-model
+costs more than its layers did inside the whole network: a session call, and at its edges the
+tensors it takes in and gives out are converted and copied (onnxruntime keeps a whole network's
+activations in its blocked layout; a sub-model converts at every input and output). Measured
+here, on ResNet-50's split mappings, its sub-models alone took 14 % longer than their layers.
+
+For each cut mapping ``dse.calibrate`` deploys, the partitioner writes the sub-models and each
+is timed alone in this process (:func:`dse.runtime.sequential.time_segments`), in rounds that
+also run the whole network once, so the process's speed against the model's layer times is
+measured beside them. Per sub-model (:func:`rows`)::
+
+    alone = speed x compute + run + in x bytes in + out x bytes out + (split - 1) x speed x split
+
+``compute`` is the model's time of its layers (their parts, by channel blocks), ``split`` that
+of the parts of split layers, ``speed`` the whole network alone over the model's whole compute.
+:func:`fit` finds the non-negative ``run`` (s), ``in`` and ``out`` (s/B) and ``split`` (>= 1)
+over every sub-model of every network, in seconds (a large sub-model weighs more).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import onnx
+
+from dse.mapping import MappingBatch
+from dse.net import Net, zoo
+from dse.platform import Platform
+from dse.runtime.partition import Deployment, part_rows, partition
+from dse.runtime.sequential import random_feeds, time_segments
+from dse.runtime.sessions import session
+from models_analytical.model import AnalyticalModel
+from models_analytical.simulate import _part_share
+
+#: Columns of a row's features, in the order :func:`fit` returns coefficients.
+TERMS = ("run", "in_bytes", "out_bytes", "split_s")
+
+
+def _bytes(values: list[onnx.ValueInfoProto]) -> int:
+    """Bytes of the tensors ``values`` describe (a symbolic dimension taken as 1)."""
+    total = 0
+    for v in values:
+        t = v.type.tensor_type
+        size = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).itemsize
+        total += size * int(np.prod([d.dim_value or 1 for d in t.shape.dim]))
+    return total
+
+
+def features(
+    deployment: Deployment, mapping: MappingBatch, model: AnalyticalModel
+) -> dict[str, dict[str, float]]:
+    """Per sub-model of ``deployment`` (mapping 0 of ``mapping``): its device, the model's
+    compute of its layers (``compute_s``, split factor 1) and of its split parts (``split_s``),
+    and the bytes it takes in and gives out."""
+    share = mapping.share[0]
+    graph = model.graph
+    row = part_rows(graph, share)
+    n_here = (share[row] > 0).sum(axis=1)  # devices each layer's parts run on
+    k_in = model.inputs
+    out: dict[str, dict[str, float]] = {}
+    for rank in deployment.plan["ranks"]:
+        d = rank["device_index"]
+        k = int(k_in.kind[d])
+        for step in rank["steps"]:
+            if step["op"] != "run":
+                continue
+            compute = split = 0.0
+            for layer in step["layers"]:
+                s = float(share[row[layer], d])
+                part = _part_share(k_in, k, layer, s, int(n_here[layer]))
+                if n_here[layer] > 1:
+                    part /= k_in.split_slow[k]  # its parts' whole channel blocks only
+                t = part * k_in.t_work[k, layer] + k_in.t_fixed[k, layer]
+                compute += t
+                split += t if n_here[layer] > 1 else 0.0
+            sub = deployment.segments[step["segment"]].graph
+            out[step["segment"]] = {
+                "device": d,
+                "compute_s": compute,
+                "split_s": split,
+                "in_bytes": float(_bytes([v for v in sub.input if v.name in step["inputs"]])),
+                "out_bytes": float(_bytes(list(sub.output))),
+            }
+    return out
+
+
+def rows(
+    net: Net,
+    model: AnalyticalModel,
+    platform: Platform,
+    mappings: MappingBatch,
+    runs: int,
+    threads: int = 1,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Every sub-model of each of ``mappings`` (of a zoo network, on cpu devices), timed alone
+    at ``threads`` (``runs`` rounds, one warm-up, each round also running the whole network
+    once): :func:`features` and ``alone_s`` (median seconds), ``speed`` (the whole network's
+    median against the model's whole compute), the network and the mapping's index."""
+    whole = session(zoo.materialize(net.name, seed), "cpu", threads)
+    feeds = random_feeds(whole)
+    layers = model.tables.t_work[0] + model.tables.t_fixed[0]  # the whole network on a cpu
+    out = []
+    for p in range(mappings.size):
+        dep = partition(net, mappings[p], platform, seed=seed)
+        whole_s: list[float] = []
+
+        def time_whole(acc: list[float] = whole_s) -> None:
+            t0 = time.perf_counter()
+            whole.run(None, feeds)
+            acc.append(time.perf_counter() - t0)
+
+        timed = time_segments(dep, runs, warmup=1, threads=threads, each_round=time_whole)
+        speed = float(np.median(whole_s)) / float(layers.sum())
+        for name, f in features(dep, mappings[p], model).items():
+            out.append(
+                {**f, "alone_s": timed[name][1], "speed": speed, "net": net.name, "mapping": p}
+            )
+    return out
+
+
+def fit(samples: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, Any]]:
+    """The sub-model costs (module docstring) and, per network and mapping, each device's
+    sub-models alone against the model's compute before and after them (ms)."""
+    from models_analytical.calibration import fit_nonnegative
+
+    a = np.array([[1.0, r["in_bytes"], r["out_bytes"], r["speed"] * r["split_s"]] for r in samples])
+    y = np.array([r["alone_s"] - r["speed"] * r["compute_s"] for r in samples])
+    scale = np.maximum(np.abs(a).max(axis=0), 1e-30)  # columns of one size for the solver
+    coef = fit_nonnegative(a / scale, y, relative=False) / scale
+    fitted = {
+        "segment_run_s": float(coef[0]),
+        "segment_in_per_byte_s": float(coef[1]),
+        "segment_out_per_byte_s": float(coef[2]),
+        "split_work_factor": 1.0 + float(coef[3]),
+    }
+    totals: dict[str, list[float]] = {}
+    for r, extra in zip(samples, a @ coef, strict=True):
+        key = f"{r['net']}/{r['mapping']}/device{r['device']}"
+        t = totals.setdefault(key, [0.0, 0.0, 0.0])
+        t[0] += r["alone_s"]
+        t[1] += r["speed"] * r["compute_s"]
+        t[2] += r["speed"] * r["compute_s"] + extra
+    err_before = [b / m - 1.0 for m, b, _ in totals.values()]
+    err_after = [f / m - 1.0 for m, _, f in totals.values()]
+    prov = {
+        "sub_models": len(samples),
+        "device_totals_alone_model_fitted_ms": {
+            k: [round(x * 1e3, 3) for x in v] for k, v in totals.items()
+        },
+        "median_abs_error_before": round(float(np.median(np.abs(err_before))), 4),
+        "median_abs_error_after": round(float(np.median(np.abs(err_after))), 4),
+    }
+    return fitted, prov
