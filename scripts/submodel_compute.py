@@ -9,21 +9,21 @@ that device (``busy``).
     python scripts/submodel_compute.py --net resnet50 [--kinds split mixed] [--mappings 3]
     python scripts/submodel_compute.py --net densenet121 --calibration
 
-Measured 2026-11-24 with run K's calibration, on run K's fidelity mappings (split, mixed and
-front; rebuilt with ``dse.fidelity.choose``), per device:
+Since run L, ``dse.calibrate`` fits what a sub-model costs beyond its layers on exactly this
+kind of timing (``dse/calibrate/submodels.py``: calibration's own cut mappings), and the model
+charges it. Measured 2026-11-24 (``--net resnet50``, then ``--net densenet121``, 9 s each, run
+L's calibration, this script's random split and mixed mappings):
 
-| network | sub-models alone vs the model | MPI-measured compute vs sub-models alone |
+| network | sub-models alone vs the model, per device | all devices |
 |---|---|---|
-| ResNet-50 | +5 to +22 %, median +14 % | 0 to +9 %, median +4 % |
-| DenseNet-121 | +3 to +43 %, median +28 % | -3 to +5 %, median +1 % |
+| ResNet-50 | -2.6 to +1.4 % | 0.996 |
+| DenseNet-121 | split -2.9 to +2.7 %, mixed -7.7 to -3.4 % | 0.968-0.974 (two runs) |
 
-The first column is what this script prints, there for run K's mappings (on its own random
-ones, ResNet-50 split and mixed, 2 each: +8 to +18 %); the second divides run K's
-``measurements.json`` per-rank compute by it.
-
-So most of the compute the model misses is in the sub-models themselves, and one process can
-measure it: the layers' cost inside a part, and a cost per sub-model run. Two ranks running
-side by side under MPI add only a few percent.
+With run K's calibration (no sub-model costs), run K's split, mixed and front mappings took
++5 to +22 % (ResNet-50, median +14 %) and +3 to +43 % (DenseNet-121, median +28 %) more alone
+than the model's compute, and their ranks under MPI 0 to +9 % and -3 to +5 % more again: the
+compute the model missed was in the sub-models themselves, not in two ranks running side by
+side.
 """
 
 from __future__ import annotations
