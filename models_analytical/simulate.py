@@ -103,7 +103,7 @@ def _transfer_s(k_in, a, b, nbytes):
 
 
 @njit(cache=True, nogil=True)
-def _part_share(k_in, k, layer, s, n_here):
+def part_share(k_in, k, layer, s, n_here):
     """The share of a layer's work a part of share ``s`` costs on kind ``k``: whole channel
     blocks when the layer is split, and slower by ``split_slow`` (parts of one layer run at the
     same time on the devices of a host, which share its memory bandwidth and caches)."""
@@ -404,7 +404,7 @@ def _simulate_one(
             if n_here == 1 and k_in.is_output[layer] and not out_done[layer]:
                 out_done[layer] = True
                 over += seg_out[k] * out_bytes[layer]
-            work = _part_share(k_in, k, layer, s, n_here) * t_work[k, layer]
+            work = part_share(k_in, k, layer, s, n_here) * t_work[k, layer]
             fixed = t_fixed[k, layer]
             start = max(dev_free[d], t_in)
             end = start + over + work + fixed

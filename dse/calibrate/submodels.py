@@ -34,7 +34,7 @@ from dse.runtime.partition import Deployment, part_rows, partition
 from dse.runtime.sequential import random_feeds, time_segments
 from dse.runtime.sessions import session
 from models_analytical.model import AnalyticalModel
-from models_analytical.simulate import _part_share
+from models_analytical.simulate import part_share
 
 #: Columns of a row's features, in the order :func:`fit` returns coefficients.
 TERMS = ("run", "in_bytes", "out_bytes", "split_s")
@@ -71,7 +71,7 @@ def features(
             compute = split = 0.0
             for layer in step["layers"]:
                 s = float(share[row[layer], d])
-                part = _part_share(k_in, k, layer, s, int(n_here[layer]))
+                part = part_share(k_in, k, layer, s, int(n_here[layer]))
                 if n_here[layer] > 1:
                     part /= k_in.split_slow[k]  # its parts' whole channel blocks only
                 t = part * k_in.t_work[k, layer] + k_in.t_fixed[k, layer]
