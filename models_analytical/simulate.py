@@ -355,7 +355,7 @@ def _simulate_one(
                         recv_at[d, layer] = True
                         touched[d] = True
                         if src >= 0 and not sent_at[loc, dl]:
-                            if dl >= plist[loc, n_parts[loc] - 1]:
+                            if n_parts[loc] == 0 or dl >= plist[loc, n_parts[loc] - 1]:
                                 sent_at[loc, dl] = True  # loc's sub-model ends here
                                 sub[0, loc] = -1
                             else:  # found late: loc ran on in that sub-model
