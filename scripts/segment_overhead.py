@@ -13,7 +13,6 @@ block before the cut, each layer's output being sent as soon as it was made.)
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 import yaml
@@ -24,7 +23,7 @@ from dse.mapping import MappingBatch, derive_owner
 from dse.net import load_net, zoo
 from dse.platform import load_platform
 from dse.runtime.partition import partition
-from dse.runtime.sequential import random_feeds, time_segments
+from dse.runtime.sequential import time_segments_beside
 from dse.runtime.sessions import session
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
@@ -48,22 +47,15 @@ def main() -> None:
     model = AnalyticalModel(g, platform, load_coefficients(path), threads=1)
     layer_ms = (model.tables.t_work[0] + model.tables.t_fixed[0]) * 1e3
     whole = session(zoo.materialize(a.net, 0), "cpu", 1)
-    whole_in = random_feeds(whole)
     print(f"{a.net}: model {layer_ms.sum():.1f} ms for the whole network (calibrated {path})")
     for frac in a.cuts:
         cut = min(max(int(n * frac), 1), n - 1)
         share = np.zeros((1, n, len(platform)))
         share[0, :cut, 0] = share[0, cut:, 1] = 1.0
         dep = partition(net, MappingBatch(share, derive_owner(g, share)), platform)
-        whole_t: list[float] = []
-
-        def time_whole(acc: list[float] = whole_t) -> None:  # alternately with the segments,
-            t0 = time.perf_counter()  # so a slow spell hits both
-            whole.run(None, whole_in)
-            acc.append(time.perf_counter() - t0)
-
-        timed = time_segments(dep, a.runs, warmup=1, each_round=time_whole)
-        w = float(np.median(whole_t)) * 1e3
+        # alternately with the whole network, so a slow spell hits both
+        timed, whole_s = time_segments_beside(dep, whole, a.runs, warmup=1)
+        w = whole_s * 1e3
         per_rank = [sum(s for dev, s in timed.values() if dev == d) * 1e3 for d in (0, 1)]
         counts = [sum(1 for dev, _ in timed.values() if dev == d) for d in (0, 1)]
         model_ms = (layer_ms[:cut].sum(), layer_ms[cut:].sum())

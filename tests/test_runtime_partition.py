@@ -24,7 +24,7 @@ from dse.errors import DseError
 from dse.mapping import MappingBatch, from_device_lists
 from dse.net import Net, load_net
 from dse.runtime.partition import channel_bounds, input_arrays, partition
-from dse.runtime.sequential import run_deployment, time_segments
+from dse.runtime.sequential import run_deployment, time_segments, time_segments_beside
 from dse.runtime.sessions import session
 
 RTOL = 1e-4
@@ -172,6 +172,23 @@ def test_time_segments_times_every_sub_model_once_on_its_device(tmp_path: Path) 
     assert set(want.values()) == {0, 2}
     assert len(rounds) == 2  # called at the start of each timed round only
     assert all(s > 0.0 for _, s in timed.values())
+    # beside the whole network: the same sub-models, and the whole network's own median
+    calls = []
+
+    class Whole:  # an onnxruntime session of the whole network, counting its runs
+        def __init__(self) -> None:
+            self.sess = session(net.weighted_model())
+
+        def get_inputs(self):
+            return self.sess.get_inputs()
+
+        def run(self, names, feeds):
+            calls.append(1)
+            return self.sess.run(names, feeds)
+
+    beside, whole_s = time_segments_beside(dep, Whole(), runs=3, warmup=1)
+    assert {k: d for k, (d, _) in beside.items()} == want
+    assert len(calls) == 3 and whole_s > 0.0
 
 
 def test_alexnet_random_mappings() -> None:

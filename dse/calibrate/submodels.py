@@ -7,9 +7,9 @@ activations in its blocked layout; a sub-model converts at every input and outpu
 here, on ResNet-50's split mappings, its sub-models alone took 14 % longer than their layers.
 
 For each cut mapping ``dse.calibrate`` deploys, the partitioner writes the sub-models and each
-is timed alone in this process (:func:`dse.runtime.sequential.time_segments`), in rounds that
-also run the whole network once, so the process's speed against the model's layer times is
-measured beside them. Per sub-model (:func:`rows`)::
+is timed alone in this process (:func:`dse.runtime.sequential.time_segments_beside`), in
+rounds that also run the whole network once, so the process's speed against the model's layer
+times is measured beside them. Per sub-model (:func:`rows`)::
 
     alone = speed x compute + run + in x bytes in + out x bytes out + (split - 1) x speed x split
 
@@ -21,7 +21,6 @@ over every sub-model of every network, in seconds (a large sub-model weighs more
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -31,7 +30,7 @@ from dse.mapping import MappingBatch
 from dse.net import Net, zoo
 from dse.platform import Platform
 from dse.runtime.partition import Deployment, part_rows, partition
-from dse.runtime.sequential import random_feeds, time_segments
+from dse.runtime.sequential import time_segments_beside
 from dse.runtime.sessions import session
 from models_analytical.model import AnalyticalModel
 from models_analytical.simulate import part_share
@@ -102,20 +101,12 @@ def rows(
     once): :func:`features` and ``alone_s`` (median seconds), ``speed`` (the whole network's
     median against the model's whole compute), the network and the mapping's index."""
     whole = session(zoo.materialize(net.name, seed), "cpu", threads)
-    feeds = random_feeds(whole)
     layers = model.tables.t_work[0] + model.tables.t_fixed[0]  # the whole network on a cpu
     out = []
     for p in range(mappings.size):
         dep = partition(net, mappings[p], platform, seed=seed)
-        whole_s: list[float] = []
-
-        def time_whole(acc: list[float] = whole_s) -> None:
-            t0 = time.perf_counter()
-            whole.run(None, feeds)
-            acc.append(time.perf_counter() - t0)
-
-        timed = time_segments(dep, runs, warmup=1, threads=threads, each_round=time_whole)
-        speed = float(np.median(whole_s)) / float(layers.sum())
+        timed, whole_s = time_segments_beside(dep, whole, runs, warmup=1, threads=threads)
+        speed = whole_s / float(layers.sum())
         for name, f in features(dep, mappings[p], model).items():
             out.append(
                 {**f, "alone_s": timed[name][1], "speed": speed, "net": net.name, "mapping": p}

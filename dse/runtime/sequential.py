@@ -1,5 +1,6 @@
 """Run a deployment's plan in one process (no MPI): every rank's steps, in a valid order; or
-time each of its sub-models alone (:func:`time_segments`, for the diagnostics in ``scripts/``)."""
+time each of its sub-models alone (:func:`time_segments`, :func:`time_segments_beside`: for
+calibration and the diagnostics in ``scripts/``)."""
 
 from __future__ import annotations
 
@@ -145,3 +146,21 @@ def time_segments(
                 if r >= warmup:
                     times[name].append(time.perf_counter() - t0)
     return {name: (device_of[name], float(np.median(v))) for name, v in times.items()}
+
+
+def time_segments_beside(
+    deployment: Deployment, whole: Any, runs: int, warmup: int = 1, threads: int = 1
+) -> tuple[dict[str, tuple[int, float]], float]:
+    """:func:`time_segments`, each timed round also running ``whole`` (an onnxruntime session,
+    the whole network) once on :func:`random_feeds`, so a slow spell of the machine hits both:
+    per sub-model its device and median seconds, and the whole network's median seconds."""
+    feeds = random_feeds(whole)
+    whole_s: list[float] = []
+
+    def run_whole() -> None:
+        t0 = time.perf_counter()
+        whole.run(None, feeds)
+        whole_s.append(time.perf_counter() - t0)
+
+    timed = time_segments(deployment, runs, warmup, threads, each_round=run_whole)
+    return timed, float(np.median(whole_s))
