@@ -15,18 +15,13 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-import yaml
 
-from dse.calibrate.store import calibrated_path
-from dse.cli import CONF_DIR
+from dse.calibrate.store import calibrated_model
 from dse.mapping import MappingBatch, derive_owner
-from dse.net import load_net, zoo
-from dse.platform import load_platform
+from dse.net import zoo
 from dse.runtime.partition import partition
 from dse.runtime.sequential import time_segments_beside
 from dse.runtime.sessions import session
-from models_analytical.coefficients import load_coefficients
-from models_analytical.model import AnalyticalModel
 
 
 def main() -> None:
@@ -36,15 +31,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=9, help="timed runs of each model per cut")
     ap.add_argument("--cuts", type=float, nargs="+", default=[0.2, 0.35, 0.5, 0.65, 0.8])
     a = ap.parse_args()
-    platform = load_platform(
-        yaml.safe_load((CONF_DIR / "platform" / f"{a.platform}.yaml").read_text())
-    )
-    path = calibrated_path(platform.name)
-    if not path.exists():
-        raise SystemExit(f"no calibration for {platform.name}: run python -m dse.calibrate first")
-    net = load_net({"name": a.net})
+    net, model, path = calibrated_model(a.net, a.platform)
+    platform = model.platform
     g, n = net.graph, len(net.graph)
-    model = AnalyticalModel(g, platform, load_coefficients(path), threads=1)
     layer_ms = (model.tables.t_work[0] + model.tables.t_fixed[0]) * 1e3
     whole = session(zoo.materialize(a.net, 0), "cpu", 1)
     print(f"{a.net}: model {layer_ms.sum():.1f} ms for the whole network (calibrated {path})")

@@ -31,19 +31,13 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-import yaml
 
 from dse.calibrate.__main__ import LABELS, calibration_mappings, cut_devices
-from dse.calibrate.store import calibrated_path
-from dse.cli import CONF_DIR
+from dse.calibrate.store import calibrated_model
 from dse.fidelity import random_mappings
 from dse.mapping import MappingBatch, derive_owner
-from dse.net import load_net
-from dse.platform import load_platform
 from dse.runtime.partition import partition
 from dse.runtime.sequential import time_segments
-from models_analytical.coefficients import load_coefficients
-from models_analytical.model import AnalyticalModel
 
 
 def main() -> None:
@@ -60,15 +54,9 @@ def main() -> None:
         help="dse.calibrate's own cut mappings (vertical, split, mixed) instead of random ones",
     )
     a = ap.parse_args()
-    platform = load_platform(
-        yaml.safe_load((CONF_DIR / "platform" / f"{a.platform}.yaml").read_text())
-    )
-    path = calibrated_path(platform.name)
-    if not path.exists():
-        raise SystemExit(f"no calibration for {platform.name}: run python -m dse.calibrate first")
-    net = load_net({"name": a.net})
+    net, model, path = calibrated_model(a.net, a.platform)
+    platform = model.platform
     g, n_dev = net.graph, len(platform.devices)
-    model = AnalyticalModel(g, platform, load_coefficients(path), threads=1)
     if a.calibration:
         dev_a, dev_b = cut_devices(platform)
         batch = calibration_mappings(g, model.tables.t_work[0], dev_a, dev_b, n_dev)[1:]
