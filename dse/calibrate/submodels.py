@@ -35,9 +35,6 @@ from dse.runtime.sessions import session
 from models_analytical.model import AnalyticalModel
 from models_analytical.simulate import part_share
 
-#: Columns of a row's features, in the order :func:`fit` returns coefficients.
-TERMS = ("run", "in_bytes", "out_bytes", "split_s")
-
 
 def _bytes(values: list[onnx.ValueInfoProto]) -> int:
     """Bytes of the tensors ``values`` describe (a symbolic dimension taken as 1)."""
