@@ -67,3 +67,44 @@ def mape(predicted: np.ndarray, measured: np.ndarray) -> float:
     """Mean absolute percentage error (%)."""
     p, m = np.asarray(predicted, dtype=np.float64), np.asarray(measured, dtype=np.float64)
     return float(np.mean(np.abs(p - m) / m) * 100.0)
+
+
+def fit_part_fixed(
+    rows: list[dict], min_layers: int = 3
+) -> tuple[dict[str, float], dict[str, float], float]:
+    """What every part of a layer pays whatever its channels, from layers timed alone as
+    parts (rows ``{key, family, channels, full, seconds}``, several channel counts per key).
+
+    Per layer, ``t(c) = a + b c`` (non-negative least squares, relative residuals) and its
+    fixed share ``f = a / t(full)``, capped below 0.95. Per family of at least ``min_layers``
+    layers, ``f ~ beta / full`` weighted by the layers' whole times (least squares through 0):
+    the share of a layer never timed. Returns (per layer, per family beta, median relative
+    error of the per-layer lines)."""
+    by_key: dict[str, list[dict]] = {}
+    for r in rows:
+        by_key.setdefault(r["key"], []).append(r)
+    per_layer: dict[str, float] = {}
+    fam_rows: dict[str, list[tuple[float, float, float]]] = {}
+    errors = []
+    for key, rs in by_key.items():
+        c = np.array([r["channels"] for r in rs], dtype=np.float64)
+        t = np.array([r["seconds"] for r in rs], dtype=np.float64)
+        full = float(rs[0]["full"])
+        if len(rs) < 2 or not (c == full).any() or (t <= 0).any():
+            continue
+        a = np.column_stack([np.ones_like(c), c])
+        coef = fit_nonnegative(a, t)
+        errors.extend(np.abs(a @ coef - t) / t)
+        whole = coef[0] + coef[1] * full
+        f = float(min(coef[0] / whole, 0.95)) if whole > 0 else 0.0
+        per_layer[key] = f
+        fam_rows.setdefault(rs[0]["family"], []).append((full, f, float(t[c == full][0])))
+    per_family = {}
+    for fam, rs in fam_rows.items():
+        if len(rs) < min_layers:
+            continue
+        x = 1.0 / np.array([r[0] for r in rs])
+        f = np.array([r[1] for r in rs])
+        w = np.array([r[2] for r in rs])
+        per_family[fam] = float(np.sum(w * x * f) / np.sum(w * x * x))
+    return per_layer, per_family, float(np.median(errors)) if errors else float("nan")

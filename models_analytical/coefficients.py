@@ -29,6 +29,14 @@ def flag(value: Any, where: str) -> bool:
     return value
 
 
+def share(value: Any, where: str) -> float:
+    """``value`` as a number in [0, 1), else one clear DseError."""
+    x = number(value, where)
+    if not 0.0 <= x < 1.0:
+        raise DseError(f"{where} must be a share in [0, 1), not {value!r}")
+    return x
+
+
 @dataclass(frozen=True)
 class KindCoefficients:
     """Calibrated values for one device kind (section 4.3, extended)."""
@@ -47,6 +55,15 @@ class KindCoefficients:
     transfer_fixed_s: float = 0.0  # per tensor crossing devices: the segment cut on both ends
     transfer_per_byte_s: float = 0.0  # ... and per byte (layout conversions, copies)
     split_work_factor: float = 1.0  # a split layer's parts run side by side: each this slower
+    # a device's layers run this much slower while another device of its host has work in the
+    # same mapping (they share caches and memory bandwidth; a waiting rank polls for messages)
+    shared_host_factor: float = 1.0
+    # what every part of a split layer pays whatever its channel share, as a share of the whole
+    # layer's time (its input's layout conversion, im2col or Winograd transform): per layer
+    # (layer_key -> share, timed alone) and, for layers never timed, per family (family ->
+    # share x output channels: the fixed part shrinks as the layer has more channels)
+    part_fixed: dict[str, float] = field(default_factory=dict)
+    part_fixed_channels: dict[str, float] = field(default_factory=dict)
     # what running the work as sub-models costs on the device, beyond their layers (measured
     # on sub-models timed alone): per sub-model run, per byte of each tensor one takes in and
     # of each it gives out (layout conversions and copies at its edges)
@@ -125,6 +142,17 @@ class KindCoefficients:
             split_work_factor=number(
                 k.get("split_work_factor", 1.0), f"{where}.split_work_factor", positive=True
             ),
+            shared_host_factor=number(
+                k.get("shared_host_factor", 1.0), f"{where}.shared_host_factor", positive=True
+            ),
+            part_fixed={
+                str(key): share(v, f"{where}.part_fixed.{key}")
+                for key, v in dict(k.get("part_fixed") or {}).items()
+            },
+            part_fixed_channels={
+                str(fam): number(v, f"{where}.part_fixed_channels.{fam}")
+                for fam, v in dict(k.get("part_fixed_channels") or {}).items()
+            },
             segment_run_s=number(k.get("segment_run_s", 0.0), f"{where}.segment_run_s"),
             segment_in_per_byte_s=number(
                 k.get("segment_in_per_byte_s", 0.0), f"{where}.segment_in_per_byte_s"

@@ -9,7 +9,7 @@ import numpy as np
 
 from dse.net.graph import Layer, LayerGraph
 from dse.platform import KINDS
-from models_analytical.coefficients import OP_CLASSES, Coefficients
+from models_analytical.coefficients import OP_CLASSES, Coefficients, KindCoefficients
 
 CONV_OPS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv"})
 FC_OPS = frozenset(
@@ -94,6 +94,27 @@ class LayerTables:
     weight_bytes: np.ndarray  # float64 [L]
     source: np.ndarray  # int [K, L] index into SOURCES
     block: np.ndarray  # float64 [K, L] channels per block of a part (1: any share)
+    part_fixed: np.ndarray  # float64 [K, L] share of the whole layer's time every part pays
+
+
+#: A part's fixed share regressed for a layer never timed is capped here (a part costs at
+#: least this much less than the whole layer).
+PART_FIXED_MAX = 0.9
+
+
+def part_fixed_share(layer: Layer, coeff: KindCoefficients) -> float:
+    """What every part of ``layer`` pays whatever its channel share, as a share of the whole
+    layer's time: timed (``coeff.part_fixed``), else its family's share x channels over its
+    output channels, else 0 (a part costs its share)."""
+    if layer.op not in CONV_OPS and layer.op not in FC_OPS:
+        return 0.0
+    timed = coeff.part_fixed.get(layer_key(layer))
+    if timed is not None:
+        return timed
+    per_channel = coeff.part_fixed_channels.get(family(layer))
+    if per_channel is None or layer.out_channels < 1:
+        return 0.0
+    return min(per_channel / layer.out_channels, PART_FIXED_MAX)
 
 
 def layer_tables(graph: LayerGraph, coefficients: Coefficients) -> LayerTables:
@@ -103,6 +124,7 @@ def layer_tables(graph: LayerGraph, coefficients: Coefficients) -> LayerTables:
     t_fixed = np.zeros((n_kinds, len(graph)))
     source = np.zeros((n_kinds, len(graph)), dtype=np.int64)
     block = np.ones((n_kinds, len(graph)))
+    part_fixed = np.zeros((n_kinds, len(graph)))
     macs = graph.macs.astype(np.float64)
     conv = np.array([layer.op in CONV_OPS for layer in graph])
     for k, kind in enumerate(KINDS):
@@ -113,6 +135,8 @@ def layer_tables(graph: LayerGraph, coefficients: Coefficients) -> LayerTables:
         t_work[k] = macs / (coeff.frequency_hz * per_class[classes])  # Eq. 4.7
         t_fixed[k] = coeff.layer_overhead_s
         block[k, conv] = coeff.channel_block
+        if coeff.part_fixed or coeff.part_fixed_channels:
+            part_fixed[k] = [part_fixed_share(layer, coeff) for layer in graph]
         if coeff.layer_s or coeff.regression:
             for i, layer in enumerate(graph):
                 t = coeff.layer_s.get(layer_key(layer))
@@ -131,4 +155,5 @@ def layer_tables(graph: LayerGraph, coefficients: Coefficients) -> LayerTables:
         graph.weight_bytes.astype(np.float64),
         source,
         block,
+        part_fixed,
     )

@@ -101,6 +101,14 @@ def kernel_inputs(
         p_class=np.array([[power(k, c) for c in OP_CLASSES] for k in KINDS]),
         p_overhead=np.array([power(k, "overhead") for k in KINDS]),
         block=tables.block,
+        part_fixed=tables.part_fixed,
+        host=np.unique([d.host for d in platform.devices], return_inverse=True)[1].astype(np.int64),
+        shared_slow=np.array(
+            [
+                attr(coefficients, k, "shared_host_factor") if k in coefficients else 1.0
+                for k in KINDS
+            ]
+        ),
         channels=graph.out_channels.astype(np.float64),
         **link_tables(platform, coefficients),
         seg_fixed=np.array([attr(coefficients, k, "transfer_fixed_s") for k in KINDS]),

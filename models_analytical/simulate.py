@@ -70,6 +70,9 @@ class KernelInputs(NamedTuple):
     seg_fixed: np.ndarray  # [K] cost of a tensor crossing to a device of this kind (the cut
     seg_byte: np.ndarray  # [K] segments on both ends), fixed and per byte
     split_slow: np.ndarray  # [K] work factor of a split layer's parts (they run side by side)
+    part_fixed: np.ndarray  # [K, L] share of the whole layer's time every part of it pays
+    host: np.ndarray  # int64 [D] index of each device's host
+    shared_slow: np.ndarray  # [K] work factor while another device of the host has work too
     seg_run: np.ndarray  # [K] seconds per sub-model run, on the device (session call, setup)
     seg_in: np.ndarray  # [K] seconds per byte of each tensor a sub-model takes in (layout
     seg_out: np.ndarray  # [K] conversion, copies) and of each it gives out
@@ -104,17 +107,21 @@ def _transfer_s(k_in, a, b, nbytes):
 
 @njit(cache=True, nogil=True)
 def part_share(k_in, k, layer, s, n_here):
-    """The share of a layer's work a part of share ``s`` costs on kind ``k``: whole channel
-    blocks when the layer is split, and slower by ``split_slow`` (parts of one layer run at the
-    same time on the devices of a host, which share its memory bandwidth and caches)."""
+    """The share of a layer's work a part of share ``s`` costs on kind ``k``. Split, a part
+    pays the layer's fixed share ``f`` (``part_fixed``: its input's transform, whatever its
+    channels) and the rest for its whole channel blocks, ``f + (1 - f) x blocks``, slower by
+    ``split_slow`` (parts of one layer run at the same time on the devices of a host, which
+    share its memory bandwidth and caches)."""
     if n_here < 2:
         return s
     b = k_in.block[k, layer]
     if b <= 1.0:
-        return s * k_in.split_slow[k]
-    c = k_in.channels[layer]
-    blocks = np.ceil(s * c / b - 1e-9)
-    return min(blocks * b / c, 1.0) * k_in.split_slow[k]
+        blocks = s
+    else:
+        c = k_in.channels[layer]
+        blocks = min(np.ceil(s * c / b - 1e-9) * b / c, 1.0)
+    f = k_in.part_fixed[k, layer]
+    return (f + (1.0 - f) * blocks) * k_in.split_slow[k]
 
 
 @njit(cache=True, nogil=True)
@@ -275,6 +282,19 @@ def _simulate_one(
                 pdev[layer, cnt] = d
                 cnt += 1
         pcnt[layer] = cnt
+    # a device's layers run slower by shared_slow where another device of its host has work
+    # in this mapping too (they share its caches and memory bandwidth; a waiting rank polls)
+    host = k_in.host
+    on_host = np.zeros(n_dev, dtype=np.int64)
+    for d in range(n_dev):
+        for layer in range(n_layers):
+            if share[layer, d] > 0.0:
+                on_host[host[d]] += 1
+                break
+    slow = np.ones(n_dev)
+    for d in range(n_dev):
+        if on_host[host[d]] > 1:
+            slow[d] = k_in.shared_slow[kind[d]]
     # sub-models as they run (see _cut_after): the current one on each device (sub[0], -1 when
     # a send's deadline or a gather has closed it; sub[1] numbers them), lseg[d, l] the one d's part
     # of layer l ran in, seg_start[d, l] marks a part that starts one; in_at[t, d] the part
@@ -404,7 +424,7 @@ def _simulate_one(
             if n_here == 1 and k_in.is_output[layer] and not out_done[layer]:
                 out_done[layer] = True
                 over += seg_out[k] * out_bytes[layer]
-            work = part_share(k_in, k, layer, s, n_here) * t_work[k, layer]
+            work = part_share(k_in, k, layer, s, n_here) * t_work[k, layer] * slow[d]
             fixed = t_fixed[k, layer]
             start = max(dev_free[d], t_in)
             end = start + over + work + fixed

@@ -17,9 +17,9 @@ from dse.fidelity import random_mappings, stats
 from dse.mapping import MappingBatch, derive_owner
 from dse.net import load_net, zoo
 from dse.net.graph import build_graph
-from models_analytical.calibration import fit_channel_block, fit_regression
+from models_analytical.calibration import fit_channel_block, fit_part_fixed, fit_regression
 from models_analytical.coefficients import Coefficients, load_coefficients
-from models_analytical.layer_costs import layer_key
+from models_analytical.layer_costs import family, layer_key
 from models_analytical.model import AnalyticalModel
 
 
@@ -114,6 +114,150 @@ def test_split_conv_parts_cost_whole_channel_blocks() -> None:
     assert ev.busy_s[0, 0] == pytest.approx(rest + t[2] * 16 / 256 + t[3] * 8 / 256)
 
 
+@pytest.mark.parametrize("how", ["timed", "family"])
+def test_split_parts_pay_their_layer_fixed_share(how: str) -> None:
+    """conv1 (256 channels) split 128 / 128 with a fixed share of 0.25 (timed for this layer,
+    or its family's 64 share x channels / 256 channels): each part costs 0.25 + 0.75 x 0.5 of
+    the layer, by hand; the Relu after it still costs its share; unsplit layers are as before."""
+    graph, _ = _chain_model(coefficients())
+    conv = graph.layers[2]
+    if how == "timed":
+        extra = {"part_fixed": {layer_key(conv): 0.25}}
+    else:
+        extra = {"part_fixed_channels": {family(conv): 64.0}}
+    cpu = dataclasses.replace(coefficients()["cpu"], channel_block=16, **extra)
+    _, m = _chain_model(Coefficients({"cpu": cpu}))
+    share = np.zeros((1, len(graph), 2))
+    share[0, :, 0] = 1.0
+    share[0, 2] = [0.5, 0.5]
+    ev = m.evaluate(MappingBatch(share, derive_owner(graph, share)))
+    t = m.tables.t_work[0]
+    assert graph.follows[3] == 2
+    assert ev.busy_s[0, 1] == pytest.approx(t[2] * (0.25 + 0.75 * 0.5) + t[3] * 0.5)
+    rest = t.sum() - t[2] - t[3]
+    assert ev.busy_s[0, 0] == pytest.approx(rest + t[2] * (0.25 + 0.75 * 0.5) + t[3] * 0.5)
+    # conv0 and conv2 share conv1's family but are not split: their cost is unchanged
+    assert m.tables.part_fixed[0, 0] == (0.0 if how == "timed" else pytest.approx(0.25))
+
+
+def test_part_fixed_shares_recovered_from_synthetic_parts() -> None:
+    """Four 'conv' layers whose parts pay f = 8 / channels of the layer, plus noise-free
+    lines: each layer's share and the family's 8 come back; a family of two layers gets no
+    share x channels (fewer than three)."""
+    rows = []
+    for i, full in enumerate((32, 64, 128, 256)):
+        whole = 1e-3 * (i + 1)
+        f = 8.0 / full
+        for c in {full // 4, full // 2, 3 * full // 4, full}:
+            t = whole * (f + (1 - f) * c / full)
+            rows.append(
+                {"key": f"k{i}", "family": "conv", "channels": c, "full": full, "seconds": t}
+            )
+    for i in range(2):
+        for c in (64, 128):
+            t = 1e-3 * (0.2 + 0.8 * c / 128)
+            rows.append({"key": f"o{i}", "family": "fc", "channels": c, "full": 128, "seconds": t})
+    per_layer, per_family, err = fit_part_fixed(rows)
+    for i, full in enumerate((32, 64, 128, 256)):
+        assert per_layer[f"k{i}"] == pytest.approx(8.0 / full, rel=1e-6)
+    assert per_layer["o0"] == pytest.approx(0.2, rel=1e-6)
+    assert per_family == {"conv": pytest.approx(8.0, rel=1e-6)}
+    assert err == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_layer_timed_alone_as_parts_is_that_layer_sliced() -> None:
+    """The one-layer models calibration times: AlexNet's conv1 with 48 of its 96 channels
+    computes the first 48 channels of conv1 with 96 (same random weights, onnxruntime); a
+    grouped convolution is left out; parts are whole blocks near 1/4, 1/2, 3/4."""
+    import onnxruntime as ort
+
+    from dse.calibrate.channels import one_layer, part_channels
+
+    assert part_channels(96, 16) == [32, 48, 80, 96]
+    assert part_channels(32, 16) == [16, 32]
+    assert part_channels(8, 16) == [8]
+    net = load_net({"name": "alexnet"})
+    conv1 = next(layer for layer in net.graph if layer.name == "conv1")
+    node = net.model.graph.node[conv1.node]
+    x = np.random.default_rng(0).random(conv1.inputs[0].shape, dtype=np.float32)
+    out = {}
+    for c in (48, 96):
+        sess = ort.InferenceSession(one_layer(conv1, node, c).SerializeToString())
+        out[c] = sess.run(None, {"x": x})[0]
+    assert out[48].shape[1] == 48 and out[96].shape[1] == 96
+    np.testing.assert_allclose(out[48], out[96][:, :48], rtol=1e-5, atol=1e-6)
+    grouped = next(
+        layer for layer in net.graph if layer.op == "Conv" and layer.attrs.get("group", 1) > 1
+    )
+    assert one_layer(grouped, net.model.graph.node[grouped.node], 64) is None
+
+
+@pytest.mark.parametrize("hosts", ["one", "two"])
+def test_work_runs_slower_while_another_device_of_its_host_has_work(hosts: str) -> None:
+    """shared_host_factor 1.5: a vertical cut over two devices of one host runs every layer
+    1.5x as long (latency and busy time by hand); on two hosts, or on one device, as before."""
+    from dse.platform import Device, Link, Platform
+
+    devices = tuple(
+        Device(
+            f"h{i if hosts == 'two' else 0}_cpu{i}", f"h{i if hosts == 'two' else 0}", "cpu", 1, 1e4
+        )
+        for i in range(2)
+    )
+    plat = Platform(
+        "t", devices, {"network": Link(0.0, 1e12), "same_host": Link(0.0, 1e12)}, entry=0
+    )
+    cpu = dataclasses.replace(coefficients()["cpu"], shared_host_factor=1.5)
+    graph = build_graph(conv_relu_chain(), "chain")
+    m = AnalyticalModel(graph, plat, Coefficients({"cpu": cpu}))
+    t = m.tables.t_work[0]
+    share = np.zeros((2, len(graph), 2))
+    share[0, :2, 0] = 1.0  # conv0, relu0 on device 0, the rest on device 1
+    share[0, 2:, 1] = 1.0
+    share[1, :, 1] = 1.0  # everything on device 1
+    ev = m.evaluate(MappingBatch(share, derive_owner(graph, share)))
+    slow = 1.5 if hosts == "one" else 1.0
+    assert ev.busy_s[0, 0] == pytest.approx(slow * t[:2].sum())
+    assert ev.busy_s[0, 1] == pytest.approx(slow * t[2:].sum())
+    assert ev.latency_s[0] == pytest.approx(slow * t.sum(), rel=1e-6)
+    assert ev.busy_s[1, 1] == pytest.approx(t.sum())
+
+
+def test_shared_host_factor_fitted_against_the_one_device_run() -> None:
+    """Ranks of cut mappings that compute 1.04x, 1.06x and 1.04x what the model says while the
+    one-device run of the same rounds computes 1.02x: the factor is the median, 1.04 / 1.02;
+    a rank under 2 ms of work is left out."""
+    from types import SimpleNamespace
+
+    from dse.calibrate.__main__ import fit_shared_host
+
+    plat = platform_localhost()
+    names = [d.name for d in plat.devices]
+
+    def run(label: str, busy: list[float], measured: list[float]) -> dict:
+        ev = SimpleNamespace(busy_s=np.array([busy]))
+        model = SimpleNamespace(evaluate=lambda batch: ev)
+        ranks = [
+            {"device": names[d], "compute_ms": {"median": ms}} for d, ms in enumerate(measured)
+        ]
+        return {
+            "net": "n",
+            "label": label,
+            "model": model,
+            "batch": None,
+            "result": {"ranks": ranks},
+        }
+
+    runs = [
+        run("single", [0.050, 0.0], [51.0, 0.0]),
+        run("vertical", [0.030, 0.020], [31.2, 21.2]),
+        run("split", [0.030, 0.001], [31.2, 5.0]),  # device 1: 1 ms of work, left out
+    ]
+    factor, prov = fit_shared_host(runs, plat)
+    assert factor == pytest.approx(1.04 / 1.02)
+    assert prov["ranks"] == 3
+
+
 def test_measured_link_table_and_cut_costs() -> None:
     """A transfer takes the link table's time (linear between its points) plus the cut cost."""
     table = {"bytes": [1e3, 1e6], "seconds": [1e-5, 1e-3]}
@@ -136,6 +280,8 @@ def test_coefficients_round_trip_with_calibrated_fields(tmp_path) -> None:
         layer_s={"abc": 1e-3},
         regression={"conv": [1.0, 2.0, 3.0, 4.0]},
         channel_block=16,
+        part_fixed={"abc": 0.3},
+        part_fixed_channels={"conv": 9.0},
         transfer_fixed_s=1e-4,
         transfer_per_byte_s=1e-10,
         memory_weights={"conv": 2.0, "other": 1.0},
@@ -148,6 +294,11 @@ def test_coefficients_round_trip_with_calibrated_fields(tmp_path) -> None:
     path.write_text(json.dumps(c.to_dict()))
     back = load_coefficients(path)
     assert back["cpu"] == cpu and back.links == c.links and back.calibrated
+    raw = c.to_dict()
+    raw["cpu"]["part_fixed"]["abc"] = 1.2
+    path.write_text(json.dumps(raw))
+    with pytest.raises(Exception, match=r"part_fixed.abc must be a share in \[0, 1\)"):
+        load_coefficients(path)
     raw = c.to_dict()
     raw["links"]["x"]["bytes"] = [2, 1]
     path.write_text(json.dumps(raw))

@@ -8,6 +8,11 @@ Steps, per device kind of the platform (at the thread count of its first device)
    (any network with the same layer reuses it), and a linear model per layer family is fitted
    for layers never profiled;
 2. **channel shares**: one-Conv models with 4 to 256 output channels give the channel block;
+   then every splittable Conv and fully connected layer of the calibration networks runs
+   alone, whole and as parts of about 1/4, 1/2 and 3/4 of its channels (whole blocks): what a
+   part pays whatever its channels, as a share of the layer (``part_fixed``, its input's
+   transform: 30-45 % for DenseNet-121's 32-channel 3x3 convolutions, 1-3 % for VGG-16's), and
+   per layer family that share x output channels for layers never timed;
 3. **links**: ping-pong and two-way exchanges between two ranks of each link class, by size;
 4. **deployments**: per network, one device, a vertical cut, a split of every splittable
    layer over two devices and a random mix, run under MPI by the runtime: the ranks' peak RSS
@@ -21,9 +26,13 @@ Steps, per device kind of the platform (at the thread count of its first device)
    (per sub-model, per byte in and out) and how much slower split layers' parts are
    (:mod:`dse.calibrate.submodels`); a device then receives by copying the data in, as the
    runtime's ranks do;
-6. **cuts**: what the cut mappings' latencies still show is charged per tensor crossing
+6. **shared host**: the cut mappings' ranks compute slower than the model says, against the
+   one-device run of the same rounds, while another device of their host has work (shared
+   caches and memory bandwidth, a waiting rank polling): the median is the model's
+   ``shared_host_factor``;
+7. **cuts**: what the cut mappings' latencies still show is charged per tensor crossing
    devices (fixed and per byte: the runtime's probe, receive and send calls);
-7. **energy** is not measured here (no counter on most machines): the power figures stay those
+8. **energy** is not measured here (no counter on most machines): the power figures stay those
    of the platform's file, and the coefficients say so.
 
 Each figure's spread (p90 - p10 over median) and the machine's load during the run are kept in
@@ -123,10 +132,15 @@ def machine_state() -> dict[str, Any]:
 def calibrate_kind(
     cfg: DictConfig, platform: Platform, kind: str, base: Coefficients, steps: Steps
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Profiles, channel block and regression for one device kind: (coefficients, provenance)."""
-    from dse.calibrate.channels import measure_channel_scaling
+    """Profiles, regression, channel block and parts' fixed shares for one device kind:
+    (coefficients, provenance, the profiled layers' samples)."""
+    from dse.calibrate.channels import measure_channel_scaling, measure_part_costs
     from dse.calibrate.profile import profile_model
-    from models_analytical.calibration import fit_channel_block, fit_regression
+    from models_analytical.calibration import (
+        fit_channel_block,
+        fit_part_fixed,
+        fit_regression,
+    )
 
     dev = next(d for d in platform.devices if d.kind == kind)
     if kind == "gpu":
@@ -187,13 +201,34 @@ def calibrate_kind(
         np.array([r["seconds"] for r in rows]),
     )
     steps.tick(f"channel block {block}")
+    part_rows: list[dict] = []
+    seen: set[str] = set()
+    for name in list(cfg.nets)[: 1 if cfg.quick else None]:
+        net = load_net({"name": name})
+        part_rows += measure_part_costs(net, block, dev.threads, 2 if cfg.quick else 5, seen)
+        steps.tick(f"parts of {name}")
+    part_fixed, part_channels, part_err = fit_part_fixed(part_rows)
     k = base[kind].to_dict()
-    k.update(layer_s=layer_s, regression=regression, channel_block=block, layer_overhead_s=0.0)
+    k.update(
+        layer_s=layer_s,
+        regression=regression,
+        channel_block=block,
+        layer_overhead_s=0.0,
+        part_fixed=part_fixed,
+        part_fixed_channels=part_channels,
+    )
+    shares = np.array(list(part_fixed.values()) or [np.nan])
     prov = {
         "threads": dev.threads,
         "profiled_networks": nets_prov,
         "channel_scaling": {"block": block, "median_rel_error": round(block_err, 4), "rows": rows},
         "regression_families": sorted(regression),
+        "part_fixed": {
+            "layers": len(part_fixed),
+            "share_p10_p50_p90": [round(float(x), 4) for x in np.percentile(shares, [10, 50, 90])],
+            "line_median_rel_error": round(part_err, 4),
+            "per_family_share_x_channels": part_channels,
+        },
     }
     samples = {"net": nets_of, "family": fams, "terms": terms, "seconds": secs}
     return k, prov, samples
@@ -397,6 +432,43 @@ def fit_memory(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, An
     }
 
 
+def fit_shared_host(runs: list[dict[str, Any]], platform: Platform) -> tuple[float, dict]:
+    """How much slower a device's layers run while another device of its host has work in the
+    same mapping: per rank of the cut mappings (with at least 2 ms of work), its measured
+    compute over the model's, relative to the same over the network's one-device run measured
+    in the same rounds; the median, at least 1. 1 (not measured) where the two devices the
+    deployments use are on different hosts."""
+    a, b = cut_devices(platform)
+    if platform.devices[a].host != platform.devices[b].host:
+        return 1.0, {"factor": 1.0, "why": "the deployments' two devices are on different hosts"}
+    names = [d.name for d in platform.devices]
+
+    def ratios(r: dict[str, Any]) -> list[float]:
+        busy = r["model"].evaluate(r["batch"]).busy_s[0]
+        out = []
+        for rank in r["result"]["ranks"]:
+            d = names.index(rank["device"])
+            if busy[d] > 2e-3:
+                out.append(rank["compute_ms"]["median"] / 1e3 / busy[d])
+        return out
+
+    rel: dict[str, list[float]] = {}
+    for r in runs:
+        if r["label"] not in LABELS[1:]:
+            continue
+        single = next(s for s in runs if s["net"] == r["net"] and s["label"] == "single")
+        base = float(np.median(ratios(single)))
+        rel.setdefault(r["net"], []).extend(x / base for x in ratios(r))
+    every = [x for v in rel.values() for x in v]
+    factor = max(float(np.median(every)), 1.0) if every else 1.0
+    return factor, {
+        "factor": round(factor, 4),
+        "ranks": len(every),
+        "median_per_network": {n: round(float(np.median(v)), 4) for n, v in rel.items()},
+        "p10_p90": [round(float(x), 4) for x in np.percentile(every, [10, 90])] if every else [],
+    }
+
+
 def fit_cuts(runs: list[dict[str, Any]]) -> tuple[tuple[float, float], dict]:
     """The cost of a tensor crossing devices beyond the link's measured time (fixed, per byte:
     the runtime's probe, receive and send calls) that makes the cut mappings' predicted
@@ -474,7 +546,7 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     if cfg.deployments:  # one more run where the entry device can be left idle
         runs_total = len(LABELS) * n_nets + (cut_devices(platform)[0] == platform.entry)
         runs_total += n_nets * ("cpu" in kinds)  # each network's sub-models timed alone
-    total = len(kinds) * (n_nets + 1) + 1 + runs_total
+    total = len(kinds) * (2 * n_nets + 1) + 1 + runs_total
     steps = Steps(total)
     raw: dict[str, Any] = {}
     samples: dict[str, Any] = {}
@@ -513,6 +585,11 @@ def main(cfg: DictConfig) -> dict[str, Any]:
             prov["kinds"]["cpu"]["runtime_over_profile"] = anchor_to_runtime(
                 raw["cpu"], samples["cpu"], runs, nets, overhead
             )
+            coefficients = Coefficients.from_dict(raw, "calibration")
+            for r in runs:
+                r["model"] = AnalyticalModel(r["model"].graph, platform, coefficients)
+            shared, prov["shared_host"] = fit_shared_host(runs, platform)
+            raw["cpu"]["shared_host_factor"] = shared
             coefficients = Coefficients.from_dict(raw, "calibration")
             for r in runs:
                 r["model"] = AnalyticalModel(r["model"].graph, platform, coefficients)

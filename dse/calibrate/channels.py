@@ -59,3 +59,90 @@ def measure_channel_scaling(threads: int = 1, repeats: int = 15, tick=None) -> l
                 {"case": case, "channels": c, "full": full, "seconds": float(np.median(times[c]))}
             )
     return rows
+
+
+def part_channels(full: int, block: int) -> list[int]:
+    """Output channels of the parts timed for a layer of ``full`` channels, ascending: whole
+    blocks nearest above a quarter, a half and three quarters of them, and all of them."""
+    out = {full}
+    for s in (0.25, 0.5, 0.75):
+        c = int(np.ceil(full * s / block)) * block
+        if 0 < c < full:
+            out.add(c)
+    return sorted(out)
+
+
+def one_layer(layer, node, channels: int, seed: int = 0):
+    """``layer`` alone with ``channels`` of its output channels (random weights): one Conv with
+    the node's attributes, or one Gemm for a fully connected layer; None for a layer this
+    does not cover (grouped convolutions, inputs that are not [batch, features] for a Gemm)."""
+    rng = np.random.default_rng(seed)
+    x = list(layer.inputs[0].shape)
+    attrs = {a.name: a for a in node.attribute}
+    if layer.op == "Conv":
+        if "group" in attrs and helper.get_attribute_value(attrs["group"]) != 1:
+            return None
+        w_shape = (channels, *layer.weights[0].shape[1:])
+        op = helper.make_node("Conv", ["x", "w", "b"], ["y"])
+        op.attribute.extend(a for n, a in attrs.items() if n != "group")
+    elif layer.op in ("Gemm", "MatMul") and len(x) == 2:
+        w_shape = (channels, x[1])
+        op = helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)
+    else:
+        return None
+    w = rng.standard_normal(w_shape, dtype=np.float32) * 0.01
+    g = helper.make_graph(
+        [op],
+        "part",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array(w, "w"),
+            numpy_helper.from_array(np.zeros(channels, dtype=np.float32), "b"),
+        ],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def measure_part_costs(net, block: int, threads: int = 1, repeats: int = 5, seen=None) -> list:
+    """Rows ``{key, family, layer, channels, full, seconds}``: each splittable Conv and fully
+    connected layer of ``net`` (one per :func:`~models_analytical.layer_costs.layer_key`, none
+    of ``seen``) alone, whole and as parts of :func:`part_channels`, timed interleaved (every
+    round runs every model once; one warm-up round), median seconds."""
+    from dse.runtime.sessions import session
+    from models_analytical.layer_costs import family, layer_key
+
+    seen = set() if seen is None else seen
+    cases = []
+    for layer in net.graph:
+        key = layer_key(layer)
+        if not layer.splittable or layer.out_channels < 2 or key in seen:
+            continue
+        node = net.model.graph.node[layer.node]
+        counts = part_channels(layer.out_channels, block)
+        models = [one_layer(layer, node, c) for c in counts]
+        if any(m is None for m in models) or len(counts) < 2:
+            continue
+        seen.add(key)
+        x = np.random.default_rng(len(cases)).random(layer.inputs[0].shape, dtype=np.float32)
+        cases.append((layer, key, counts, [session(m, "cpu", threads) for m in models], x))
+    times = [[[] for _ in c[2]] for c in cases]
+    for r in range(repeats + 1):
+        for case, acc in zip(cases, times, strict=True):
+            for s, t in zip(case[3], acc, strict=True):
+                t0 = time.perf_counter()
+                s.run(None, {"x": case[4]})
+                if r >= 1:
+                    t.append(time.perf_counter() - t0)
+    return [
+        {
+            "key": key,
+            "family": family(layer),
+            "layer": f"{net.graph.name}/{layer.name}",
+            "channels": c,
+            "full": layer.out_channels,
+            "seconds": float(np.median(t)),
+        }
+        for (layer, key, counts, _, _), acc in zip(cases, times, strict=True)
+        for c, t in zip(counts, acc, strict=True)
+    ]

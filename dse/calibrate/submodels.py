@@ -69,7 +69,7 @@ def features(
                 s = float(share[row[layer], d])
                 part = part_share(k_in, k, layer, s, int(n_here[layer]))
                 if n_here[layer] > 1:
-                    part /= k_in.split_slow[k]  # its parts' whole channel blocks only
+                    part /= k_in.split_slow[k]  # its whole channel blocks and fixed share
                 t = part * k_in.t_work[k, layer] + k_in.t_fixed[k, layer]
                 compute += t
                 split += t if n_here[layer] > 1 else 0.0
