@@ -97,8 +97,8 @@ class LayerTables:
     part_fixed: np.ndarray  # float64 [K, L] share of the whole layer's time every part pays
 
 
-#: A part's fixed share regressed for a layer never timed is capped here (a part costs at
-#: least this much less than the whole layer).
+#: The largest fixed share given to a layer never timed (its family's share x channels over
+#: its output channels can exceed 1 for a layer with few channels).
 PART_FIXED_MAX = 0.9
 
 

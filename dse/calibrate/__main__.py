@@ -11,7 +11,7 @@ Steps, per device kind of the platform (at the thread count of its first device)
    then every splittable Conv and fully connected layer of the calibration networks runs
    alone, whole and as parts of about 1/4, 1/2 and 3/4 of its channels (whole blocks): what a
    part pays whatever its channels, as a share of the layer (``part_fixed``, its input's
-   transform: 30-45 % for DenseNet-121's 32-channel 3x3 convolutions, 1-3 % for VGG-16's), and
+   transform: 30-45 % for DenseNet-121's 32-channel 3x3 convolutions, 3 % for VGG-16's), and
    per layer family that share x output channels for layers never timed;
 3. **links**: ping-pong and two-way exchanges between two ranks of each link class, by size;
 4. **deployments**: per network, one device, a vertical cut, a split of every splittable
@@ -131,7 +131,7 @@ def machine_state() -> dict[str, Any]:
 
 def calibrate_kind(
     cfg: DictConfig, platform: Platform, kind: str, base: Coefficients, steps: Steps
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, list]]:
     """Profiles, regression, channel block and parts' fixed shares for one device kind:
     (coefficients, provenance, the profiled layers' samples)."""
     from dse.calibrate.channels import measure_channel_scaling, measure_part_costs
