@@ -77,6 +77,15 @@ def _chain_model(coeff: Coefficients, n_dev: int = 2):
     return graph, AnalyticalModel(graph, platform(n_dev, bw=1e9), coeff)
 
 
+def _conv1_split(graph, m: AnalyticalModel, parts: list[float]):
+    """The chain on device 0 but conv1 (layer 2, 256 channels) split by ``parts`` over two
+    devices: the model's evaluation."""
+    share = np.zeros((1, len(graph), 2))
+    share[0, :, 0] = 1.0
+    share[0, 2] = parts
+    return m.evaluate(MappingBatch(share, derive_owner(graph, share)))
+
+
 def test_model_uses_profiled_and_regressed_layer_times() -> None:
     graph, _ = _chain_model(coefficients())
     base = coefficients()["cpu"]
@@ -102,11 +111,7 @@ def test_split_conv_parts_cost_whole_channel_blocks() -> None:
     base = coefficients()["cpu"]
     cpu = dataclasses.replace(base, channel_block=16)
     graph, m = _chain_model(Coefficients({"cpu": cpu}))
-    n = len(graph)
-    share = np.zeros((1, n, 2))
-    share[0, :, 0] = 1.0
-    share[0, 2] = [8 / 256, 248 / 256]
-    ev = m.evaluate(MappingBatch(share, derive_owner(graph, share)))
+    ev = _conv1_split(graph, m, [8 / 256, 248 / 256])
     t = m.tables.t_work[0]
     assert graph.follows[3] == 2
     assert ev.busy_s[0, 1] == pytest.approx(t[2] * 1.0 + t[3] * 248 / 256)
@@ -127,16 +132,14 @@ def test_split_parts_pay_their_layer_fixed_share(how: str) -> None:
         extra = {"part_fixed_channels": {family(conv): 64.0}}
     cpu = dataclasses.replace(coefficients()["cpu"], channel_block=16, **extra)
     _, m = _chain_model(Coefficients({"cpu": cpu}))
-    share = np.zeros((1, len(graph), 2))
-    share[0, :, 0] = 1.0
-    share[0, 2] = [0.5, 0.5]
-    ev = m.evaluate(MappingBatch(share, derive_owner(graph, share)))
+    ev = _conv1_split(graph, m, [0.5, 0.5])
     t = m.tables.t_work[0]
     assert graph.follows[3] == 2
     assert ev.busy_s[0, 1] == pytest.approx(t[2] * (0.25 + 0.75 * 0.5) + t[3] * 0.5)
     rest = t.sum() - t[2] - t[3]
     assert ev.busy_s[0, 0] == pytest.approx(rest + t[2] * (0.25 + 0.75 * 0.5) + t[3] * 0.5)
-    # conv0 and conv2 share conv1's family but are not split: their cost is unchanged
+    # conv0 is of conv1's family: it has the family's share too (not timed), but unsplit it
+    # costs the whole layer (rest, above)
     assert m.tables.part_fixed[0, 0] == (0.0 if how == "timed" else pytest.approx(0.25))
 
 
@@ -560,10 +563,7 @@ def test_split_parts_run_slower_by_the_split_work_factor() -> None:
     an unsplit layer is unaffected."""
     cpu = dataclasses.replace(coefficients()["cpu"], split_work_factor=1.5)
     graph, m = _chain_model(Coefficients({"cpu": cpu}))
-    share = np.zeros((1, len(graph), 2))
-    share[0, :, 0] = 1.0
-    share[0, 2] = [0.25, 0.75]
-    ev = m.evaluate(MappingBatch(share, derive_owner(graph, share)))
+    ev = _conv1_split(graph, m, [0.25, 0.75])
     t = m.tables.t_work[0]
     split = t[2] + t[3]  # conv1 and its Relu
     assert ev.busy_s[0, 1] == pytest.approx(split * 0.75 * 1.5)
