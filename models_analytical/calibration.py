@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 from sklearn.linear_model import LinearRegression
 
+from models_analytical.layer_costs import PART_FIXED_MAX
+
 
 def fit_nonnegative(features: np.ndarray, target: np.ndarray, relative: bool = True) -> np.ndarray:
     """Non-negative least squares ``features @ x ~ target``.
@@ -76,10 +78,10 @@ def fit_part_fixed(
     parts (rows ``{key, family, channels, full, seconds}``, several channel counts per key).
 
     Per layer, ``t(c) = a + b c`` (non-negative least squares, relative residuals) and its
-    fixed share ``f = a / t(full)``, capped below 0.95. Per family of at least ``min_layers``
-    layers, ``f ~ beta / full`` weighted by the layers' whole times (least squares through 0):
-    the share of a layer never timed. Returns (per layer, per family beta, median relative
-    error of the per-layer lines)."""
+    fixed share ``f = a / t(full)``, at most ``PART_FIXED_MAX``. Per family of at least
+    ``min_layers`` layers, ``f ~ beta / full`` weighted by the layers' whole times (least
+    squares through 0): the share of a layer never timed. Returns (per layer, per family
+    beta, median relative error of the per-layer lines)."""
     by_key: dict[str, list[dict]] = {}
     for r in rows:
         by_key.setdefault(r["key"], []).append(r)
@@ -96,7 +98,7 @@ def fit_part_fixed(
         coef = fit_nonnegative(a, t)
         errors.extend(np.abs(a @ coef - t) / t)
         whole = coef[0] + coef[1] * full
-        f = float(min(coef[0] / whole, 0.95)) if whole > 0 else 0.0
+        f = float(min(coef[0] / whole, PART_FIXED_MAX)) if whole > 0 else 0.0
         per_layer[key] = f
         fam_rows.setdefault(rs[0]["family"], []).append((full, f, float(t[c == full][0])))
     per_family = {}

@@ -29,12 +29,21 @@ def flag(value: Any, where: str) -> bool:
     return value
 
 
-def share(value: Any, where: str) -> float:
+def fraction(value: Any, where: str) -> float:
     """``value`` as a number in [0, 1), else one clear DseError."""
     x = number(value, where)
     if not 0.0 <= x < 1.0:
         raise DseError(f"{where} must be a share in [0, 1), not {value!r}")
     return x
+
+
+def keyed(value: Any, where: str) -> Mapping:
+    """``value`` as a mapping (a JSON object; absent: empty), else one clear DseError."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise DseError(f"{where} must be a mapping (a JSON object), not {value!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -146,12 +155,14 @@ class KindCoefficients:
                 k.get("shared_host_factor", 1.0), f"{where}.shared_host_factor", positive=True
             ),
             part_fixed={
-                str(key): share(v, f"{where}.part_fixed.{key}")
-                for key, v in dict(k.get("part_fixed") or {}).items()
+                str(key): fraction(v, f"{where}.part_fixed.{key}")
+                for key, v in keyed(k.get("part_fixed"), f"{where}.part_fixed").items()
             },
             part_fixed_channels={
                 str(fam): number(v, f"{where}.part_fixed_channels.{fam}")
-                for fam, v in dict(k.get("part_fixed_channels") or {}).items()
+                for fam, v in keyed(
+                    k.get("part_fixed_channels"), f"{where}.part_fixed_channels"
+                ).items()
             },
             segment_run_s=number(k.get("segment_run_s", 0.0), f"{where}.segment_run_s"),
             segment_in_per_byte_s=number(

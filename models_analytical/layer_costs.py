@@ -97,8 +97,8 @@ class LayerTables:
     part_fixed: np.ndarray  # float64 [K, L] share of the whole layer's time every part pays
 
 
-#: The largest fixed share given to a layer never timed (its family's share x channels over
-#: its output channels can exceed 1 for a layer with few channels).
+#: The largest fixed share of a part: a timed line's intercept can be most of a small layer,
+#: and a family's share x channels over a layer's few output channels can exceed 1.
 PART_FIXED_MAX = 0.9
 
 

@@ -282,15 +282,20 @@ def _simulate_one(
                 pdev[layer, cnt] = d
                 cnt += 1
         pcnt[layer] = cnt
-    # a device's layers run slower by shared_slow where another device of its host has work
-    # in this mapping too (they share its caches and memory bandwidth; a waiting rank polls)
+    # a device's work (layers, its sub-models' costs) runs slower by shared_slow where another
+    # device of its host computes in this mapping too (they share its caches and memory
+    # bandwidth; a waiting rank polls); a layer running on another's parts (absorbed) counts
+    # by those parts' devices, not its own shares
     host = k_in.host
+    works = np.zeros(n_dev, dtype=np.bool_)
+    for layer in range(n_layers):
+        if row[layer] == layer:
+            for i in range(pcnt[layer]):
+                works[pdev[layer, i]] = True
     on_host = np.zeros(n_dev, dtype=np.int64)
     for d in range(n_dev):
-        for layer in range(n_layers):
-            if share[layer, d] > 0.0:
-                on_host[host[d]] += 1
-                break
+        if works[d]:
+            on_host[host[d]] += 1
     slow = np.ones(n_dev)
     for d in range(n_dev):
         if on_host[host[d]] > 1:
@@ -350,7 +355,7 @@ def _simulate_one(
                             rdy = ready[dl]
                             if not out_done[src]:  # it leaves its sub-model on loc
                                 out_done[src] = True
-                                c_out = seg_out[kind[loc]] * in_bytes[e]
+                                c_out = seg_out[kind[loc]] * in_bytes[e] * slow[loc]
                                 rdy += c_out
                                 dev_free[loc] += c_out
                                 busy[loc] += c_out
@@ -383,6 +388,7 @@ def _simulate_one(
                                     loc, dl, k_in, row, pcnt, owner, sub, seg_start, lseg,
                                     plist, n_parts, sent_at, in_at, out_done,
                                 )  # fmt: skip
+                                late *= slow[loc]
                                 dev_free[loc] += late
                                 busy[loc] += late
                                 energy[loc] += late * p_overhead[kind[loc]]
@@ -425,7 +431,8 @@ def _simulate_one(
                 out_done[layer] = True
                 over += seg_out[k] * out_bytes[layer]
             work = part_share(k_in, k, layer, s, n_here) * t_work[k, layer] * slow[d]
-            fixed = t_fixed[k, layer]
+            fixed = t_fixed[k, layer] * slow[d]
+            over *= slow[d]
             start = max(dev_free[d], t_in)
             end = start + over + work + fixed
             dev_free[d] = end
@@ -460,7 +467,7 @@ def _simulate_one(
             # sub-model (to be sent, or gathered where it was made)
             for i in range(n_here):
                 d = pdev[r, i]
-                c_out = seg_out[kind[d]] * share[r, d] * out_bytes[layer]
+                c_out = seg_out[kind[d]] * share[r, d] * out_bytes[layer] * slow[d]
                 part_end[d] += c_out
                 dev_free[d] += c_out
                 busy[d] += c_out
@@ -541,10 +548,11 @@ def _simulate_one(
                 gath_at[e, layer] = True
                 k = kind[e]
                 start = max(dev_free[e], gather_in[e])
-                end = start + t_fixed[k, layer]
+                cat = t_fixed[k, layer] * slow[e]
+                end = start + cat
                 dev_free[e] = end
-                busy[e] += t_fixed[k, layer]
-                energy[e] += t_fixed[k, layer] * p_overhead[k]
+                busy[e] += cat
+                energy[e] += cat * p_overhead[k]
                 if end > finish:
                     finish = end
                 if e == c:

@@ -12,8 +12,8 @@ the half part's time against half the whole, and the six costliest layers.
     python scripts/split_parts.py alexnet densenet121 [--runs 5]
 
 Measured 2026-11-24 (33 s for alexnet vgg16 resnet50 densenet121 googlenet), f weighted by
-time: AlexNet 0.064, VGG-16 0.030, ResNet-50 0.089, DenseNet-121 0.191 (its 32-channel 3x3
-convolutions 0.29: a half costs 1.29 times its share), GoogLeNet 0.115.
+time: AlexNet 0.064, VGG-16 0.030, ResNet-50 0.089, DenseNet-121 0.191 (its first 32-channel 3x3
+convolution, at 56x56, 0.29: a half costs 1.29 times its share), GoogLeNet 0.115.
 """
 
 from __future__ import annotations

@@ -121,50 +121,58 @@ def test_split_conv_parts_cost_whole_channel_blocks() -> None:
 
 @pytest.mark.parametrize("how", ["timed", "family"])
 def test_split_parts_pay_their_layer_fixed_share(how: str) -> None:
-    """conv1 (256 channels) split 128 / 128 with a fixed share of 0.25 (timed for this layer,
-    or its family's 64 share x channels / 256 channels): each part costs 0.25 + 0.75 x 0.5 of
-    the layer, by hand; the Relu after it still costs its share; unsplit layers are as before."""
+    """conv1 (256 channels) split 8 / 248 channels with a fixed share of 0.25 (timed for this
+    layer, or its family's 64 share x channels / 256 channels), blocks of 16 and a split
+    factor of 1.5: the small part costs (0.25 + 0.75 x 16 / 256) x 1.5 of the layer, the large
+    one (0.25 + 0.75 x 1) x 1.5, by hand; the Relu after it costs its share x 1.5."""
     graph, _ = _chain_model(coefficients())
     conv = graph.layers[2]
     if how == "timed":
         extra = {"part_fixed": {layer_key(conv): 0.25}}
     else:
         extra = {"part_fixed_channels": {family(conv): 64.0}}
-    cpu = dataclasses.replace(coefficients()["cpu"], channel_block=16, **extra)
+    cpu = dataclasses.replace(
+        coefficients()["cpu"], channel_block=16, split_work_factor=1.5, **extra
+    )
     _, m = _chain_model(Coefficients({"cpu": cpu}))
-    ev = _conv1_split(graph, m, [0.5, 0.5])
+    ev = _conv1_split(graph, m, [8 / 256, 248 / 256])
     t = m.tables.t_work[0]
     assert graph.follows[3] == 2
-    assert ev.busy_s[0, 1] == pytest.approx(t[2] * (0.25 + 0.75 * 0.5) + t[3] * 0.5)
+    small = (0.25 + 0.75 * 16 / 256) * 1.5
+    assert ev.busy_s[0, 1] == pytest.approx(t[2] * 1.5 + t[3] * 248 / 256 * 1.5)
     rest = t.sum() - t[2] - t[3]
-    assert ev.busy_s[0, 0] == pytest.approx(rest + t[2] * (0.25 + 0.75 * 0.5) + t[3] * 0.5)
+    assert ev.busy_s[0, 0] == pytest.approx(rest + t[2] * small + t[3] * 8 / 256 * 1.5)
     # conv0 is of conv1's family: it has the family's share too (not timed), but unsplit it
     # costs the whole layer (rest, above)
     assert m.tables.part_fixed[0, 0] == (0.0 if how == "timed" else pytest.approx(0.25))
 
 
 def test_part_fixed_shares_recovered_from_synthetic_parts() -> None:
-    """Four 'conv' layers whose parts pay f = 8 / channels of the layer, plus noise-free
-    lines: each layer's share and the family's 8 come back; a family of two layers gets no
-    share x channels (fewer than three)."""
+    """Four 'conv' layers with noise-free lines and known fixed shares, not proportional to
+    1 / channels: each layer's share comes back, and the family's beta is the least-squares
+    fit of f ~ beta / channels weighted by the whole times (numpy's lstsq on rows scaled by
+    the weights' square roots); a line that is nearly all intercept is capped; a family of
+    two layers gets no beta (fewer than three)."""
+    fulls, fs, wholes = (32, 64, 128, 256), (0.3, 0.1, 0.08, 0.02), (1e-3, 2e-3, 3e-3, 4e-3)
     rows = []
-    for i, full in enumerate((32, 64, 128, 256)):
-        whole = 1e-3 * (i + 1)
-        f = 8.0 / full
+    for i, (full, f, whole) in enumerate(zip(fulls, fs, wholes, strict=True)):
         for c in {full // 4, full // 2, 3 * full // 4, full}:
             t = whole * (f + (1 - f) * c / full)
             rows.append(
                 {"key": f"k{i}", "family": "conv", "channels": c, "full": full, "seconds": t}
             )
-    for i in range(2):
+    for i, f in enumerate((0.2, 0.99)):
         for c in (64, 128):
-            t = 1e-3 * (0.2 + 0.8 * c / 128)
+            t = 1e-3 * (f + (1 - f) * c / 128)
             rows.append({"key": f"o{i}", "family": "fc", "channels": c, "full": 128, "seconds": t})
     per_layer, per_family, err = fit_part_fixed(rows)
-    for i, full in enumerate((32, 64, 128, 256)):
-        assert per_layer[f"k{i}"] == pytest.approx(8.0 / full, rel=1e-6)
+    for i, f in enumerate(fs):
+        assert per_layer[f"k{i}"] == pytest.approx(f, rel=1e-6)
     assert per_layer["o0"] == pytest.approx(0.2, rel=1e-6)
-    assert per_family == {"conv": pytest.approx(8.0, rel=1e-6)}
+    assert per_layer["o1"] == pytest.approx(0.9)  # 0.99 capped
+    sw = np.sqrt(wholes)
+    beta = np.linalg.lstsq((sw / np.array(fulls))[:, None], sw * np.array(fs), rcond=None)[0][0]
+    assert per_family == {"conv": pytest.approx(beta, rel=1e-9)}
     assert err == pytest.approx(0.0, abs=1e-9)
 
 
@@ -226,6 +234,32 @@ def test_work_runs_slower_while_another_device_of_its_host_has_work(hosts: str) 
     assert ev.busy_s[1, 1] == pytest.approx(t.sum())
 
 
+def test_a_device_that_only_holds_an_absorbed_layers_share_slows_no_one() -> None:
+    """Two devices on host A, one on host B, shared_host_factor 1.5: conv1 split over a0 and
+    b2; the Relu after it runs on those parts, whatever its own shares say (here a1). a1
+    computes nothing, so nothing on a0 is slower: busy times equal those at factor 1."""
+    from dse.platform import Device, Link, Platform
+
+    devices = (
+        Device("a_cpu0", "a", "cpu", 1, 1e4),
+        Device("a_cpu1", "a", "cpu", 1, 1e4),
+        Device("b_cpu0", "b", "cpu", 1, 1e4),
+    )
+    plat = Platform("t", devices, {"network": Link(0.0, 1e9), "same_host": Link(0.0, 1e9)}, entry=0)
+    graph = build_graph(conv_relu_chain(), "chain")
+    share = np.zeros((1, len(graph), 3))
+    share[0, :, 0] = 1.0
+    share[0, 2] = [0.5, 0.0, 0.5]
+    share[0, 3] = [0.0, 1.0, 0.0]  # the Relu's own share: ignored, it runs on conv1's parts
+    batch = MappingBatch(share, derive_owner(graph, share))
+    busy = {}
+    for factor in (1.0, 1.5):
+        cpu = dataclasses.replace(coefficients()["cpu"], shared_host_factor=factor)
+        busy[factor] = AnalyticalModel(graph, plat, Coefficients({"cpu": cpu})).evaluate(batch)
+    assert busy[1.5].busy_s[0, 1] == 0.0
+    np.testing.assert_allclose(busy[1.5].busy_s, busy[1.0].busy_s)
+
+
 def test_shared_host_factor_fitted_against_the_one_device_run() -> None:
     """Ranks of cut mappings that compute 1.04x, 1.06x and 1.04x what the model says while the
     one-device run of the same rounds computes 1.02x: the factor is the median, 1.04 / 1.02;
@@ -259,6 +293,20 @@ def test_shared_host_factor_fitted_against_the_one_device_run() -> None:
     factor, prov = fit_shared_host(runs, plat)
     assert factor == pytest.approx(1.04 / 1.02)
     assert prov["ranks"] == 3
+    # the deployments' two devices on two hosts: nothing to fit, factor 1
+    assert fit_shared_host(runs, platform(2))[0] == 1.0
+    # ranks faster than the one-device run: the factor stays 1
+    faster = [
+        run("single", [0.050, 0.0], [51.0, 0.0]),
+        run("vertical", [0.030, 0.020], [30.0, 20.0]),
+    ]
+    assert fit_shared_host(faster, plat)[0] == 1.0
+    # a one-device run under 2 ms gives no reference: nothing fitted, factor 1
+    tiny = [run("single", [0.001, 0.0], [1.0, 0.0]), run("vertical", [0.030, 0.020], [33.0, 22.0])]
+    assert fit_shared_host(tiny, plat) == (
+        1.0,
+        {"factor": 1.0, "ranks": 0, "median_per_network": {}, "p10_p90": []},
+    )
 
 
 def test_measured_link_table_and_cut_costs() -> None:
@@ -297,6 +345,11 @@ def test_coefficients_round_trip_with_calibrated_fields(tmp_path) -> None:
     path.write_text(json.dumps(c.to_dict()))
     back = load_coefficients(path)
     assert back["cpu"] == cpu and back.links == c.links and back.calibrated
+    raw = c.to_dict()
+    raw["cpu"]["part_fixed"] = [["abc", 0.3]]
+    path.write_text(json.dumps(raw))
+    with pytest.raises(Exception, match=r"part_fixed must be a mapping \(a JSON object\)"):
+        load_coefficients(path)
     raw = c.to_dict()
     raw["cpu"]["part_fixed"]["abc"] = 1.2
     path.write_text(json.dumps(raw))

@@ -217,7 +217,7 @@ def calibrate_kind(
         part_fixed=part_fixed,
         part_fixed_channels=part_channels,
     )
-    shares = np.array(list(part_fixed.values()) or [np.nan])
+    shares = list(part_fixed.values())
     prov = {
         "threads": dev.threads,
         "profiled_networks": nets_prov,
@@ -225,8 +225,10 @@ def calibrate_kind(
         "regression_families": sorted(regression),
         "part_fixed": {
             "layers": len(part_fixed),
-            "share_p10_p50_p90": [round(float(x), 4) for x in np.percentile(shares, [10, 50, 90])],
-            "line_median_rel_error": round(part_err, 4),
+            "share_p10_p50_p90": [round(float(x), 4) for x in np.percentile(shares, [10, 50, 90])]
+            if shares
+            else None,
+            "line_median_rel_error": round(part_err, 4) if shares else None,
             "per_family_share_x_channels": part_channels,
         },
     }
@@ -437,7 +439,8 @@ def fit_shared_host(runs: list[dict[str, Any]], platform: Platform) -> tuple[flo
     same mapping: per rank of the cut mappings (with at least 2 ms of work), its measured
     compute over the model's, relative to the same over the network's one-device run measured
     in the same rounds; the median, at least 1. 1 (not measured) where the two devices the
-    deployments use are on different hosts."""
+    deployments use are on different hosts. The runs' models must have the factor at 1 (the
+    kernel multiplies a device's whole busy time by it)."""
     a, b = cut_devices(platform)
     if platform.devices[a].host != platform.devices[b].host:
         return 1.0, {"factor": 1.0, "why": "the deployments' two devices are on different hosts"}
@@ -457,8 +460,9 @@ def fit_shared_host(runs: list[dict[str, Any]], platform: Platform) -> tuple[flo
         if r["label"] not in LABELS[1:]:
             continue
         single = next(s for s in runs if s["net"] == r["net"] and s["label"] == "single")
-        base = float(np.median(ratios(single)))
-        rel.setdefault(r["net"], []).extend(x / base for x in ratios(r))
+        base = ratios(single)
+        if base:  # a network under 2 ms on one device gives no reference
+            rel.setdefault(r["net"], []).extend(x / float(np.median(base)) for x in ratios(r))
     every = [x for v in rel.values() for x in v]
     factor = max(float(np.median(every)), 1.0) if every else 1.0
     return factor, {
@@ -585,6 +589,7 @@ def main(cfg: DictConfig) -> dict[str, Any]:
             prov["kinds"]["cpu"]["runtime_over_profile"] = anchor_to_runtime(
                 raw["cpu"], samples["cpu"], runs, nets, overhead
             )
+            raw["cpu"]["shared_host_factor"] = 1.0  # fitted next, against the model without it
             coefficients = Coefficients.from_dict(raw, "calibration")
             for r in runs:
                 r["model"] = AnalyticalModel(r["model"].graph, platform, coefficients)

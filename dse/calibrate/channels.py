@@ -1,9 +1,13 @@
-"""Channel-share micro-benchmark: how a convolution's time scales with its share of the output
-channels (a Layer-Output-Partitioning part), channel blocks included.
+"""Channel-share micro-benchmarks: how a layer's time follows its share of the output channels
+(a Layer-Output-Partitioning part).
 
-CPU kernels compute output channels in blocks (onnxruntime's NCHWc layout: 8 or 16 channels),
-so a part of 8 channels can cost as much as one of 16. Each case is a one-Conv model timed at
-the device's thread count with the runtime's session settings.
+- ``measure_channel_scaling``: CPU kernels compute output channels in blocks (onnxruntime's
+  NCHWc layout: 8 or 16 channels), so a part of 8 channels can cost as much as one of 16. Each
+  case is a synthetic one-Conv model.
+- ``measure_part_costs``: each splittable Conv and fully connected layer of a network alone,
+  whole and as parts, for the fixed share of the layer every part pays (its input's transform).
+
+Everything is timed at the device's thread count with the runtime's session settings.
 """
 
 from __future__ import annotations
@@ -108,7 +112,8 @@ def measure_part_costs(net, block: int, threads: int = 1, repeats: int = 5, seen
     """Rows ``{key, family, layer, channels, full, seconds}``: each splittable Conv and fully
     connected layer of ``net`` (one per :func:`~models_analytical.layer_costs.layer_key`, none
     of ``seen``) alone, whole and as parts of :func:`part_channels`, timed interleaved (every
-    round runs every model once; one warm-up round), median seconds."""
+    round runs every model once; one warm-up round), median seconds. All of a network's
+    sessions are alive while it is timed: for VGG-16, about 1 GB of weights."""
     from dse.runtime.sessions import session
     from models_analytical.layer_costs import family, layer_key
 
