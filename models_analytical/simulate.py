@@ -270,6 +270,7 @@ def _simulate_one(
     row = np.empty(n_layers, dtype=np.int64)
     pcnt = np.zeros(n_layers, dtype=np.int64)
     pdev = np.empty((n_layers, n_dev), dtype=np.int64)
+    works = np.zeros(n_dev, dtype=np.bool_)  # devices some part runs on
     for layer in range(n_layers):
         row[layer] = layer
         f = follows[layer]
@@ -280,6 +281,7 @@ def _simulate_one(
         for d in range(n_dev):
             if share[layer, d] > 0.0:
                 pdev[layer, cnt] = d
+                works[d] = True
                 cnt += 1
         pcnt[layer] = cnt
     # a device's work (layers, its sub-models' costs) runs slower by shared_slow where another
@@ -287,11 +289,6 @@ def _simulate_one(
     # bandwidth; a waiting rank polls); a layer running on another's parts (absorbed) counts
     # by those parts' devices, not its own shares
     host = k_in.host
-    works = np.zeros(n_dev, dtype=np.bool_)
-    for layer in range(n_layers):
-        if row[layer] == layer:
-            for i in range(pcnt[layer]):
-                works[pdev[layer, i]] = True
     on_host = np.zeros(n_dev, dtype=np.int64)
     for d in range(n_dev):
         if works[d]:

@@ -455,14 +455,13 @@ def fit_shared_host(runs: list[dict[str, Any]], platform: Platform) -> tuple[flo
                 out.append(rank["compute_ms"]["median"] / 1e3 / busy[d])
         return out
 
+    # each network's one-device run; one under 2 ms of work gives no reference
+    base = {r["net"]: ratios(r) for r in runs if r["label"] == "single"}
     rel: dict[str, list[float]] = {}
     for r in runs:
-        if r["label"] not in LABELS[1:]:
-            continue
-        single = next(s for s in runs if s["net"] == r["net"] and s["label"] == "single")
-        base = ratios(single)
-        if base:  # a network under 2 ms on one device gives no reference
-            rel.setdefault(r["net"], []).extend(x / float(np.median(base)) for x in ratios(r))
+        if r["label"] in LABELS[1:] and base.get(r["net"]):
+            ref = float(np.median(base[r["net"]]))
+            rel.setdefault(r["net"], []).extend(x / ref for x in ratios(r))
     every = [x for v in rel.values() for x in v]
     factor = max(float(np.median(every)), 1.0) if every else 1.0
     return factor, {
