@@ -21,9 +21,9 @@ from dse import app
 from dse.cli import CONF_DIR, INTERRUPTED, DeferredSignals, guarded, run, say
 from dse.config import check
 from dse.errors import DseError
+from dse.files import remove_stale
 from dse.objectives import OBJECTIVES, fmt
 from dse.results import plot_worker, writers
-from dse.results.atomic import remove_stale
 from dse.results.outputs import write_outputs
 from dse.search import checkpoint, nsga2
 from dse.search.problem import MappingProblem

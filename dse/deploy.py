@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from dse import app
 from dse.cli import CONF_DIR, guarded, run
 from dse.errors import DseError
-from dse.evaluate import read_json
+from dse.files import read_json
 from dse.mapping import from_autodice
 from dse.net import load_net
 from dse.runtime.measure import deploy, deploy_and_measure

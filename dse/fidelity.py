@@ -236,7 +236,7 @@ def measure(
     rounds short, and (with ``probe``) the machine's speed drift: each run is brought to the
     calibration's probe of the network, or without one to this run's median probe
     (:mod:`dse.runtime.probe`). Sub-models are deleted at the end unless ``keep=true``."""
-    from dse.results.atomic import write_text
+    from dse.files import write_text
     from dse.runtime.measure import (
         check_gpus,
         deploy,

@@ -8,12 +8,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numba
 import numpy as np
 
 from dse.mapping import MappingBatch, first_consumer, first_producer
 from dse.net.graph import LayerGraph
+from dse.objectives import OBJECTIVES
 from dse.platform import KINDS, Platform
 from models_analytical.coefficients import OP_CLASSES, WEIGHT_CLASSES, Coefficients
 from models_analytical.layer_costs import CONV_OPS, LayerTables, layer_tables
@@ -48,6 +50,31 @@ class Evaluation:
     def constraints(self) -> np.ndarray:
         """pymoo-style G <= 0: memory over capacity, relative, per device."""
         return self.memory_mb / self.capacity_mb - 1.0
+
+    def as_dict(self, platform: Platform, index: int = 0) -> dict[str, Any]:
+        """Mapping ``index`` as plain numbers (ms, MB, J) on the devices it uses, with every
+        objective (:mod:`dse.objectives`): what ``dse.evaluate`` prints and a deployment's
+        measurements are compared with."""
+        used = [d for d in range(len(platform)) if self.used[index, d]]
+        keys = platform.keys
+
+        def per_device(values: np.ndarray, scale: float = 1.0, digits: int = 4) -> dict:
+            return {keys[d]: round(float(values[index, d]) * scale, digits) for d in used}
+
+        return {
+            "latency_ms": round(float(self.latency_s[index]) * 1e3, 4),
+            "memory_mb": per_device(self.memory_mb, digits=3),
+            "energy_j": per_device(self.energy_j, digits=5),
+            "feasible": bool(self.feasible[index]),
+            "compute_ms": per_device(self.busy_s, 1e3),
+            "communication_ms": per_device(self.comm_s, 1e3),
+            "idle_ms": per_device(self.idle_s, 1e3),
+            "bytes_sent": per_device(self.bytes_sent, digits=0),
+            "capacity_mb": {keys[d]: platform.devices[d].memory_mb for d in used},
+            "objectives": {
+                o.column: round(float(o.values(self)[index]), 6) for o in OBJECTIVES.values()
+            },
+        }
 
 
 def kernel_inputs(

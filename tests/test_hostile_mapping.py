@@ -14,7 +14,7 @@ from hostile import assert_each_one_line, refusal, run_all
 from onnx import helper
 
 from dse.errors import DseError
-from dse.evaluate import read_json
+from dse.files import read_json
 from dse.mapping import from_autodice
 from dse.net import load_net
 
@@ -197,7 +197,7 @@ def test_json_output_is_strict_json(net, files):
 
 
 def test_non_finite_figures_print_as_null():
-    from dse.evaluate import finite
+    from dse.files import finite
 
     doc = {"a": float("inf"), "b": [1.0, float("nan")], "c": {"d": -float("inf"), "e": 2}}
     text = json.dumps(finite(doc), allow_nan=False)

@@ -532,7 +532,7 @@ def versions() -> dict[str, str]:
 @guarded
 def main(cfg: DictConfig) -> dict[str, Any]:
     from dse.calibrate.store import calibrated_path
-    from dse.results.atomic import write_text
+    from dse.files import write_text
 
     started = time.perf_counter()
     platform = app.platform_from(cfg)

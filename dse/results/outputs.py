@@ -9,9 +9,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from dse.files import write_text
 from dse.platform import Platform
 from dse.results import plot_worker, plots, report, writers
-from dse.results.atomic import write_text
 from dse.search import nsga2
 from dse.search.problem import MappingProblem
 

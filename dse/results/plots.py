@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dse.files import staged
 from dse.objectives import OBJECTIVES
-from dse.results.atomic import staged
 
 #: Marker of each objective's best point on the front.
 BEST_MARKERS = ("*", "D", "P", "X", "s", "^")

@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
+from dse.files import staged, write_text
 from dse.mapping import MappingBatch, to_autodice
 from dse.net.graph import LayerGraph
 from dse.objectives import OBJECTIVES, fmt
 from dse.platform import Platform
-from dse.results.atomic import staged, write_text
 from dse.search.problem import MappingProblem
 
 

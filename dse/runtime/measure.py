@@ -84,10 +84,9 @@ def with_prediction(
     result: dict[str, Any], model: AnalyticalModel, batch: MappingBatch
 ) -> dict[str, Any]:
     """``result`` (measurements.json) with ``predicted`` and a ``comparison`` per figure."""
-    from dse.evaluate import report
 
     platform = model.platform
-    pred = report(platform, model.evaluate(batch[0:1]))
+    pred = model.evaluate(batch[0:1]).as_dict(platform)
     result["predicted"] = pred
     cmp: dict[str, Any] = {"latency_ms": compare(pred["latency_ms"], None)}
     if result.get("latency_ms"):
@@ -134,7 +133,7 @@ def deploy_and_measure(
     result = launch(Path(out), timeout_s, warmup, iterations)
     if model is not None:
         result = with_prediction(result, model, batch)
-    from dse.results.atomic import write_text
+    from dse.files import write_text
 
     write_text(Path(out) / "measurements.json", json.dumps(result, indent=1))
     return result

@@ -18,10 +18,10 @@ import numpy as np
 
 from dse.config import Phase2Config
 from dse.errors import DseError
+from dse.files import write_text
 from dse.mapping import MappingBatch
 from dse.net import Net
 from dse.platform import Platform
-from dse.results.atomic import write_text
 from dse.results.plots import plot_predicted_vs_measured
 from dse.runtime.measure import deploy_and_measure
 from models_analytical.model import AnalyticalModel

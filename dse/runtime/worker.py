@@ -326,7 +326,7 @@ def measure(
             f"outputs differ from the whole model: max rel error "
             f"{result['equivalence']['max_rel_error']:.3g} > {RTOL:g}"
         )
-    from dse.results.atomic import write_text
+    from dse.files import write_text
 
     write_text(directory / "measurements.json", json.dumps(result, indent=1))
     return result

@@ -18,7 +18,7 @@ import numpy as np
 
 from dse.config import AlgorithmConfig
 from dse.errors import DseError
-from dse.results.atomic import write_bytes
+from dse.files import write_bytes
 from dse.search.hypervolume import Reference
 from dse.search.nsga2 import Population, SearchState, parts_keys
 from dse.search.problem import MappingProblem

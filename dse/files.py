@@ -1,0 +1,113 @@
+"""Files: written atomically (a reader or a crash sees the old complete file or the new one),
+and JSON read from a user's file with every way it can be wrong named in one line."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from dse.errors import DseError
+
+
+@contextmanager
+def staged(path: Path) -> Iterator[Path]:
+    """A temporary path beside ``path``; renamed onto it when the block succeeds, removed when
+    it fails."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def write_text(path: Path, text: str) -> None:
+    with staged(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    with staged(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def remove_stale(directory: Path) -> None:
+    """Temporary files a killed writer left behind."""
+    for p in Path(directory).glob(".*.tmp"):
+        p.unlink(missing_ok=True)
+
+
+# --- reading a user's JSON -------------------------------------------------------
+
+#: Largest mapping or horizontal file read (a mapping of 100k layers is a few MB).
+MAX_JSON_BYTES = 64 * 2**20
+
+
+def read_json(path: str, what: str) -> Any:
+    """A JSON file's content, or one line saying why it cannot be read: missing, not a regular
+    file, too large, not UTF-8, not JSON, nested too deeply, NaN/Infinity, or a key twice."""
+    p = Path(str(path)).expanduser()
+    try:
+        if not p.exists():
+            raise DseError(f"{what} file not found: {p}")
+        if not p.is_file():
+            raise DseError(f"{what} file {p} is not a regular file (a directory, device or pipe)")
+        size = p.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise DseError(
+                f"{what} file {p} is {size / 2**20:.0f} MB: a {what} file is at most "
+                f"{MAX_JSON_BYTES // 2**20} MB"
+            )
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DseError(
+            f"{what} file {p} is not UTF-8 text: {exc.reason} at byte {exc.start}"
+        ) from None
+    except (OSError, RuntimeError) as exc:
+        raise DseError(f"cannot read {what} file {p}: {exc.__class__.__name__}") from None
+    if not text.strip():
+        raise DseError(f"{what} file {p} is empty: it must hold a JSON object")
+    try:
+        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
+    except json.JSONDecodeError as exc:
+        raise DseError(f"{what} file {p} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise DseError(f"{what} file {p} is nested too deeply to be a {what}") from None
+    except ValueError as exc:
+        raise DseError(f"{what} file {p}: {exc}") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value (write a number)")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"key '{k}' appears twice (list its entries once)")
+        out[k] = v
+    return out
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float as None, so the JSON printed is valid JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
