@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chromosomes.base import Chromosome, Parts
+from chromosomes.base import Chromosome
 from chromosomes.naive import NaiveChromosome
 from chromosomes.split_point import AdvancedChromosome, VerticalChromosome
 from dse.errors import DseError
@@ -28,7 +28,6 @@ __all__ = [
     "AdvancedChromosome",
     "Chromosome",
     "NaiveChromosome",
-    "Parts",
     "VerticalChromosome",
     "make_chromosome",
 ]

@@ -34,5 +34,5 @@ class NaiveChromosome(Chromosome):
     def single_device(self, device: int) -> np.ndarray:
         return np.full(self.n_genes, device, dtype=np.int64)
 
-    def _parts(self, genes: np.ndarray, device: np.ndarray, counts: np.ndarray) -> None:
-        kernels.naive_parts(genes, self.layer_of_gene, self.graph.splittable, device, counts)
+    def _counts(self, genes: np.ndarray, device: np.ndarray, counts: np.ndarray) -> None:
+        kernels.naive_counts(genes, self.layer_of_gene, self.graph.splittable, device, counts)

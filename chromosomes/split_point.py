@@ -52,8 +52,8 @@ class AdvancedChromosome(Chromosome):
         genes[0, device] = len(self.split_layers)
         return genes.ravel()
 
-    def _parts(self, genes: np.ndarray, device: np.ndarray, counts: np.ndarray) -> None:
-        kernels.advanced_parts(
+    def _counts(self, genes: np.ndarray, device: np.ndarray, counts: np.ndarray) -> None:
+        kernels.advanced_counts(
             genes, self.splits, self.anchor, self.graph.splittable, device, counts
         )
 
@@ -78,5 +78,5 @@ class VerticalChromosome(Chromosome):
         genes[device] = len(self.graph)
         return genes
 
-    def _parts(self, genes: np.ndarray, device: np.ndarray, counts: np.ndarray) -> None:
-        kernels.vertical_parts(genes, self.graph.splittable, device, counts)
+    def _counts(self, genes: np.ndarray, device: np.ndarray, counts: np.ndarray) -> None:
+        kernels.vertical_counts(genes, self.graph.splittable, device, counts)

@@ -68,12 +68,12 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     horizontal = read_json(cfg.horizontal, "horizontal") if cfg.get("horizontal") else None
     if not isinstance(mapping, dict):
         raise DseError('mapping.json must be an object {"<host>_<resource>": [node names]}')
-    batch = from_autodice(net.graph, platform.keys, mapping, horizontal)
+    mapping = from_autodice(net.graph, platform.keys, mapping, horizontal)
     out = Path(str(cfg.out)).expanduser()
     seed = int(cfg.seed)
     if not cfg.measure:
         plan = deploy(
-            net, platform, batch, out, seed, int(cfg.warmup), int(cfg.iterations), int(cfg.stream)
+            net, platform, mapping, out, seed, int(cfg.warmup), int(cfg.iterations), int(cfg.stream)
         )
         n_seg = sum(len(r["segments"]) for r in plan["ranks"])
         print(
@@ -85,7 +85,7 @@ def main(cfg: DictConfig) -> dict[str, Any]:
         net,
         platform,
         model,
-        batch,
+        mapping,
         out,
         seed,
         int(cfg.warmup),

@@ -88,8 +88,8 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     graph = net.graph
     mapping = read_json(cfg.mapping, "mapping")
     horizontal = read_json(cfg.horizontal, "horizontal") if cfg.get("horizontal") else None
-    batch = from_autodice(graph, platform.keys, mapping, horizontal)
-    r = model.evaluate(batch).as_dict(platform)
+    chosen = from_autodice(graph, platform.keys, mapping, horizontal)
+    r = model.evaluate(chosen).as_dict(platform)
     text = json.dumps(finite(r), indent=1, allow_nan=False)
     print(text if fmt == "json" else as_table(graph.name, platform, r))
     return r

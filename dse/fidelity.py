@@ -24,10 +24,9 @@ from dse import app
 from dse.cli import CONF_DIR, guarded, run, say
 from dse.config import Phase2Config
 from dse.errors import DseError
-from dse.mapping import MappingBatch, derive_owner
-from dse.net.graph import LayerGraph
+from dse.mapping import RANDOM_KINDS, Mappings, random_mappings
 
-KINDS = ("front", "single", "vertical", "split", "mixed")
+KINDS = ("front", *RANDOM_KINDS)
 WITHIN = 10.0  # %
 
 
@@ -47,47 +46,10 @@ def stats(predicted: np.ndarray, measured: np.ndarray) -> dict[str, float]:
     }
 
 
-def _counts(rng: np.random.Generator, channels: int, parts: int) -> np.ndarray:
-    """Random channel counts of ``parts`` non-empty parts of ``channels`` channels."""
-    cuts = np.sort(rng.choice(np.arange(1, channels), size=parts - 1, replace=False))
-    return np.diff(np.concatenate([[0], cuts, [channels]]))
-
-
-def random_mappings(
-    graph: LayerGraph, n_dev: int, kind: str, count: int, rng: np.random.Generator
-) -> np.ndarray:
-    """``share[count, L, D]`` of one kind; split layers get random whole-channel shares."""
-    n = len(graph)
-    share = np.zeros((count, n, n_dev))
-    ch = graph.out_channels
-    splittable = graph.splittable & (ch >= 2)
-    for p in range(count):
-        if kind == "single":
-            share[p, :, p % n_dev] = 1.0
-            continue
-        k = int(rng.integers(2, n_dev + 1))
-        devs = rng.permutation(n_dev)[:k]
-        if kind == "vertical":
-            cuts = np.sort(rng.choice(np.arange(1, n), size=min(k, n) - 1, replace=False))
-            seg = np.searchsorted(cuts, np.arange(n), side="right")
-            share[p, np.arange(n), devs[seg]] = 1.0
-            continue
-        for layer in range(n):
-            split = splittable[layer] and (kind == "split" or rng.random() < 0.3)
-            if split:
-                parts = min(k, int(ch[layer]))
-                share[p, layer, devs[:parts]] = _counts(rng, int(ch[layer]), parts) / ch[layer]
-            else:
-                d = devs[0] if kind == "split" else devs[rng.integers(k)]
-                share[p, layer, d] = 1.0
-    return share
-
-
-def choose(cfg: DictConfig, net, model, n: int, seed: int) -> tuple[MappingBatch, list, list]:
+def choose(cfg: DictConfig, net, model, n: int, seed: int) -> tuple[Mappings, list, list]:
     """The mappings to measure, their labels and kinds (at most ``n``, distinct)."""
     from dse.runtime.phase2 import select
     from dse.search import nsga2
-    from dse.search.nsga2 import mapping_keys
     from dse.search.problem import MappingProblem
 
     graph, n_dev = net.graph, len(model.platform.devices)
@@ -97,8 +59,7 @@ def choose(cfg: DictConfig, net, model, n: int, seed: int) -> tuple[MappingBatch
     state = nsga2.run(nsga2.new_search(problem, settings, seed))
     genes, F, _ = nsga2.front(state)
     picks = select(F, list(problem.objectives), max(n // 3 - len(problem.objectives), 0))
-    front = problem.chromosome.decode(np.asarray(genes)[[i for i, _ in picks]])
-    shares = [front.share]
+    batches = [problem.chromosome.decode(np.asarray(genes)[[i for i, _ in picks]])]
     labels = [lab for _, lab in picks]
     kinds = ["front"] * len(picks)
     rng = np.random.default_rng(seed)
@@ -107,24 +68,22 @@ def choose(cfg: DictConfig, net, model, n: int, seed: int) -> tuple[MappingBatch
     per_kind["single"] = min(per_kind["single"], n_dev)
     per_kind["mixed"] += rest - sum(per_kind.values())
     for kind, count in per_kind.items():
-        s = random_mappings(graph, n_dev, kind, count, rng)
-        shares.append(s)
+        batches.append(random_mappings(graph, n_dev, kind, count, rng))
         labels += [f"{kind}_{i}" for i in range(count)]
         kinds += [kind] * count
-    share = np.concatenate(shares)
     for _ in range(10):  # copies (a random mapping equal to another) are replaced by mixed ones
-        batch = MappingBatch(share, derive_owner(graph, share))
-        _, first = np.unique(np.array(mapping_keys(batch, graph), np.uint64), return_index=True)
+        mappings = Mappings.concat(batches)
+        _, first = np.unique(mappings.keys(), return_index=True)
         keep = np.sort(first)
         if len(keep) >= n:
             break
         more = n - len(keep)
-        share = np.concatenate([share, random_mappings(graph, n_dev, "mixed", more, rng)])
+        batches.append(random_mappings(graph, n_dev, "mixed", more, rng))
         labels += [f"mixed_{per_kind['mixed'] + i}" for i in range(more)]
         kinds += ["mixed"] * more
         per_kind["mixed"] += more
     keep = keep[:n]
-    return batch[keep], [labels[i] for i in keep], [kinds[i] for i in keep]
+    return mappings.take(keep), [labels[i] for i in keep], [kinds[i] for i in keep]
 
 
 def points(rows: list[dict[str, Any]], kinds: list[str]) -> dict[str, Any]:
@@ -227,7 +186,7 @@ def speed_reference(model, net) -> float | None:  # noqa: ANN001 - AnalyticalMod
 
 
 def measure(
-    out, net, platform, model, batch, labels, settings, cfg, bar
+    out, net, platform, model, mappings, labels, settings, cfg, bar
 ) -> tuple[list[dict[str, Any]], bool, dict[str, Any] | None]:
     """Deploy every mapping into ``out/phase2/<label>``, then run them all ``cfg.rounds`` times,
     each round in a new random order (a slow spell of the machine then hits one round of
@@ -255,9 +214,15 @@ def measure(
         for p, label in enumerate(labels):
             d = out / "phase2" / label
             try:
-                check_gpus(platform, batch[p])
+                check_gpus(platform, mappings.take(p))
                 deploy(
-                    net, platform, batch[p], d, int(cfg.seed), settings.warmup, settings.iterations
+                    net,
+                    platform,
+                    mappings.take(p),
+                    d,
+                    int(cfg.seed),
+                    settings.warmup,
+                    settings.iterations,
                 )
                 dirs.append((p, d))
             except DseError as exc:
@@ -289,7 +254,7 @@ def measure(
             if result.get("status") == "ok":
                 if speed is not None:
                     result = take_out_drift(result, speed["reference_ms"])
-                result = with_prediction(result, model, batch[p])
+                result = with_prediction(result, model, mappings.take(p))
             write_text(d / "measurements.json", json.dumps(result, indent=1))
             results[p] = result
     finally:
@@ -367,7 +332,7 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     out = Path(str(cfg.out or f"fidelity/{net.name}-{platform.name}-{stamp}")).expanduser()
     out.mkdir(parents=True, exist_ok=True)
-    batch, labels, kinds = choose(cfg, net, model, int(cfg.mappings), int(cfg.seed))
+    mappings, labels, kinds = choose(cfg, net, model, int(cfg.mappings), int(cfg.seed))
     say(f"measuring {len(labels)} mappings of {net.name} on {platform.name} into {out}")
     settings = Phase2Config(
         warmup=int(cfg.warmup), iterations=int(cfg.iterations), timeout_s=float(cfg.timeout_s)
@@ -378,7 +343,7 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     rounds = int(cfg.rounds)
     bar = tqdm(total=len(labels) * (rounds + 1), desc="fidelity", unit="run")
     results, interrupted, speed = measure(
-        out, net, platform, model, batch, labels, settings, cfg, bar
+        out, net, platform, model, mappings, labels, settings, cfg, bar
     )
     bar.close()
     for label, kind, result in zip(labels, kinds, results, strict=True):

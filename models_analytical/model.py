@@ -13,13 +13,13 @@ from typing import Any
 import numba
 import numpy as np
 
-from dse.mapping import MappingBatch, first_consumer, first_producer
+from dse.mapping import Mappings
 from dse.net.graph import LayerGraph
 from dse.objectives import OBJECTIVES
 from dse.platform import KINDS, Platform
 from models_analytical.coefficients import OP_CLASSES, WEIGHT_CLASSES, Coefficients
 from models_analytical.layer_costs import CONV_OPS, LayerTables, layer_tables
-from models_analytical.simulate import KernelInputs, input_csr, simulate_batch, simulate_parts
+from models_analytical.simulate import KernelInputs, input_csr, simulate
 from models_analytical.threads import ThreadTuner
 
 MB = 1e6
@@ -235,9 +235,7 @@ class AnalyticalModel:
         )
         self._need_weights = self._by_class or bool(self._mem_load.any())
         self.capacity_mb = np.array([d.memory_mb for d in platform.devices])
-        # for mappings given in whole numbers (evaluate_parts)
         self._channels = np.asarray(graph.out_channels, dtype=np.int64)
-        self._consumer, self._producer = first_consumer(graph), first_producer(graph)
 
     def device_speed(self) -> np.ndarray:
         """[L, D] relative throughput of each device on each layer: 1 / its modelled work time
@@ -245,67 +243,51 @@ class AnalyticalModel:
         work = self.tables.t_work[self.inputs.kind].T  # [L, D]
         return np.where(work > 0, 1.0 / np.where(work > 0, work, 1.0), 1.0)
 
-    def evaluate(self, batch: MappingBatch) -> Evaluation:
-        large = batch.size >= PARALLEL_MIN_BATCH
-        threads = self.tuner.choose() if large else 1
-        numba.set_num_threads(threads)
-        t0 = time.perf_counter()
-        raw = self._simulate(batch)
-        if large:
-            self.tuner.record(threads, batch.size, time.perf_counter() - t0)
-        weights = None
-        if self._need_weights:
-            weights = np.einsum("pld,lc->pdc", batch.share, self._w_class)  # [P, D, class] MB
-        return self._evaluation(*raw, weights)
+    def evaluate(self, mappings: Mappings) -> Evaluation:
+        """The figures of every mapping of the batch."""
+        *raw, weights = self._simulate(mappings)
+        return self._evaluation(*raw, weights if self._need_weights else None)
 
-    def _simulate(self, batch: MappingBatch) -> tuple[np.ndarray, ...]:
-        """The kernel's arrays for ``batch`` (:func:`models_analytical.simulate.simulate_batch`)."""
-        return simulate_batch(
-            np.ascontiguousarray(batch.share, dtype=np.float64),
-            np.ascontiguousarray(batch.owner, dtype=np.int64),
-            self.inputs,
-        )
-
-    def memory_terms(self, batch: MappingBatch) -> dict[str, np.ndarray]:
+    def memory_terms(self, mappings: Mappings) -> dict[str, np.ndarray]:
         """What the memory of each device is made of, before coefficients (each [P, D]):
         ``peak_mb`` the liveness peak of tensors and weights, ``held_mb`` buffers kept for good,
         ``parts`` and ``segments`` it runs, and ``weights_mb`` [P, D, class] it holds. The
-        terms calibration fits (:func:`dse.calibrate.__main__.fit_memory`)."""
-        raw = self._simulate(batch)
+        terms calibration fits."""
+        latency, busy, comm, peak, energy, parts, sent, segments, held, weights = self._simulate(
+            mappings, with_weights=True
+        )
         return {
-            "peak_mb": raw[3] / MB,
-            "held_mb": raw[8] / MB,
-            "parts": raw[5],
-            "segments": raw[7],
-            "weights_mb": np.einsum("pld,lc->pdc", batch.share, self._w_class),
+            "peak_mb": peak / MB,
+            "held_mb": held / MB,
+            "parts": parts,
+            "segments": segments,
+            "weights_mb": weights,
         }
 
-    def evaluate_parts(self, device: np.ndarray, channels: np.ndarray) -> Evaluation:
-        """:meth:`evaluate` of mappings in whole numbers, number for number, without building
-        their shares: ``device[P, L]`` the device of each layer that is not splittable (-1 for
-        splittable layers), ``channels[P, S, D]`` the channels of each splittable layer (the
-        graph's ``splittable`` layers in order) on each device (``chromosomes.Parts``)."""
-        device = np.ascontiguousarray(device, dtype=np.int64)
-        channels = np.ascontiguousarray(channels)
+    def _simulate(self, mappings: Mappings, with_weights: bool | None = None) -> tuple:
+        """The kernel's arrays (:func:`models_analytical.simulate.simulate`), on one thread for
+        small batches and, for large ones, on the count the tuner finds faster now."""
+        device = np.ascontiguousarray(mappings.device, dtype=np.int64)
+        sizes = np.ascontiguousarray(mappings.sizes)
         size = len(device)
         large = size >= PARALLEL_MIN_BATCH
         threads = self.tuner.choose() if large else 1
         numba.set_num_threads(threads)
         t0 = time.perf_counter()
-        *raw, weights = simulate_parts(
+        raw = simulate(
             device,
-            channels,
+            sizes,
             self._channels,
-            self._consumer,
-            self._producer,
+            self.graph.first_consumer,
+            self.graph.first_producer,
             self._w_class,
-            self._need_weights,
+            self._need_weights if with_weights is None else with_weights,
             self.inputs,
             4 * threads,  # chunks: a few per thread balance uneven mappings
         )
         if large:
             self.tuner.record(threads, size, time.perf_counter() - t0)
-        return self._evaluation(*raw, weights if self._need_weights else None)
+        return raw
 
     def _evaluation(
         self,

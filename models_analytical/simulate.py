@@ -35,7 +35,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
-from dse.mapping_kernels import share_owner_one
+from dse.mapping.rules import dense_one
 
 
 class KernelInputs(NamedTuple):
@@ -617,48 +617,22 @@ def _outputs(n_pop, n_dev):
 
 
 @njit(cache=True, parallel=True)
-def simulate_batch(share, owner, k_in):
-    """Latency [P]; busy, communication, activation+weight peak bytes, energy (without idle),
-    parts, bytes sent, segments (the runtime's sub-models) and held bytes (buffers the runtime
-    keeps for good: what a device receives or gathers, the input image where it enters; not in
-    the peak), each [P, D]."""
-    n_pop, _, n_dev = share.shape
-    latency, busy, comm, mem, energy, parts, sent, segs, held = _outputs(n_pop, n_dev)
-    for p in prange(n_pop):
-        _simulate_one(
-            share[p],
-            owner[p],
-            k_in,
-            latency[p : p + 1],
-            busy[p],
-            comm[p],
-            mem[p],
-            energy[p],
-            parts[p],
-            sent[p],
-            segs[p],
-            held[p],
-        )
-    return latency, busy, comm, mem, energy, parts, sent, segs, held
+def simulate(device, sizes, channels, consumer, producer, w_class, with_weights, k_in, n_chunks):
+    """The schedule of every mapping (:class:`dse.mapping.Mappings`: ``device[P, L]``, -1 for
+    splittable layers, and ``sizes[P, S, D]``); ``channels[L]`` the layers' output channels,
+    ``consumer`` / ``producer`` [L] the graph's ``first_consumer`` / ``first_producer``. Each
+    mapping's share [L, D] and owner [L] are built in per-thread scratch
+    (:func:`dse.mapping.rules.dense_one`) and simulated by :func:`_simulate_one`.
 
-
-@njit(cache=True, parallel=True)
-def simulate_parts(
-    device, split_channels, channels, consumer, producer, w_class, with_weights, k_in, n_chunks
-):
-    """:func:`simulate_batch` of mappings given in whole numbers, without their dense shares:
-    ``device[P, L]`` (the device of each layer that is not splittable, -1 for splittable
-    layers) and ``split_channels[P, S, D]`` (channels of each splittable layer, in graph order,
-    on each device); ``channels[L]`` the layers' output channels, ``consumer`` / ``producer``
-    [L] :func:`dse.mapping.first_consumer` / :func:`dse.mapping.first_producer`. Each mapping's
-    share [L, D] and owner [L] are built in per-thread scratch (exactly the batch's numbers)
-    and simulated by the same :func:`_simulate_one`. Returns simulate_batch's arrays and the
-    weights each device holds by class, [P, D, C] = sum over layers of share x
-    ``w_class[L, C]`` (in layer order, as ``einsum("pld,lc->pdc")`` sums them; zeros unless
+    Returns latency [P]; busy, communication, activation+weight peak bytes, energy (without
+    idle), parts, bytes sent, segments (the runtime's sub-models) and held bytes (buffers the
+    runtime keeps for good: what a device receives or gathers, the input image where it
+    enters; not in the peak), each [P, D]; and the weights each device holds by class,
+    [P, D, C] = sum over layers of share x ``w_class[L, C]`` (zeros unless
     ``with_weights``). The mappings run in ``n_chunks`` contiguous chunks (a few per thread),
     each allocating its scratch once."""
     n_pop, n_layers = device.shape
-    n_dev = split_channels.shape[2]
+    n_dev = sizes.shape[2]
     n_cls = w_class.shape[1]
     latency, busy, comm, mem, energy, parts, sent, segs, held = _outputs(n_pop, n_dev)
     weights = np.zeros((n_pop, n_dev, n_cls))
@@ -670,9 +644,7 @@ def simulate_parts(
         owner = np.empty(n_layers, dtype=np.int64)
         anchor = np.empty(n_layers, dtype=np.int64)
         for p in range(lo, hi):
-            share_owner_one(
-                device[p], split_channels[p], channels, consumer, producer, share, owner, anchor
-            )
+            dense_one(device[p], sizes[p], channels, consumer, producer, share, owner, anchor)
             _simulate_one(
                 share,
                 owner,

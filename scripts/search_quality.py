@@ -54,11 +54,10 @@ def truth(p: MappingProblem) -> tuple[np.ndarray, int, float]:
     """The true front (objectives), the number of distinct mappings and the feasible share."""
     upper = p.chromosome.upper.tolist()
     genes = np.array(list(itertools.product(*[range(u + 1) for u in upper])), dtype=np.int64)
-    batch = p.chromosome.decode(genes)
-    keys = nsga2.mapping_keys(batch, p.chromosome.graph)
-    _, first = np.unique(np.array(keys, dtype=object), return_index=True)
+    mappings = p.chromosome.decode(genes)
+    _, first = np.unique(mappings.keys(), return_index=True)
     out: dict = {}
-    p.evaluate_batch(batch[np.sort(first)], out)
+    p.evaluate_mappings(mappings.take(np.sort(first)), out)
     F, feasible = out["F"], out["G"][:, 0] <= 0
     Ff = F[feasible]
     keep = np.ones(len(Ff), dtype=bool)

@@ -17,7 +17,7 @@ import argparse
 import numpy as np
 
 from dse.calibrate.store import calibrated_model
-from dse.mapping import MappingBatch, derive_owner
+from dse.mapping import whole as whole_on
 from dse.net import zoo
 from dse.runtime.partition import partition
 from dse.runtime.sequential import time_segments_beside
@@ -39,9 +39,8 @@ def main() -> None:
     print(f"{a.net}: model {layer_ms.sum():.1f} ms for the whole network (calibrated {path})")
     for frac in a.cuts:
         cut = min(max(int(n * frac), 1), n - 1)
-        share = np.zeros((1, n, len(platform)))
-        share[0, :cut, 0] = share[0, cut:, 1] = 1.0
-        dep = partition(net, MappingBatch(share, derive_owner(g, share)), platform)
+        devices = np.where(np.arange(n) < cut, 0, 1)
+        dep = partition(net, whole_on(g, len(platform), devices), platform)
         # alternately with the whole network, so a slow spell hits both
         timed, whole_s = time_segments_beside(dep, whole, a.runs, warmup=1)
         w = whole_s * 1e3

@@ -34,8 +34,7 @@ import numpy as np
 
 from dse.calibrate.__main__ import LABELS, calibration_mappings, cut_devices
 from dse.calibrate.store import calibrated_model
-from dse.fidelity import random_mappings
-from dse.mapping import MappingBatch, derive_owner
+from dse.mapping import Mappings, random_mappings
 from dse.runtime.partition import partition
 from dse.runtime.sequential import time_segments
 
@@ -59,18 +58,19 @@ def main() -> None:
     g, n_dev = net.graph, len(platform.devices)
     if a.calibration:
         dev_a, dev_b = cut_devices(platform)
-        batch = calibration_mappings(g, model.tables.t_work[0], dev_a, dev_b, n_dev)[1:]
+        batch = calibration_mappings(g, model.tables.t_work[0], dev_a, dev_b, n_dev).take(
+            slice(1, None)
+        )
         labels = list(LABELS[1:])
     else:
         rng = np.random.default_rng(a.seed)
-        share = np.concatenate([random_mappings(g, n_dev, k, a.mappings, rng) for k in a.kinds])
+        batch = Mappings.concat([random_mappings(g, n_dev, k, a.mappings, rng) for k in a.kinds])
         labels = [f"{k}_{i}" for k in a.kinds for i in range(a.mappings)]
-        batch = MappingBatch(share, derive_owner(g, share))
     busy = model.evaluate(batch).busy_s * 1e3
     print(f"{a.net} on {platform.name} (calibrated {path}); per device: model / sub-models alone")
     totals = [0.0, 0.0]
     for p, label in enumerate(labels):
-        timed = time_segments(partition(net, batch[p], platform), a.runs, warmup=2)
+        timed = time_segments(partition(net, batch.take(p), platform), a.runs, warmup=2)
         cells = []
         for d in range(n_dev):
             alone = sum(s for dev, s in timed.values() if dev == d) * 1e3

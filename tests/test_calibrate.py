@@ -13,8 +13,9 @@ from onnx_factory import conv_relu_chain
 from platforms import coefficients, platform
 
 from dse.calibrate.profile import layer_for_kernel, profile_model
-from dse.fidelity import random_mappings, stats
-from dse.mapping import MappingBatch, derive_owner
+from dse.fidelity import stats
+from dse.mapping import Mappings, check, random_mappings
+from dse.mapping import whole as whole_on
 from dse.net import load_net, zoo
 from dse.net.graph import build_graph
 from models_analytical.calibration import fit_channel_block, fit_part_fixed, fit_regression
@@ -77,13 +78,22 @@ def _chain_model(coeff: Coefficients, n_dev: int = 2):
     return graph, AnalyticalModel(graph, platform(n_dev, bw=1e9), coeff)
 
 
+def _mapping(graph, n_dev: int, devices=None, sizes=None) -> Mappings:
+    """One mapping: layer i on ``devices[i]`` (default: all on device 0), the splittable
+    layers given in ``sizes`` (layer index -> channels per device) split so."""
+    m = whole_on(graph, n_dev, np.zeros(len(graph), int) if devices is None else devices)
+    for layer, per_device in (sizes or {}).items():
+        m.sizes[0, int(np.searchsorted(graph.split_layers, layer))] = per_device
+    check(graph, n_dev, m)
+    return m
+
+
 def _conv1_split(graph, m: AnalyticalModel, parts: list[float]):
-    """The chain on device 0 but conv1 (layer 2, 256 channels) split by ``parts`` over two
-    devices: the model's evaluation."""
-    share = np.zeros((1, len(graph), 2))
-    share[0, :, 0] = 1.0
-    share[0, 2] = parts
-    return m.evaluate(MappingBatch(share, derive_owner(graph, share)))
+    """The chain on device 0 but conv1 (layer 2, 256 channels) split by ``parts`` (shares)
+    over two devices: the model's evaluation."""
+    c = int(graph.out_channels[2])
+    sizes = [round(s * c) for s in parts]
+    return m.evaluate(_mapping(graph, 2, sizes={2: sizes}))
 
 
 def test_model_uses_profiled_and_regressed_layer_times() -> None:
@@ -222,11 +232,9 @@ def test_work_runs_slower_while_another_device_of_its_host_has_work(hosts: str) 
     graph = build_graph(conv_relu_chain(), "chain")
     m = AnalyticalModel(graph, plat, Coefficients({"cpu": cpu}))
     t = m.tables.t_work[0]
-    share = np.zeros((2, len(graph), 2))
-    share[0, :2, 0] = 1.0  # conv0, relu0 on device 0, the rest on device 1
-    share[0, 2:, 1] = 1.0
-    share[1, :, 1] = 1.0  # everything on device 1
-    ev = m.evaluate(MappingBatch(share, derive_owner(graph, share)))
+    n = len(graph)
+    # conv0, relu0 on device 0, the rest on device 1; everything on device 1
+    ev = m.evaluate(whole_on(graph, 2, [[0, 0] + [1] * (n - 2), [1] * n]))
     slow = 1.5 if hosts == "one" else 1.0
     assert ev.busy_s[0, 0] == pytest.approx(slow * t[:2].sum())
     assert ev.busy_s[0, 1] == pytest.approx(slow * t[2:].sum())
@@ -247,11 +255,10 @@ def test_a_device_that_only_holds_an_absorbed_layers_share_slows_no_one() -> Non
     )
     plat = Platform("t", devices, {"network": Link(0.0, 1e9), "same_host": Link(0.0, 1e9)}, entry=0)
     graph = build_graph(conv_relu_chain(), "chain")
-    share = np.zeros((1, len(graph), 3))
-    share[0, :, 0] = 1.0
-    share[0, 2] = [0.5, 0.0, 0.5]
-    share[0, 3] = [0.0, 1.0, 0.0]  # the Relu's own share: ignored, it runs on conv1's parts
-    batch = MappingBatch(share, derive_owner(graph, share))
+    half = int(graph.out_channels[2]) // 2
+    devices = np.zeros(len(graph), int)
+    devices[3] = 1  # the Relu's own device: ignored, it runs on conv1's parts
+    batch = _mapping(graph, 3, devices, {2: [half, 0, half]})
     busy = {}
     for factor in (1.0, 1.5):
         cpu = dataclasses.replace(coefficients()["cpu"], shared_host_factor=factor)
@@ -273,7 +280,7 @@ def test_shared_host_factor_fitted_against_the_one_device_run() -> None:
 
     def run(label: str, busy: list[float], measured: list[float]) -> dict:
         ev = SimpleNamespace(busy_s=np.array([busy]))
-        model = SimpleNamespace(evaluate=lambda batch: ev)
+        model = SimpleNamespace(evaluate=lambda mapping: ev)
         ranks = [
             {"device": names[d], "compute_ms": {"median": ms}} for d, ms in enumerate(measured)
         ]
@@ -281,7 +288,7 @@ def test_shared_host_factor_fitted_against_the_one_device_run() -> None:
             "net": "n",
             "label": label,
             "model": model,
-            "batch": None,
+            "mapping": None,
             "result": {"ranks": ranks},
         }
 
@@ -316,10 +323,7 @@ def test_measured_link_table_and_cut_costs() -> None:
     coeff = Coefficients({"cpu": cpu}, links={"network": table})
     graph, m = _chain_model(coeff)
     n = len(graph)
-    share = np.zeros((1, n, 2))
-    share[0, :2, 0] = 1.0  # conv0, relu0 on device 0; the rest on device 1
-    share[0, 2:, 1] = 1.0
-    ev = m.evaluate(MappingBatch(share, derive_owner(graph, share)))
+    ev = m.evaluate(whole_on(graph, 2, [0, 0] + [1] * (n - 2)))  # conv0, relu0 on device 0
     nbytes = graph.layers[1].output_bytes
     link = 1e-5 + (nbytes - 1e3) * (1e-3 - 1e-5) / (1e6 - 1e3)
     assert ev.latency_s[0] == pytest.approx(m.tables.t_work[0].sum() + link + 2e-4)
@@ -377,10 +381,10 @@ def test_fidelity_statistics_by_hand() -> None:
 @pytest.mark.parametrize("kind", ["single", "vertical", "split", "mixed"])
 def test_random_mappings_are_valid_whole_channel_mappings(kind: str) -> None:
     graph = build_graph(conv_relu_chain(), "chain")
-    share = random_mappings(graph, 3, kind, 12, np.random.default_rng(1))
+    m = random_mappings(graph, 3, kind, 12, np.random.default_rng(1))
+    check(graph, 3, m)  # every layer placed, whole channels covering each splittable layer
+    share, _ = m.dense(graph)
     np.testing.assert_allclose(share.sum(axis=2), 1.0)
-    channels = share * graph.out_channels[None, :, None]
-    np.testing.assert_allclose(channels, np.rint(channels), atol=1e-9)
     split = (share > 0).sum(axis=2) > 1
     assert not (split & ~graph.splittable[None]).any()
     if kind in ("single", "vertical"):
@@ -439,11 +443,10 @@ def test_model_counts_the_segments_the_partitioner_cuts(name: str, kind: str) ->
     net = load_net({"name": name})
     g = net.graph
     plat = platform_localhost()
-    share = random_mappings(g, 2, kind, 3, np.random.default_rng(7))
-    batch = MappingBatch(share, derive_owner(g, share))
+    batch = random_mappings(g, 2, kind, 3, np.random.default_rng(7))
     ev = AnalyticalModel(g, plat, coefficients()).evaluate(batch)
-    for p in range(batch.size):
-        plan = partition(net, batch[p], plat).plan
+    for p in range(len(batch)):
+        plan = partition(net, batch.take(p), plat).plan
         got = {r["device_index"]: len(r["segments"]) for r in plan["ranks"]}
         want = {d: int(ev.segments[p, d]) for d in range(2) if ev.used[p, d]}
         assert got == want
@@ -470,8 +473,7 @@ def test_model_charges_the_sub_models_the_partitioner_writes(name: str, kind: st
     net = load_net({"name": name})
     g = net.graph
     plat = platform_localhost()
-    share = random_mappings(g, 2, kind, 2, np.random.default_rng(11))
-    batch = MappingBatch(share, derive_owner(g, share))
+    batch = random_mappings(g, 2, kind, 2, np.random.default_rng(11))
     base = AnalyticalModel(g, plat, coefficients())
     busy = base.evaluate(batch).busy_s
     extra = {}
@@ -479,9 +481,9 @@ def test_model_charges_the_sub_models_the_partitioner_writes(name: str, kind: st
         cpu = dataclasses.replace(coefficients()["cpu"], **{term: 1.0})
         m = AnalyticalModel(g, plat, Coefficients({"cpu": cpu}))
         extra[term] = m.evaluate(batch).busy_s - busy
-    for p in range(batch.size):
-        dep = partition(net, batch[p], plat)
-        subs = features(dep, batch[p : p + 1], base)
+    for p in range(len(batch)):
+        dep = partition(net, batch.take(p), plat)
+        subs = features(dep, batch.take(p), base)
         for r in dep.plan["ranks"]:
             d = r["device_index"]
             mine = [f for f in subs.values() if f["device"] == d]
@@ -500,11 +502,9 @@ def test_receive_occupies_the_receiving_device_by_hand() -> None:
     """A split layer's part made on device 1 is gathered on device 0, still busy with its
     larger part: when receiving occupies the device, the copy starts only when device 0 is
     done, so the inference ends later by exactly the transfer's time."""
-    share = np.zeros((1, 6, 2))
-    share[0, :, 0] = 1.0
-    share[0, 2] = [0.75, 0.25]  # conv1 (its Relu follows on the parts)
     graph, plain = _chain_model(coefficients())
-    batch = MappingBatch(share, derive_owner(graph, share))
+    c = int(graph.out_channels[2])
+    batch = _mapping(graph, 2, sizes={2: [3 * c // 4, c // 4]})  # conv1 (its Relu follows)
     cpu = dataclasses.replace(coefficients()["cpu"], receive_on_device=True)
     _, busy_recv = _chain_model(Coefficients({"cpu": cpu}))
     transfer = 0.25 * graph.output_bytes[3] / 1e9  # the Relu's part over a 1 GB/s link
@@ -568,11 +568,10 @@ def test_model_holds_the_buffers_the_runtime_allocates(name: str, kind: str) -> 
     net = load_net({"name": name})
     g = net.graph
     plat = platform_localhost()
-    share = random_mappings(g, 2, kind, 2, np.random.default_rng(3))
-    batch = MappingBatch(share, derive_owner(g, share))
+    batch = random_mappings(g, 2, kind, 2, np.random.default_rng(3))
     held = AnalyticalModel(g, plat, coefficients()).memory_terms(batch)["held_mb"]
-    for p in range(batch.size):
-        plan = partition(net, batch[p], plat).plan
+    for p in range(len(batch)):
+        plan = partition(net, batch.take(p), plat).plan
         for r in plan["ranks"]:
             kept = 0
             for s in r["steps"]:
@@ -598,9 +597,7 @@ def test_memory_by_weight_class_and_loading_peak_by_hand() -> None:
         memory_loading={"conv": 1.0, "other": 1.0},
     )
     graph, m = _chain_model(Coefficients({"cpu": cpu}))
-    share = np.zeros((1, len(graph), 2))
-    share[0, :, 0] = 1.0
-    batch = MappingBatch(share, derive_owner(graph, share))
+    batch = _mapping(graph, 2)
     _, plain = _chain_model(coefficients())
     peak_mb = plain.evaluate(batch).memory_mb[0, 0]  # the liveness peak (coefficient 1, bias 0)
     w_mb = graph.weight_bytes.sum() / 1e6  # every weight is a conv's
@@ -825,9 +822,7 @@ def test_probe_times_the_whole_model_on_each_core_of_the_platform(monkeypatch, t
     )
     assert probe_mod.probe_cores(remote) == [] and probe_mod.speed_probe(tmp_path, remote) is None
     net = load_net({"name": "mobilenetv2"})
-    share = np.zeros((1, len(net.graph), 2))
-    share[0, :, 0] = 1.0
-    deploy(net, plat, MappingBatch(share, derive_owner(net.graph, share)), tmp_path / "d")
+    deploy(net, plat, whole_on(net.graph, 2, np.zeros(len(net.graph), int)), tmp_path / "d")
     probe = probe_mod.speed_probe(tmp_path / "d", plat)
     probe()  # loads its sessions
     bound: list[set[int]] = []
@@ -937,17 +932,17 @@ def test_memory_fit_recovers_known_coefficients() -> None:
     graph, running_model = _chain_model(Coefficients({"cpu": known}))
     plat = running_model.platform
     runs = []
-    entry_only = np.zeros((1, len(graph), 2))
-    entry_only[0, :, 1] = 1.0  # device 0, the entry, only sends the image: runs nothing
-    shares = [
+    # device 0, the entry, only sends the image: runs nothing
+    entry_only = whole_on(graph, 2, np.ones(len(graph), int))
+    randoms = [
         random_mappings(graph, 2, kind, 1, np.random.default_rng(p))
         for p, kind in enumerate(["single", "vertical", "split", "mixed"] * 3)
     ]
-    for p, share in enumerate([*shares, entry_only]):
-        kind = "entry-only" if p == len(shares) else "random"
-        batch = MappingBatch(share, derive_owner(graph, share))
+    for p, batch in enumerate([*randoms, entry_only]):
+        kind = "entry-only" if p == len(randoms) else "random"
         ev = running_model.evaluate(batch)
         parts = running_model.memory_terms(batch)["parts"][0]
+        share = batch.dense(graph)[0]
         w = share[0].T @ running_model._w_class  # [D, class] MB (conv, other)
         ranks = []
         for d in np.flatnonzero(ev.used[0]):
@@ -962,7 +957,7 @@ def test_memory_fit_recovers_known_coefficients() -> None:
                 }
             )
         _, fresh = _chain_model(coefficients())
-        runs.append({"net": "chain", "label": kind, "model": fresh, "batch": batch,
+        runs.append({"net": "chain", "label": kind, "model": fresh, "mapping": batch,
                      "result": {"ranks": ranks}})  # fmt: skip
     fitted, prov = fit_memory(runs)
     assert prov["max_rel_error"] < 1e-3

@@ -8,6 +8,7 @@ import numpy as np
 import onnx_factory as f
 import pytest
 from onnx import helper
+from reference import derive_owner, shares_by_speed, shares_from_counts
 
 from chromosomes import (
     CHROMOSOMES,
@@ -17,6 +18,7 @@ from chromosomes import (
     make_chromosome,
 )
 from dse.errors import DseError
+from dse.mapping import check, rules
 from dse.net import load_net
 from dse.net.graph import build_graph
 from dse.net.zoo import NETS
@@ -36,6 +38,11 @@ def figure8_net():
     return build_graph(f.model(nodes, {"x": [1, 3, 8, 8]}, ["l6"], inits), "fig8")
 
 
+def dense(chrom, genes):
+    """(share, owner) of the mappings ``genes`` decode to."""
+    return chrom.decode(genes).dense(chrom.graph)
+
+
 def test_advanced_figure_11_decodes_to_figure_9():
     g = figure8_net()
     genes = np.array(
@@ -47,8 +54,8 @@ def test_advanced_figure_11_decodes_to_figure_9():
             [2, 0, 0, 0, 0],
         ]
     )  # split 5
-    batch = AdvancedChromosome(g, 5, splits=5).decode(genes.reshape(1, -1))
-    share = batch.share[0] * 10  # channels out of 10, five parts of 2
+    share, owner = dense(AdvancedChromosome(g, 5, splits=5), genes.reshape(1, -1))
+    share = share[0] * 10  # channels out of 10, five parts of 2
     # l1: parts 1..5 on devices 3, 1, 2, 2, 1; l5: on devices 4, 2, 5, 1, 1
     assert share[0].tolist() == [4, 4, 2, 0, 0]
     assert share[4].tolist() == [4, 2, 0, 2, 2]
@@ -57,7 +64,7 @@ def test_advanced_figure_11_decodes_to_figure_9():
         assert share[layer].tolist() == [0, 0, 10, 0, 0]
     assert share[5].tolist() == [0, 0, 0, 10, 0]
     # parts are concatenated on the device of the next layer
-    assert batch.owner[0].tolist() == [2, 2, 2, 2, 3, 3]
+    assert owner[0].tolist() == [2, 2, 2, 2, 3, 3]
 
 
 def test_advanced_edge_cases():
@@ -65,14 +72,14 @@ def test_advanced_edge_cases():
     chrom = AdvancedChromosome(g, 5, splits=2)
     # Figure 10: devices 2 and 4 hold split points 1 and 2, the second row is empty
     fig10 = np.array([[0, 1, 0, 2, 0, 0, 0, 0, 0, 0]])
-    share = chrom.decode(fig10).share[0]
+    share = dense(chrom, fig10)[0][0]
     assert share[:4, 1].tolist() == [1, 1, 1, 1] and share[4:, 3].tolist() == [1, 1]
     # device 2 with 0 as well: device 4 takes everything up to its split point
     only4 = np.array([[0, 0, 0, 2, 0, 0, 0, 0, 0, 0]])
-    assert (chrom.decode(only4).share[0, :, 3] == 1).all()
+    assert (dense(chrom, only4)[0][0, :, 3] == 1).all()
     # split point short of the end: the last device of row 1 takes the rest; all zeros: device 0
     short = np.array([[1, 0, 0, 0, 0, 0, 0, 0, 0, 0], [0] * 10])
-    out = chrom.decode(short).share
+    out = dense(chrom, short)[0]
     assert (out[0, :, 0] == 1).all() and (out[1, :, 0] == 1).all()
 
 
@@ -85,10 +92,10 @@ def test_leading_non_splittable_layers_follow_the_first_split():
     g = build_graph(
         f.model(nodes, {"x": [1, 3, 4, 4]}, ["y"], [f.weight("w", [4, 3, 1, 1])]), "lead"
     )
-    batch = AdvancedChromosome(g, 3, splits=2).decode(np.array([[0, 1, 0, 1, 0, 1]]))
-    assert batch.share[0, 0].tolist() == [0, 1, 0]  # like the first part of the conv
-    assert (batch.share[0, 1] * 4).tolist() == [2, 2, 0]  # parts on devices 2 and 1
-    assert batch.share[0, 2].tolist() == [0, 1, 0]
+    share, _ = dense(AdvancedChromosome(g, 3, splits=2), np.array([[0, 1, 0, 1, 0, 1]]))
+    assert share[0, 0].tolist() == [0, 1, 0]  # like the first part of the conv
+    assert (share[0, 1] * 4).tolist() == [2, 2, 0]  # parts on devices 2 and 1
+    assert share[0, 2].tolist() == [0, 1, 0]
 
 
 def test_naive_decoding_by_hand():
@@ -97,21 +104,21 @@ def test_naive_decoding_by_hand():
     assert chrom.n_genes == 2 * 5 + 6 - 2  # Eq. 4.5
     #         l1 (5 genes)   l2 l3 l4  l5 (5 genes)  l6
     genes = [2, 0, 1, 1, 0, 4, 4, 3, 3, 3, 3, 3, 3, 1]
-    batch = chrom.decode(np.array([genes]))
-    share = batch.share[0] * 10
+    share, owner = dense(chrom, np.array([genes]))
+    share = share[0] * 10
     assert share[0].tolist() == [4, 3, 3, 0, 0]  # devices {0, 1, 2}: 10 channels as 4, 3, 3
     assert share[1].tolist() == [0, 0, 0, 0, 10] and share[3].tolist() == [0, 0, 0, 10, 0]
     assert share[4].tolist() == [0, 0, 0, 10, 0]  # repeated device: not split
-    assert batch.owner[0].tolist() == [4, 4, 4, 3, 3, 1]
+    assert owner[0].tolist() == [4, 4, 4, 3, 3, 1]
 
 
 def test_vertical_decoding():
     g = figure8_net()
-    batch = VerticalChromosome(g, 4).decode(np.array([[0, 2, 6, 0], [3, 0, 0, 0]]))
-    dev = batch.share.argmax(axis=2)
+    share, _ = dense(VerticalChromosome(g, 4), np.array([[0, 2, 6, 0], [3, 0, 0, 0]]))
+    dev = share.argmax(axis=2)
     assert dev[0].tolist() == [1, 1, 2, 2, 2, 2]
     assert dev[1].tolist() == [0, 0, 0, 0, 0, 0]  # layers after the last point: extended
-    assert (batch.share.max(axis=2) == 1).all()
+    assert (share.max(axis=2) == 1).all()
 
 
 def test_search_space_sizes_of_the_thesis_alexnet_example():
@@ -130,18 +137,17 @@ def test_random_genes_decode_to_valid_mappings(net, name):
     genes = chrom.sample(40, np.random.default_rng(1))
     genes[0] = chrom.upper  # extremes too
     genes[1] = 0
-    batch = chrom.decode(genes)
-    assert batch.share.shape == (40, len(g), 16)
-    assert np.allclose(batch.share.sum(axis=2), 1.0)
-    parts = (batch.share > 0).sum(axis=2)
+    mappings = chrom.decode(genes)
+    check(g, 16, mappings)  # every layer placed, every splittable layer's channels covered
+    share, owner = mappings.dense(g)
+    assert share.shape == (40, len(g), 16)
+    assert np.allclose(share.sum(axis=2), 1.0)
+    parts = (share > 0).sum(axis=2)
     assert (parts[:, ~g.splittable] == 1).all()
-    # channel shares are whole channels
-    channels = batch.share * np.maximum(g.out_channels, 1)[None, :, None]
-    assert np.allclose(channels[:, g.splittable], np.rint(channels[:, g.splittable]))
-    assert ((batch.owner >= 0) & (batch.owner < 16)).all()
+    assert ((owner >= 0) & (owner < 16)).all()
     for d in (0, 7):
-        single = chrom.decode(chrom.single_device(d)[None])
-        assert (single.share[0, :, d] == 1).all()
+        single = dense(chrom, chrom.single_device(d)[None])[0]
+        assert (single[0, :, d] == 1).all()
 
 
 def test_bad_chromosome_settings():
@@ -174,35 +180,35 @@ def test_no_layer_gets_more_parts_than_channels_and_every_mapping_reimports():
     g = build_graph(f.model(nodes, {"x": [1, 4, 8, 8]}, ["y"], inits), "tiny")
     chrom = NaiveChromosome(g, 3)
     genes = np.array(list(itertools.product(range(3), repeat=chrom.n_genes)))
-    batch = chrom.decode(genes)
-    channels = batch.share * g.out_channels[None, :, None]
-    assert np.allclose(channels, np.rint(channels))  # whole channels only
-    assert ((batch.share > 0).sum(axis=2) <= g.out_channels[None, :]).all()
+    mappings = chrom.decode(genes)
+    assert ((mappings.sizes > 0).sum(axis=2) <= g.out_channels[g.split_layers][None, :]).all()
     keys = [f"h{i}_cpu" for i in range(3)]
     for i in range(0, len(genes), 97):
-        mapping, horizontal = to_autodice(g, keys, batch, i)
+        mapping, horizontal = to_autodice(g, keys, mappings, i)
         again = from_autodice(g, keys, mapping, horizontal)
-        assert np.array_equal(again.share[0], batch.share[i])
-        assert np.array_equal(again.owner[0], batch.owner[i])
+        assert again.ident() == mappings.ident(i)
+        assert np.array_equal(again.sizes[0], mappings.sizes[i])
 
 
-def test_speed_shares_are_whole_channels_in_proportion_to_the_devices():
-    from dse.mapping import shares_by_speed
+def test_part_sizes_by_hand():
+    def sizes(counts, units, speed=None):
+        counts = np.array([[counts]], dtype=np.int32)
+        out = np.empty_like(counts)
+        if speed is None:
+            rules.equal_sizes(counts, np.array([units]), out)
+        else:
+            rules.speed_sizes(counts, np.array([units]), np.array([speed], dtype=float), out)
+        return out[0, 0].tolist()
 
-    one = np.array([[[1, 1, 1, 0]]])
+    # equal: 10 channels over three devices 4, 3, 3; a device with two parts of four: 6 of 10
+    assert sizes([1, 1, 1, 0], 10) == [4, 3, 3, 0]
+    assert sizes([2, 1, 0, 1], 10) == [6, 2, 0, 2]
     # 10 channels, device 0 three times as fast: 6, 2, 2; equal speeds: the equal rule 4, 3, 3
-    assert (shares_by_speed(one, np.array([10]), np.array([[3.0, 1, 1, 1]])) * 10).tolist() == [
-        [[6, 2, 2, 0]]
-    ]
-    assert (shares_by_speed(one, np.array([10]), np.ones((1, 4))) * 10).tolist() == [[[4, 3, 3, 0]]]
+    assert sizes([1, 1, 1, 0], 10, [3.0, 1, 1, 1]) == [6, 2, 2, 0]
+    assert sizes([1, 1, 1, 0], 10, [1.0, 1, 1, 1]) == [4, 3, 3, 0]
     # 64 channels at 10:1 -> 58.2 : 5.8 -> 58, 6 (largest remainder); a part under one channel
-    two = np.array([[[1, 1, 0, 0]]])
-    assert (shares_by_speed(two, np.array([64]), np.array([[10.0, 1, 1, 1]])) * 64).tolist() == [
-        [[58, 6, 0, 0]]
-    ]
-    assert (shares_by_speed(two, np.array([3]), np.array([[100.0, 1, 1, 1]])) * 3).tolist() == [
-        [[3, 0, 0, 0]]
-    ]
+    assert sizes([1, 1, 0, 0], 64, [10.0, 1, 1, 1]) == [58, 6, 0, 0]
+    assert sizes([1, 1, 0, 0], 3, [100.0, 1, 1, 1]) == [3, 0, 0, 0]
 
 
 def test_speed_option_sizes_parts_of_every_hybrid_encoding():
@@ -213,14 +219,11 @@ def test_speed_option_sizes_parts_of_every_hybrid_encoding():
         chrom = make_chromosome(name, g, 4, splits=2)
         fast = CHROMOSOMES[name](g, 4, splits=2, speed=speed)
         genes = chrom.sample(50, np.random.default_rng(0))
-        equal, sized = chrom.decode(genes), fast.decode(genes)
-        assert (
-            np.array_equal(equal.share > 0, sized.share > 0)
-            or ((sized.share > 0) <= (equal.share > 0)).all()
-        )
-        both = (equal.share[:, :, 0] > 0) & ((equal.share > 0).sum(axis=2) == 2)
+        equal, sized = dense(chrom, genes)[0], dense(fast, genes)[0]
+        assert np.array_equal(equal > 0, sized > 0) or ((sized > 0) <= (equal > 0)).all()
+        both = (equal[:, :, 0] > 0) & ((equal > 0).sum(axis=2) == 2)
         assert both.any()
-        assert (sized.share[:, :, 0][both] > equal.share[:, :, 0][both]).all()
+        assert (sized[:, :, 0][both] > equal[:, :, 0][both]).all()
 
 
 # --- the compiled decoders against the numpy decoders they replaced --------------------------
@@ -239,8 +242,6 @@ def _ref_extend_first_row(cov, values):
 
 
 def _ref_shares(chrom, counts, layers=slice(None)):
-    from dse.mapping import shares_by_speed, shares_from_counts
-
     channels = chrom.graph.out_channels[layers]
     if chrom.speed is None:
         return shares_from_counts(counts, channels)
@@ -248,9 +249,8 @@ def _ref_shares(chrom, counts, layers=slice(None)):
 
 
 def reference_decode(chrom, genes):
-    """The numpy decoders of every encoding as they were before compilation (slow, direct)."""
-    from dse.mapping import MappingBatch, derive_owner
-
+    """The numpy decoders of every encoding as they were before compilation (slow, direct):
+    (share, owner)."""
     g, n_dev = chrom.graph, chrom.n_devices
     genes = np.asarray(genes, dtype=np.int64)
     pop, n_layers = genes.shape[0], len(g)
@@ -278,7 +278,7 @@ def reference_decode(chrom, genes):
         share[:, chrom.split_layers] = _ref_shares(chrom, counts, chrom.split_layers)
         others = np.flatnonzero(~g.splittable)
         share[np.arange(pop)[:, None], others[None, :], cov[:, 0][:, chrom.anchor[others]]] = 1.0
-    return MappingBatch(share, derive_owner(g, share))
+    return share, derive_owner(g, share)
 
 
 @pytest.mark.parametrize("net", ["alexnet", "googlenet"])
@@ -288,8 +288,6 @@ def reference_decode(chrom, genes):
     [("naive", None), ("naive", 2), ("advanced", 2), ("advanced", 5), ("vertical", None)],
 )
 def test_compiled_decoder_equals_the_numpy_reference(net, shares, name, splits):
-    from dse.search.nsga2 import mapping_keys, parts_keys
-
     g = load_net({"name": net}).graph
     n_dev = 6
     rng = np.random.default_rng(7)
@@ -298,20 +296,24 @@ def test_compiled_decoder_equals_the_numpy_reference(net, shares, name, splits):
     genes = chrom.sample(300, rng)
     genes[0], genes[1] = chrom.upper, 0
     genes[2:40] = rng.integers(0, 3, size=(38, chrom.n_genes))  # many ties and repeats
-    want, got = reference_decode(chrom, genes), chrom.decode(genes)
-    assert np.array_equal(got.share, want.share)  # bit for bit
-    assert np.array_equal(got.owner, want.owner)
-    assert parts_keys(chrom.parts(genes)) == mapping_keys(want, g)
+    share, owner = reference_decode(chrom, genes)
+    got = chrom.decode(genes)
+    got_share, got_owner = got.dense(g)
+    assert np.array_equal(got_share, share)  # bit for bit
+    assert np.array_equal(got_owner, owner)
+    # the whole numbers the reference's shares stand for
+    split = g.split_layers
+    sizes = np.rint(share[:, split] * np.maximum(g.out_channels[split], 1)[None, :, None])
+    assert np.array_equal(got.sizes, sizes.astype(np.int32))
+    device = np.where(g.splittable[None], -1, share.argmax(axis=2))
+    assert np.array_equal(got.device, device)
 
 
 @pytest.mark.parametrize("n_dev", [2, 8, 16])
 def test_compiled_speed_channels_equal_the_numpy_rule(n_dev):
-    """The compiled speed split gives :func:`dse.mapping.shares_by_speed`'s channels exactly,
+    """The compiled speed split gives the numpy rule's channels exactly,
     with as many devices as the platforms have (numpy sums 8 or more in another order), equal
     speeds (tied remainders), repeated parts and layers of 1-3 channels."""
-    from chromosomes import kernels
-    from dse.mapping import shares_by_speed
-
     rng = np.random.default_rng(n_dev)
     counts = rng.integers(0, 3, size=(400, 12, n_dev)).astype(np.int32)
     counts[:, :, 0] = np.maximum(counts[:, :, 0], 1)  # every layer has a part
@@ -323,7 +325,7 @@ def test_compiled_speed_channels_equal_the_numpy_rule(n_dev):
     speed[4, : n_dev // 2] = 3.0
     want = np.rint(shares_by_speed(counts, channels, speed) * channels[None, :, None])
     got = np.empty_like(counts)
-    kernels.speed_channels(counts, channels, speed, got)
+    rules.speed_sizes(counts, channels, speed, got)
     assert np.array_equal(got, want.astype(np.int32))
     assert (got.sum(axis=2) == channels[None, :]).all()
 
@@ -357,9 +359,9 @@ def test_spread_seeds_split_the_given_layers_over_the_given_devices(name):
             [two, two, two, two, both, two],  # only the second one (l5)
         ],
     )
-    assert (got.share[0, 0] * 10).tolist() == [5, 0, 5, 0]
-    assert np.array_equal(got.share, want.share)
-    assert np.array_equal(got.owner, want.owner)
+    assert got.sizes[0, 0].tolist() == [5, 0, 5, 0]
+    assert got.ident(0) == want.ident(0) and got.ident(1) == want.ident(1)
+    assert np.array_equal(got.dense(g)[1], want.dense(g)[1])
     if name == "advanced":  # two splits: at most two parts
         assert spread(chrom, [2, 0, 1]) is None
 
@@ -375,7 +377,7 @@ def test_structured_seeds_per_encoding_and_in_a_first_population():
     naive, advanced = make_chromosome("naive", g, 4), make_chromosome("advanced", g, 4)
     seeds = structured_seeds(naive, speed)
     assert len(seeds) == 3  # the fastest 2, 3 and 4 devices
-    parts = naive.decode(seeds).share[:, 0] > 0  # l1's devices
+    parts = naive.decode(seeds).sizes[:, 0] > 0  # l1's devices
     assert parts.tolist() == [
         [True, False, False, True],
         [True, True, False, True],

@@ -10,7 +10,7 @@ import pytest
 from onnx import helper
 from platforms import RATE, coefficients, platform
 
-from dse.mapping import derive_owner, from_autodice, from_device_lists, to_autodice
+from dse.mapping import from_autodice, from_device_lists, to_autodice
 from dse.net import load_net
 from dse.net.graph import build_graph
 from dse.platform import Link, Platform, load_platform
@@ -82,17 +82,28 @@ def test_lop_split_over_three_devices_moves_eq_4_3_bytes():
 def test_owner_of_a_split_layer_follows_the_thesis_rule():
     g = conv_then_relu()
     batch = from_device_lists(g, 4, [[[1, 2], [3]], [[0, 1], [1]]])
-    assert batch.owner.tolist() == [[3, 3], [1, 1]]  # concat on the next layer's device
-    share = np.zeros((1, 2, 4))
-    share[0, 0, 0] = 1
-    share[0, 1, [2, 3]] = 0.5  # the last layer split: concatenated on the previous layer's
-    assert derive_owner(g, share).tolist() == [[0, 0]]
+    assert batch.dense(g)[1].tolist() == [[3, 3], [1, 1]]  # concat on the next layer's device
+    two = build_graph(  # the last layer split: concatenated on the previous layer's device
+        f.model(
+            [
+                helper.make_node("Conv", ["x", "w"], ["c"], name="conv1"),
+                helper.make_node("Conv", ["c", "v"], ["y"], name="conv2"),
+            ],
+            {"x": [1, 4, 10, 10]},
+            ["y"],
+            [f.weight("w", [6, 4, 1, 1]), f.weight("v", [6, 6, 1, 1])],
+        ),
+        "cc",
+    )
+    last = from_device_lists(two, 4, [[[1], [2, 3]]])
+    assert last.dense(two)[1].tolist() == [[1, 1]]
 
 
 def test_equal_split_spreads_the_remainder():
     g = conv_then_relu()  # 6 channels
     batch = from_device_lists(g, 4, [[[0, 1, 2, 3], [0]]])
-    assert (batch.share[0, 0] * 6).tolist() == pytest.approx([2, 2, 1, 1])
+    assert batch.sizes[0, 0].tolist() == [2, 2, 1, 1]
+    assert (batch.dense(g)[0][0, 0] * 6).tolist() == pytest.approx([2, 2, 1, 1])
 
 
 def fork_join():
@@ -183,14 +194,15 @@ def test_autodice_round_trip(tmp_path):
         json.loads((tmp_path / "mapping.json").read_text()),
         json.loads(json.dumps(horizontal)),
     )
-    assert np.allclose(back.share, batch.share)
-    assert (back.owner == batch.owner).all()
+    assert np.array_equal(back.device, batch.device)
+    assert np.array_equal(back.sizes, batch.sizes)
     # uneven split points are kept
     name = next(n for n, spec in horizontal.items() if len(spec[2]) == 2)
     horizontal[name][1] = [1]
     uneven = from_autodice(g, keys, mapping, horizontal)
     layer = g.index[name]
-    assert uneven.share[0, layer].max() == pytest.approx(1 - 1 / g.out_channels[layer])
+    s = int(np.searchsorted(g.split_layers, layer))
+    assert uneven.sizes[0, s].max() == g.out_channels[layer] - 1
 
 
 @pytest.mark.parametrize(

@@ -21,9 +21,10 @@ from platforms import platform
 
 from chromosomes import make_chromosome
 from dse.errors import DseError
-from dse.mapping import MappingBatch, from_device_lists
+from dse.mapping import Mappings, from_device_lists
+from dse.mapping import whole as whole_on
 from dse.net import Net, load_net
-from dse.runtime.partition import channel_bounds, input_arrays, partition
+from dse.runtime.partition import input_arrays, partition
 from dse.runtime.sequential import run_deployment, time_segments, time_segments_beside
 from dse.runtime.sessions import session
 
@@ -93,7 +94,7 @@ def whole(net: Net, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return dict(zip(names, sess.run(names, inputs), strict=True))
 
 
-def assert_equal_outputs(net: Net, batch: MappingBatch, plat, ref=None) -> int:
+def assert_equal_outputs(net: Net, batch: Mappings, plat, ref=None) -> int:
     dep = partition(net, batch, plat)
     x = input_arrays(dep.plan, seed=0)
     ref = ref if ref is not None else whole(net, x)
@@ -105,10 +106,28 @@ def assert_equal_outputs(net: Net, batch: MappingBatch, plat, ref=None) -> int:
     return len(dep.segments)
 
 
-def test_channel_bounds_are_rounded_cumulative_shares() -> None:
-    # 10 channels as 4, 3, 3 (shares_from_counts) and an uneven AutoDiCE split 1 | 9
-    assert channel_bounds(np.array([0.4, 0.3, 0.3]), 10) == [(0, 4), (4, 7), (7, 10)]
-    assert channel_bounds(np.array([0.1, 0.9]), 10) == [(0, 1), (1, 10)]
+def with_sizes(graph, n_dev: int, device: int, sizes: dict, devices: dict) -> Mappings:
+    """One mapping: every layer on ``device`` but the layers named in ``devices`` (name ->
+    device) and the splittable ones named in ``sizes`` (name -> channels per device)."""
+    on = np.array([devices.get(name, device) for name in graph.names])
+    m = whole_on(graph, n_dev, on)
+    for name, per_device in sizes.items():
+        s = int(np.searchsorted(graph.split_layers, graph.index[name]))
+        m.sizes[0, s] = per_device
+    return m
+
+
+def test_part_bounds_are_cumulative_sizes_in_device_order(tmp_path: Path) -> None:
+    net = zoo_like(tmp_path)
+    g = net.graph
+    layer = int(g.split_layers[0])
+    c = int(g.out_channels[layer])
+    m = from_device_lists(g, 3, [[[0, 1, 2] if i == layer else [0] for i in range(len(g))]])
+    base, extra = divmod(c, 3)  # the first parts one larger (the equal rule)
+    sizes = [base + (k < extra) for k in range(3)]
+    assert m.bounds(g, layer) == [(0, sizes[0]), (sizes[0], c - sizes[2]), (c - sizes[2], c)]
+    uneven = with_sizes(g, 3, 0, {g.names[layer]: [0, 1, c - 1]}, {})
+    assert uneven.bounds(g, layer) == [(0, 1), (1, c)]
 
 
 def test_sub_models_pass_the_checker(tmp_path: Path) -> None:
@@ -136,9 +155,9 @@ def test_random_mappings_equal_the_whole_model(tmp_path: Path, encoding: str) ->
     chrom = make_chromosome(encoding, net.graph, 4, None if encoding == "vertical" else 4)
     batch = chrom.decode(chrom.sample(12, np.random.default_rng(7)))
     split = 0
-    for p in range(batch.size):
-        assert_equal_outputs(net, batch[p], plat, ref)
-        split += int(((batch.share[p] > 0).sum(axis=1) > 1).any())
+    for p in range(len(batch)):
+        assert_equal_outputs(net, batch.take(p), plat, ref)
+        split += int(((batch.sizes[p] > 0).sum(axis=1) > 1).any())
     assert encoding == "vertical" or split > 0  # the sample did exercise split layers
 
 
@@ -200,8 +219,8 @@ def test_alexnet_random_mappings() -> None:
     for encoding in ("naive", "advanced", "vertical"):
         chrom = make_chromosome(encoding, net.graph, 4, None if encoding == "vertical" else 4)
         batch = chrom.decode(chrom.sample(1, rng))
-        for p in range(batch.size):
-            assert_equal_outputs(net, batch[p], plat, ref)
+        for p in range(len(batch)):
+            assert_equal_outputs(net, batch.take(p), plat, ref)
 
 
 def test_mapping_of_another_net_is_refused(tmp_path: Path) -> None:
@@ -225,8 +244,8 @@ def test_plan_sends_what_the_model_counts(tmp_path: Path, encoding: str) -> None
     chrom = make_chromosome(encoding, net.graph, 4, None if encoding == "vertical" else 4)
     batch = chrom.decode(chrom.sample(20, np.random.default_rng(11)))
     predicted = model(net.graph, plat).evaluate(batch).bytes_sent
-    for p in range(batch.size):
-        plan = partition(net, batch[p], plat).plan
+    for p in range(len(batch)):
+        plan = partition(net, batch.take(p), plat).plan
         sent = np.zeros(4)
         for r in plan["ranks"]:
             for s in r["steps"]:
@@ -402,16 +421,15 @@ def test_channel_local_layers_run_on_the_parts(tmp_path: Path) -> None:
     net = channel_local_net(tmp_path)
     g = net.graph
     plat = platform(3)
-    share = np.zeros((1, len(g), 3))
-    share[0, :, 0] = 1.0
-    share[0, g.index["conv1"]] = [0.5, 0.25, 0.25]
-    share[0, g.index["conv2"]] = [0.0, 0.5, 0.5]  # conv2 on h1, h2: both gather p1
-    share[0, g.index["fc"]] = [0.0, 4 / 7, 3 / 7]  # 7 channels: 4 and 3
-    for name in ("bn", "relu1", "pool", "clip", "gap", "flat", "relu_fc"):
-        share[0, g.index[name]] = [0.0, 1.0, 0.0]  # their own device: h1 (gathers)
-    from dse.mapping import derive_owner
-
-    batch = MappingBatch(share, derive_owner(g, share))
+    batch = with_sizes(
+        g,
+        3,
+        0,
+        # conv2 on h1, h2: both gather p1; fc's 7 channels as 4 and 3
+        {"conv1": [6, 3, 3], "conv2": [0, 5, 5], "fc": [0, 4, 3]},
+        # their own device: h1 (gathers)
+        dict.fromkeys(("bn", "relu1", "pool", "clip", "gap", "flat", "relu_fc"), 1),
+    )
     plan = partition(net, batch, plat).plan
     for dev in (1, 2):
         (gather,) = steps_on(plan, dev, "gather", "p1")

@@ -60,7 +60,7 @@ def test_measure_mappings_writes_rows_and_keeps_going(tmp_path: Path, monkeypatc
         table = list(csv.DictReader(f))
     assert [r["mapping"] for r in table] == ["one", "broken"]
     pred = float(table[0]["latency_predicted_ms"])
-    assert pred == pytest.approx(model.evaluate(batch[0]).latency_s[0] * 1e3, rel=1e-3)
+    assert pred == pytest.approx(model.evaluate(batch.take(0)).latency_s[0] * 1e3, rel=1e-3)
     measured = float(table[0]["latency_measured_ms"])
     assert float(table[0]["latency_error_pct"]) == pytest.approx(
         (pred - measured) / measured * 100, abs=0.01

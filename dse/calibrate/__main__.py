@@ -57,8 +57,9 @@ from omegaconf import DictConfig
 from dse import app
 from dse.cli import CONF_DIR, guarded, run, say
 from dse.errors import DseError
-from dse.mapping import MappingBatch, derive_owner
+from dse.mapping import Mappings, from_devices, random_mappings, remap, whole
 from dse.net import load_net, zoo
+from dse.net.graph import LayerGraph
 from dse.platform import Platform
 from dse.runtime.measure import measured_latency_ms
 from models_analytical.coefficients import Coefficients, load_coefficients
@@ -83,29 +84,29 @@ ENTRY_ONLY = "entry-only"
 
 
 def calibration_mappings(
-    graph, times: np.ndarray, a: int, b: int, n_dev: int, entry_only: bool = False
-) -> MappingBatch:
+    graph: LayerGraph, times: np.ndarray, a: int, b: int, n_dev: int, entry_only: bool = False
+) -> Mappings:
     """One device; a vertical cut at half the time; every splittable layer over two devices;
     each layer on a random one of the two (a third of the splittable ones split): many cuts
     (:data:`LABELS`); with ``entry_only``, then the whole network on ``b`` (:data:`ENTRY_ONLY`;
     ``a`` must be the entry device)."""
-    from dse.fidelity import random_mappings
-
     n = len(graph)
-    share = np.zeros((5 if entry_only else 4, n, n_dev))
-    share[0, :, a] = 1.0
+    on = np.zeros((3, n, n_dev), dtype=bool)
+    on[0, :, a] = True
     cut = int(np.searchsorted(np.cumsum(times), times.sum() / 2))
     cut = min(max(cut, 1), n - 1)
-    share[1, :cut, a] = 1.0
-    share[1, cut:, b] = 1.0
-    split = graph.splittable & (graph.out_channels >= 2)
-    share[2, :, a] = np.where(split, 0.5, 1.0)
-    share[2, :, b] = np.where(split, 0.5, 0.0)
-    mixed = random_mappings(graph, 2, "mixed", 1, np.random.default_rng(12345))[0]
-    share[3][:, [a, b]] = mixed
+    on[1, :cut, a] = True
+    on[1, cut:, b] = True
+    on[2, :, a] = True
+    on[2, :, b] = graph.splittable & (graph.out_channels >= 2)
+    rng = np.random.default_rng(12345)
+    batches = [
+        from_devices(graph, on),
+        remap(random_mappings(graph, 2, "mixed", 1, rng), [a, b], n_dev),
+    ]
     if entry_only:
-        share[4, :, b] = 1.0
-    return MappingBatch(share, derive_owner(graph, share))
+        batches.append(whole(graph, n_dev, np.full(n, b)))
+    return Mappings.concat(batches)
 
 
 class Steps:
@@ -325,7 +326,7 @@ def measure_deployments(
             batch = calibration_mappings(net.graph, times, a, b, len(platform.devices), entry_only)
             dirs = [Path(tmp) / f"{name}-{label}" for label in labels]
             for p, d in enumerate(dirs):
-                deploy(net, platform, batch[p], d, int(cfg.seed), 2, iters)
+                deploy(net, platform, batch.take(p), d, int(cfg.seed), 2, iters)
             # interleaved rounds: a slow spell hits one round of each mapping, and the one-device
             # run the layer times are anchored to is measured beside the cut ones
             probe = speed_probe(dirs[0], platform) if cfg.probe else None
@@ -346,7 +347,13 @@ def measure_deployments(
                 res["spread"] = round((lat["p90"] - lat["p10"]) / lat["median"], 4)
                 res["rounds_ms"] = lat.get("rounds_ms", [lat["median"]])
                 out.append(
-                    {"net": name, "label": label, "model": model, "batch": batch[p], "result": res}
+                    {
+                        "net": name,
+                        "label": label,
+                        "model": model,
+                        "mapping": batch.take(p),
+                        "result": res,
+                    }
                 )
                 steps.tick(f"ran {name} {label}")
     return out, speed
@@ -363,10 +370,7 @@ def measure_submodels(
     samples: list[dict[str, Any]] = []
     for name in dict.fromkeys(r["net"] for r in runs):
         cut = [r for r in runs if r["net"] == name and r["label"] in LABELS[1:]]
-        batch = MappingBatch(
-            np.concatenate([r["batch"].share for r in cut]),
-            np.concatenate([r["batch"].owner for r in cut]),
-        )
+        batch = Mappings.concat([r["mapping"] for r in cut])
         samples += submodels.rows(
             load_net({"name": name}),
             cut[0]["model"],
@@ -393,7 +397,7 @@ def fit_memory(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, An
     rows, target, names = [], [], []
     for r in runs:
         m: AnalyticalModel = r["model"]
-        terms = {k: v[0] for k, v in m.memory_terms(r["batch"]).items()}
+        terms = {k: v[0] for k, v in m.memory_terms(r["mapping"]).items()}
         w = terms["weights_mb"]  # [D, class]
         for rank in r["result"]["ranks"]:
             d = next(i for i, dev in enumerate(m.platform.devices) if dev.name == rank["device"])
@@ -447,7 +451,7 @@ def fit_shared_host(runs: list[dict[str, Any]], platform: Platform) -> tuple[flo
     names = [d.name for d in platform.devices]
 
     def ratios(r: dict[str, Any]) -> list[float]:
-        busy = r["model"].evaluate(r["batch"]).busy_s[0]
+        busy = r["model"].evaluate(r["mapping"]).busy_s[0]
         out = []
         for rank in r["result"]["ranks"]:
             d = names.index(rank["device"])
@@ -492,7 +496,7 @@ def fit_cuts(runs: list[dict[str, Any]]) -> tuple[tuple[float, float], dict]:
             m: AnalyticalModel = r["model"]
             k = len(m.inputs.seg_fixed)
             m.inputs = m.inputs._replace(seg_fixed=np.full(k, fixed), seg_byte=np.full(k, per_byte))
-            out.append(m.evaluate(r["batch"]).latency_s[0])
+            out.append(m.evaluate(r["mapping"]).latency_s[0])
         return np.array(out)
 
     def loss(theta: np.ndarray) -> float:
@@ -581,7 +585,7 @@ def main(cfg: DictConfig) -> dict[str, Any]:
             for r in runs:
                 if r["label"] == "single":
                     m = AnalyticalModel(r["model"].graph, platform, coefficients)
-                    busy = m.evaluate(r["batch"]).busy_s.max() * 1e3
+                    busy = m.evaluate(r["mapping"]).busy_s.max() * 1e3
                     overhead[r["net"]] = busy - m.tables.t_work[0].sum() * 1e3
                     overhead[r["net"]] -= m.tables.t_fixed[0].sum() * 1e3
             nets = prov["kinds"]["cpu"]["profiled_networks"]

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from dse.mapping import MappingBatch
+from dse.mapping import Mappings
 from dse.net import Net, zoo
 from dse.platform import Platform
 from dse.runtime.partition import Deployment, part_rows, partition
@@ -47,13 +47,13 @@ def _bytes(values: list[onnx.ValueInfoProto]) -> int:
 
 
 def features(
-    deployment: Deployment, mapping: MappingBatch, model: AnalyticalModel
+    deployment: Deployment, mapping: Mappings, model: AnalyticalModel
 ) -> dict[str, dict[str, float]]:
     """Per sub-model of ``deployment`` (mapping 0 of ``mapping``): its device, the model's
     compute of its layers (``compute_s``, split factor 1) and of its split parts (``split_s``),
     and the bytes it takes in and gives out."""
-    share = mapping.share[0]
     graph = model.graph
+    share = mapping.dense(graph)[0][0]
     row = part_rows(graph, share)
     n_here = (share[row] > 0).sum(axis=1)  # devices each layer's parts run on
     k_in = model.inputs
@@ -88,7 +88,7 @@ def rows(
     net: Net,
     model: AnalyticalModel,
     platform: Platform,
-    mappings: MappingBatch,
+    mappings: Mappings,
     runs: int,
     threads: int = 1,
     seed: int = 0,
@@ -100,11 +100,11 @@ def rows(
     whole = session(zoo.materialize(net.name, seed), "cpu", threads)
     layers = model.tables.t_work[0] + model.tables.t_fixed[0]  # the whole network on a cpu
     out = []
-    for p in range(mappings.size):
-        dep = partition(net, mappings[p], platform, seed=seed)
+    for p in range(len(mappings)):
+        dep = partition(net, mappings.take(p), platform, seed=seed)
         timed, whole_s = time_segments_beside(dep, whole, runs, warmup=1, threads=threads)
         speed = whole_s / float(layers.sum())
-        for name, f in features(dep, mappings[p], model).items():
+        for name, f in features(dep, mappings.take(p), model).items():
             out.append(
                 {**f, "alone_s": timed[name][1], "speed": speed, "net": net.name, "mapping": p}
             )

@@ -238,6 +238,36 @@ class LayerGraph:
         return follower
 
     @cached_property
+    def split_layers(self) -> np.ndarray:
+        """int64 [S]: the splittable layers, in graph order (index s of a mapping's sizes)."""
+        out = np.flatnonzero(self.splittable).astype(np.int64)
+        out.setflags(write=False)
+        return out
+
+    @cached_property
+    def first_consumer(self) -> np.ndarray:
+        """int64 [L]: the first layer (in topological order) that reads each layer's output, or
+        -1."""
+        first = np.full(len(self.layers), -1, dtype=np.int64)
+        for s, d in zip(self.edge_src.tolist(), self.edge_dst.tolist(), strict=True):
+            if s >= 0 and (first[s] < 0 or d < first[s]):
+                first[s] = d
+        first.setflags(write=False)
+        return first
+
+    @cached_property
+    def first_producer(self) -> np.ndarray:
+        """int64 [L]: the producer of each layer's first activation input, or -1 (a graph
+        input)."""
+        prod = np.full(len(self.layers), -1, dtype=np.int64)
+        seen = np.zeros(len(self.layers), dtype=bool)
+        for s, d in zip(self.edge_src.tolist(), self.edge_dst.tolist(), strict=True):
+            if not seen[d]:
+                prod[d], seen[d] = s, True
+        prod.setflags(write=False)
+        return prod
+
+    @cached_property
     def estimated(self) -> np.ndarray:
         return self._array("estimated", bool)
 

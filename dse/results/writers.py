@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from dse.files import staged, write_text
-from dse.mapping import MappingBatch, to_autodice
+from dse.mapping import Mappings, to_autodice
 from dse.net.graph import LayerGraph
 from dse.objectives import OBJECTIVES, fmt
 from dse.platform import Platform
@@ -27,10 +27,10 @@ def write_pareto(path: Path, problem: MappingProblem, genes: np.ndarray) -> list
     Distinct mappings with the same objectives (the same work on another, identical board) are
     one row; ``same_cost_mappings`` counts them.
     """
-    batch = problem.chromosome.decode(genes)
-    ev = problem.model.evaluate(batch)
+    mappings = problem.chromosome.decode(genes)
+    ev = problem.model.evaluate(mappings)
     values = {n: OBJECTIVES[n].values(ev) for n in problem.objectives}
-    split = (batch.share > 0).sum(axis=2) > 1
+    split = (mappings.sizes > 0).sum(axis=2) > 1
     rows: dict[tuple, dict[str, Any]] = {}
     for i in range(len(genes)):
         key = tuple(round(float(values[n][i]), 6) for n in problem.objectives)
@@ -57,22 +57,21 @@ def write_pareto(path: Path, problem: MappingProblem, genes: np.ndarray) -> list
     return ordered
 
 
-def mapping_table(graph: LayerGraph, keys: list[str], batch: MappingBatch) -> str:
-    """A readable table like the thesis's Table 4: layer, op, output sizes, devices."""
-    share, owner = batch.share[0], batch.owner[0]
+def mapping_table(graph: LayerGraph, keys: list[str], mapping: Mappings) -> str:
+    """A readable table of mapping 0, like the thesis's Table 4: layer, op, output sizes,
+    devices."""
+    _, owner = mapping.dense(graph)
     lines = [
         "| layer | op | output | split outputs | devices | concat on |",
         "|---|---|---|---|---|---|",
     ]
-    for i, layer in enumerate(graph):
-        devs = np.flatnonzero(share[i] > 0)
+    for i, (layer, devs) in enumerate(zip(graph, mapping.devices(graph), strict=True)):
         shape = "x".join(map(str, layer.output_shape))
         if len(devs) > 1:
-            ch = np.rint(share[i, devs] * layer.out_channels).astype(int)
-            parts = ", ".join(str(c) for c in ch)
+            parts = ", ".join(str(b - a) for a, b in mapping.bounds(graph, i))
             lines.append(
                 f"| {layer.name} | {layer.op} | {shape} | {parts} channels | "
-                f"{', '.join(keys[d] for d in devs)} | {keys[owner[i]]} |"
+                f"{', '.join(keys[d] for d in devs)} | {keys[owner[0, i]]} |"
             )
         else:
             lines.append(f"| {layer.name} | {layer.op} | {shape} | | {keys[devs[0]]} | |")
@@ -102,8 +101,8 @@ def write_best(
     graph = problem.chromosome.graph
     for i, name in enumerate(problem.objectives):
         k = int(np.argmin(f[:, i]))
-        batch = problem.chromosome.decode(genes[k : k + 1])
-        mapping, horizontal = to_autodice(graph, platform.keys, batch)
+        chosen = problem.chromosome.decode(genes[k : k + 1])
+        mapping, horizontal = to_autodice(graph, platform.keys, chosen)
         out = directory / f"best_{name}"
         out.mkdir(parents=True, exist_ok=True)
         over = overflow(problem, platform, genes[k])
@@ -119,11 +118,11 @@ def write_best(
                 for j, n in enumerate(problem.objectives)
             )
             + "\n\n"
-            + mapping_table(graph, platform.keys, batch),
+            + mapping_table(graph, platform.keys, chosen),
         )
         best[name] = {
             "values": {n: float(f[k, j]) for j, n in enumerate(problem.objectives)},
-            "table": mapping_table(graph, platform.keys, batch),
+            "table": mapping_table(graph, platform.keys, chosen),
             "overflow": over,
         }
     return best

@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 
 from dse.errors import DseError
-from dse.mapping import MappingBatch
+from dse.mapping import Mappings
 from dse.net import Net
 from dse.platform import Platform
 from dse.runtime.launch import launch
 from dse.runtime.package import check_existing, mpiexec_path, write_deployment
-from dse.runtime.partition import mapping_hash, partition
+from dse.runtime.partition import partition
 from models_analytical.model import AnalyticalModel
 
 
@@ -30,16 +30,13 @@ def reference(net: Net, seed: int) -> dict[str, Any]:
     return {"path": str(path), "input_shape": shape}
 
 
-def check_gpus(platform: Platform, batch: MappingBatch) -> None:
-    """A gpu device that takes part needs CUDA here (one line otherwise)."""
+def check_gpus(platform: Platform, mapping: Mappings) -> None:
+    """A gpu device that mapping 0 uses needs CUDA here (one line otherwise)."""
     import onnxruntime as ort
 
-    used = (batch.share[0] > 0).any(axis=0)
-    gpus = [
-        dev.name
-        for dev, on in zip(platform.devices, used, strict=False)
-        if on and dev.kind == "gpu"
-    ]
+    used = set(mapping.device[0][mapping.device[0] >= 0].tolist())
+    used |= set(np.flatnonzero(mapping.sizes[0].sum(axis=0) > 0).tolist())
+    gpus = [dev.name for d, dev in enumerate(platform.devices) if d in used and dev.kind == "gpu"]
     if gpus and "CUDAExecutionProvider" not in ort.get_available_providers():
         raise DseError(
             f"device {gpus[0]} is a gpu but onnxruntime has no CUDA execution provider here: "
@@ -50,16 +47,16 @@ def check_gpus(platform: Platform, batch: MappingBatch) -> None:
 def deploy(
     net: Net,
     platform: Platform,
-    batch: MappingBatch,
+    mapping: Mappings,
     out: Path,
     seed: int = 0,
     warmup: int = 4,
     iterations: int = 20,
     stream: int = 0,
 ) -> dict[str, Any]:
-    """Partition mapping 0 of ``batch`` and write its deployment directory; its plan."""
-    check_existing(out, net.fingerprint, mapping_hash(batch.share[0], batch.owner[0]))
-    dep = partition(net, batch, platform, seed=seed)
+    """Partition mapping 0 of ``mapping`` and write its deployment directory; its plan."""
+    check_existing(out, net.fingerprint, mapping.ident(0))
+    dep = partition(net, mapping, platform, seed=seed)
     dep.plan["reference"] = reference(net, seed)
     run = {"warmup": warmup, "iterations": iterations, "stream": stream}
     write_deployment(dep, platform, out, run)
@@ -81,12 +78,12 @@ def peak_rss(rank: dict[str, Any]) -> float | None:
 
 
 def with_prediction(
-    result: dict[str, Any], model: AnalyticalModel, batch: MappingBatch
+    result: dict[str, Any], model: AnalyticalModel, mapping: Mappings
 ) -> dict[str, Any]:
     """``result`` (measurements.json) with ``predicted`` and a ``comparison`` per figure."""
 
     platform = model.platform
-    pred = model.evaluate(batch[0:1]).as_dict(platform)
+    pred = model.evaluate(mapping.take(0)).as_dict(platform)
     result["predicted"] = pred
     cmp: dict[str, Any] = {"latency_ms": compare(pred["latency_ms"], None)}
     if result.get("latency_ms"):
@@ -117,7 +114,7 @@ def deploy_and_measure(
     net: Net,
     platform: Platform,
     model: AnalyticalModel | None,
-    batch: MappingBatch,
+    mapping: Mappings,
     out: Path,
     seed: int = 0,
     warmup: int = 4,
@@ -127,12 +124,12 @@ def deploy_and_measure(
 ) -> dict[str, Any]:
     """Deploy, run under mpiexec, and write measurements.json with the prediction beside each
     measured figure; a failed run comes back as ``{"status": "failed", "reason": ...}``."""
-    check_gpus(platform, batch)
+    check_gpus(platform, mapping)
     mpiexec_path()  # one line before anything is written when MPI is missing
-    deploy(net, platform, batch, out, seed, warmup, iterations, stream)
+    deploy(net, platform, mapping, out, seed, warmup, iterations, stream)
     result = launch(Path(out), timeout_s, warmup, iterations)
     if model is not None:
-        result = with_prediction(result, model, batch)
+        result = with_prediction(result, model, mapping)
     from dse.files import write_text
 
     write_text(Path(out) / "measurements.json", json.dumps(result, indent=1))

@@ -42,7 +42,6 @@ split every layer).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import sys
@@ -56,7 +55,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from dse.errors import DseError
-from dse.mapping import MappingBatch
+from dse.mapping import Mappings, check
 from dse.net import Net
 from dse.net.graph import Layer
 from dse.net.onnx_load import TensorType, graph_inputs, infer_types
@@ -99,15 +98,6 @@ def weight_source(net: Net, seed: int) -> tuple[onnx.ModelProto, dict[str, tuple
     return net.model, {name: (path, off, n) for name, (off, n) in offsets.items()}
 
 
-def mapping_hash(share: np.ndarray, owner: np.ndarray) -> str:
-    """A content hash of one mapping (shares rounded to 1e-9, owners)."""
-    h = hashlib.sha256()
-    h.update(np.round(np.asarray(share, dtype=np.float64), 9).tobytes())
-    h.update(np.asarray(owner, dtype=np.int64).tobytes())
-    h.update(str(np.asarray(share).shape).encode())
-    return h.hexdigest()[:16]
-
-
 def part_rows(graph, share: np.ndarray) -> np.ndarray:
     """int64 [L]: the layer whose shares each layer of one mapping (``share[L, D]``) runs with:
     its own, or, for a layer that follows a split layer (``graph.follows``), that layer's."""
@@ -117,14 +107,6 @@ def part_rows(graph, share: np.ndarray) -> np.ndarray:
         if np.count_nonzero(share[r] > 0) > 1:
             row[c] = r
     return row
-
-
-def channel_bounds(shares: np.ndarray, channels: int) -> list[tuple[int, int]]:
-    """Contiguous [c0, c1) ranges of the parts, in device order (the AutoDiCE split points)."""
-    ends = np.rint(np.cumsum(shares) * channels).astype(np.int64)
-    ends[-1] = channels
-    starts = np.concatenate([[0], ends[:-1]])
-    return [(int(a), int(b)) for a, b in zip(starts, ends, strict=True)]
 
 
 class _Statics:
@@ -618,44 +600,35 @@ def _tensor_types(net: Net) -> dict[str, TensorType]:
     return types
 
 
-def check_mapping(
-    net: Net, platform: Platform, batch: MappingBatch
-) -> tuple[np.ndarray, np.ndarray]:
-    """Mapping 0 of ``batch`` as (share[L, D], owner[L]), checked against the net and platform."""
+def check_mapping(net: Net, platform: Platform, mapping: Mappings) -> tuple[np.ndarray, ...]:
+    """Mapping 0 of ``mapping`` as (share[L, D], owner[L]), checked against the net and
+    platform."""
     graph = net.graph
-    share, owner = np.asarray(batch.share[0], dtype=np.float64), np.asarray(batch.owner[0])
-    if share.shape[0] != len(graph):
+    if mapping.device.shape[1] != len(graph):
         raise DseError(
-            f"the mapping has {share.shape[0]} layers but net '{net.name}' has {len(graph)}: "
-            "it was made for another network"
+            f"the mapping has {mapping.device.shape[1]} layers but net '{net.name}' has "
+            f"{len(graph)}: it was made for another network"
         )
-    if share.shape[1] > len(platform):
+    if mapping.sizes.shape[2] > len(platform):
         raise DseError(
-            f"the mapping uses {share.shape[1]} devices but platform '{platform.name}' has "
-            f"{len(platform)}: choose a platform with enough devices"
+            f"the mapping uses {mapping.sizes.shape[2]} devices but platform '{platform.name}' "
+            f"has {len(platform)}: choose a platform with enough devices"
         )
-    for layer in graph:
-        on = np.flatnonzero(share[layer.index] > 0)
-        if len(on) == 0:
-            raise DseError(f"layer '{layer.name}' is mapped to no device")
-        if len(on) > 1 and not layer.splittable:
-            raise DseError(f"layer '{layer.name}' ({layer.op}) cannot be split across devices")
-        if len(on) == 1 and owner[layer.index] != on[0]:
-            raise DseError(
-                f"layer '{layer.name}' runs on device {on[0]} but its owner is {owner[layer.index]}"
-            )
-    return share, owner
+    one = mapping.take(0)
+    check(graph, len(platform), one)
+    share, owner = one.dense(graph)
+    return share[0], owner[0]
 
 
 def partition(
     net: Net,
-    batch: MappingBatch,
+    mapping: Mappings,
     platform: Platform,
     weighted: onnx.ModelProto | None = None,
     seed: int = 0,
 ) -> Deployment:
-    """Cut ``net`` by mapping 0 of ``batch`` into per-device sub-models and a plan."""
-    share, owner = check_mapping(net, platform, batch)
+    """Cut ``net`` by mapping 0 of ``mapping`` into per-device sub-models and a plan."""
+    share, owner = check_mapping(net, platform, mapping)
     graph = net.graph
     if weighted is not None:
         model, locations = weighted, {}
@@ -705,7 +678,7 @@ def partition(
         absorbed = r != layer.index
         devs = [int(d) for d in np.flatnonzero(share[r] > 0)]
         split = len(devs) > 1
-        bounds = channel_bounds(share[r, devs], graph.layers[r].out_channels) if split else []
+        bounds = mapping.bounds(graph, r) if split else []
         for k, d in enumerate(devs):
             if absorbed:
                 act = _follower_part(
@@ -813,7 +786,7 @@ def partition(
         "version": PLAN_VERSION,
         "net": net.name,
         "fingerprint": net.fingerprint,
-        "mapping_hash": mapping_hash(share, owner),
+        "mapping_hash": mapping.ident(0),
         "platform": platform.name,
         "seed": seed,
         "inputs": [

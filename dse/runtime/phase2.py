@@ -19,7 +19,7 @@ import numpy as np
 from dse.config import Phase2Config
 from dse.errors import DseError
 from dse.files import write_text
-from dse.mapping import MappingBatch
+from dse.mapping import Mappings
 from dse.net import Net
 from dse.platform import Platform
 from dse.results.plots import plot_predicted_vs_measured
@@ -131,13 +131,13 @@ def measure_mappings(
     net: Net,
     platform: Platform,
     model: AnalyticalModel,
-    batch: MappingBatch,
+    mappings: Mappings,
     labels: Sequence[str],
     settings: Phase2Config | None = None,
     seed: int = 0,
     on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Deploy and measure every mapping of ``batch`` (named by ``labels``) into ``out/phase2``;
+    """Deploy and measure every mapping of ``mappings`` (named by ``labels``) into ``out/phase2``;
     writes ``out/phase2.csv`` after each (and calls ``on_row`` with its row) and
     ``out/phase2.png``; returns the rows."""
     s = settings or Phase2Config()
@@ -151,7 +151,7 @@ def measure_mappings(
                     net,
                     platform,
                     model,
-                    batch[p],
+                    mappings.take(p),
                     out / "phase2" / label,
                     seed,
                     s.warmup,
@@ -189,8 +189,8 @@ def phase2_after_search(
     (the run's summary and report take them)."""
     s = settings or Phase2Config()
     picks = select(F, list(problem.objectives), s.top_k)
-    batch = problem.chromosome.decode(np.asarray(genes)[[i for i, _ in picks]])
+    chosen = problem.chromosome.decode(np.asarray(genes)[[i for i, _ in picks]])
     rows = measure_mappings(
-        out, net, platform, problem.model, batch, [label for _, label in picks], s, seed
+        out, net, platform, problem.model, chosen, [label for _, label in picks], s, seed
     )
     return rows

@@ -20,11 +20,11 @@ from dse.config import AlgorithmConfig
 from dse.errors import DseError
 from dse.files import write_bytes
 from dse.search.hypervolume import Reference
-from dse.search.nsga2 import Population, SearchState, parts_keys
+from dse.search.nsga2 import Population, SearchState
 from dse.search.problem import MappingProblem
 
 CHECKPOINT = "checkpoint.npz"
-FORMAT = 2  # 2: mapping keys by dse.search.keys (1: blake2b of key bytes)
+FORMAT = 2  # 2: mapping keys by dse.mapping.keys (1: blake2b of key bytes)
 _ARRAYS = ("X", "F", "G", "rank", "crowding")
 
 
@@ -138,7 +138,7 @@ def restore(
             data["G"].astype(np.float64),
             data["rank"].astype(np.int64),
             data["crowding"].astype(np.float64),
-            parts_keys(problem.chromosome.parts(X)),
+            problem.chromosome.decode(X).keys().tolist(),
         ),
         generation=int(meta["generation"]),
         evaluations=int(meta["evaluations"]),

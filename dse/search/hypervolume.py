@@ -16,7 +16,7 @@ import numpy as np
 from pymoo.indicators.hv import HV
 
 from chromosomes import NaiveChromosome, VerticalChromosome
-from dse.mapping import MappingBatch
+from dse.mapping import Mappings
 
 REFERENCE_SAMPLES = 256
 REFERENCE_POINT = 1.1
@@ -39,11 +39,8 @@ class Reference:
         if graph.splittable.any():
             naive = NaiveChromosome(graph, n_dev, splits=min(2, n_dev))
             batches.append(naive.decode(naive.sample(REFERENCE_SAMPLES, rng)))
-        batch = MappingBatch(
-            np.concatenate([b.share for b in batches]), np.concatenate([b.owner for b in batches])
-        )
         out: dict = {}
-        problem.evaluate_batch(batch, out)
+        problem.evaluate_mappings(Mappings.concat(batches), out)
         f = out["F"]
         return cls(f.min(axis=0), f.max(axis=0))
 

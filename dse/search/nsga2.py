@@ -25,14 +25,11 @@ from numba import njit
 from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 from pymoo.util.randomized_argsort import randomized_argsort
 
-from chromosomes import Parts
 from dse.config import AlgorithmConfig
 from dse.errors import DseError
-from dse.mapping import MappingBatch
-from dse.net.graph import LayerGraph
+from dse.mapping import Mappings
 from dse.search import operators
 from dse.search.hypervolume import Reference
-from dse.search.keys import hash_parts
 from dse.search.problem import MappingProblem
 
 _NDS = NonDominatedSorting()
@@ -50,7 +47,7 @@ class Population:
     G: np.ndarray  # float64 [N, 1]: fullest device's memory / capacity - 1
     rank: np.ndarray  # int64 [N], -1 for infeasible individuals
     crowding: np.ndarray  # float64 [N]
-    keys: list[int]  # [N] the mapping of each individual (:func:`mapping_keys`)
+    keys: list[int]  # [N] the mapping of each individual (:meth:`dse.mapping.Mappings.keys`)
 
     def __len__(self) -> int:
         return len(self.X)
@@ -107,32 +104,9 @@ class SearchState:
 # --- mappings as keys ------------------------------------------------------------------------
 
 
-def mapping_keys(batch: MappingBatch, graph: LayerGraph) -> list[int]:
-    """One 64-bit key per mapping (:mod:`dse.search.keys`): each layer's device and, for
-    splittable layers, the channels each device computes. That determines the whole share
-    array (a layer that cannot be split is on one device), in far fewer bytes than the array."""
-    split = graph.splittable
-    device = np.where(split[None, :], -1, batch.share.argmax(axis=2)).astype(np.int64)
-    channels = graph.out_channels[split].astype(np.float64)[None, :, None]
-    counts = np.rint(batch.share[:, split, :] * channels).astype(np.int32)  # [P, S, D]
-    return parts_keys(Parts(device, counts))
-
-
-def parts_keys(parts: Parts) -> list[int]:
-    """:func:`mapping_keys` of the mappings :meth:`Chromosome.parts` gives (the same keys),
-    from their whole numbers without building their shares."""
-    return _key_array(parts).tolist()
-
-
-def _key_array(parts: Parts) -> np.ndarray:
-    out = np.empty(len(parts.device), dtype=np.uint64)
-    hash_parts(np.ascontiguousarray(parts.device), np.ascontiguousarray(parts.channels), out)
-    return out
-
-
-def evaluate(problem: MappingProblem, parts: Parts) -> tuple[np.ndarray, np.ndarray]:
+def evaluate(problem: MappingProblem, mappings: Mappings) -> tuple[np.ndarray, np.ndarray]:
     out: dict = {}
-    problem.evaluate_parts(parts, out)
+    problem.evaluate_mappings(mappings, out)
     return out["F"], out["G"]
 
 
@@ -276,11 +250,11 @@ def new_search(problem: MappingProblem, settings: AlgorithmConfig, seed: int) ->
 
 def _distinct(
     problem: MappingProblem, X: np.ndarray, limit: int, taken: set[int]
-) -> tuple[np.ndarray, Parts, list[int]]:
+) -> tuple[np.ndarray, Mappings, list[int]]:
     """The first ``limit`` gene vectors of X whose mappings are not in ``taken`` (nor twice in
-    X), with their mappings (:class:`Parts`); their keys are added to ``taken``."""
-    parts = problem.chromosome.parts(X)
-    arr = _key_array(parts)
+    X), with their mappings; their keys are added to ``taken``."""
+    mappings = problem.chromosome.decode(X)
+    arr = mappings.keys()
     _, first = np.unique(arr, return_index=True)  # each mapping's first gene vector in X
     first.sort()
     keep = [i for i, k in zip(first.tolist(), arr[first].tolist(), strict=True) if k not in taken]
@@ -288,9 +262,9 @@ def _distinct(
     keys = arr[keep].tolist()
     taken.update(keys)
     if len(keep) == len(X):
-        return X, parts, keys
+        return X, mappings, keys
     idx = np.array(keep, dtype=np.int64)
-    return X[idx], parts.take(idx), keys
+    return X[idx], mappings.take(idx), keys
 
 
 def step(state: SearchState) -> None:
@@ -298,14 +272,14 @@ def step(state: SearchState) -> None:
     problem, settings = state.problem, state.settings
     if state.pop is None:
         X0 = initial_population(problem, settings, state.seed)
-        X, parts, keys = _distinct(problem, X0, len(X0), state.seen)
+        X, mappings, keys = _distinct(problem, X0, len(X0), state.seen)
         parents = None
     else:
         budget = settings.pop_size
         if settings.max_evaluations is not None:
             budget = min(budget, settings.max_evaluations - state.evaluations)
         found_x: list[np.ndarray] = []
-        found_p: list[Parts] = []
+        found_m: list[Mappings] = []
         keys: list[int] = []
         for attempt in range(MAX_MATING_ROUNDS):
             missing = budget - len(keys)
@@ -315,14 +289,14 @@ def step(state: SearchState) -> None:
             n_try = missing if attempt == 0 else min(settings.pop_size, 2 * missing + 8)
             Xn, bn, kn = _distinct(problem, offspring(state, n_try), missing, state.seen)
             found_x.append(Xn)
-            found_p.append(bn)
+            found_m.append(bn)
             keys.extend(kn)
         X = np.concatenate(found_x)
         state.exhausted = len(X) == 0
-        parts = found_p[0] if len(found_p) == 1 else Parts.concat(found_p)
+        mappings = found_m[0] if len(found_m) == 1 else Mappings.concat(found_m)
         parents = state.pop
     if len(X):
-        F, G = evaluate(problem, parts)
+        F, G = evaluate(problem, mappings)
     else:
         F, G = np.zeros((0, problem.n_obj)), np.zeros((0, 1))
     state.evaluations += len(X)

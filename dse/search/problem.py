@@ -7,9 +7,9 @@ from collections.abc import Sequence
 import numpy as np
 from pymoo.core.problem import Problem
 
-from chromosomes import Chromosome, Parts
+from chromosomes import Chromosome
 from dse import objectives
-from dse.mapping import MappingBatch
+from dse.mapping import Mappings
 from models_analytical.model import AnalyticalModel, Evaluation
 
 
@@ -32,16 +32,11 @@ class MappingProblem(Problem):
         )
 
     def _evaluate(self, x: np.ndarray, out: dict, *args: object, **kwargs: object) -> None:
-        self.evaluate_batch(self.chromosome.decode(np.rint(x).astype(np.int64)), out)
+        self.evaluate_mappings(self.chromosome.decode(np.rint(x).astype(np.int64)), out)
 
-    def evaluate_batch(self, batch: MappingBatch, out: dict) -> None:
-        """F (display units) and G of already decoded mappings."""
-        self._fill(self.model.evaluate(batch), out)
-
-    def evaluate_parts(self, parts: Parts, out: dict) -> None:
-        """F and G of mappings in whole numbers (:meth:`Chromosome.parts`): the same numbers
-        as :meth:`evaluate_batch` of their batch, without building their shares."""
-        self._fill(self.model.evaluate_parts(parts.device, parts.channels), out)
+    def evaluate_mappings(self, mappings: Mappings, out: dict) -> None:
+        """F (display units) and G of decoded mappings."""
+        self._fill(self.model.evaluate(mappings), out)
 
     def _fill(self, ev: Evaluation, out: dict) -> None:
         out["F"] = objectives.values(self.objectives, ev)

@@ -1,7 +1,8 @@
-"""A 64-bit key per mapping, compiled: what the search compares to skip mappings it has seen.
+"""A mapping's identity: one 64-bit key, compiled. The search compares keys to skip mappings
+it has seen, and a deployment names its mapping by its key.
 
-A mapping in whole numbers (:class:`chromosomes.Parts`) is the device of every layer that is
-not splittable and the channels each device computes of every splittable layer. The key sums
+A mapping in whole numbers (:class:`dse.mapping.Mappings`) is the device of every layer that
+is not splittable and the units each device computes of every splittable layer. The key sums
 splitmix64 hashes of each number with its position (non-zero channel counts only), so two
 mappings share a key only when their numbers are equal or by a 64-bit collision (about 1 in
 10^8 for a run of a million mappings). One pass over each mapping, no bytes built, no
@@ -28,13 +29,13 @@ def _mix(h, v):
 
 
 @njit(cache=True, nogil=True)
-def hash_parts(device, channels, out):
+def hash_mappings(device, sizes, out):
     """``out[p]`` (uint64) = the key of mapping p: ``device[P, L]`` (-1 for splittable layers)
-    and ``channels[P, S, D]``. Each (position, value) is hashed on its own and the hashes are
+    and ``sizes[P, S, D]``. Each (position, value) is hashed on its own and the hashes are
     summed (Zobrist-style): no chain from one number to the next, so the CPU overlaps them."""
     pop, n_layers = device.shape
-    n_split, n_devices = channels.shape[1], channels.shape[2]
-    flat = channels.reshape(pop, n_split * n_devices)
+    n_split, n_devices = sizes.shape[1], sizes.shape[2]
+    flat = sizes.reshape(pop, n_split * n_devices)
     for p in range(pop):
         h = np.uint64(0)
         for layer in range(n_layers):

@@ -1,0 +1,131 @@
+"""Mappings as AutoDiCE's files: ``mapping.json`` and ``horizontal.json``.
+
+* ``mapping.json``: ``{"<host>_<resource>": [node names]}``; a node on several devices is split.
+* ``horizontal.json``: ``{node: ["lop", [split points], [resources]]}`` for each split node, the
+  split points being the output-channel boundaries between consecutive parts, the resources
+  listed in part order.
+
+Parts are ordered by device index, so a mapping round-trips through the files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from dse.errors import DseError
+from dse.mapping.build import from_devices
+from dse.mapping.mappings import Mappings
+from dse.net.graph import LayerGraph
+
+
+def to_autodice(
+    graph: LayerGraph, keys: Sequence[str], m: Mappings, index: int = 0
+) -> tuple[dict[str, list[str]], dict[str, list]]:
+    """``mapping.json`` and ``horizontal.json`` contents of mapping ``index``."""
+    mapping: dict[str, list[str]] = {}
+    horizontal: dict[str, list] = {}
+    for layer, devs in enumerate(m.devices(graph, index)):
+        name = graph.names[layer]
+        for d in devs:
+            mapping.setdefault(keys[d], []).append(name)
+        if len(devs) > 1:
+            ends = [b for _, b in m.bounds(graph, layer, index)]
+            horizontal[name] = ["lop", ends[:-1], [keys[d] for d in devs]]
+    return mapping, horizontal
+
+
+def from_autodice(
+    graph: LayerGraph, keys: Sequence[str], mapping: Any, horizontal: Any = None
+) -> Mappings:
+    """Read an AutoDiCE mapping, failing loudly in one line on wrong types (a string or a
+    number where a list belongs), unknown devices and nodes, unmapped nodes, splits of layers
+    that cannot be split, and split points that are not increasing whole channel indices.
+    Split layers without a ``horizontal.json`` entry get equal parts."""
+    mapping = _object(mapping, "mapping.json", '{"<host>_<resource>": [node names]}')
+    key_index = {k: i for i, k in enumerate(keys)}
+    on = np.zeros((1, len(graph), len(keys)), dtype=bool)
+    for key, nodes in mapping.items():
+        if key not in key_index:
+            raise DseError(
+                f"mapping names unknown device '{key}': the platform has {', '.join(keys)}"
+            )
+        for node in _names(nodes, f"mapping.json entry '{key}'", "node names"):
+            if node not in graph.index:
+                raise DseError(
+                    f"mapping names unknown node '{node}' (device '{key}'): "
+                    f"see python -m dse.inspect for the layer names"
+                )
+            on[0, graph.index[node], key_index[key]] = True
+    missing = np.flatnonzero(~on[0].any(axis=1))
+    if len(missing):
+        raise DseError(
+            f"node '{graph.names[missing[0]]}' is mapped to no device "
+            f"({len(missing)} unmapped): every layer needs a device in mapping.json"
+        )
+    m = from_devices(graph, on)
+    if horizontal is None:
+        return m
+    horizontal = _object(horizontal, "horizontal.json", '{layer: ["lop", [points], [devices]]}')
+    sizes = m.sizes.copy()
+    s_of = {int(layer): s for s, layer in enumerate(graph.split_layers)}
+    for name, spec in horizontal.items():
+        if name not in graph.index:
+            raise DseError(f"horizontal.json names unknown node '{name}'")
+        layer = graph.index[name]
+        form = f"horizontal.json entry '{name}' must be [\"lop\", [split points], [devices]]"
+        if not isinstance(spec, list) or len(spec) != 3 or spec[0] != "lop":
+            raise DseError(f"{form}, not {_short(spec)}")
+        if not isinstance(spec[1], list) or not isinstance(spec[2], list):
+            raise DseError(f"{form}: the split points and the devices are lists")
+        points = spec[1]
+        if not all(isinstance(p, int) and not isinstance(p, bool) for p in points):
+            raise DseError(
+                f"horizontal.json entry '{name}': split points {_short(points)} must be whole "
+                "channel indices"
+            )
+        devs = _names(spec[2], f"horizontal.json entry '{name}'", "devices")
+        unknown = [d for d in devs if d not in key_index]
+        if unknown:
+            raise DseError(f"horizontal.json entry '{name}' names unknown device '{unknown[0]}'")
+        if len(set(devs)) != len(devs):
+            raise DseError(f"horizontal.json entry '{name}' lists a device twice: {devs}")
+        placed = {keys[d] for d in np.flatnonzero(on[0, layer])}
+        if set(devs) != placed or len(devs) != len(points) + 1:
+            raise DseError(
+                f"horizontal.json entry '{name}' must list the {len(placed)} devices "
+                f"mapping.json gives it and {len(placed) - 1} split points"
+            )
+        channels = int(graph.out_channels[layer])
+        bounds = np.array([0, *points, channels], dtype=np.int64)
+        if (np.diff(bounds) <= 0).any():
+            raise DseError(
+                f"horizontal.json entry '{name}': split points {points} must be "
+                f"increasing inside (0, {channels})"
+            )
+        if layer not in s_of:  # one device: the entry says nothing more than mapping.json
+            continue
+        s = s_of[layer]
+        sizes[0, s] = 0
+        sizes[0, s, [key_index[d] for d in devs]] = np.diff(bounds)
+    return Mappings(m.device, sizes)
+
+
+def _object(value: Any, what: str, form: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise DseError(f"{what} must be an object {form}, not {_short(value)}")
+    return value
+
+
+def _names(value: Any, where: str, what: str) -> list[str]:
+    """A list of strings (a bare string is refused, not read letter by letter)."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise DseError(f"{where} must be a list of {what} in quotes, not {_short(value)}")
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
