@@ -5,6 +5,7 @@ Objectives are computed from an :class:`Evaluation` by :mod:`dse.objectives`.
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass
 from functools import cached_property
@@ -236,6 +237,17 @@ class AnalyticalModel:
         self._need_weights = self._by_class or bool(self._mem_load.any())
         self.capacity_mb = np.array([d.memory_mb for d in platform.devices])
         self._channels = np.asarray(graph.out_channels, dtype=np.int64)
+
+    def with_transfer_costs(self, fixed_s: float, per_byte_s: float) -> AnalyticalModel:
+        """This model with another cost of a tensor crossing devices (every kind's
+        ``transfer_fixed_s`` and ``transfer_per_byte_s``), built without redoing its tables:
+        what calibration tries while it fits those two costs."""
+        other = copy.copy(self)
+        k = len(self.inputs.seg_fixed)
+        other.inputs = self.inputs._replace(
+            seg_fixed=np.full(k, float(fixed_s)), seg_byte=np.full(k, float(per_byte_s))
+        )
+        return other
 
     def device_speed(self) -> np.ndarray:
         """[L, D] relative throughput of each device on each layer: 1 / its modelled work time

@@ -494,9 +494,7 @@ def fit_cuts(runs: list[dict[str, Any]]) -> tuple[tuple[float, float], dict]:
         out = []
         for r in cut:
             m: AnalyticalModel = r["model"]
-            k = len(m.inputs.seg_fixed)
-            m.inputs = m.inputs._replace(seg_fixed=np.full(k, fixed), seg_byte=np.full(k, per_byte))
-            out.append(m.evaluate(r["mapping"]).latency_s[0])
+            out.append(m.with_transfer_costs(fixed, per_byte).evaluate(r["mapping"]).latency_s[0])
         return np.array(out)
 
     def loss(theta: np.ndarray) -> float:
