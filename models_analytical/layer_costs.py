@@ -8,36 +8,24 @@ from dataclasses import dataclass
 import numpy as np
 
 from dse.net.graph import Layer, LayerGraph
+from dse.net.ops import family, products
 from dse.platform import KINDS
 from models_analytical.coefficients import OP_CLASSES, Coefficients, KindCoefficients
 
-CONV_OPS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv"})
-FC_OPS = frozenset(
-    {"Gemm", "MatMul", "MatMulInteger", "QLinearMatMul", "Einsum", "LSTM", "GRU", "RNN"}
-)
-
-
-def is_winograd(layer: Layer) -> bool:
-    """A 3x3, stride-1, undilated, not depthwise convolution: what runtimes run as Winograd."""
-    if layer.op not in ("Conv", "ConvInteger", "QLinearConv") or not layer.weights:
-        return False
-    w = layer.weights[0].shape
-    strides = layer.attrs.get("strides", [1] * (len(w) - 2))
-    dilations = layer.attrs.get("dilations", [1] * (len(w) - 2))
-    return (
-        tuple(w[2:]) == (3, 3)
-        and all(s == 1 for s in strides)
-        and all(d == 1 for d in dilations)
-        and w[1] > 1
-    )
+#: Op types whose weights count as convolutions' (packed by onnxruntime: ``WEIGHT_CLASSES``).
+CONV_OPS = frozenset(products.CONV_OPS)
+#: The cost families of convolutions (:func:`dse.net.ops.family`).
+CONV_FAMILIES = frozenset({"conv_winograd", "conv", "conv_1x1", "conv_grouped"})
 
 
 def op_class(layer: Layer) -> str:
-    if layer.op in CONV_OPS:
-        return "conv_winograd" if is_winograd(layer) else "conv"
-    if layer.op in FC_OPS:
-        return "fc"
-    return "elementwise"
+    """The layer's class in Eq. 4.7 (``OP_CLASSES``): Winograd-eligible convolutions (3x3,
+    stride 1, not depthwise, whatever the groups), other convolutions, fully connected, and
+    the rest (elementwise)."""
+    fam = family(layer)
+    if fam in CONV_FAMILIES:
+        return "conv_winograd" if products.is_winograd(layer) else "conv"
+    return fam if fam == "fc" else "elementwise"
 
 
 def layer_key(layer: Layer) -> str:
@@ -52,25 +40,6 @@ def layer_key(layer: Layer) -> str:
         attrs,
     )
     return hashlib.sha1(repr(sig).encode()).hexdigest()[:16]
-
-
-def family(layer: Layer) -> str:
-    """The regression family of a layer (layers of one family share a linear time model)."""
-    if layer.op in CONV_OPS:
-        if int(layer.attrs.get("group", 1)) > 1:
-            return "conv_grouped"
-        if layer.weights and tuple(layer.weights[0].shape[2:]) == (1, 1):
-            return "conv_1x1"
-        return "conv_winograd" if is_winograd(layer) else "conv"
-    if layer.op in FC_OPS:
-        return "fc"
-    if "Pool" in layer.op:
-        return "pool"
-    if layer.op in ("BatchNormalization", "LRN", "InstanceNormalization", "LayerNormalization"):
-        return "norm"
-    if layer.op == "Concat":
-        return "concat"
-    return "elementwise"
 
 
 def regression_terms(layer: Layer) -> np.ndarray:
@@ -106,7 +75,8 @@ def part_fixed_share(layer: Layer, coeff: KindCoefficients) -> float:
     """What every part of ``layer`` pays whatever its channel share, as a share of the whole
     layer's time: timed (``coeff.part_fixed``), else its family's share x channels over its
     output channels, else 0 (a part costs its share)."""
-    if layer.op not in CONV_OPS and layer.op not in FC_OPS:
+    fam = family(layer)
+    if fam not in CONV_FAMILIES and fam != "fc":
         return 0.0
     timed = coeff.part_fixed.get(layer_key(layer))
     if timed is not None:

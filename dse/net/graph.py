@@ -22,7 +22,7 @@ import onnx
 from onnx import ModelProto, NodeProto
 
 from dse.errors import DseError
-from dse.net.macs import OpView, count_macs
+from dse.net import ops
 from dse.net.onnx_load import (
     MAX_DIM,
     Budget,
@@ -32,42 +32,12 @@ from dse.net.onnx_load import (
     infer_types,
     run_for_types,
 )
+from dse.net.ops import OpView, count_macs
 
-#: Ops that split by output channel (Layer-Output-Partitioning), given a constant weight:
-#: op -> (input position of the weight, True when channels are the output's axis 1 else last)
-SPLITTABLE_OPS: dict[str, tuple[int, bool]] = {
-    "Conv": (1, True),
-    "ConvInteger": (1, True),
-    "QLinearConv": (3, True),
-    "ConvTranspose": (1, True),
-    "Gemm": (1, False),
-    "MatMul": (1, False),
-    "MatMulInteger": (1, False),
-    "QLinearMatMul": (3, False),
-}
-#: Channel-local ops: output channel k depends on input channel k alone. After a split layer
-#: they run on its parts (:attr:`LayerGraph.follows`). Elementwise ops do so whatever the
-#: split axis; pooling and BatchNormalization only when the channels are axis 1 (NCHW).
-ELEMENTWISE_OPS = frozenset(
-    {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "Elu", "Selu", "HardSigmoid", "HardSwish"}
-    | {"Softplus", "Softsign", "Gelu", "Mish", "Celu", "ThresholdedRelu", "Identity", "Dropout"}
-)
-PER_CHANNEL_OPS = frozenset(
-    {"MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool"}
-    | {"BatchNormalization"}
-)
 #: Ops whose outputs depend only on input shapes, so they fold once shapes are known.
 SHAPE_OPS = frozenset({"Shape", "Size"})
 #: Control flow is never folded: its subgraphs may read activations from the outer scope.
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
-#: Float inputs that are statistics or settings, not trained parameters (by input position).
-NOT_PARAMETERS: dict[str, frozenset[int]] = {
-    "BatchNormalization": frozenset({3, 4}),
-    "Clip": frozenset({1, 2}),
-    "Resize": frozenset({1, 2, 3}),
-    "Upsample": frozenset({1}),
-    "Pad": frozenset({1, 2, 3}),
-}
 #: Element types of trained weights (floats, and the 8- and 4-bit types of quantized models);
 #: int32/int64 static tensors are shapes, indices or axes.
 WEIGHT_TYPES = frozenset(
@@ -198,8 +168,8 @@ class LayerGraph:
     def follows(self) -> np.ndarray:
         """int64 [L]: the layer whose output-channel split this layer continues, else -1.
 
-        Layer c follows p when c is channel-local (:data:`ELEMENTWISE_OPS`, or
-        :data:`PER_CHANNEL_OPS` when the split is by axis 1), its one activation input is p's
+        Layer c follows p when c is channel-local (:func:`dse.net.ops.local`: ``"any"``, or
+        ``"axis1"`` when the split is by axis 1), its one activation input is p's
         one output, nobody else reads that output (nor is it a graph output), and p is
         splittable or itself follows a layer. Where p is split, c runs on p's parts, part by
         part, and c's output is gathered instead of p's (model and runtime alike): Conv -> Relu
@@ -220,10 +190,11 @@ class LayerGraph:
             if lp.outputs[0].name in outputs:
                 continue
             if lp.splittable:
-                axis1[p] = SPLITTABLE_OPS[lp.op][1]
+                axis1[p] = ops.channel_split(lp.op).axis == 1
             elif follows[p] < 0:
                 continue
-            if lc.op in ELEMENTWISE_OPS or (lc.op in PER_CHANNEL_OPS and axis1[p]):
+            kind = ops.local(lc.op)
+            if kind == "any" or (kind == "axis1" and axis1[p]):
                 follows[c], axis1[c] = p, axis1[p]
         follows.setflags(write=False)
         return follows
@@ -547,7 +518,7 @@ def _learned(node: NodeProto, static: set[str], types: dict[str, TensorType | No
         tt = types.get(t) if t else None
         if tt is None or t not in static or tt.elem_type not in WEIGHT_TYPES:
             continue
-        if i in NOT_PARAMETERS.get(node.op_type, ()):
+        if i in ops.not_parameters(node.op_type):
             continue
         names.add(t)
     return names
@@ -686,12 +657,11 @@ def _is_folded(node: NodeProto, static: set[str]) -> bool:
 def _split_info(node: NodeProto, view: OpView) -> tuple[bool, int]:
     """Whether a layer can be LOP-split by output channel, and its output channels."""
     out = view.out_shapes[0] if view.out_shapes else ()
-    spec = SPLITTABLE_OPS.get(node.op_type)
+    spec = ops.channel_split(node.op_type)
     if spec is not None and out:
-        w_pos, channels_first = spec
-        const_weight = len(view.in_static) > w_pos and bool(view.in_static[w_pos])
-        if channels_first and len(out) >= 2:
+        const_weight = len(view.in_static) > spec.weight and bool(view.in_static[spec.weight])
+        if spec.axis == 1 and len(out) >= 2:
             return const_weight, out[1]
-        if not channels_first:
+        if spec.axis == -1:
             return const_weight, out[-1]
     return False, (out[1] if len(out) >= 2 else (out[0] if out else 0))

@@ -46,6 +46,7 @@ import json
 import math
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,15 +57,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 from dse.errors import DseError
 from dse.mapping import Mappings, check
-from dse.net import Net
+from dse.net import Net, ops
 from dse.net.graph import Layer
 from dse.net.onnx_load import TensorType, graph_inputs, infer_types
 from dse.platform import Platform
 from dse.runtime.weights import MappedFiles, external_locations, inline_offsets
 
 PLAN_VERSION = 2  # 2: split layers' parts all-gathered (``gather`` steps)
-#: Split ops the runtime can slice: op -> (weight input, output-channel axis is 1 (else last)).
-SLICEABLE = {"Conv": True, "ConvTranspose": True, "Gemm": False, "MatMul": False}
 
 
 @dataclass
@@ -379,18 +378,9 @@ class _Action:
     axis: int = 1
 
 
-def _layer_nodes(
-    layer: Layer,
-    node: onnx.NodeProto,
-    statics: _Statics,
-    static_names: set[str],
-    part: tuple[int, int] | None,
-    tag: str,
-    types: dict[str, TensorType],
-) -> _Action:
-    """The nodes that compute ``layer`` whole, or its output channels ``part`` = (c0, c1)."""
-    act = _Action("compute")
-    inputs = list(node.input)
+def _static_adder(act: _Action, statics: _Statics) -> Callable[[str], None]:
+    """Adds a static input, as it is, to ``act``: a Constant node's output as that node, a large
+    initializer as a weight written to the sub-model's data file, a small one inline."""
 
     def static(name: str) -> None:
         if name in statics.constants and name not in statics.inits:
@@ -405,53 +395,65 @@ def _layer_nodes(
         else:
             act.inits[name] = proto
 
+    return static
+
+
+def _add_part(act: _Action, part: ops.Part, statics: _Statics, external: bool) -> None:
+    """The nodes and tensors of one op part (:class:`dse.net.ops.Part`) into ``act``: its cut
+    weights as weights of the sub-model's data file (``external``) or inline copies."""
+    static = _static_adder(act, statics)
+    act.nodes.extend(part.nodes)
+    for name, value in part.constants.items():
+        act.inits[name] = numpy_helper.from_array(value, name)
+    for name, (src, cuts) in part.weights.items():
+        if external:
+            act.inits[name] = _sliced(statics, src, *cuts)
+        else:
+            act.inits[name] = numpy_helper.from_array(Blob(statics, src, cuts).value(), name)
+    for name in part.keep:
+        static(name)
+
+
+def _layer_nodes(
+    layer: Layer,
+    node: onnx.NodeProto,
+    statics: _Statics,
+    static_names: set[str],
+    part: tuple[int, int] | None,
+    tag: str,
+    types: dict[str, TensorType],
+) -> _Action:
+    """The nodes that compute ``layer`` whole, or its output channels ``part`` = (c0, c1)
+    (as :func:`dse.net.ops.channel_split` slices its op)."""
+    act = _Action("compute")
+    inputs = list(node.input)
     out = node.output[0] if node.output else ""
     if part is None:
         n = onnx.NodeProto()
         n.CopyFrom(node)
         n.name = layer.name
         act.nodes.append(n)
+        static = _static_adder(act, statics)
         for t in inputs:
             if t and t in static_names:
                 static(t)
         act.makes = [t for t in node.output if t]
     else:
-        c0, c1 = part
-        op = node.op_type
-        if op not in SLICEABLE:
+        spec = ops.channel_split(node.op_type)
+        if spec is None:
             raise DseError(
-                f"layer '{layer.name}' ({op}) is split, but the runtime slices only "
-                f"{', '.join(SLICEABLE)}: map it to one device"
+                f"layer '{layer.name}' ({node.op_type}) is split, but it cannot be split by "
+                "output channels: map it to one device"
             )
-        if len(inputs) < 2 or inputs[1] not in static_names:
+        if len(inputs) <= spec.weight or inputs[spec.weight] not in static_names:
             raise DseError(f"layer '{layer.name}' is split but its weight is not constant")
         pout = f"{out}{tag}"
         act.makes = [pout]
-        if op in ("Conv", "ConvTranspose"):
-            _conv_part(act, layer, node, statics, (c0, c1), tag, pout, types)
-        else:
-            w = statics.proto(inputs[1])
-            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-            # Gemm: W[N, K] with transB, else W[K, N]; MatMul: W[..., K, N]
-            axis = (0 if attrs.get("transB", 0) else 1) if op == "Gemm" else len(w.dims) - 1
-            wname = f"{inputs[1]}@{layer.name}{tag}"
-            act.inits[wname] = _sliced(statics, inputs[1], (axis, c0, c1))
-            new_inputs = [inputs[0], wname]
-            if op == "Gemm" and len(inputs) > 2 and inputs[2]:
-                c = statics.proto(inputs[2])
-                cdims = list(c.dims)
-                if cdims and cdims[-1] == layer.out_channels and layer.out_channels > 1:
-                    cname = f"{inputs[2]}@{layer.name}{tag}"
-                    act.inits[cname] = _sliced(statics, inputs[2], (len(cdims) - 1, c0, c1))
-                    new_inputs.append(cname)
-                else:
-                    static(inputs[2])
-                    new_inputs.append(inputs[2])
-            n = helper.make_node(op, new_inputs, [pout], name=f"{layer.name}{tag}")
-            n.attribute.extend(node.attribute)
-            act.nodes.append(n)
+        shapes = {t: tuple(statics.proto(t).dims) for t in inputs if t in static_names}
+        c_in = types[inputs[0]].shape[1] if len(types[inputs[0]].shape) > 1 else 0
+        _add_part(act, spec.slice(node, layer.name, part, tag, pout, shapes, c_in), statics, True)
         shape = list(types[out].shape)
-        shape[1 if SLICEABLE[node.op_type] else -1] = c1 - c0
+        shape[spec.axis] = part[1] - part[0]
         types[pout] = TensorType(tuple(shape), types[out].elem_type)
     act.reads = [t.name for t in layer.inputs]
     return act
@@ -461,7 +463,6 @@ def _follower_part(
     layer: Layer,
     node: onnx.NodeProto,
     statics: _Statics,
-    static_names: set[str],
     part: tuple[int, int],
     tag: str,
     axis: int,
@@ -469,120 +470,16 @@ def _follower_part(
 ) -> _Action:
     """Channels ``part`` of a channel-local layer, computed from the same channels of its
     input (the part of the split layer it follows, made on this device)."""
-    c0, c1 = part
     act = _Action("compute")
-    x = layer.inputs[0].name
-    inputs = [f"{x}{tag}" if t == x else t for t in node.input]
-    per_channel = node.op_type == "BatchNormalization"  # scale, bias, mean, var: [C]
-    for i, t in enumerate(node.input):
-        if not t or t not in static_names:
-            continue
-        if per_channel and i >= 1:
-            inputs[i] = f"{t}@{layer.name}{tag}"
-            act.inits[inputs[i]] = numpy_helper.from_array(
-                np.ascontiguousarray(statics.array(t)[c0:c1]), inputs[i]
-            )
-        elif t in statics.constants and t not in statics.inits:
-            act.consts[t] = statics.constants[t]
-        else:
-            act.inits[t] = numpy_helper.from_array(np.array(statics.array(t)), t)
+    x = f"{layer.inputs[0].name}{tag}"
     out = node.output[0]
     pout = f"{out}{tag}"
-    n = helper.make_node(node.op_type, inputs, [pout], name=f"{layer.name}{tag}")
-    n.attribute.extend(node.attribute)
-    if node.domain:
-        n.domain = node.domain
-    act.nodes.append(n)
+    _add_part(act, ops.local_part(node, layer.name, part, tag, x, pout), statics, False)
     shape = list(types[out].shape)
-    shape[axis] = c1 - c0
+    shape[axis] = part[1] - part[0]
     types[pout] = TensorType(tuple(shape), types[out].elem_type)
-    act.reads, act.makes = [f"{x}{tag}"], [pout]
+    act.reads, act.makes = [x], [pout]
     return act
-
-
-def _conv_part(
-    act: _Action,
-    layer: Layer,
-    node: onnx.NodeProto,
-    statics: _Statics,
-    part: tuple[int, int],
-    tag: str,
-    pout: str,
-    types: dict[str, TensorType],
-) -> None:
-    """Output channels [c0, c1) of a Conv or ConvTranspose. With groups, each run of whole
-    groups is one grouped convolution over its input channels and a partly covered group one
-    convolution of its own; the pieces are concatenated."""
-    c0, c1 = part
-    op, inputs = node.op_type, list(node.input)
-    x = inputs[0]
-    attrs = {a.name: a for a in node.attribute if a.name != "group"}
-    groups = int(
-        next((helper.get_attribute_value(a) for a in node.attribute if a.name == "group"), 1)
-    )
-    has_bias = len(inputs) > 2 and bool(inputs[2])
-    m = layer.out_channels
-    c_in = types[x].shape[1]
-    per_out, per_in = m // groups, c_in // groups
-    # pieces: (first group, number of groups, out range inside those groups)
-    pieces: list[tuple[int, int, int, int]] = []  # (g0, g1, o0, o1) with o in absolute channels
-    if groups == 1:
-        pieces.append((0, 1, c0, c1))
-    else:
-        g = c0 // per_out
-        while g * per_out < c1:
-            o0, o1 = max(c0, g * per_out), min(c1, (g + 1) * per_out)
-            whole = o0 == g * per_out and o1 == (g + 1) * per_out
-            if whole and pieces and pieces[-1][3] == o0 and _whole(pieces[-1], per_out):
-                pg0, _, po0, _ = pieces[-1]
-                pieces[-1] = (pg0, g + 1, po0, o1)
-            else:
-                pieces.append((g, g + 1, o0, o1))
-            g += 1
-    outs = []
-    for i, (g0, g1, o0, o1) in enumerate(pieces):
-        sub = f"{tag}.{i}" if len(pieces) > 1 else tag
-        piece_out = f"{pout}.{i}" if len(pieces) > 1 else pout
-        n_groups = g1 - g0 if _whole((g0, g1, o0, o1), per_out) else 1
-        x_in = x
-        if groups > 1:
-            x_in = f"{x}@{layer.name}{sub}"
-            names = [f"{x_in}.{k}" for k in ("starts", "ends", "axes")]
-            for nm, v in zip(names, (g0 * per_in, g1 * per_in, 1), strict=True):
-                act.inits[nm] = numpy_helper.from_array(np.array([v], dtype=np.int64), nm)
-            act.nodes.append(
-                helper.make_node("Slice", [x, *names], [x_in], name=f"{layer.name}{sub}.slice")
-            )
-        wname = f"{inputs[1]}@{layer.name}{sub}"
-        if op == "Conv":
-            act.inits[wname] = _sliced(statics, inputs[1], (0, o0, o1))
-        else:  # ConvTranspose: W[C_in, M/group, ...]; this piece's input rows, its output columns
-            rows = (0, g0 * per_in, g1 * per_in)
-            if n_groups == g1 - g0 and (o1 - o0) == (g1 - g0) * per_out:
-                act.inits[wname] = _sliced(statics, inputs[1], rows)
-            else:
-                lo = o0 - g0 * per_out
-                act.inits[wname] = _sliced(statics, inputs[1], rows, (1, lo, lo + (o1 - o0)))
-        new_inputs = [x_in, wname]
-        if has_bias:
-            bname = f"{inputs[2]}@{layer.name}{sub}"
-            act.inits[bname] = _sliced(statics, inputs[2], (0, o0, o1))
-            new_inputs.append(bname)
-        n = helper.make_node(op, new_inputs, [piece_out], name=f"{layer.name}{sub}")
-        n.attribute.extend(attrs.values())
-        if n_groups > 1:
-            n.attribute.append(helper.make_attribute("group", n_groups))
-        act.nodes.append(n)
-        outs.append(piece_out)
-    if len(outs) > 1:
-        act.nodes.append(
-            helper.make_node("Concat", outs, [pout], axis=1, name=f"{layer.name}{tag}")
-        )
-
-
-def _whole(piece: tuple[int, int, int, int], per_out: int) -> bool:
-    g0, g1, o0, o1 = piece
-    return o0 == g0 * per_out and o1 == g1 * per_out
 
 
 def _tensor_types(net: Net) -> dict[str, TensorType]:
@@ -674,16 +571,15 @@ def partition(
         node = nodes[layer.node]
         r = int(row[layer.index])
         root = nodes[graph.layers[r].node].op_type
-        axis = 1 if SLICEABLE.get(root, True) else len(types[node.output[0]].shape) - 1
+        spec = ops.channel_split(root)
+        axis = 1 if spec is None or spec.axis == 1 else len(types[node.output[0]].shape) - 1
         absorbed = r != layer.index
         devs = [int(d) for d in np.flatnonzero(share[r] > 0)]
         split = len(devs) > 1
         bounds = mapping.bounds(graph, r) if split else []
         for k, d in enumerate(devs):
             if absorbed:
-                act = _follower_part(
-                    layer, node, statics, static_names, bounds[k], f".part{d}", axis, types
-                )
+                act = _follower_part(layer, node, statics, bounds[k], f".part{d}", axis, types)
                 act.layer = layer.index
                 programs[d].append(act)
                 made_at[(act.makes[0], d)] = len(programs[d]) - 1

@@ -1,0 +1,213 @@
+"""What dse knows of each ONNX op, one entry per op family, in a registry.
+
+An entry (:class:`Op`) says, for the op types of one family:
+
+* ``macs``: its multiply-accumulate count, from an :class:`OpView` (attributes and static
+  shapes of one node). Conventions, chosen to match the usual published counts:
+
+  - convolutions and matrix products count one MAC per multiply-add of the product; bias
+    additions are not counted;
+  - pooling counts one MAC per element of every window (window size per output element);
+    global pooling one per input element;
+  - elementwise ops, activations, normalisations and Softmax count one per output element
+    (BatchNormalization folds to one multiply-add per element at inference); LRN counts its
+    window size per element;
+  - data movement (Concat, Reshape, Flatten, Transpose, Slice, Pad, Gather, ...) is free.
+
+  An op with no entry is estimated as one MAC per output element and flagged as estimated.
+* ``family``: the cost family its time is modelled and regressed in (``conv_winograd``,
+  ``conv``, ``conv_1x1``, ``conv_grouped``, ``fc``, ``pool``, ``norm``, ``concat``,
+  ``elementwise``), from the layer (op, attributes, weight shapes).
+* ``channels``: how it splits by output channels (Layer-Output-Partitioning), given a constant
+  weight: :class:`ChannelSplit`, the weight's input position, the output's channel axis, and
+  how the runtime computes one part (``slice``: the nodes computing output channels
+  ``[c0, c1)``, with the weights they need cut from the node's). An op without it is never
+  split by channels; every op that has it can be sliced by the runtime.
+* ``local``: whether output channel k depends on input channel k alone, so that after a split
+  layer it runs on that layer's parts: ``"any"`` (elementwise: whatever the split axis),
+  ``"axis1"`` (pooling, BatchNormalization: only when the channels are axis 1, NCHW), ``""``.
+  ``local_inputs``: inputs cut with the channels when it runs on a part (BatchNormalization's
+  scale, bias, mean and variance).
+* ``not_parameters``: static float inputs that are statistics or settings, not trained
+  parameters (counted in weight bytes, not in parameters).
+* ``fused``: onnxruntime's CPU provider fuses it into the layer producing its input, so a
+  profile times it inside that layer.
+
+Row (spatial) splits will join the entries as their own field.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+from onnx import NodeProto, helper
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class OpView:
+    """What a rule may read about one node."""
+
+    op: str
+    attrs: dict[str, Any]
+    in_shapes: Sequence[Shape | None]
+    out_shapes: Sequence[Shape]
+    in_static: Sequence[bool] = field(default_factory=tuple)
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.attrs.get(name, default)
+
+
+class LayerLike(Protocol):
+    """What a family rule reads of a layer (``dse.net.graph.Layer``)."""
+
+    op: str
+    attrs: Any
+    weights: Any
+    out_channels: int
+
+
+#: A weight of a part: the source static tensor's name and its cuts, (axis, start, stop) each.
+Cut = tuple[str, tuple[tuple[int, int, int], ...]]
+
+
+@dataclass
+class Part:
+    """The nodes computing one part of a layer, in terms the runtime turns into a sub-model:
+    ``weights`` new initializer name -> :data:`Cut` of a static input; ``constants`` small new
+    tensors; ``keep`` static inputs used as they are."""
+
+    nodes: list[NodeProto] = field(default_factory=list)
+    weights: dict[str, Cut] = field(default_factory=dict)
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+    keep: list[str] = field(default_factory=list)
+
+
+#: (node, layer name, output channels [c0, c1), part tag, the part's output name,
+#: static shapes by name, the layer's input channels) -> the part's nodes.
+Slicer = Callable[[NodeProto, str, tuple[int, int], str, str, dict[str, Shape], int], Part]
+
+
+@dataclass(frozen=True)
+class ChannelSplit:
+    """How an op splits by output channels."""
+
+    weight: int  # input position of the weight that must be constant
+    axis: int  # the output's channel axis: 1 (NCHW) or -1 (last)
+    slice: Slicer
+
+
+MacRule = Callable[[OpView], int]
+FamilyRule = Callable[[LayerLike], str]
+
+
+@dataclass(frozen=True)
+class Op:
+    """What dse knows of one op type (module docstring)."""
+
+    macs: MacRule
+    family: FamilyRule
+    channels: ChannelSplit | None = None
+    local: str = ""
+    local_inputs: frozenset[int] = frozenset()
+    not_parameters: frozenset[int] = frozenset()
+    fused: bool = False
+
+
+REGISTRY: dict[str, Op] = {}
+
+
+def register(*ops: str, **entry: Any) -> Callable[[MacRule], MacRule]:
+    """Register the decorated MAC rule and ``entry`` (the other :class:`Op` fields) for
+    ``ops``."""
+
+    def add(fn: MacRule) -> MacRule:
+        for op in ops:
+            if op in REGISTRY:
+                raise ValueError(f"op {op} registered twice")
+            REGISTRY[op] = Op(macs=fn, **entry)
+        return fn
+
+    return add
+
+
+def numel(shape: Shape | None) -> int:
+    return math.prod(shape) if shape is not None else 0
+
+
+def family_of(name: str) -> FamilyRule:
+    """A family rule that names one family whatever the layer."""
+    return lambda layer: name
+
+
+def lookup(op: str) -> Op | None:
+    return REGISTRY.get(op)
+
+
+def count_macs(view: OpView) -> tuple[int, bool]:
+    """MACs of a node and whether they were estimated (no entry for its op)."""
+    entry = REGISTRY.get(view.op)
+    if entry is None:
+        return sum(numel(s) for s in view.out_shapes), True
+    return int(entry.macs(view)), False
+
+
+def family(layer: LayerLike) -> str:
+    """The cost family of a layer (``elementwise`` for ops without an entry)."""
+    entry = REGISTRY.get(layer.op)
+    return entry.family(layer) if entry is not None else "elementwise"
+
+
+def channel_split(op: str) -> ChannelSplit | None:
+    entry = REGISTRY.get(op)
+    return entry.channels if entry is not None else None
+
+
+def local(op: str) -> str:
+    entry = REGISTRY.get(op)
+    return entry.local if entry is not None else ""
+
+
+def not_parameters(op: str) -> frozenset[int]:
+    entry = REGISTRY.get(op)
+    return entry.not_parameters if entry is not None else frozenset()
+
+
+def fused(op: str) -> bool:
+    entry = REGISTRY.get(op)
+    return bool(entry is not None and entry.fused)
+
+
+def local_part(
+    node: NodeProto, layer: str, part: tuple[int, int], tag: str, x: str, out: str
+) -> Part:
+    """Output channels ``part`` of a channel-local layer computed from the same channels of its
+    input ``x`` (the part of the split layer it follows): the node reading ``x`` and writing
+    ``out``, its per-channel inputs (``local_inputs``) cut, other static inputs kept."""
+    entry = REGISTRY[node.op_type]
+    c0, c1 = part
+    p = Part()
+    inputs = list(node.input)
+    for i, t in enumerate(node.input):
+        if i == 0:
+            inputs[i] = x
+        elif t and i in entry.local_inputs:
+            inputs[i] = f"{t}@{layer}{tag}"
+            p.weights[inputs[i]] = (t, ((0, c0, c1),))
+        elif t:
+            p.keep.append(t)
+    n = helper.make_node(node.op_type, inputs, [out], name=f"{layer}{tag}")
+    n.attribute.extend(node.attribute)
+    if node.domain:
+        n.domain = node.domain
+    p.nodes.append(n)
+    return p
+
+
+# the families register themselves on import
+from dse.net.ops import elementwise, movement, pooling, products  # noqa: E402, F401
