@@ -6,7 +6,8 @@ mappings climbs towards one slowly (a split helps only once its neighbours are s
 the cut costs more than the part saves). These seeds put such mappings in from the start:
 every splittable layer over the fastest k devices (k = 2 .. the most parts the encoding
 gives a layer), the other layers on the fastest device. With ``chromosome.shares=speed`` the
-parts are sized to the devices, so a fast GPU and a slow CPU finish together.
+parts are sized to the devices, so a fast GPU and a slow CPU finish together. The search puts
+them in with ``algorithm.seed_structured=true``.
 """
 
 from __future__ import annotations
@@ -91,19 +92,3 @@ def seed_population(x: np.ndarray, chrom: Chromosome, model) -> np.ndarray:  # n
     seeds = seeds[:room]
     x[chrom.n_devices : chrom.n_devices + len(seeds)] = seeds
     return x
-
-
-def use_structured_seeds() -> None:
-    """For experiments in this process (scripts): the search's first population also gets
-    :func:`seed_population`'s rows wherever it gets its one-device rows. Not used by the app."""
-    from dse.search import nsga2
-
-    plain = nsga2.initial_population
-
-    def seeded(problem, settings, seed):  # noqa: ANN001, ANN202
-        x = plain(problem, settings, seed)
-        if settings.seed_single_device:
-            seed_population(x, problem.chromosome, problem.model)
-        return x
-
-    nsga2.initial_population = seeded

@@ -124,6 +124,8 @@ class AlgorithmConfig:
     n_gen: int = 100
     max_evaluations: int | None = None  # stop once this many distinct mappings were evaluated
     seed_single_device: bool = True  # the first population includes every one-device mapping
+    # ... and every splittable layer over the fastest 2, 3, ... devices (chromosomes.seeds)
+    seed_structured: bool = False
     checkpoint_every: int = 10  # generations between checkpoints (resume=<run dir>)
     crossover: OperatorConfig = field(default_factory=lambda: CROSSOVERS["sbx"])
     mutation: OperatorConfig = field(default_factory=lambda: MUTATIONS["pm"])

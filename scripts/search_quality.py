@@ -10,7 +10,7 @@ which gives the true Pareto front of that encoding; then NSGA-II runs with the g
 several seeds. Printed per case: feasible share of all mappings, distinct mappings, evaluations
 used, hypervolume found / true (mean, worst), share of true front points found, distinct
 mappings in the final population. ``--structured-seeds`` adds
-:func:`chromosomes.seeds.seed_population` to the first population (in this process).
+:func:`chromosomes.seeds.seed_population` to the first population (``seed_structured``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import onnx_factory as f  # noqa: E402
 from platforms import coefficients, platform  # noqa: E402
 
 from chromosomes import make_chromosome  # noqa: E402
-from chromosomes.seeds import use_structured_seeds  # noqa: E402
 from dse.config import MUTATIONS, AlgorithmConfig  # noqa: E402
 from dse.net.graph import build_graph  # noqa: E402
 from dse.search import nsga2  # noqa: E402
@@ -79,8 +78,6 @@ def main() -> None:
     ap.add_argument("--mutation", default="pm", choices=sorted(MUTATIONS))
     ap.add_argument("--structured-seeds", action="store_true")
     args = ap.parse_args()
-    if args.structured_seeds:
-        use_structured_seeds()
     for capacity in args.capacity:
         for chrom, splits in (("naive", None), ("advanced", 2), ("advanced", 3)):
             p = problem(chrom, capacity, splits)
@@ -90,7 +87,10 @@ def main() -> None:
             ratios, found, distinct, evals = [], [], [], []
             for seed in range(args.seeds):
                 settings = AlgorithmConfig(
-                    pop_size=args.pop, n_gen=args.gens, mutation=MUTATIONS[args.mutation]
+                    pop_size=args.pop,
+                    n_gen=args.gens,
+                    mutation=MUTATIONS[args.mutation],
+                    seed_structured=args.structured_seeds,
                 )
                 s = run(p, settings, seed)
                 _, fs, gs = nsga2.front(s)

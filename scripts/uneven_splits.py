@@ -13,9 +13,9 @@ the same model:
   the fastest device and the other device of its host, everything else on the fastest device
   (on VGG-16 over the default platform: conv3_1-conv5_3 over board 0's GPU and CPU).
 
-``--structured-seeds`` puts :func:`chromosomes.seeds.seed_population` into the first
-population (in this process only; the search's own first population does not call it yet), at
-the same number of evaluations. The last column says whether the run beat both references.
+``--structured-seeds`` also puts :func:`chromosomes.seeds.seed_population` into the first
+population (``algorithm.seed_structured=true``), at the same number of evaluations. The last
+column says whether the run beat both references.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 import dse.config  # noqa: E402,F401 - registers the structured configs
-from chromosomes.seeds import device_order, use_structured_seeds  # noqa: E402
+from chromosomes.seeds import device_order  # noqa: E402
 from dse import app  # noqa: E402
 from dse.cli import CONF_DIR  # noqa: E402
 from dse.mapping import from_autodice  # noqa: E402
@@ -96,7 +96,7 @@ def main() -> None:
     ap.add_argument("--structured-seeds", action="store_true")
     args = ap.parse_args()
     if args.structured_seeds:
-        use_structured_seeds()
+        args.set.append("algorithm.seed_structured=true")
     print(
         f"overrides: {' '.join(args.set) or '(defaults)'}"
         + ("; structured seeds" if args.structured_seeds else "")

@@ -1,5 +1,6 @@
-"""`scripts/compare_runs.py` on half-written run directories: each is skipped with one warning
-line, the complete runs are still compared, and no traceback."""
+"""`python -m dse.compare` on half-written run directories: each is skipped with one warning
+line, the complete runs are still compared, and no traceback; a multirun directory stands for
+its runs."""
 
 from __future__ import annotations
 
@@ -77,7 +78,7 @@ DAMAGE = [
 
 def compare(*args) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "scripts/compare_runs.py", *map(str, args)],
+        [sys.executable, "-m", "dse.compare", *map(str, args)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -106,3 +107,17 @@ def test_nothing_complete_is_one_error_line(run_dir, tmp_path):
     assert r.returncode != 0
     assert len(lines) == 5 and lines[-1].startswith("error: no complete run directory"), r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_multirun_directory_stands_for_its_numbered_runs(run_dir, tmp_path):
+    sweep = tmp_path / "multirun"
+    for i in (0, 1, 10):
+        shutil.copytree(run_dir, sweep / str(i))
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    (sweep / "sweep_report.md").write_text("# report\n")
+    r = compare(sweep)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""  # no warning for the sweep's own files
+    lines = [ln for ln in r.stdout.splitlines() if "hypervolume" in ln]
+    assert [ln.rsplit("(", 1)[1] for ln in lines] == [f"{sweep / k})" for k in ("0", "1", "10")]
+    assert (sweep / "comparison.png").stat().st_size > 0

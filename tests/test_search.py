@@ -413,3 +413,20 @@ def test_a_batch_gives_each_mappings_figures_whatever_its_threads(
     if weight_terms:  # the weight terms shape the memory figure
         plain = AnalyticalModel(g, plat, _jetson(False)[1])
         assert not np.array_equal(plain.evaluate(mappings).memory_mb, batch.memory_mb)
+
+
+@pytest.mark.parametrize("structured", [False, True])
+def test_structured_seeds_join_the_first_population_when_asked(structured):
+    """``algorithm.seed_structured``: after the one-device mappings, the first population holds
+    every splittable layer over the fastest 2 and 3 devices (chromosomes.seeds)."""
+    from chromosomes.seeds import structured_seeds
+
+    problem = small_problem()
+    chrom = problem.chromosome
+    x = search.initial_population(problem, settings(seed_structured=structured), 0)
+    hosts = [d.host for d in problem.model.platform.devices]
+    seeds = structured_seeds(chrom, problem.model.device_speed(), hosts)
+    assert len(seeds) == 2
+    for d in range(3):
+        assert (x[d] == chrom.single_device(d)).all()
+    assert (x[3:5] == seeds).all() == structured

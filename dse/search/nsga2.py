@@ -25,6 +25,7 @@ from numba import njit
 from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 from pymoo.util.randomized_argsort import randomized_argsort
 
+from chromosomes.seeds import seed_population
 from dse.config import AlgorithmConfig
 from dse.errors import DseError
 from dse.mapping import Mappings
@@ -241,6 +242,8 @@ def initial_population(problem: MappingProblem, settings: AlgorithmConfig, seed:
     if settings.seed_single_device:
         for d in range(min(chrom.n_devices, settings.pop_size)):
             x[d] = chrom.single_device(d)
+        if settings.seed_structured:
+            seed_population(x, chrom, problem.model)
     return x
 
 

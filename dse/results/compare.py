@@ -1,28 +1,16 @@
-"""Overlay the convergence of several runs of one problem, like the thesis's Figures 12-14.
-
-    python scripts/compare_runs.py RUN_DIR [RUN_DIR ...] [-o comparison.png]
-    python scripts/compare_runs.py runs/multirun/2026-11-22/12-00-00-4242/*
-
-Each run directory holds the history.csv and summary.json that `python -m dse` writes. Runs are
-labelled by the settings that differ between them (encoding, splits, seed, ...). Runs of
-different networks, platforms, coefficients or objectives measure different things and are
-refused; the hypervolume of runs of one problem shares one normalisation, so they compare. A
-directory without a complete summary (a run still going, or killed) is skipped with a warning.
-The plot goes beside the runs (their common parent) unless -o says otherwise.
-"""
+"""Comparing runs of one problem: reading their summaries and histories, naming them by the
+settings that differ, checking that they measure the same thing."""
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from dse.results.plots import plot_convergence
+from dse.errors import DseError
 
 #: What makes two runs the same problem (their hypervolumes then compare).
 PROBLEM = ("net", "platform", "coefficients", "objectives", "hypervolume_reference")
@@ -82,40 +70,37 @@ def labels(summaries: list[dict]) -> list[str]:
     return [n if names.count(n) == 1 else f"{n} (run {i + 1})" for i, n in enumerate(names)]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("runs", nargs="+", type=Path)
-    ap.add_argument("-o", "--output", type=Path, default=None)
-    args = ap.parse_args()
-    found = [(run, r) for run in args.runs if (r := read(run)) is not None]
-    if not found:
-        raise SystemExit("error: no complete run directory among the arguments")
-    first = found[0][1][0]
+def expand(paths: list[Path]) -> list[Path]:
+    """The run directories among ``paths``: a run directory as it is; a directory holding no
+    run of its own but numbered run directories (a multirun or a sweep) as those runs, in
+    order; anything else as it is (reading it then says why it is skipped)."""
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir() and not (p / "summary.json").exists():
+            runs = [c for c in p.iterdir() if c.is_dir() and (c / "summary.json").exists()]
+            if runs:
+                out += sorted(
+                    runs,
+                    key=lambda c: (
+                        not c.name.isdigit(),
+                        int(c.name) if c.name.isdigit() else 0,
+                        c.name,
+                    ),
+                )
+                continue
+        out.append(p)
+    return out
+
+
+def same_problem(found: list[tuple[Path, tuple[dict, list[dict]]]]) -> None:
+    """One line when the runs are not of one network, platform, coefficients and objectives
+    (their hypervolumes then measure different things)."""
+    first_run, (first, _) = found[0]
     for run, (summary, _) in found[1:]:
         for key in PROBLEM:
             if summary[key] != first[key]:
-                raise SystemExit(
-                    f"error: {run} is another problem than {found[0][0]} ({key}: "
+                raise DseError(
+                    f"{run} is another problem than {first_run} ({key}: "
                     f"{summary[key]} vs {first[key]}): compare runs of one network, platform, "
                     "coefficients and objectives"
                 )
-    names = labels([s for _, (s, _) in found])
-    runs = {}
-    for name, (run, (summary, history)) in zip(names, found, strict=True):
-        runs[name] = history
-        last = history[-1]
-        print(
-            f"{name}: "
-            + ", ".join(f"best {o} {last[f'best_{o}']:.4g}" for o in summary["objectives"])
-            + f", hypervolume {last['hypervolume']:.4f} after {int(last['evaluations'])} "
-            f"evaluations ({run})"
-        )
-    parent = Path(os.path.commonpath([str(r.resolve()) for r, _ in found]))
-    output = args.output or (parent if parent.is_dir() else parent.parent) / "comparison.png"
-    title = f"{first['net']} on {first['platform']}: {len(runs)} runs"
-    plot_convergence(output, runs, first["objectives"], title)
-    print(f"wrote {output}")
-
-
-if __name__ == "__main__":
-    main()
