@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from dse.errors import DseError
+from dse.paths import CONF_DIR
 
-#: The Hydra config tree shared by every entry point (`python -m dse`, `dse.inspect`, ...).
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 #: Exit status of a run stopped by Ctrl-C or SIGTERM (its outputs are complete).
 INTERRUPTED = 130
 #: User errors of the Hydra jobs run by this process.

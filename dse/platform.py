@@ -6,7 +6,6 @@ writes coefficients (``models_analytical.coefficients``) without touching it.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from dse.errors import DseError
+from dse.values import number
 
 KINDS = ("cpu", "gpu")
 #: Link classes, from cheapest to dearest; `same_device` is a tensor staying in one process.
@@ -91,23 +91,6 @@ def _need(cfg: Mapping[str, Any], key: str, where: str) -> Any:
     if key not in cfg or cfg[key] is None:
         raise DseError(f"{where} is missing '{key}'")
     return cfg[key]
-
-
-def number(value: Any, where: str, *, positive: bool = False, integer: bool = False) -> float:
-    """``value`` as a finite float (non-negative, or positive), else one clear DseError."""
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise DseError(f"{where} must be a number, not {value!r}")
-    try:
-        x = float(value)
-    except ValueError:
-        raise DseError(f"{where} must be a number, not {value!r}") from None
-    if not math.isfinite(x):
-        raise DseError(f"{where} must be a finite number, not {value!r}")
-    if x < 0 or (positive and x == 0):
-        raise DseError(f"{where} must be {'positive' if positive else 'zero or more'}, not {x:g}")
-    if integer and x != int(x):
-        raise DseError(f"{where} must be a whole number, not {x:g}")
-    return x
 
 
 def _devices(cfg: Mapping[str, Any], name: str) -> list[Device]:

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from dse.errors import DseError
-from dse.platform import KINDS, Platform, number
+from dse.platform import KINDS, Platform
+from dse.values import number
 
 #: Op classes of the compute model (Eq. 4.7 keeps one coefficient per class and device kind).
 OP_CLASSES = ("conv_winograd", "conv", "fc", "elementwise")

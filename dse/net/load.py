@@ -17,7 +17,7 @@ from dse.net import zoo
 from dse.net.graph import LayerGraph, build_graph
 from dse.net.onnx_load import Budget, InputShape, fix_input_shapes, read_model
 from dse.net.order import memory_aware_order, peak_memory
-from dse.platform import number
+from dse.values import number
 
 ONNX = "onnx"
 
