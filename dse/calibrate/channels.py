@@ -40,7 +40,7 @@ def conv_model(cin: int, cout: int, hw: int, seed: int = 0):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
 
 
-def measure_channel_scaling(threads: int = 1, repeats: int = 15, tick=None) -> list[dict]:
+def measure_channel_scaling(threads: int, repeats: int, tick=None) -> list[dict]:
     """Rows ``{case, channels, full, seconds}``: median time of each part, interleaved (every
     round times every part once, so a slow spell hits all of them alike)."""
     from dse.runtime.sessions import session
@@ -108,7 +108,7 @@ def one_layer(layer, node, channels: int, seed: int = 0):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
 
 
-def measure_part_costs(net, block: int, threads: int = 1, repeats: int = 5, seen=None) -> list:
+def measure_part_costs(net, block: int, threads: int, repeats: int, seen=None) -> list:
     """Rows ``{key, family, layer, channels, full, seconds}``: each splittable Conv and fully
     connected layer of ``net`` (one per :func:`~models_analytical.layer_costs.layer_key`, none
     of ``seen``) alone, whole and as parts of :func:`part_channels`, timed interleaved (every

@@ -178,8 +178,9 @@ def profile_model(
     graph: LayerGraph,
     prior_s: np.ndarray,
     threads: int = 1,
-    warmup: int = 2,
-    runs: int = 10,
+    *,
+    warmup: int,
+    runs: int,
     seed: int = 0,
 ) -> Profile:
     """Run the whole model ``warmup + runs`` times under the profiler (one session, the
