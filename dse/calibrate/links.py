@@ -24,6 +24,8 @@ import numpy as np
 
 from dse.errors import DseError
 from dse.platform import Platform
+from dse.runtime.launch import MPI_ENV, ROOT_ENV
+from dse.runtime.package import core_slots, mpiexec_path
 
 #: The flag that asks the benchmark for fewer exchanges per size.
 FEW = "--few-repeats"
@@ -39,7 +41,7 @@ def _repeats(nbytes: int, few: bool) -> int:
 
 def bench(comm: Any, few: bool = False) -> dict[str, Any] | None:
     """Both ranks call this; rank 0 returns the table."""
-    from mpi4py import MPI
+    from mpi4py import MPI  # here only: importing it starts MPI, which the calibration must not
 
     me = comm.Get_rank()
     other = 1 - me
@@ -95,9 +97,6 @@ def measure_link(platform: Platform, a: int, b: int, few: bool = False) -> dict[
     """Run the benchmark between devices ``a`` and ``b`` of ``platform`` (their hosts and
     cores, as a deployment binds them; ``few``: a quarter of the exchanges per size, at least
     3); the table as :func:`bench` returns it."""
-    from dse.runtime.launch import MPI_ENV, ROOT_ENV
-    from dse.runtime.package import core_slots, mpiexec_path
-
     devs = platform.devices
     slots = core_slots(platform)
     hosts: dict[str, int] = {}
@@ -152,7 +151,7 @@ def measure_links(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mpi4py import MPI
+    from mpi4py import MPI  # here only: importing it starts MPI (see bench)
 
     args = sys.argv[1:] if argv is None else argv
     comm = MPI.COMM_WORLD
