@@ -94,33 +94,50 @@ def calibrate(s: CalibrationSettings) -> Calibration:
     progress = Progress(total_steps(s, kinds))
     computed = {kind: calibrate_compute(s, kind, progress.tick) for kind in kinds}
     links = measure_links(s.platform, s.link_few_repeats, progress.tick)
-    prov: dict[str, Any] = {
-        "kinds": {kind: c.provenance for kind, c in computed.items()},
-        "links": links.provenance,
-    }
     coefficients = Coefficients(
         {kind: c.coefficients for kind, c in computed.items()}, SOURCE, links=links.tables
     )
+    kinds_prov = {kind: c.provenance for kind, c in computed.items()}
+    deployed = None
     if s.deployments:
-        coefficients = fit_deployments(s, coefficients, computed, prov, progress)
+        deployed = fit_deployments(s, coefficients, computed, progress)
+        coefficients = deployed.coefficients
+        if deployed.runtime_over_profile is not None:
+            factors = deployed.runtime_over_profile
+            kinds_prov["cpu"] = {**kinds_prov["cpu"], "runtime_over_profile": factors}
     progress.close()
+    prov = {
+        "kinds": kinds_prov,
+        "links": links.provenance,
+        **(deployed.provenance if deployed else {}),
+    }
     return Calibration(coefficients, prov, time.perf_counter() - started)
+
+
+@dataclass(frozen=True)
+class DeploymentFits:
+    """Steps 3 to 7: the coefficients with every deployment fit, the fits' provenance (in
+    the file's order), and each network's runtime over profile (cpu kinds only)."""
+
+    coefficients: Coefficients
+    provenance: dict[str, Any]
+    runtime_over_profile: dict[str, float] | None
 
 
 def fit_deployments(
     s: CalibrationSettings,
     coefficients: Coefficients,
     computed: dict[str, KindCompute],
-    prov: dict[str, Any],
     progress: Progress,
-) -> Coefficients:
-    """Steps 3 to 7 on ``coefficients`` (compute and links calibrated); their provenance
-    added to ``prov``."""
+) -> DeploymentFits:
+    """Steps 3 to 7 on ``coefficients`` (compute and links calibrated)."""
     deployments = measure_deployments(s, coefficients, progress.tick)
     reference = deployments.speed_reference(s.platform)
     if reference is not None:
         coefficients = replace(coefficients, notes={"speed_reference": reference})
     runs = deployments.runs
+    prov: dict[str, Any] = {}
+    factors = None
     if "cpu" in coefficients:  # the deployments run on cpu devices
         sub = measure_submodels(s, runs, coefficients, progress.tick)
         prov["sub_models"] = sub.provenance
@@ -131,7 +148,6 @@ def fit_deployments(
             with_kind(coefficients, "cpu", cpu),
         )
         cpu, factors = anchor_to_runtime(cpu, computed["cpu"], singles)
-        prov["kinds"]["cpu"] = {**prov["kinds"]["cpu"], "runtime_over_profile": factors}
         # fitted against the model without the factor (the kernel scales busy time by it)
         cpu = replace(cpu, shared_host_factor=1.0)
         shared = shared_host(
@@ -144,4 +160,4 @@ def fit_deployments(
     cuts = cut_costs(runs, fits)
     prov["memory"], prov["cuts"] = memory.provenance, cuts.provenance
     kinds = {kind: cuts.apply(memory.apply(k)) for kind, k in coefficients.kinds.items()}
-    return replace(coefficients, kinds=kinds)
+    return DeploymentFits(replace(coefficients, kinds=kinds), prov, factors)
