@@ -13,6 +13,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from chromosomes import Chromosome
+from dse.calibrate.store import calibrated_path
 from dse.cli import CONF_DIR
 from dse.config import target_class
 from dse.errors import DseError
@@ -38,8 +39,6 @@ def coefficients_path(cfg: DictConfig) -> Path:
     """``coefficients=PATH`` if given; else the platform's calibration by ``dse.calibrate`` when
     there is one (:mod:`dse.calibrate.store`); else (or with ``coefficients=platform``) the file
     the platform config names (relative to ``conf/platform/``)."""
-    from dse.calibrate.store import calibrated_path
-
     given = str(cfg.get("coefficients") or "")
     if given and given != "platform":
         return Path(given).expanduser()

@@ -212,7 +212,10 @@ class DeployConfig(BaseConfig):
 
 @dataclass
 class CalibrateConfig(BaseConfig):
-    """python -m dse.calibrate: micro-benchmarks on this machine -> a coefficients file."""
+    """python -m dse.calibrate: micro-benchmarks on this machine -> a coefficients file.
+
+    The one home of calibration's numbers; ``quick=true`` replaces some with smaller ones
+    (:data:`dse.calibrate.settings.QUICK`)."""
 
     nets: list[str] = field(
         default_factory=lambda: [
@@ -224,10 +227,15 @@ class CalibrateConfig(BaseConfig):
             "googlenet",
         ]
     )  # profiled networks (layers of other nets are regressed from theirs)
-    runs: int = 10  # profiled runs per network (after 2 warm-up runs)
+    runs: int = 10  # profiled runs per network (after the warm-up runs)
+    warmup: int = 2  # warm-up runs before profiling, and iterations before each deployment's
+    channel_repeats: int = 15  # timed rounds of the one-Conv models (the channel block)
+    part_repeats: int = 5  # timed rounds of each layer alone as parts (parts' fixed shares)
     deployments: bool = True  # also measure 4 mappings per net under MPI (memory, cut costs)
-    iterations: int = 5  # measured iterations of each such deployment per round (after 2 warm-up)
+    iterations: int = 5  # measured iterations of each such deployment per round (after warm-up)
     rounds: int = 5  # rounds over a net's deployments, each in a random order (interleaved)
+    timeout_s: float = 600.0  # a deployment's run is stopped and the calibration fails after this
+    submodel_runs: int = 3  # timed rounds of each cut mapping's sub-models alone
     quick: bool = False  # few repeats and only the first net: a smoke test, not for predictions
     probe: bool = True  # time the whole net alone beside each deployment run (dse.runtime.probe)
     out: str | None = None  # default: the platform's calibration file (dse.calibrate.store)
@@ -244,7 +252,9 @@ class FidelityConfig(BaseConfig):
     keep: bool = False  # keep the sub-models (else only plans and measurements stay)
     probe: bool = True  # time the whole net alone beside each run: the machine's speed drift
     timeout_s: float = 600.0
-    out: str | None = None  # default: fidelity/<net>-<platform>
+    search_pop_size: int = 100  # the short search whose front gives a third of the mappings
+    search_generations: int = 30
+    out: str | None = None  # default: fidelity/<net>-<platform>-<time>
 
 
 def check(cfg: Any) -> None:

@@ -1,15 +1,35 @@
-"""Fitting model coefficients to measurements (the thesis's "tuning", section 4.3)."""
+"""Fitting model coefficients to measurements (the thesis's "tuning", section 4.3).
+
+Every fit returns a frozen result with named fields and its ``provenance`` (plain figures for
+the calibration file: errors, what it was fitted on); a result that becomes coefficients has
+``apply(kind_coefficients)``, the same coefficients with the fitted fields replaced. Design
+matrices are built from named columns (a dict of column name -> values) and read back by name.
+
+- layers, from profiled and micro-benchmarked times: :func:`fit_regression`,
+  :func:`fit_channel_block`, :func:`fit_part_fixed`;
+- sub-models timed alone (:class:`SubModelTiming`): :func:`fit_submodel_costs`;
+- mappings measured under the runtime beside the model that predicts them
+  (:class:`MeasuredRun`): :func:`fit_memory`, :func:`fit_shared_host`, :func:`fit_cuts`.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
 import numpy as np
+from scipy.optimize import minimize
 from sklearn.linear_model import LinearRegression
 
+from dse.mapping import Mappings
+from models_analytical.coefficients import KindCoefficients
 from models_analytical.layer_costs import PART_FIXED_MAX
+from models_analytical.model import AnalyticalModel
 
 
 def fit_nonnegative(features: np.ndarray, target: np.ndarray, relative: bool = True) -> np.ndarray:
-    """Non-negative least squares ``features @ x ~ target``.
+    """Non-negative least squares ``features @ x ~ target`` (the solver under every fit).
 
     With ``relative`` the residuals are divided by the target, so a 5 % miss on a small
     network weighs as much as on a large one.
@@ -22,9 +42,33 @@ def fit_nonnegative(features: np.ndarray, target: np.ndarray, relative: bool = T
     return reg.coef_
 
 
+def fit_columns(
+    columns: dict[str, np.ndarray], target: np.ndarray, relative: bool = True
+) -> tuple[dict[str, float], np.ndarray]:
+    """:func:`fit_nonnegative` on the matrix whose columns are ``columns`` (in their order):
+    each column's coefficient by its name, and the fitted values (the matrix times them)."""
+    a = np.column_stack(list(columns.values()))
+    x = fit_nonnegative(a, target, relative)
+    return dict(zip(columns, (float(c) for c in x), strict=True)), a @ x
+
+
+# ---- layers ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RegressionFit:
+    """Per layer family, the coefficients of ``REGRESSION_TERMS`` (``any``: every layer)."""
+
+    per_family: dict[str, list[float]]
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        return {"families": sorted(self.per_family)}
+
+
 def fit_regression(
-    families: list[str], terms: np.ndarray, seconds: np.ndarray, min_rows: int = 3
-) -> dict[str, list[float]]:
+    families: Sequence[str], terms: np.ndarray, seconds: np.ndarray, min_rows: int = 3
+) -> RegressionFit:
     """Per layer family, non-negative coefficients of REGRESSION_TERMS that fit the profiled
     times (relative residuals); a family with fewer than ``min_rows`` layers is left out: the
     model then uses ``any``, fitted on every layer."""
@@ -40,14 +84,27 @@ def fit_regression(
             out[f] = [float(c) for c in fit_nonnegative(terms[rows] / scale, seconds[rows]) / scale]
     if keep.sum() >= min_rows:
         out["any"] = [float(c) for c in fit_nonnegative(terms[keep] / scale, seconds[keep]) / scale]
-    return out
+    return RegressionFit(out)
+
+
+@dataclass(frozen=True)
+class ChannelBlockFit:
+    """The channel block a part's time follows, and how well the lines fit (median relative
+    error)."""
+
+    block: int
+    median_rel_error: float
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        return {"block": self.block, "median_rel_error": round(self.median_rel_error, 4)}
 
 
 def fit_channel_block(
     channels: np.ndarray, case: np.ndarray, seconds: np.ndarray
-) -> tuple[int, float]:
+) -> ChannelBlockFit:
     """The channel block that best explains part times: per case ``t = a + b * ceil(c / B) *
-    B`` (least squares), B from 1, 2, 4, ..., 64; returns (B, median relative error)."""
+    B`` (least squares), B from 1, 2, 4, ..., 64."""
     channels, case = np.asarray(channels, dtype=np.float64), np.asarray(case)
     seconds = np.asarray(seconds, dtype=np.float64)
     best = (1, np.inf)
@@ -62,26 +119,43 @@ def fit_channel_block(
         err = float(np.median(errs))
         if err < best[1] - 1e-3:  # a larger block must explain the data clearly better
             best = (block, err)
-    return best
+    return ChannelBlockFit(*best)
 
 
-def mape(predicted: np.ndarray, measured: np.ndarray) -> float:
-    """Mean absolute percentage error (%)."""
-    p, m = np.asarray(predicted, dtype=np.float64), np.asarray(measured, dtype=np.float64)
-    return float(np.mean(np.abs(p - m) / m) * 100.0)
+@dataclass(frozen=True)
+class PartFixedFit:
+    """What every part of a layer pays whatever its channels: per layer key its share of the
+    layer, per family ``beta`` (share x output channels), and the per-layer lines' median
+    relative error."""
+
+    per_layer: dict[str, float]
+    per_family: dict[str, float]
+    median_rel_error: float
+
+    def apply(self, k: KindCoefficients) -> KindCoefficients:
+        return replace(k, part_fixed=self.per_layer, part_fixed_channels=self.per_family)
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        shares = list(self.per_layer.values())
+        return {
+            "layers": len(self.per_layer),
+            "share_p10_p50_p90": [round(float(x), 4) for x in np.percentile(shares, [10, 50, 90])]
+            if shares
+            else None,
+            "line_median_rel_error": round(self.median_rel_error, 4) if shares else None,
+            "per_family_share_x_channels": self.per_family,
+        }
 
 
-def fit_part_fixed(
-    rows: list[dict], min_layers: int = 3
-) -> tuple[dict[str, float], dict[str, float], float]:
+def fit_part_fixed(rows: list[dict], min_layers: int = 3) -> PartFixedFit:
     """What every part of a layer pays whatever its channels, from layers timed alone as
     parts (rows ``{key, family, channels, full, seconds}``, several channel counts per key).
 
     Per layer, ``t(c) = a + b c`` (non-negative least squares, relative residuals) and its
     fixed share ``f = a / t(full)``, at most ``PART_FIXED_MAX``. Per family of at least
     ``min_layers`` layers, ``f ~ beta / full`` weighted by the layers' whole times (least
-    squares through 0): the share of a layer never timed. Returns (per layer, per family
-    beta, median relative error of the per-layer lines)."""
+    squares through 0): the share of a layer never timed."""
     by_key: dict[str, list[dict]] = {}
     for r in rows:
         by_key.setdefault(r["key"], []).append(r)
@@ -94,11 +168,10 @@ def fit_part_fixed(
         full = float(rs[0]["full"])
         if len(rs) < 2 or not (c == full).any() or (t <= 0).any():
             continue
-        a = np.column_stack([np.ones_like(c), c])
-        coef = fit_nonnegative(a, t)
-        errors.extend(np.abs(a @ coef - t) / t)
-        whole = coef[0] + coef[1] * full
-        f = float(min(coef[0] / whole, PART_FIXED_MAX)) if whole > 0 else 0.0
+        line, fitted = fit_columns({"fixed": np.ones_like(c), "per_channel": c}, t)
+        errors.extend(np.abs(fitted - t) / t)
+        whole = line["fixed"] + line["per_channel"] * full
+        f = float(min(line["fixed"] / whole, PART_FIXED_MAX)) if whole > 0 else 0.0
         per_layer[key] = f
         fam_rows.setdefault(rs[0]["family"], []).append((full, f, float(t[c == full][0])))
     per_family = {}
@@ -109,4 +182,332 @@ def fit_part_fixed(
         f = np.array([r[1] for r in rs])
         w = np.array([r[2] for r in rs])
         per_family[fam] = float(np.sum(w * x * f) / np.sum(w * x * x))
-    return per_layer, per_family, float(np.median(errors)) if errors else float("nan")
+    return PartFixedFit(per_layer, per_family, float(np.median(errors)) if errors else float("nan"))
+
+
+# ---- sub-models timed alone --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SubModelTiming:
+    """One sub-model timed alone (:mod:`dse.calibrate.submodels`): the model's compute of its
+    layers (``compute_s``) and of its split parts (``split_s``), the bytes it takes in and
+    gives out, its median time alone, and the process's speed against the model's layers."""
+
+    net: str
+    mapping: int
+    device: int
+    compute_s: float
+    split_s: float
+    in_bytes: float
+    out_bytes: float
+    alone_s: float
+    speed: float
+
+
+@dataclass(frozen=True)
+class SubModelCosts:
+    """What running work as sub-models costs on a device beyond its layers."""
+
+    segment_run_s: float
+    segment_in_per_byte_s: float
+    segment_out_per_byte_s: float
+    split_work_factor: float
+    provenance: dict[str, Any] = field(compare=False)
+
+    def apply(self, k: KindCoefficients) -> KindCoefficients:
+        return replace(
+            k,
+            segment_run_s=self.segment_run_s,
+            segment_in_per_byte_s=self.segment_in_per_byte_s,
+            segment_out_per_byte_s=self.segment_out_per_byte_s,
+            split_work_factor=self.split_work_factor,
+        )
+
+
+def fit_submodel_costs(samples: Sequence[SubModelTiming]) -> SubModelCosts:
+    """``alone = speed x compute + run + in x bytes in + out x bytes out + (split - 1) x speed
+    x split`` over every sample: non-negative ``run`` (s), ``in``, ``out`` (s/B) and ``split``
+    (>= 1), in seconds (a large sub-model weighs more); the provenance has, per network and
+    mapping, each device's sub-models alone against the model's compute before and after them
+    (ms)."""
+    columns = {
+        "run": np.ones(len(samples)),
+        "in_bytes": np.array([r.in_bytes for r in samples]),
+        "out_bytes": np.array([r.out_bytes for r in samples]),
+        "split": np.array([r.speed * r.split_s for r in samples]),
+    }
+    y = np.array([r.alone_s - r.speed * r.compute_s for r in samples])
+    # columns of one size for the solver
+    scale = {k: max(float(np.abs(v).max()), 1e-30) for k, v in columns.items()}
+    scaled, _ = fit_columns({k: v / scale[k] for k, v in columns.items()}, y, relative=False)
+    coef = {k: scaled[k] / scale[k] for k in columns}
+    extra = np.column_stack(list(columns.values())) @ np.array(list(coef.values()))
+    totals: dict[str, list[float]] = {}
+    for r, e in zip(samples, extra, strict=True):
+        key = f"{r.net}/{r.mapping}/device{r.device}"
+        t = totals.setdefault(key, [0.0, 0.0, 0.0])
+        t[0] += r.alone_s
+        t[1] += r.speed * r.compute_s
+        t[2] += r.speed * r.compute_s + e
+    err_before = [b / m - 1.0 for m, b, _ in totals.values()]
+    err_after = [f / m - 1.0 for m, _, f in totals.values()]
+    return SubModelCosts(
+        segment_run_s=coef["run"],
+        segment_in_per_byte_s=coef["in_bytes"],
+        segment_out_per_byte_s=coef["out_bytes"],
+        split_work_factor=1.0 + coef["split"],
+        provenance={
+            "sub_models": len(samples),
+            "device_totals_alone_model_fitted_ms": {
+                k: [round(x * 1e3, 3) for x in v] for k, v in totals.items()
+            },
+            "median_abs_error_before": round(float(np.median(np.abs(err_before))), 4),
+            "median_abs_error_after": round(float(np.median(np.abs(err_after))), 4),
+        },
+    )
+
+
+# ---- mappings measured under the runtime -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RankMeasurement:
+    """What one rank of a measured mapping reported."""
+
+    device: int  # its device's index in the platform
+    compute_s: float | None  # median compute per inference
+    running_mb: float | None  # peak RSS while running (None: not read)
+    loading_mb: float | None  # peak RSS while loading
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """One mapping measured under the runtime, beside the model that predicts it."""
+
+    net: str
+    label: str  # which of the calibration's mappings
+    model: AnalyticalModel
+    mapping: Mappings
+    latency_ms: float  # measured (the machine's drift taken out where it was probed)
+    ranks: tuple[RankMeasurement, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.net}/{self.label}"
+
+
+@dataclass(frozen=True)
+class MemoryFit:
+    """Peak RSS while running = bias + coefficient x live activations + held x the buffers the
+    runtime keeps + weights[class] x the rank's weights of that class + per segment x
+    sub-models + per layer x layers (or parts) it runs; while loading = bias + loading[class] x
+    weights (MB). ``held`` and ``empty_mb`` are None where no rank measured them (the model's
+    fallback then applies)."""
+
+    bias_mb: float
+    coefficient: float
+    per_layer_mb: float
+    weights: dict[str, float]
+    per_segment_mb: float
+    loading: dict[str, float]
+    held: float | None
+    empty_mb: float | None
+    provenance: dict[str, Any] = field(compare=False)
+
+    def apply(self, k: KindCoefficients) -> KindCoefficients:
+        return replace(
+            k,
+            memory_bias_mb=self.bias_mb,
+            memory_coefficient=self.coefficient,
+            memory_per_layer_mb=self.per_layer_mb,
+            memory_weights=self.weights,
+            memory_per_segment_mb=self.per_segment_mb,
+            memory_loading=self.loading,
+            memory_held=self.held,
+            memory_empty_mb=self.empty_mb,
+        )
+
+
+def memory_rows(runs: Sequence[MeasuredRun]) -> tuple[list[dict[str, float]], list[float], list]:
+    """Two rows per rank that read its peak RSS (running, loading) as named terms of the
+    model's memory (:meth:`AnalyticalModel.memory_terms`; a term a row lacks is 0), their
+    measured MB, and their names. ``bias`` counts for a rank that runs sub-models, ``empty``
+    for one that runs none (no onnxruntime session is ever created there)."""
+    rows: list[dict[str, float]] = []
+    target: list[float] = []
+    names: list[str] = []
+    for r in runs:
+        terms = {k: v[0] for k, v in r.model.memory_terms(r.mapping).items()}
+        w = terms["weights_mb"]  # [D, class]
+        for rank in r.ranks:
+            if rank.running_mb is None:
+                continue
+            d = rank.device
+            runs_any = float(terms["parts"][d] > 0)
+            bias = {"bias": runs_any, "empty": 1.0 - runs_any}
+            rows.append(
+                {
+                    **bias,
+                    "activations": max(terms["peak_mb"][d] - w[d].sum(), 0.0),
+                    "weights_conv": w[d, 0],
+                    "weights_other": w[d, 1],
+                    "segments": terms["segments"][d],
+                    "layers": terms["parts"][d],
+                    "held": terms["held_mb"][d],
+                }
+            )
+            target.append(rank.running_mb)
+            rows.append({**bias, "loading_conv": w[d, 0], "loading_other": w[d, 1]})
+            target.append(rank.loading_mb)
+            device = r.model.platform.devices[d].name
+            names += [f"{r.name}/{device}/{x}" for x in ("run", "load")]
+    return rows, target, names
+
+
+#: The memory fit's columns, in the solver's order.
+MEMORY_COLUMNS = (
+    "bias",
+    "activations",
+    "weights_conv",
+    "weights_other",
+    "segments",
+    "loading_conv",
+    "loading_other",
+    "layers",
+    "held",
+    "empty",
+)
+
+
+def fit_memory(runs: Sequence[MeasuredRun]) -> MemoryFit:
+    """:class:`MemoryFit` over every rank of ``runs`` that read its peak RSS (non-negative,
+    relative residuals)."""
+    rows, target, names = memory_rows(runs)
+    columns = {c: np.array([row.get(c, 0.0) for row in rows]) for c in MEMORY_COLUMNS}
+    y = np.array(target)
+    coef, fitted = fit_columns(columns, y, relative=True)
+    err = np.abs(fitted - y) / y
+    return MemoryFit(
+        bias_mb=coef["bias"],
+        coefficient=max(coef["activations"], 1e-6),
+        per_layer_mb=coef["layers"],
+        weights={"conv": coef["weights_conv"], "other": coef["weights_other"]},
+        per_segment_mb=coef["segments"],
+        loading={"conv": coef["loading_conv"], "other": coef["loading_other"]},
+        # a term no rank measured is left to the model's fallback (None), not fitted to 0:
+        # held buffers then count like other tensors, an empty rank like any other
+        held=coef["held"] if columns["held"].any() else None,
+        empty_mb=coef["empty"] if columns["empty"].any() else None,
+        provenance={
+            "rows": len(y),
+            "median_rel_error": round(float(np.median(err)), 4),
+            "max_rel_error": round(float(err.max()), 4),
+            "measured_fitted_mb": {
+                n: [round(float(t), 1), round(float(f), 1)]
+                for n, t, f in zip(names, y, fitted, strict=True)
+            },
+        },
+    )
+
+
+@dataclass(frozen=True)
+class SharedHostFit:
+    """How much slower a device's layers run while another device of its host has work."""
+
+    factor: float
+    provenance: dict[str, Any] = field(compare=False)
+
+    def apply(self, k: KindCoefficients) -> KindCoefficients:
+        return replace(k, shared_host_factor=self.factor)
+
+
+#: A rank with less modelled work than this gives no shared-host ratio (s).
+SHARED_HOST_MIN_WORK_S = 2e-3
+
+
+def fit_shared_host(
+    references: Sequence[MeasuredRun], cuts: Sequence[MeasuredRun]
+) -> SharedHostFit:
+    """Per rank of the ``cuts`` (with at least :data:`SHARED_HOST_MIN_WORK_S` of work), its
+    measured compute over the model's, relative to the same over its network's one-device run
+    (``references``, measured in the same rounds); the median, at least 1. A network whose
+    reference has no such rank is left out. The runs' models must have the factor at 1 (the
+    kernel multiplies a device's whole busy time by it)."""
+
+    def ratios(r: MeasuredRun) -> list[float]:
+        busy = r.model.evaluate(r.mapping).busy_s[0]
+        return [
+            rank.compute_s / busy[rank.device]
+            for rank in r.ranks
+            if busy[rank.device] > SHARED_HOST_MIN_WORK_S
+        ]
+
+    base = {r.net: ratios(r) for r in references}
+    rel: dict[str, list[float]] = {}
+    for r in cuts:
+        if base.get(r.net):
+            ref = float(np.median(base[r.net]))
+            rel.setdefault(r.net, []).extend(x / ref for x in ratios(r))
+    every = [x for v in rel.values() for x in v]
+    factor = max(float(np.median(every)), 1.0) if every else 1.0
+    return SharedHostFit(
+        factor,
+        {
+            "factor": round(factor, 4),
+            "ranks": len(every),
+            "median_per_network": {n: round(float(np.median(v)), 4) for n, v in rel.items()},
+            "p10_p90": [round(float(x), 4) for x in np.percentile(every, [10, 90])]
+            if every
+            else [],
+        },
+    )
+
+
+@dataclass(frozen=True)
+class CutCosts:
+    """The cost of a tensor crossing devices beyond the link's time: fixed (s) and per byte
+    (s/B)."""
+
+    fixed_s: float
+    per_byte_s: float
+    provenance: dict[str, Any] = field(compare=False)
+
+    def apply(self, k: KindCoefficients) -> KindCoefficients:
+        return replace(k, transfer_fixed_s=self.fixed_s, transfer_per_byte_s=self.per_byte_s)
+
+
+def fit_cuts(runs: Sequence[MeasuredRun]) -> CutCosts:
+    """The cut costs that make the predicted latencies of ``runs`` (mappings with cuts) best
+    match the measured ones (relative squared error; Nelder-Mead from nine starts); the
+    sub-models' own costs are already in the models."""
+    measured = np.array([r.latency_ms / 1e3 for r in runs])
+
+    def unpack(theta: np.ndarray) -> tuple[float, float]:
+        return abs(theta[0]) * 1e-4, abs(theta[1]) * 1e-9
+
+    def predict(theta: np.ndarray) -> np.ndarray:
+        fixed, per_byte = unpack(theta)
+        return np.array(
+            [
+                r.model.with_transfer_costs(fixed, per_byte).evaluate(r.mapping).latency_s[0]
+                for r in runs
+            ]
+        )
+
+    def loss(theta: np.ndarray) -> float:
+        return float(np.sum((predict(theta) / measured - 1.0) ** 2))
+
+    starts = [np.array([f, b]) for f in (0.0, 1.0, 5.0) for b in (0.0, 1.0, 3.0)]
+    best = min((minimize(loss, s, method="Nelder-Mead") for s in starts), key=lambda r: r.fun)
+    fixed, per_byte = unpack(best.x)
+    return CutCosts(
+        fixed,
+        per_byte,
+        {
+            "mappings": [r.name for r in runs],
+            "measured_ms": [round(x * 1e3, 3) for x in measured],
+            "predicted_without_cut_costs_ms": [round(x * 1e3, 3) for x in predict(np.zeros(2))],
+            "predicted_ms": [round(x * 1e3, 3) for x in predict(best.x)],
+        },
+    )

@@ -16,7 +16,7 @@ import argparse
 
 import numpy as np
 
-from dse.calibrate.store import calibrated_model
+from dse.calibrate.diagnostics import calibrated_model
 from dse.mapping import whole as whole_on
 from dse.net import zoo
 from dse.runtime.partition import partition

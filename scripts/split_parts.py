@@ -37,7 +37,8 @@ def main() -> None:
     for name in a.nets:
         t0 = time.perf_counter()
         rows = measure_part_costs(load_net({"name": name}), a.block, 1, a.runs)
-        shares, _, err = fit_part_fixed(rows)
+        fit = fit_part_fixed(rows)
+        shares, err = fit.per_layer, fit.median_rel_error
         layers = {}
         for r in rows:
             layers.setdefault(r["key"], []).append(r)

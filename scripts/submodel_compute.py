@@ -32,8 +32,8 @@ import argparse
 
 import numpy as np
 
-from dse.calibrate.__main__ import LABELS, calibration_mappings, cut_devices
-from dse.calibrate.store import calibrated_model
+from dse.calibrate.deployments import LABELS, calibration_mappings, cut_devices
+from dse.calibrate.diagnostics import calibrated_model
 from dse.mapping import Mappings, random_mappings
 from dse.runtime.partition import partition
 from dse.runtime.sequential import time_segments

@@ -17,6 +17,9 @@ import time
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
+from dse.runtime.sessions import session
+from models_analytical.layer_costs import family, layer_key
+
 #: (input channels, full output channels, spatial size, output-channel counts timed)
 CASES = (
     (64, 64, 56, (4, 8, 12, 16, 24, 32, 40, 48, 64)),
@@ -40,11 +43,9 @@ def conv_model(cin: int, cout: int, hw: int, seed: int = 0):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
 
 
-def measure_channel_scaling(threads: int = 1, repeats: int = 15, tick=None) -> list[dict]:
+def measure_channel_scaling(threads: int, repeats: int, tick=None) -> list[dict]:
     """Rows ``{case, channels, full, seconds}``: median time of each part, interleaved (every
     round times every part once, so a slow spell hits all of them alike)."""
-    from dse.runtime.sessions import session
-
     rows = []
     for case, (cin, full, hw, counts) in enumerate(CASES):
         x = np.random.default_rng(case).random((1, cin, hw, hw), dtype=np.float32)
@@ -108,15 +109,12 @@ def one_layer(layer, node, channels: int, seed: int = 0):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
 
 
-def measure_part_costs(net, block: int, threads: int = 1, repeats: int = 5, seen=None) -> list:
+def measure_part_costs(net, block: int, threads: int, repeats: int, seen=None) -> list:
     """Rows ``{key, family, layer, channels, full, seconds}``: each splittable Conv and fully
     connected layer of ``net`` (one per :func:`~models_analytical.layer_costs.layer_key`, none
     of ``seen``) alone, whole and as parts of :func:`part_channels`, timed interleaved (every
     round runs every model once; one warm-up round), median seconds. All of a network's
     sessions are alive while it is timed: for VGG-16, about 1 GB of weights."""
-    from dse.runtime.sessions import session
-    from models_analytical.layer_costs import family, layer_key
-
     seen = set() if seen is None else seen
     cases = []
     for layer in net.graph:

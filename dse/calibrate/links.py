@@ -4,6 +4,7 @@ Run under MPI by :func:`measure_link` (``mpiexec -n 2 python -m mpi4py -m dse.ca
 OUT``), with the buffer API the runtime uses (``Isend`` / ``Probe`` + ``Recv``). Per size: the
 median one-way time of a ping-pong (round trip / 2) and of a two-way exchange (both ranks send
 at once, the time until both messages are in), and their spread (p90 - p10) / median.
+:func:`measure_links` runs it once per link class the platform's device pairs use.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,19 +24,24 @@ import numpy as np
 
 from dse.errors import DseError
 from dse.platform import Platform
+from dse.runtime.launch import MPI_ENV, ROOT_ENV
+from dse.runtime.package import core_slots, mpiexec_path
+
+#: The flag that asks the benchmark for fewer exchanges per size.
+FEW = "--few-repeats"
 
 #: Message sizes (bytes): 64 B to 64 MiB, every factor of 4.
 SIZES = tuple(64 * 4**k for k in range(11))
 
 
-def _repeats(nbytes: int, quick: bool) -> int:
+def _repeats(nbytes: int, few: bool) -> int:
     n = 40 if nbytes < 1 << 20 else 12 if nbytes < 1 << 24 else 6
-    return max(3, n // 4) if quick else n
+    return max(3, n // 4) if few else n
 
 
-def bench(comm: Any, quick: bool = False) -> dict[str, Any] | None:
+def bench(comm: Any, few: bool = False) -> dict[str, Any] | None:
     """Both ranks call this; rank 0 returns the table."""
-    from mpi4py import MPI
+    from mpi4py import MPI  # here only: importing it starts MPI, which the calibration must not
 
     me = comm.Get_rank()
     other = 1 - me
@@ -41,7 +49,7 @@ def bench(comm: Any, quick: bool = False) -> dict[str, Any] | None:
     for size in SIZES:
         buf = np.ones(size, dtype=np.uint8)
         got = np.empty(size, dtype=np.uint8)
-        reps = _repeats(size, quick)
+        reps = _repeats(size, few)
         one, two = [], []
         for r in range(reps + 2):  # two warm-up exchanges per size
             comm.Barrier()
@@ -85,12 +93,10 @@ def bench(comm: Any, quick: bool = False) -> dict[str, Any] | None:
     return out
 
 
-def measure_link(platform: Platform, a: int, b: int, quick: bool = False) -> dict[str, Any]:
+def measure_link(platform: Platform, a: int, b: int, few: bool = False) -> dict[str, Any]:
     """Run the benchmark between devices ``a`` and ``b`` of ``platform`` (their hosts and
-    cores, as a deployment binds them); the table as :func:`bench` returns it."""
-    from dse.runtime.launch import MPI_ENV, ROOT_ENV
-    from dse.runtime.package import core_slots, mpiexec_path
-
+    cores, as a deployment binds them; ``few``: a quarter of the exchanges per size, at least
+    3); the table as :func:`bench` returns it."""
     devs = platform.devices
     slots = core_slots(platform)
     hosts: dict[str, int] = {}
@@ -106,7 +112,7 @@ def measure_link(platform: Platform, a: int, b: int, quick: bool = False) -> dic
         cmd = [mpiexec_path(), "-n", "2", "--hostfile", str(d / "hostfile")]
         cmd += ["--map-by", f"rankfile:file={d / 'rankfile'}"]
         cmd += [sys.executable, "-m", "mpi4py", "-m", "dse.calibrate.links", str(out)]
-        cmd += ["--quick"] if quick else []
+        cmd += [FEW] if few else []
         env = {**os.environ, **MPI_ENV, **(ROOT_ENV if os.geteuid() == 0 else {})}
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
         if proc.returncode != 0 or not out.is_file():
@@ -115,14 +121,43 @@ def measure_link(platform: Platform, a: int, b: int, quick: bool = False) -> dic
         return json.loads(out.read_text())
 
 
+@dataclass(frozen=True)
+class LinkTables:
+    """Per link class: the one-way time by message size the model reads, and the benchmark's
+    full table (provenance)."""
+
+    tables: dict[str, dict[str, list[float]]]
+    provenance: dict[str, Any]
+
+
+def measure_links(
+    platform: Platform, few: bool, tick: Callable[[str], None] = lambda _: None
+) -> LinkTables:
+    """One table per link class that a pair of the platform's devices uses (measured between
+    the first such pair); ``tick`` after each."""
+    pairs: dict[str, tuple[int, int]] = {}
+    n = len(platform.devices)
+    for a in range(n):
+        for b in range(n):
+            if a != b:
+                pairs.setdefault(platform.link_class(a, b), (a, b))
+    tables, prov = {}, {}
+    for cls, (a, b) in pairs.items():
+        t = measure_link(platform, a, b, few)
+        tables[cls] = {"bytes": t["bytes"], "seconds": t["one_way_s"]}
+        prov[cls] = {"devices": [platform.devices[a].name, platform.devices[b].name], **t}
+        tick(f"link {cls}")
+    return LinkTables(tables, prov)
+
+
 def main(argv: list[str] | None = None) -> int:
-    from mpi4py import MPI
+    from mpi4py import MPI  # here only: importing it starts MPI (see bench)
 
     args = sys.argv[1:] if argv is None else argv
     comm = MPI.COMM_WORLD
     if comm.Get_size() != 2:
         raise SystemExit("the link benchmark needs exactly 2 ranks (mpiexec -n 2)")
-    table = bench(comm, quick="--quick" in args)
+    table = bench(comm, few=FEW in args)
     if table is not None:
         Path(args[0]).write_text(json.dumps(table))
     return 0

@@ -22,12 +22,15 @@ from __future__ import annotations
 import json
 import re
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 
 from dse.net.graph import LayerGraph
+from dse.runtime.sessions import session_options
 
 #: Ops that onnxruntime fuses into the layer producing their input.
 FOLLOWERS = frozenset(
@@ -178,18 +181,13 @@ def profile_model(
     graph: LayerGraph,
     prior_s: np.ndarray,
     threads: int = 1,
-    warmup: int = 2,
-    runs: int = 10,
+    *,
+    warmup: int,
+    runs: int,
     seed: int = 0,
 ) -> Profile:
     """Run the whole model ``warmup + runs`` times under the profiler (one session, the
     runtime's settings) and return its per-layer times."""
-    import time
-
-    import onnxruntime as ort
-
-    from dse.runtime.sessions import session_options
-
     opts = session_options("cpu", threads)
     with tempfile.TemporaryDirectory(prefix="dse-profile-") as tmp:
         plain = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])

@@ -15,23 +15,28 @@ times is measured beside them. Per sub-model (:func:`rows`)::
 
 ``compute`` is the model's time of its layers (their parts, by channel blocks), ``split`` that
 of the parts of split layers, ``speed`` the whole network alone over the model's whole compute.
-:func:`fit` finds the non-negative ``run`` (s), ``in`` and ``out`` (s/B) and ``split`` (>= 1)
-over every sub-model of every network, in seconds (a large sub-model weighs more).
+:func:`~models_analytical.calibration.fit_submodel_costs` finds the non-negative ``run`` (s),
+``in`` and ``out`` (s/B) and ``split`` (>= 1) over every sub-model of every network
+(:func:`measure_submodels`), in seconds (a large sub-model weighs more).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnx
 
+from dse.calibrate.deployments import CUTS, Deployed, cut_devices
+from dse.calibrate.settings import CalibrationSettings
 from dse.mapping import Mappings
-from dse.net import Net, zoo
+from dse.net import Net, load_net, zoo
 from dse.platform import Platform
 from dse.runtime.partition import Deployment, part_rows, partition
 from dse.runtime.sequential import time_segments_beside
 from dse.runtime.sessions import session
+from models_analytical.calibration import SubModelCosts, SubModelTiming, fit_submodel_costs
+from models_analytical.coefficients import Coefficients
 from models_analytical.model import AnalyticalModel
 from models_analytical.simulate import part_share
 
@@ -92,7 +97,7 @@ def rows(
     runs: int,
     threads: int = 1,
     seed: int = 0,
-) -> list[dict[str, Any]]:
+) -> list[SubModelTiming]:
     """Every sub-model of each of ``mappings`` (of a zoo network, on cpu devices), timed alone
     at ``threads`` (``runs`` rounds, one warm-up, each round also running the whole network
     once): :func:`features` and ``alone_s`` (median seconds), ``speed`` (the whole network's
@@ -106,41 +111,32 @@ def rows(
         speed = whole_s / float(layers.sum())
         for name, f in features(dep, mappings.take(p), model).items():
             out.append(
-                {**f, "alone_s": timed[name][1], "speed": speed, "net": net.name, "mapping": p}
+                SubModelTiming(net=net.name, mapping=p, alone_s=timed[name][1], speed=speed, **f)
             )
     return out
 
 
-def fit(samples: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, Any]]:
-    """The sub-model costs (module docstring) and, per network and mapping, each device's
-    sub-models alone against the model's compute before and after them (ms)."""
-    from models_analytical.calibration import fit_nonnegative
-
-    a = np.array([[1.0, r["in_bytes"], r["out_bytes"], r["speed"] * r["split_s"]] for r in samples])
-    y = np.array([r["alone_s"] - r["speed"] * r["compute_s"] for r in samples])
-    scale = np.maximum(np.abs(a).max(axis=0), 1e-30)  # columns of one size for the solver
-    coef = fit_nonnegative(a / scale, y, relative=False) / scale
-    fitted = {
-        "segment_run_s": float(coef[0]),
-        "segment_in_per_byte_s": float(coef[1]),
-        "segment_out_per_byte_s": float(coef[2]),
-        "split_work_factor": 1.0 + float(coef[3]),
-    }
-    totals: dict[str, list[float]] = {}
-    for r, extra in zip(samples, a @ coef, strict=True):
-        key = f"{r['net']}/{r['mapping']}/device{r['device']}"
-        t = totals.setdefault(key, [0.0, 0.0, 0.0])
-        t[0] += r["alone_s"]
-        t[1] += r["speed"] * r["compute_s"]
-        t[2] += r["speed"] * r["compute_s"] + extra
-    err_before = [b / m - 1.0 for m, b, _ in totals.values()]
-    err_after = [f / m - 1.0 for m, _, f in totals.values()]
-    prov = {
-        "sub_models": len(samples),
-        "device_totals_alone_model_fitted_ms": {
-            k: [round(x * 1e3, 3) for x in v] for k, v in totals.items()
-        },
-        "median_abs_error_before": round(float(np.median(np.abs(err_before))), 4),
-        "median_abs_error_after": round(float(np.median(np.abs(err_after))), 4),
-    }
-    return fitted, prov
+def measure_submodels(
+    s: CalibrationSettings,
+    runs: Sequence[Deployed],
+    coefficients: Coefficients,
+    tick: Callable[[str], None],
+) -> SubModelCosts:
+    """Each network's cut mappings (:data:`~dse.calibrate.deployments.CUTS`) as sub-models
+    timed alone, beside the model of ``coefficients``, at the thread count of the deployments'
+    first device; the sub-model costs fitted on them; ``tick`` after each network."""
+    a, _ = cut_devices(s.platform)
+    samples: list[SubModelTiming] = []
+    for name in dict.fromkeys(r.net for r in runs):
+        cut = [r for r in runs if r.net == name and r.label in CUTS]
+        samples += rows(
+            load_net({"name": name}),
+            AnalyticalModel(cut[0].graph, s.platform, coefficients),
+            s.platform,
+            Mappings.concat([r.mapping for r in cut]),
+            runs=s.submodel_runs,
+            threads=s.platform.devices[a].threads,
+            seed=s.seed,
+        )
+        tick(f"sub-models of {name}")
+    return fit_submodel_costs(samples)

@@ -1,0 +1,230 @@
+"""Calibration's deployments: mappings of each network run under MPI by the runtime.
+
+Per network, one device, a vertical cut, a split of every splittable layer over two devices
+and a random mix (:data:`LABELS`), run in interleaved rounds (``rounds``, each in a random
+order; each mapping keeps the median of its rounds' medians). The first network also runs
+whole on a device other than the entry, whose rank then only sends the image
+(:data:`ENTRY_ONLY`): the memory of a rank that runs no sub-model. A speed probe beside the
+runs gives the speed every latency is brought to (:func:`dse.runtime.measure.take_out_drift`).
+
+The measurements become the fits' :class:`~models_analytical.calibration.MeasuredRun` beside
+a model of given coefficients (:func:`measured`); the fits that need the deployments' own
+rules live here: :func:`shared_host` and :func:`cut_costs`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dse.calibrate.settings import CalibrationSettings
+from dse.errors import DseError
+from dse.mapping import Mappings, from_devices, random_mappings, remap, whole
+from dse.net import load_net
+from dse.net.graph import LayerGraph
+from dse.platform import Platform
+from dse.runtime.measure import (
+    deploy,
+    measure_interleaved,
+    measured_latency_ms,
+    probe_times,
+    take_out_drift,
+)
+from dse.runtime.probe import probe_threads, speed_probe
+from models_analytical.calibration import (
+    CutCosts,
+    MeasuredRun,
+    RankMeasurement,
+    SharedHostFit,
+    fit_cuts,
+    fit_shared_host,
+)
+from models_analytical.coefficients import Coefficients
+from models_analytical.model import AnalyticalModel
+
+#: Each network's mappings: the one-device reference, then the cut mappings.
+LABELS = ("single", "vertical", "split", "mixed")
+CUTS = LABELS[1:]
+#: The first network's extra mapping: whole on ``b``, so the entry device ``a`` runs nothing.
+ENTRY_ONLY = "entry-only"
+
+
+def calibration_mappings(
+    graph: LayerGraph, times: np.ndarray, a: int, b: int, n_dev: int, entry_only: bool = False
+) -> Mappings:
+    """One device; a vertical cut at half the time; every splittable layer over two devices;
+    each layer on a random one of the two (a third of the splittable ones split): many cuts
+    (:data:`LABELS`); with ``entry_only``, then the whole network on ``b`` (:data:`ENTRY_ONLY`;
+    ``a`` must be the entry device)."""
+    n = len(graph)
+    on = np.zeros((3, n, n_dev), dtype=bool)
+    on[0, :, a] = True
+    cut = int(np.searchsorted(np.cumsum(times), times.sum() / 2))
+    cut = min(max(cut, 1), n - 1)
+    on[1, :cut, a] = True
+    on[1, cut:, b] = True
+    on[2, :, a] = True
+    on[2, :, b] = graph.splittable & (graph.out_channels >= 2)
+    rng = np.random.default_rng(12345)
+    batches = [
+        from_devices(graph, on),
+        remap(random_mappings(graph, 2, "mixed", 1, rng), [a, b], n_dev),
+    ]
+    if entry_only:
+        batches.append(whole(graph, n_dev, np.full(n, b)))
+    return Mappings.concat(batches)
+
+
+def cut_devices(platform: Platform) -> tuple[int, int]:
+    """The two cpu devices the deployments run on: the entry device first where it is a cpu
+    (then the first network's :data:`ENTRY_ONLY` mapping leaves it idle)."""
+    cpus = [i for i, d in enumerate(platform.devices) if d.kind == "cpu"]
+    if len(cpus) < 2:
+        raise DseError(f"platform '{platform.name}' needs two cpu devices to calibrate cuts")
+    a = platform.entry if platform.entry in cpus else cpus[0]
+    return a, next(c for c in cpus if c != a)
+
+
+def runs_per_calibration(platform: Platform, networks: int) -> int:
+    """How many mappings the deployments measure: :data:`LABELS` per network, and
+    :data:`ENTRY_ONLY` where the entry device can be left idle."""
+    return len(LABELS) * networks + (cut_devices(platform)[0] == platform.entry)
+
+
+@dataclass(frozen=True)
+class Deployed:
+    """One calibration mapping measured under MPI: its merged measurement (the runtime's
+    dict, drift taken out where probed, with ``spread`` and ``rounds_ms``)."""
+
+    net: str
+    label: str
+    graph: LayerGraph
+    mapping: Mappings
+    result: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Deployments:
+    """Every measured mapping, and per network its speed probe's median (ms) and
+    fingerprint (none without probes)."""
+
+    runs: tuple[Deployed, ...]
+    speed: dict[str, tuple[float, str]]
+
+    def speed_reference(self, platform: Platform) -> dict[str, Any] | None:
+        """The coefficients' ``speed_reference`` note (:mod:`dse.fidelity` compares with it)."""
+        if not self.speed:
+            return None
+        return {
+            "whole_ms": {n: ms for n, (ms, _) in self.speed.items()},
+            "fingerprints": {n: fp for n, (_, fp) in self.speed.items()},
+            "threads": probe_threads(platform),
+            "what": "the whole network alone (dse.runtime.probe), median over the probes "
+            "beside the deployment runs; every latency fitted here was brought to this "
+            "speed, and dse.fidelity compares its own probes with it",
+        }
+
+
+def measure_deployments(
+    s: CalibrationSettings, coefficients: Coefficients, tick: Callable[[str], None]
+) -> Deployments:
+    """:data:`LABELS` per network (the first network also :data:`ENTRY_ONLY`, where the entry
+    is a cpu), placed by the layer times of ``coefficients``, deployed and run in interleaved
+    rounds with a speed probe (``probe``) beside them; ``tick`` after each mapping."""
+    platform = s.platform
+    a, b = cut_devices(platform)
+    out: list[Deployed] = []
+    speed: dict[str, tuple[float, str]] = {}
+    rng = np.random.default_rng(s.seed)
+    with tempfile.TemporaryDirectory(prefix="dse-calibrate-") as tmp:
+        for i, name in enumerate(s.nets):
+            net = load_net({"name": name})
+            times = AnalyticalModel(net.graph, platform, coefficients).tables.t_work[0]
+            entry_only = i == 0 and a == platform.entry
+            labels = (*LABELS, ENTRY_ONLY) if entry_only else LABELS
+            batch = calibration_mappings(net.graph, times, a, b, len(platform.devices), entry_only)
+            dirs = [Path(tmp) / f"{name}-{label}" for label in labels]
+            for p, d in enumerate(dirs):
+                deploy(net, platform, batch.take(p), d, s.seed, s.warmup, s.iterations)
+            # interleaved rounds: a slow spell hits one round of each mapping, and the one-device
+            # run the layer times are anchored to is measured beside the cut ones
+            probe = speed_probe(dirs[0], platform) if s.probe else None
+            results, interrupted = measure_interleaved(
+                dirs, s.rounds, s.warmup, s.iterations, s.timeout_s, rng, probe=probe
+            )
+            if interrupted:
+                raise KeyboardInterrupt
+            probes = probe_times(results)
+            if probes:
+                speed[name] = (round(float(np.median(probes)), 4), net.fingerprint)
+            for p, (label, res) in enumerate(zip(labels, results, strict=True)):
+                if res.get("status") != "ok":
+                    raise DseError(f"calibration run {name}/{label} failed: {res.get('reason')}")
+                if probes:
+                    res = take_out_drift(res, speed[name][0])
+                lat = res["latency_ms"]
+                res["spread"] = round((lat["p90"] - lat["p10"]) / lat["median"], 4)
+                res["rounds_ms"] = lat.get("rounds_ms", [lat["median"]])
+                out.append(Deployed(name, label, net.graph, batch.take(p), res))
+                tick(f"ran {name} {label}")
+    return Deployments(tuple(out), speed)
+
+
+def measured(
+    runs: Sequence[Deployed], platform: Platform, coefficients: Coefficients
+) -> list[MeasuredRun]:
+    """The runs as the fits read them, each beside the model of ``coefficients`` (one per
+    network)."""
+    names = [d.name for d in platform.devices]
+    models: dict[str, AnalyticalModel] = {}
+    out = []
+    for r in runs:
+        if r.net not in models:
+            models[r.net] = AnalyticalModel(r.graph, platform, coefficients)
+        ranks = tuple(
+            RankMeasurement(
+                device=names.index(rank["device"]),
+                compute_s=rank["compute_ms"]["median"] / 1e3,
+                running_mb=rank["peak_rss_running_mb"],
+                loading_mb=rank["peak_rss_loading_mb"],
+            )
+            for rank in r.result["ranks"]
+        )
+        latency = measured_latency_ms(r.result)
+        out.append(MeasuredRun(r.net, r.label, models[r.net], r.mapping, latency, ranks))
+    return out
+
+
+def shared_host(runs: Sequence[MeasuredRun], platform: Platform) -> SharedHostFit:
+    """The shared-host factor (:func:`~models_analytical.calibration.fit_shared_host`) of the
+    :data:`CUTS` against each network's one-device run; 1 (not measured) where the two devices
+    the deployments use are on different hosts."""
+    a, b = cut_devices(platform)
+    if platform.devices[a].host != platform.devices[b].host:
+        why = "the deployments' two devices are on different hosts"
+        return SharedHostFit(1.0, {"factor": 1.0, "why": why})
+    singles = [r for r in runs if r.label == "single"]
+    return fit_shared_host(singles, [r for r in runs if r.label in CUTS])
+
+
+def cut_costs(deployed: Sequence[Deployed], runs: Sequence[MeasuredRun]) -> CutCosts:
+    """The cut costs (:func:`~models_analytical.calibration.fit_cuts`) over every mapping but
+    the one-device ones; the provenance also keeps each one's rounds as measured."""
+    cut = [d for d in deployed if d.label != "single"]
+    fit = fit_cuts([r for r in runs if r.label != "single"])
+    rest = dict(fit.provenance)
+    prov = {
+        "mappings": rest.pop("mappings"),
+        "spread": [d.result["spread"] for d in cut],
+        "rounds_ms": [d.result["rounds_ms"] for d in cut],  # as measured
+        "rounds_probe_ms": [d.result["latency_ms"].get("rounds_probe_ms") for d in cut],
+        # what was fitted: the rounds brought to the speed reference (median of the rounds of
+        # rounds_ms x reference / rounds_probe_ms), or as measured without a probe
+        **rest,
+    }
+    return replace(fit, provenance=prov)

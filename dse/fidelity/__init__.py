@@ -1,0 +1,1 @@
+"""How well the model predicts runs: mappings deployed and measured under MPI beside it."""

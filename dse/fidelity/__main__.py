@@ -1,0 +1,36 @@
+"""`python -m dse.fidelity +net=NET platform=P [mappings=30]`: how well the model predicts runs.
+
+The steps are :mod:`dse.fidelity.workflow`'s (keys and defaults:
+:class:`dse.config.FidelityConfig`). Writes ``fidelity.csv``, ``fidelity.png`` and
+``fidelity.json``; the last line printed is the summary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig
+
+from dse.cli import CONF_DIR, guarded, run, say
+from dse.fidelity.report import messages
+from dse.fidelity.workflow import run_fidelity
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="fidelity", version_base="1.3")
+@guarded
+def main(cfg: DictConfig) -> dict[str, Any]:
+    report = run_fidelity(cfg, say)
+    for line in messages(report.doc, report.out):
+        say(line)
+    doc = report.doc
+    return {
+        "status": "ok",
+        "out": str(report.out),
+        "latency": doc["latency"],
+        "memory": doc["memory"],
+    }
+
+
+if __name__ == "__main__":
+    run(main, "fidelity")

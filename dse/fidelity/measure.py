@@ -1,0 +1,117 @@
+"""Measuring a fidelity run's mappings: deployed once, run in interleaved rounds, each run
+brought to one speed of the machine, the model's prediction beside each."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dse.errors import DseError
+from dse.fidelity.settings import FidelitySettings
+from dse.files import write_text
+from dse.mapping import Mappings
+from dse.net import Net
+from dse.runtime.measure import (
+    check_gpus,
+    deploy,
+    measure_interleaved,
+    probe_times,
+    take_out_drift,
+    with_prediction,
+)
+from dse.runtime.phase2 import drop_submodels
+from dse.runtime.probe import probe_threads, speed_probe
+from models_analytical.model import AnalyticalModel
+
+
+def speed_reference(model: AnalyticalModel, net: Net) -> float | None:
+    """The calibration's speed probe of this network (ms): only for the same network (its
+    fingerprint) probed at the same thread count."""
+    ref = model.coefficients.notes.get("speed_reference") or {}
+    if ref.get("threads") != probe_threads(model.platform):
+        return None
+    if (ref.get("fingerprints") or {}).get(net.name) != net.fingerprint:
+        return None
+    value = (ref.get("whole_ms") or {}).get(net.name)
+    return float(value) if isinstance(value, int | float) and value > 0 else None
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Each mapping's merged measurement with the prediction beside it (or why it failed),
+    whether Ctrl-C cut the rounds short, and the machine's speed drift (None unprobed)."""
+
+    results: list[dict[str, Any]]
+    interrupted: bool
+    speed: dict[str, Any] | None
+
+
+def measure(
+    out: Path,
+    net: Net,
+    model: AnalyticalModel,
+    mappings: Mappings,
+    labels: list[str],
+    s: FidelitySettings,
+    tick: Callable[[], None],
+) -> Measured:
+    """Deploy every mapping into ``out/phase2/<label>``, then run them all ``s.rounds`` times,
+    each round in a new random order (a slow spell of the machine then hits one round of
+    every mapping instead of every round of one); each mapping's merged measurements, written
+    to its ``measurements.json``. With ``s.probe`` each run is brought to the calibration's
+    probe of the network, or without one to this run's median probe (:mod:`dse.runtime.probe`).
+    Sub-models are deleted at the end unless ``s.keep``. ``tick`` after each deployment and
+    each run."""
+    platform = model.platform
+    dirs: list[tuple[int, Path]] = []
+    results: dict[int, dict[str, Any]] = {}
+    interrupted = False
+    speed = None
+    try:
+        for p, label in enumerate(labels):
+            d = out / "phase2" / label
+            try:
+                check_gpus(platform, mappings.take(p))
+                deploy(net, platform, mappings.take(p), d, s.seed, s.warmup, s.iterations)
+                dirs.append((p, d))
+            except DseError as exc:
+                results[p] = {"status": "failed", "reason": str(exc)}
+            tick()
+        probe = speed_probe(dirs[0][1], platform) if s.probe and dirs else None
+        merged, interrupted = measure_interleaved(
+            [d for _, d in dirs],
+            s.rounds,
+            s.warmup,
+            s.iterations,
+            s.timeout_s,
+            np.random.default_rng(s.seed),
+            lambda _r, _i: tick(),
+            probe,
+        )
+        probes = probe_times(merged)
+        if probes:
+            now = round(float(np.median(probes)), 3)
+            reference = speed_reference(model, net)
+            speed = {
+                "probe_ms": now,
+                "reference_ms": round(reference, 3) if reference else now,
+                "reference": "calibration" if reference else "this run's median probe",
+            }
+            speed["slower_pct"] = round((now / speed["reference_ms"] - 1) * 100, 2)
+        for (p, d), result in zip(dirs, merged, strict=True):
+            if result.get("status") == "ok":
+                if speed is not None:
+                    result = take_out_drift(result, speed["reference_ms"])
+                result = with_prediction(result, model, mappings.take(p))
+            write_text(d / "measurements.json", json.dumps(result, indent=1))
+            results[p] = result
+    finally:
+        if not s.keep:
+            for _, d in dirs:
+                drop_submodels(d)
+    return Measured([results[p] for p in range(len(labels))], interrupted, speed)

@@ -1,0 +1,56 @@
+"""The fidelity report's figure: predicted against measured latency and memory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from dse.fidelity.choose import KINDS
+from dse.fidelity.statistics import stats
+
+
+def plot(path: Path, pts: dict[str, Any], title: str) -> None:
+    """Predicted against measured, log-log: latency (drift taken out where probed, the raw
+    measurements beside them) and per-device peak memory, by kind of mapping."""
+    fig = Figure(figsize=(11, 5))  # on the Agg canvas, without pyplot (no screen here)
+    axes = fig.subplots(1, 2)
+    adjusted = bool(pts.get("latency_adjusted"))
+    for ax, (name, unit) in zip(axes, (("latency", "ms"), ("memory", "MB")), strict=True):
+        data = pts["latency_adjusted"] if name == "latency" and adjusted else pts[name]
+        if not data:
+            ax.set_title(f"{name}: nothing measured")
+            continue
+        p = np.array([d[0] for d in data], dtype=float)
+        m = np.array([d[1] for d in data], dtype=float)
+        # where each latency was before the machine's drift came out of it
+        raw = np.array([d[1] for d in pts["latency"]]) if name == "latency" and adjusted else m
+        lo, hi = min(p.min(), m.min(), raw.min()) * 0.8, max(p.max(), m.max(), raw.max()) * 1.25
+        x = np.geomspace(lo, hi, 50)
+        ax.plot(x, x, "k-", lw=1, label="y = x")
+        ax.fill_between(x, x / 1.1, x * 1.1, color="0.85", label="+-10 %")
+        if raw is not m:
+            ax.scatter(raw, p, s=14, marker="x", color="0.6", lw=0.8, label="as measured")
+        for kind in KINDS:
+            sel = [i for i, d in enumerate(data) if d[2] == kind]
+            if sel:
+                ax.scatter(m[sel], p[sel], s=22, label=kind)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        s = stats(p, m)
+        ax.set_title(
+            f"{name} ({unit}): MAPE {s['mape_pct']:.1f} %, {s['within_10_pct']:.0f} % within "
+            f"10 %, Spearman {s['spearman']:.2f}",
+            fontsize=9,
+        )
+        what = " (machine's drift taken out)" if name == "latency" and adjusted else ""
+        ax.set_xlabel(f"measured {name} ({unit}){what}")
+        ax.set_ylabel(f"predicted {name} ({unit})")
+        ax.legend(fontsize=7, loc="upper left")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

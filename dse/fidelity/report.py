@@ -1,0 +1,106 @@
+"""The fidelity report: ``fidelity.json``'s figures and the lines printed at the end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dse.fidelity.statistics import (
+    Point,
+    by_kind,
+    noise_floor,
+    repeatability,
+    round_spread,
+    stats,
+)
+
+
+def latency_figures(pts: list[Point]) -> dict[str, Any]:
+    """:func:`stats` of latency points, with the error by kind of mapping."""
+    figures: dict[str, Any] = stats([x[0] for x in pts], [x[1] for x in pts])
+    figures["by_kind"] = by_kind(pts)
+    return figures
+
+
+def figures(pts: dict[str, list[Point]], measured_dir: Path) -> dict[str, Any]:
+    """The report's statistics: latency judged with the machine's drift taken out where it
+    was probed (``latency``) and as measured, memory, and how well the measurements in
+    ``measured_dir`` (``<label>/measurements.json``) agree with themselves."""
+    lat = latency_figures(pts["latency_adjusted"] or pts["latency"])
+    lat["drift_taken_out"] = bool(pts["latency_adjusted"])
+    return {
+        "latency": lat,
+        "latency_as_measured": latency_figures(pts["latency"]),
+        "memory": stats([x[0] for x in pts["memory"]], [x[1] for x in pts["memory"]]),
+        "noise_floor_pct": noise_floor(measured_dir),
+        "round_spread_pct": round_spread(measured_dir),
+        "repeatability": repeatability(measured_dir),
+        "repeatability_adjusted": repeatability(measured_dir, adjusted=True),
+    }
+
+
+def drift_line(speed: dict[str, Any], raw: dict[str, Any]) -> str:
+    """How the machine's speed compared with the reference, and the figures as measured."""
+    if speed["reference"] == "calibration":
+        how = (
+            f"the machine ran {abs(speed['slower_pct']):.1f} % "
+            f"{'slower' if speed['slower_pct'] >= 0 else 'faster'} than at calibration "
+            f"(the whole network alone: {speed['probe_ms']:.1f} ms against "
+            f"{speed['reference_ms']:.1f} ms then)"
+        )
+    else:
+        how = (
+            "calibration did not probe this network: runs are brought to this run's median "
+            f"speed (the whole network alone: {speed['probe_ms']:.1f} ms)"
+        )
+    return (
+        f"{how}; as measured, latency MAPE {raw['mape_pct']:.1f} %, within 10 % "
+        f"{raw['within_10_pct']:.0f} %, spearman {raw['spearman']:.2f}; the figures below "
+        "(by kind and the summary) take the drift out of every run"
+    )
+
+
+def messages(doc: dict[str, Any], out: Path) -> list[str]:
+    """The lines printed once ``doc`` (``fidelity.json``) is written; the last is the
+    summary."""
+    lines = []
+    failed, lat, mem = doc["failed"], doc["latency"], doc["memory"]
+    if failed:
+        lines.append(f"{len(failed)} mapping(s) failed: {', '.join(failed[:5])} (see {out}/phase2)")
+    lines.append(f"wrote {out / 'fidelity.csv'}, {out / 'fidelity.png'} in {doc['seconds']:.0f} s")
+    noise, spread, rounds = doc["noise_floor_pct"], doc["round_spread_pct"], doc["rounds"]
+    if noise is not None:
+        lines.append(
+            f"noise floor: half the p10-p90 spread of a mapping's iterations is {noise:.1f} % "
+            "of its median"
+            + (
+                f"; its {rounds} rounds' medians differ by {spread:.1f} % (median over mappings)"
+                if spread is not None and rounds > 1
+                else ""
+            )
+        )
+    for name, key in (
+        ("as measured", "repeatability"),
+        ("drift taken out", "repeatability_adjusted"),
+    ):
+        rep = doc[key]
+        if rep is not None:
+            lines.append(
+                f"repeatability {name} (the finest check these measurements allow): one round "
+                f"against another, spearman {rep['spearman_round_vs_round']:.2f}; a round "
+                f"within 10 % of the mapping's other rounds {rep['round_within_10_pct']:.0f} %"
+            )
+    if lat["drift_taken_out"]:
+        lines.append(drift_line(doc["drift"], doc["latency_as_measured"]))
+    lines.append(
+        "latency error by kind of mapping"
+        + (" (drift taken out)" if lat["drift_taken_out"] else "")
+        + " (mean, +: predicted slower): "
+        + ", ".join(f"{k} {v['bias_pct']:+.1f} % (n={v['n']})" for k, v in lat["by_kind"].items())
+    )
+    lines.append(
+        f"fidelity {doc['net']}: latency MAPE {lat['mape_pct']:.1f} %, within 10 % "
+        f"{lat['within_10_pct']:.0f} %, spearman {lat['spearman']:.2f}; memory MAPE "
+        f"{mem['mape_pct']:.1f} %"
+    )
+    return lines

@@ -1,0 +1,120 @@
+"""The fidelity report's figures: errors and rank correlations of predicted against measured,
+and how well the measurements agree with themselves (noise floor, rounds, repeatability)."""
+
+from __future__ import annotations
+
+import json
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.stats import kendalltau, spearmanr
+
+from dse.fidelity.choose import KINDS
+
+WITHIN = 10.0  # %
+#: (predicted, measured, kind of mapping)
+Point = tuple[float, float, str]
+
+
+def stats(predicted: Any, measured: Any) -> dict[str, float]:
+    """MAPE (%), share of points within +-10 % (%), Spearman and Kendall rank correlation."""
+    p, m = np.asarray(predicted, dtype=np.float64), np.asarray(measured, dtype=np.float64)
+    err = np.abs(p - m) / m * 100.0
+    ok = len(p) > 2 and np.ptp(p) > 0 and np.ptp(m) > 0
+    return {
+        "n": int(len(p)),
+        "mape_pct": float(err.mean()) if len(p) else float("nan"),
+        "within_10_pct": float((err <= WITHIN).mean() * 100.0) if len(p) else float("nan"),
+        "spearman": float(spearmanr(p, m).statistic) if ok else float("nan"),
+        "kendall": float(kendalltau(p, m).statistic) if ok else float("nan"),
+    }
+
+
+def points(rows: list[dict[str, Any]], kinds: list[str]) -> dict[str, list[Point]]:
+    """(predicted, measured, kind) per mapping for latency (``latency_adjusted``: with the
+    machine's drift taken out, where probed) and per used device for memory."""
+    lat, adj, mem = [], [], []
+    for row, kind in zip(rows, kinds, strict=True):
+        if row["status"] != "ok":
+            continue
+        lat.append((row["latency_predicted_ms"], row["latency_measured_ms"], kind))
+        if row.get("latency_adjusted_ms") is not None:
+            adj.append((row["latency_predicted_ms"], row["latency_adjusted_ms"], kind))
+        for key, value in row.items():
+            if key.endswith("_memory_mb_predicted") and value:
+                measured = row[key.replace("_predicted", "_measured")]
+                if measured:
+                    mem.append((value, measured, kind))
+    return {"latency": lat, "latency_adjusted": adj if len(adj) == len(lat) else [], "memory": mem}
+
+
+def by_kind(points: list[Point]) -> dict[str, dict[str, float]]:
+    """Per kind of mapping: how many, the mean signed error (bias) and MAPE of latency, %."""
+    out = {}
+    for kind in KINDS:
+        err = [(p - m) / m * 100.0 for p, m, k in points if k == kind]
+        if err:
+            out[kind] = {
+                "n": len(err),
+                "bias_pct": round(float(np.mean(err)), 2),
+                "mape_pct": round(float(np.mean(np.abs(err))), 2),
+            }
+    return out
+
+
+def _latencies(directory: Path, ordered: bool = False) -> list[dict[str, Any]]:
+    """The ``latency_ms`` of every ``*/measurements.json`` under ``directory``."""
+    files = Path(directory).glob("*/measurements.json")
+    return [
+        json.loads(f.read_text()).get("latency_ms") or {}
+        for f in (sorted(files) if ordered else files)
+    ]
+
+
+def noise_floor(directory: Path) -> float | None:
+    """Median over the measured runs of half their p10-p90 latency spread (% of the median)."""
+    spreads = [
+        (lat["p90"] - lat["p10"]) / 2 / lat["median"] * 100.0
+        for lat in _latencies(directory)
+        if lat.get("median")
+    ]
+    return round(float(np.median(spreads)), 2) if spreads else None
+
+
+def round_spread(directory: Path) -> float | None:
+    """Median over the mappings of (max - min) / median of their rounds' medians, %."""
+    spreads = [
+        lat["round_spread"] * 100.0
+        for lat in _latencies(directory)
+        if lat.get("round_spread") is not None
+    ]
+    return round(float(np.median(spreads)), 2) if spreads else None
+
+
+def repeatability(directory: Path, adjusted: bool = False) -> dict[str, float] | None:
+    """How well the measurements agree with themselves, the finest a model can be checked:
+    the Spearman correlation of one round's latencies with another's over the mappings
+    (median over pairs of rounds), and the share of (mapping, round) whose round median lies
+    within ±10 % of the median of that mapping's other rounds, %. ``adjusted``: the rounds
+    with the machine's drift taken out (``latency_ms.drift``). None with fewer than 2 rounds
+    or 3 mappings."""
+    rounds = [
+        (lat.get("drift") or {}).get("rounds_adjusted_ms") or []
+        if adjusted
+        else lat.get("rounds_ms") or []
+        for lat in _latencies(directory, ordered=True)
+    ]
+    n = min((len(r) for r in rounds), default=0)
+    if n < 2 or len(rounds) < 3:
+        return None
+    r = np.array([x[:n] for x in rounds], dtype=np.float64)  # [mappings, rounds]
+    pairs = [spearmanr(r[:, i], r[:, j]).statistic for i, j in combinations(range(n), 2)]
+    within = [
+        np.abs(r[:, i] / np.median(np.delete(r, i, axis=1), axis=1) - 1.0) <= 0.10 for i in range(n)
+    ]
+    return {
+        "spearman_round_vs_round": round(float(np.median(pairs)), 3),
+        "round_within_10_pct": round(float(np.mean(within)) * 100.0, 1),
+    }

@@ -1,0 +1,117 @@
+"""A fidelity run's steps: choose mappings, measure them, compare, write the report.
+
+Deploys and measures N mappings under MPI: the per-objective bests of a short search and points
+spread along its front, then random mappings of every kind (:mod:`dse.fidelity.choose`),
+measured in interleaved rounds (:mod:`dse.fidelity.measure`). Compares predicted against
+measured latency and per-device peak memory (the rank's peak RSS over its life, loading
+included): MAPE, share within +-10 %, Spearman and Kendall rank correlation
+(:mod:`dse.fidelity.statistics`). Writes ``fidelity.csv``, ``fidelity.png`` and
+``fidelity.json`` into the output directory.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+from dse import app
+from dse.errors import DseError
+from dse.fidelity.choose import choose
+from dse.fidelity.measure import measure
+from dse.fidelity.plot import plot
+from dse.fidelity.report import figures
+from dse.fidelity.settings import out_dir, settings_from
+from dse.fidelity.statistics import points
+from dse.runtime.package import mpiexec_path
+
+# the runtime's CSV row of a measured mapping (phase2.csv's columns); private there for now
+from dse.runtime.phase2 import _row as measured_row
+from dse.runtime.phase2 import write_csv
+from dse.search.problem import MappingProblem
+
+
+@dataclass(frozen=True)
+class FidelityReport:
+    """Where the report went, and ``fidelity.json``'s contents."""
+
+    out: Path
+    doc: dict[str, Any]
+
+
+def run_fidelity(cfg: DictConfig, tell: Callable[..., None]) -> FidelityReport:
+    """The whole run for ``cfg`` (a composed ``fidelity`` config); ``tell(message,
+    error=False)`` says what it starts. Ctrl-C during the rounds writes the report of what
+    was measured, then raises KeyboardInterrupt."""
+    s = settings_from(cfg)
+    mpiexec_path()
+    started = time.perf_counter()
+    net, platform, model = app.model_from(cfg)
+    coefficients = model.coefficients
+    if not coefficients.calibrated:
+        tell(
+            f"warning: coefficients {coefficients.source} are not calibrated: run "
+            f"python -m dse.calibrate platform={platform.name} first",
+            error=True,
+        )
+    out = out_dir(cfg, net.name, platform.name)
+    out.mkdir(parents=True, exist_ok=True)
+    problem = MappingProblem(app.chromosome_from(cfg, net, model), model, cfg.objectives)
+    algorithm = replace(
+        OmegaConf.to_object(cfg.algorithm),
+        pop_size=s.search_pop_size,
+        n_gen=s.search_generations,
+        max_evaluations=None,
+    )
+    chosen = choose(problem, algorithm, s.mappings, s.seed)
+    tell(f"measuring {len(chosen.labels)} mappings of {net.name} on {platform.name} into {out}")
+    bar = tqdm(total=len(chosen.labels) * (s.rounds + 1), desc="fidelity", unit="run")
+    measured = measure(out, net, model, chosen.mappings, chosen.labels, s, lambda: bar.update(1))
+    bar.close()
+    rows = [
+        {**measured_row(label, result), "kind": kind}
+        for label, kind, result in zip(chosen.labels, chosen.kinds, measured.results, strict=True)
+    ]
+    write_csv(out / "fidelity.csv", rows)
+    pts = points(rows, chosen.kinds)
+    if not pts["latency"]:
+        raise DseError(f"no mapping was measured (see {out}/phase2/*/stderr.log)")
+    calibrated = "calibrated" if coefficients.calibrated else "NOT calibrated"
+    plot(
+        out / "fidelity.png",
+        pts,
+        f"{net.name} on {platform.name}: predicted vs measured, {len(pts['latency'])} "
+        f"mappings ({calibrated} coefficients {coefficients.source})",
+    )
+    f = figures(pts, out / "phase2")
+    doc = {
+        "net": net.name,
+        "platform": platform.name,
+        "coefficients": coefficients.source,
+        "calibrated": coefficients.calibrated,
+        "latency": f["latency"],
+        "latency_as_measured": f["latency_as_measured"],
+        "drift": measured.speed,
+        "memory": f["memory"],
+        "failed": [r["mapping"] for r in rows if r["status"] != "ok"],
+        "warmup": s.warmup,
+        "iterations": s.iterations,
+        "rounds": s.rounds,
+        "seconds": round(time.perf_counter() - started, 1),
+        "energy": "not measured (no counter readable here); modelled only",
+        "noise_floor_pct": f["noise_floor_pct"],
+        "round_spread_pct": f["round_spread_pct"],
+        "repeatability": f["repeatability"],
+        "repeatability_adjusted": f["repeatability_adjusted"],
+        "interrupted": measured.interrupted,
+    }
+    (out / "fidelity.json").write_text(json.dumps(doc, indent=1))
+    if measured.interrupted:
+        raise KeyboardInterrupt
+    return FidelityReport(out, doc)
