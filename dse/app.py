@@ -13,11 +13,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from chromosomes import Chromosome
-from dse.calibrate.store import calibrated_path
-from dse.cli import CONF_DIR
 from dse.config import target_class
 from dse.errors import DseError
 from dse.net import Net, load_net
+from dse.paths import CONF_DIR, calibrated_path
 from dse.platform import Platform, load_platform
 from models_analytical.coefficients import Coefficients, load_coefficients
 from models_analytical.model import AnalyticalModel
@@ -37,7 +36,7 @@ def platform_from(cfg: DictConfig) -> Platform:
 
 def coefficients_path(cfg: DictConfig) -> Path:
     """``coefficients=PATH`` if given; else the platform's calibration by ``dse.calibrate`` when
-    there is one (:mod:`dse.calibrate.store`); else (or with ``coefficients=platform``) the file
+    there is one (:mod:`dse.paths`); else (or with ``coefficients=platform``) the file
     the platform config names (relative to ``conf/platform/``)."""
     given = str(cfg.get("coefficients") or "")
     if given and given != "platform":

@@ -238,7 +238,7 @@ class CalibrateConfig(BaseConfig):
     submodel_runs: int = 3  # timed rounds of each cut mapping's sub-models alone
     quick: bool = False  # few repeats and only the first net: a smoke test, not for predictions
     probe: bool = True  # time the whole net alone beside each deployment run (dse.runtime.probe)
-    out: str | None = None  # default: the platform's calibration file (dse.calibrate.store)
+    out: str | None = None  # default: the platform's calibration file (dse.paths)
 
 
 @dataclass

@@ -1,8 +1,27 @@
-"""Where dse's own files live: the config tree of the checkout (``conf/``)."""
+"""Where dse's files live: its config tree, and a platform's calibrated coefficients.
+
+``dse.calibrate`` keeps a platform's calibration where later commands with that platform find
+it: ``$DSE_CALIBRATION_DIR/<platform>.json``, by default
+``~/.config/dse/calibration/<platform>.json``. To go back to the platform's own (uncalibrated)
+file, delete that file or pass ``coefficients=platform``.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 #: The primary configs of the entry points and the platforms (Hydra's config tree).
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+#: The environment variable naming the directory of calibrated coefficients.
+CALIBRATION_ENV = "DSE_CALIBRATION_DIR"
+
+
+def calibration_dir() -> Path:
+    env = os.environ.get(CALIBRATION_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".config" / "dse" / "calibration"
+
+
+def calibrated_path(platform_name: str) -> Path:
+    """The calibrated coefficients of platform ``platform_name``."""
+    return calibration_dir() / f"{platform_name}.json"

@@ -13,11 +13,10 @@ from cli import run_module
 from hydra import compose, initialize_config_dir
 
 from dse.calibrate.settings import QUICK, settings_from
-from dse.calibrate.store import calibrated_path
-from dse.cli import CONF_DIR
 from dse.config import CalibrateConfig
 from dse.errors import DseError
 from dse.net import load_net
+from dse.paths import CONF_DIR, calibrated_path
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
 

@@ -2,7 +2,7 @@
 
 The steps are :mod:`dse.calibrate.workflow`'s, the settings :mod:`dse.calibrate.settings`'
 (keys and defaults: :class:`dse.config.CalibrateConfig`), the file :mod:`dse.calibrate.writer`'s.
-By default the file is the platform's calibration (:mod:`dse.calibrate.store`), which later
+By default the file is the platform's calibration (:mod:`dse.paths`), which later
 commands with that platform use.
 """
 

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from dse.calibrate.store import calibrated_path
-from dse.cli import CONF_DIR
 from dse.net import Net, load_net
+from dse.paths import CONF_DIR, calibrated_path
 from dse.platform import load_platform
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel

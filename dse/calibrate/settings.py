@@ -8,9 +8,9 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from dse import app
-from dse.calibrate.store import calibrated_path
 from dse.errors import DseError
 from dse.net import zoo
+from dse.paths import calibrated_path
 from dse.platform import Platform
 from models_analytical.coefficients import Coefficients, load_coefficients
 
