@@ -812,6 +812,7 @@ def test_probe_times_the_whole_model_on_each_core_of_the_platform(monkeypatch, t
     from dse.runtime import probe as probe_mod
     from dse.runtime.measure import deploy
     from dse.runtime.partition import input_arrays
+    from dse.runtime.validate import read_plan
     from dse.runtime.worker import whole_model_session
 
     plat = platform_localhost()
@@ -836,7 +837,7 @@ def test_probe_times_the_whole_model_on_each_core_of_the_platform(monkeypatch, t
     assert os.sched_getaffinity(0) == allowed
     assert 1 <= probe.repeats <= 8 and probe.threads == 1
     # the whole model alone, timed independently, in the same range
-    plan = json.loads((tmp_path / "d" / "plan.json").read_text())
+    plan = read_plan(tmp_path / "d")
     sess = whole_model_session(plan, zoo.materialize("mobilenetv2", 0))
     feeds = input_arrays(plan, 0)
     sess.run(None, feeds)
