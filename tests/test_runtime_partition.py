@@ -26,9 +26,9 @@ from dse.mapping import whole as whole_on
 from dse.net import Net, load_net
 from dse.runtime.partition import input_arrays, partition
 from dse.runtime.plan import Plan, Port, seeded_inputs
-from dse.runtime.validate import model_io, validate
 from dse.runtime.sequential import run_deployment, time_segments, time_segments_beside
 from dse.runtime.sessions import session
+from dse.runtime.validate import model_io, validate
 
 RTOL = 1e-4
 

@@ -85,9 +85,12 @@ class Launcher:
             cmd += ["--iterations", str(iterations)]
         return cmd + list(rank_args)
 
-    def run_script(self, cmd: list[str]) -> str:
-        """``run.sh``: the environment and ``cmd`` (the ranks take further arguments)."""
+    def run_script(self, cmd: list[str], directory: Path) -> str:
+        """``run.sh``: the environment, the deployment checked (:mod:`dse.runtime.check`: one
+        line and status 2 when it is wrong), then ``cmd`` (the ranks take further
+        arguments)."""
         extra = {k: v for k, v in self.env.items() if k not in MPI_ENV}
+        check = [sys.executable, "-m", "dse.runtime.check", str(Path(directory).resolve())]
         lines = [
             "#!/bin/sh",
             "# Run this deployment (every host needs the same Python environment and this "
@@ -97,6 +100,8 @@ class Launcher:
             "# A rank waiting for a message yields its core rather than spinning on it.",
             "export OMPI_MCA_mpi_yield_when_idle=1",
             *(f"export {k}={shlex.quote(v)}" for k, v in extra.items()),
+            "# The plan and files checked before any rank starts (each rank checks them again).",
+            f"{shlex.join(check)} || exit 2",
             f'exec {shlex.join(cmd)} "$@"',
         ]
         return "\n".join(lines) + "\n"

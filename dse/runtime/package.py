@@ -95,7 +95,7 @@ def write_deployment(
         if run is not None:
             plan.run = run
         plan.command = shlex.join(cmd)
-        (tmp / RUN_SCRIPT).write_text(launcher.run_script(cmd))
+        (tmp / RUN_SCRIPT).write_text(launcher.run_script(cmd, out))
         os.chmod(tmp / RUN_SCRIPT, 0o755)
         (tmp / PLAN).write_text(plan.dumps())
         os.chmod(tmp, 0o755)

@@ -226,21 +226,25 @@ def _sizes(rules: _Rules, host_memory: int | None) -> None:
             if spec.nbytes > limit:
                 raise rules.fail(
                     f"ranks[{r.rank}]",
-                    f"tensor '{name}' {list(spec.shape)} takes {spec.nbytes / 1e6:,.0f} MB, more "
-                    f"than the {limit / 1e6:,.0f} MB of memory of its device",
+                    f"tensor '{name}' {list(spec.shape)} takes {_size(spec.nbytes)}, more than "
+                    f"the {_size(limit)} of memory of its device",
                 )
         if total > limit:
             raise rules.fail(
                 f"ranks[{r.rank}]",
-                f"its buffers take {total / 1e6:,.0f} MB, more than the {limit / 1e6:,.0f} MB "
-                "of memory of its device",
+                f"its buffers take {_size(total)}, more than the {_size(limit)} of memory of "
+                "its device",
             )
     largest = max(limits)
     specs = [(f"tensors.{k}", w.spec) for k, w in plan.tensors.items()]
     specs += [(f"outputs.{p.name}", p.spec) for p in plan.outputs]
     for at, spec in specs:
         if spec.nbytes > largest:
-            raise rules.fail(at, f"takes {spec.nbytes / 1e6:,.0f} MB, more than any device has")
+            raise rules.fail(at, f"takes {_size(spec.nbytes)}, more than any device has")
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:,.0f} MB" if n >= 10**6 else f"{n:,} bytes"
 
 
 def _flow(rules: _Rules, r: RankPlan, io: SegmentIO | None) -> None:
@@ -250,11 +254,13 @@ def _flow(rules: _Rules, r: RankPlan, io: SegmentIO | None) -> None:
         {p.name: p.spec for p in plan.inputs} if r.rank == plan.entry_rank else {}
     )
 
-    def need(at: str, name: str, spec: TensorSpec | None) -> None:
+    def need(at: str, name: str, spec: TensorSpec | None, reader: str = "the step") -> None:
         if name not in held:
             raise rules.fail(at, f"reads tensor '{name}', which rank {r.rank} does not hold there")
         if spec is not None and not _same(held[name], spec):
-            raise rules.fail(at, f"tensor '{name}' is {_show(held[name])}, not {_show(spec)}")
+            raise rules.fail(
+                at, f"tensor '{name}' is {_show(held[name])}, but {reader} takes {_show(spec)}"
+            )
 
     for i, s in enumerate(r.steps):
         at = f"ranks[{r.rank}].steps[{i}]"
@@ -265,13 +271,13 @@ def _flow(rules: _Rules, r: RankPlan, io: SegmentIO | None) -> None:
                     at, f"feeds {sorted(s.inputs)[:4]}, but {s.segment} takes {sorted(ins)[:4]}"
                 )
             for t in s.inputs:
-                need(at, t, ins.get(t))
+                need(at, t, ins.get(t), s.segment)
             for t in s.outputs:
                 if io is not None and t not in outs:
                     raise rules.fail(at, f"{s.segment} has no output '{t}'")
                 held[t] = outs.get(t)
         elif isinstance(s, Send):
-            need(at, s.tensor, plan.tensors[s.tensor].spec)
+            need(at, s.tensor, plan.tensors[s.tensor].spec, "the wire (tensors)")
         elif isinstance(s, Recv):
             held[s.tensor] = plan.tensors[s.tensor].spec
         else:
@@ -282,7 +288,7 @@ def _flow(rules: _Rules, r: RankPlan, io: SegmentIO | None) -> None:
                 raise rules.fail(f"{at}.free", f"tensor '{t}' is not held there")
     for o in plan.outputs:
         if o.rank == r.rank:
-            need(f"outputs.{o.name}", o.name, o.spec)
+            need(f"outputs.{o.name}", o.name, o.spec, "the graph output")
 
 
 def _gather(rules: _Rules, at: str, r: RankPlan, s: Gather, need) -> None:  # noqa: ANN001
@@ -304,7 +310,7 @@ def _gather(rules: _Rules, at: str, r: RankPlan, s: Gather, need) -> None:  # no
             local += 1
             if p.source != r.rank:
                 raise rules.fail(f"{at}.parts[{j}]", "an untagged part must be the rank's own")
-            need(at, p.tensor, spec)
+            need(at, p.tensor, spec, "its range of the whole")
         elif not _same(rules.plan.tensors[p.tensor].spec, spec):
             raise rules.fail(f"{at}.parts[{j}]", f"'{p.tensor}' does not fill {_show(spec)}")
     if end != s.shape[s.axis] or local > 1:

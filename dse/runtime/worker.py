@@ -43,6 +43,8 @@ from dse.runtime.sessions import session
 from dse.runtime.validate import OUTPUT_TAG, host_memory_bytes, read_plan
 
 __all__ = ["Rank", "main", "measure", "whole_model_session"]
+# mpi4py.MPI is imported where a rank needs it: importing it initialises MPI (1.1 s here), and
+# Rank's helpers and whole_model_session are used outside ranks too.
 
 
 def _spin_s() -> float | None:
@@ -402,8 +404,9 @@ def _gather_outputs(comm: Any, plan: Plan, me: Rank) -> dict[str, np.ndarray]:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m mpi4py -m dse.runtime DIR [--warmup N] [--iterations N] [--stream N]``:
-    0 when the run is measured and its outputs equal the whole model's, else 2 with one line
-    (from rank 0, or from the rank that failed alone)."""
+    0 when the run is measured and its outputs equal the whole model's; else every rank ends
+    MPI and exits with status 2, rank 0 having said why in one line (a rank that fails alone
+    says why and aborts the others)."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m mpi4py -m dse.runtime")
@@ -413,22 +416,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stream", type=int, default=None, help="frames pushed back to back")
     parser.add_argument("--kill-rank", type=int, default=-1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    from mpi4py import MPI
+    from mpi4py import MPI  # initialises MPI (1.1 s on import here): ranks only
 
     comm = MPI.COMM_WORLD
-    for name in ("warmup", "iterations", "stream"):
-        value, least = getattr(args, name), 1 if name == "iterations" else 0
-        if value is not None and not least <= value <= 10**9:
-            if comm.Get_rank() == 0:
-                print(f"error: --{name} {value} is out of range", file=sys.stderr, flush=True)
-            return 2
     try:
+        for name in ("warmup", "iterations", "stream"):
+            value, least = getattr(args, name), 1 if name == "iterations" else 0
+            if value is not None and not least <= value <= 10**9:
+                raise Stop(f"--{name} {value} is out of range [{least}, {10**9}]")
         measure(args.directory, args.warmup, args.iterations, args.kill_rank, args.stream)
     except Stop as exc:
         if comm.Get_rank() == 0:
             print(f"error: {exc}", file=sys.stderr, flush=True)
-        return 2
+        _stop(2)
     except DseError as exc:  # this rank alone: the others would wait for it
         print(f"error: rank {comm.Get_rank()}: {exc}", file=sys.stderr, flush=True)
         comm.Abort(2)
     return 0
+
+
+def _stop(code: int) -> None:
+    """End MPI on this rank and exit with ``code``: every rank does, so no rank aborts the
+    others (``python -m mpi4py`` would turn a non-zero ``sys.exit`` into ``MPI_Abort``)."""
+    from mpi4py import MPI
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    MPI.Finalize()
+    os._exit(code)
