@@ -207,6 +207,29 @@ def test_deploy_cli(tmp_path: Path) -> None:
     assert json.loads((out / "plan.json").read_text()) == plan
 
 
+def test_deploy_without_out_goes_under_runs(tmp_path: Path) -> None:
+    """No out=: runs/deploy/<net>-<mapping hash> under the current directory."""
+    import subprocess
+
+    net = zoo_like(tmp_path)
+    m = tmp_path / "mapping.json"
+    m.write_text(json.dumps({"localhost_cpu0": list(net.graph.names)}))
+    batch = from_device_lists(net.graph, 2, [[[0]] * len(net.graph)])
+    args = ["+net=onnx", f"net.path={tmp_path / 'zoo_like.onnx'}", "platform=localhost"]
+    r = subprocess.run(
+        [sys.executable, "-m", "dse.deploy", *args, f"mapping={m}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "runs" / "deploy" / f"{net.name}-{batch.ident(0)}"
+    assert json.loads((out / "plan.json").read_text())["mapping_hash"] == batch.ident(0)
+    assert f"to {out.relative_to(tmp_path)} " in r.stdout
+
+
 def test_rankfile_binds_cpu_threads_and_gpu_host_threads() -> None:
     jetson = load_platform(
         yaml.safe_load((ROOT / "conf/platform/jetson_xavier_nx_x8.yaml").read_text())
