@@ -24,7 +24,6 @@ from dse.runtime.energy import energy_meter
 from dse.runtime.launch import launch
 from dse.runtime.measure import deploy, deploy_and_measure
 from dse.runtime.measurements import read_measurements
-from dse.runtime.plan import Plan, RankPlan
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
 
@@ -236,18 +235,48 @@ def test_rankfile_binds_cpu_threads_and_gpu_host_threads() -> None:
     )
     # each board: its 6-thread cpu on cores 0-5, its gpu's host thread beside them on core 5
     assert mpirun.core_slots(jetson)[:4] == ["0-5", "5", "0-5", "5"]
-    ranks = [
-        RankPlan(r, jetson.devices[d].name, d, host, "cpu", 1, 1e3, [], [])
-        for r, (host, d) in enumerate([("xavier0", 0), ("xavier0", 1), ("xavier3", 6)])
-    ]
-    plan = Plan("n", "f", "m", "jetson", 0, [], [], 0, {}, ranks)
-    hostfile, rankfile = mpirun.mpi_files(plan, jetson)
+    # ranks on devices 0 and 1 of xavier0 and device 6 (xavier3's cpu)
+    hostfile, rankfile = mpirun.mpi_files(jetson, [0, 1, 6])
     assert hostfile == "xavier0 slots=2\nxavier3 slots=1\n"
     assert rankfile == ("rank 0=xavier0 slot=0-5\nrank 1=xavier0 slot=5\nrank 2=xavier3 slot=0-5\n")
     # boards known to mpiexec by other names (an emulated cluster): the same slots on them
     boards = mpirun.Launcher(hosts={"xavier0": "board-a", "xavier3": "10.0.0.4"})
-    hostfile, rankfile = mpirun.mpi_files(plan, jetson, boards)
+    hostfile, rankfile = mpirun.mpi_files(jetson, [0, 1, 6], boards)
     assert hostfile == "board-a slots=2\n10.0.0.4 slots=1\n"
-    assert rankfile == (
-        "rank 0=board-a slot=0-5\nrank 1=board-a slot=5\nrank 2=10.0.0.4 slot=0-5\n"
+    assert rankfile == "rank 0=board-a slot=0-5\nrank 1=board-a slot=5\nrank 2=10.0.0.4 slot=0-5\n"
+
+
+def test_the_launcher_takes_mpiexec_arguments_environment_and_boards(tmp_path: Path) -> None:
+    """What an emulated cluster adds (a launch agent, a TCP interface, boards by name) reaches
+    the command, its environment and run.sh; the default command is as before."""
+    agent = mpirun.Launcher(
+        mpiexec="/opt/mpi/bin/mpiexec",
+        args=("--prtemca", "plm_ssh_agent", "/opt/enter-board"),
+        env={"OMPI_MCA_btl_tcp_if_include": "10.9.0.0/24"},
     )
+    d = tmp_path.resolve()
+    cmd = agent.command(tmp_path, 3, warmup=1, rank_args=["--stream", "4"])
+    placed = ["--hostfile", f"{d}/hostfile", "--map-by", f"rankfile:file={d}/rankfile"]
+    rank = [sys.executable, "-m", "mpi4py", "-m", "dse.runtime", str(d)]
+    assert cmd == [
+        "/opt/mpi/bin/mpiexec",
+        "-n",
+        "3",
+        *placed,
+        "--prtemca",
+        "plm_ssh_agent",
+        "/opt/enter-board",
+        *rank,
+        "--warmup",
+        "1",
+        "--stream",
+        "4",
+    ]
+    env = agent.environment()
+    assert env["OMPI_MCA_btl_tcp_if_include"] == "10.9.0.0/24"
+    assert env["OMPI_MCA_mpi_yield_when_idle"] == "1"
+    script = agent.run_script(cmd, tmp_path)
+    assert "\nexport OMPI_MCA_btl_tcp_if_include=10.9.0.0/24\n" in script
+    assert script.endswith(f'exec {" ".join(cmd)} "$@"\n')
+    plain = mpirun.Launcher(mpiexec="mpiexec").command(tmp_path, 2)
+    assert plain == ["mpiexec", "-n", "2", *placed, *rank]

@@ -19,7 +19,6 @@ from pathlib import Path
 
 from dse.errors import DseError
 from dse.platform import Platform
-from dse.runtime.plan import Plan
 
 #: Open MPI refuses to run as root without these.
 ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
@@ -64,6 +63,16 @@ class Launcher:
     def added_env(self) -> dict[str, str]:
         return {**MPI_ENV, **(ROOT_ENV if os.geteuid() == 0 else {}), **self.env}
 
+    def mpiexec_command(
+        self, n_ranks: int, directory: Path, program: Sequence[str], mpiexec: str | None = None
+    ) -> list[str]:
+        """mpiexec running ``program`` as ``n_ranks`` ranks placed by the ``hostfile`` and
+        ``rankfile`` of ``directory`` (:func:`mpi_files`), with this launcher's arguments."""
+        d = Path(directory).resolve()
+        cmd = [mpiexec or self.mpiexec or mpiexec_path(), "-n", str(n_ranks)]
+        cmd += ["--hostfile", str(d / HOSTFILE), "--map-by", f"rankfile:file={d / RANKFILE}"]
+        return [*cmd, *self.args, *program]
+
     def command(
         self,
         directory: Path,
@@ -75,15 +84,13 @@ class Launcher:
     ) -> list[str]:
         """The exact mpiexec command that runs the deployment in ``directory``; ``rank_args``
         go to the ranks (``python -m dse.runtime --help``)."""
-        d = Path(directory).resolve()
-        cmd = [mpiexec or self.mpiexec or mpiexec_path(), "-n", str(n_ranks)]
-        cmd += ["--hostfile", str(d / HOSTFILE), "--map-by", f"rankfile:file={d / RANKFILE}"]
-        cmd += [*self.args, sys.executable, "-m", "mpi4py", "-m", "dse.runtime", str(d)]
+        program = [sys.executable, "-m", "mpi4py", "-m", "dse.runtime"]
+        program.append(str(Path(directory).resolve()))
         if warmup is not None:
-            cmd += ["--warmup", str(warmup)]
+            program += ["--warmup", str(warmup)]
         if iterations is not None:
-            cmd += ["--iterations", str(iterations)]
-        return cmd + list(rank_args)
+            program += ["--iterations", str(iterations)]
+        return self.mpiexec_command(n_ranks, directory, [*program, *rank_args], mpiexec)
 
     def run_script(self, cmd: list[str], directory: Path) -> str:
         """``run.sh``: the environment, the deployment checked (:mod:`dse.runtime.check`: one
@@ -126,15 +133,20 @@ def core_slots(platform: Platform) -> list[str]:
     ]
 
 
-def mpi_files(plan: Plan, platform: Platform, launcher: Launcher | None = None) -> tuple[str, str]:
-    """The hostfile (one line per host, as many slots as its ranks) and rankfile."""
+def mpi_files(
+    platform: Platform, devices: Sequence[int], launcher: Launcher | None = None
+) -> tuple[str, str]:
+    """The hostfile (one line per host, as many slots as its ranks) and rankfile of ranks 0,
+    1, ... on ``devices`` (indices into the platform), bound as :func:`core_slots` says."""
     host = (launcher or Launcher()).host
+    names = [host(platform.devices[d].host) for d in devices]
     hosts: dict[str, int] = {}
-    for r in plan.ranks:
-        hosts[host(r.host)] = hosts.get(host(r.host), 0) + 1
+    for h in names:
+        hosts[h] = hosts.get(h, 0) + 1
     hostfile = "".join(f"{h} slots={n}\n" for h, n in hosts.items())
     slots = core_slots(platform)
     rankfile = "".join(
-        f"rank {r.rank}={host(r.host)} slot={slots[r.device_index]}\n" for r in plan.ranks
+        f"rank {r}={h} slot={slots[d]}\n"
+        for r, (h, d) in enumerate(zip(names, devices, strict=True))
     )
     return hostfile, rankfile

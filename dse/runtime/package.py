@@ -84,7 +84,7 @@ def write_deployment(
     try:
         deployment.write_segments(tmp)
         write_expected(tmp / plan.reference.expected, deployment.expected)
-        hostfile, rankfile = mpi_files(plan, platform, launcher)
+        hostfile, rankfile = mpi_files(platform, [r.device_index for r in plan.ranks], launcher)
         (tmp / HOSTFILE).write_text(hostfile)
         (tmp / RANKFILE).write_text(rankfile)
         try:
