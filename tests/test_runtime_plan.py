@@ -105,6 +105,10 @@ SCHEMA: dict[str, tuple[Edit, tuple[str, ...]]] = {
         lambda d: next(iter(d["tensors"].values())).update(dtype="object"),
         ("tensors.x.dtype", "is not one of"),
     ),
+    "dtype a list": (
+        lambda d: next(iter(d["tensors"].values())).update(dtype=["float32"]),
+        ("tensors.x.dtype", '["float32"] is not one of'),
+    ),
     "negative dim": (
         lambda d: next(iter(d["tensors"].values())).update(shape=[1, -4]),
         ("tensors.x.shape[1]", "outside"),

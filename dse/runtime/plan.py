@@ -392,7 +392,7 @@ class _PlanReader:
         return tuple(self.int(d, f"{at}[{i}]", 0, 2**40) for i, d in enumerate(dims))
 
     def dtype(self, value: Any, at: str) -> str:
-        if value not in DTYPES:
+        if not isinstance(value, str) or value not in DTYPES:
             raise self.fail(at, f"{json.dumps(value)[:40]} is not one of {sorted(DTYPES)}")
         return value
 
