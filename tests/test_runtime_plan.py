@@ -447,3 +447,45 @@ def test_a_run_whose_outputs_differ_fails_with_status_2(deployed: Path, tmp_path
     )
     assert done.returncode == 2
     assert done.stderr.startswith(f"error: {d}: outputs differ from the whole model")
+
+
+def test_random_damage_is_accepted_or_one_line(deployed: Path, tmp_path: Path) -> None:
+    """300 seeded random edits of the plan's JSON (fields removed, lists shortened or an entry
+    doubled, values replaced by values of other types): each plan is read or refused with one
+    DseError line, never another exception (this found a dtype given as a list)."""
+    import random
+
+    base = json.loads((deployed / PLAN).read_text())
+    values = [None, True, 0, -1, 2, 10**20, 1.5, "", "x", "../x", [], [1], {}, "float64"]
+
+    def paths(obj: Any, path: tuple = ()) -> list[tuple]:
+        out = [path] if path else []
+        if isinstance(obj, dict | list):
+            for k, v in obj.items() if isinstance(obj, dict) else enumerate(obj):
+                out += paths(v, (*path, k))
+        return out
+
+    every = paths(base)
+    rng = random.Random(0)
+    d = tampered(deployed, tmp_path)
+    refusals = 0
+    for _ in range(300):
+        doc = json.loads(json.dumps(base))
+        *head, key = rng.choice(every)
+        parent = doc
+        for k in head:
+            parent = parent[k]
+        roll = rng.random()
+        if roll < 0.2:
+            parent.pop(key)
+        elif roll < 0.3 and isinstance(parent, list):
+            parent.insert(key, parent[key])
+        else:
+            parent[key] = rng.choice(values)
+        (d / PLAN).write_text(json.dumps(doc))
+        try:
+            read_plan(d)
+        except DseError as exc:
+            assert "\n" not in str(exc)
+            refusals += 1
+    assert refusals > 250  # most damage is refused (what passes: a dropped "free", layers)
