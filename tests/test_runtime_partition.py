@@ -553,3 +553,28 @@ def test_concat_inputs_of_a_cpu_sub_model_pass_an_identity_conv() -> None:
         ["a"],
     ]
     assert list(nodes[0].input) == ["a", "b", "c", "d"]  # the caller's nodes are not changed
+
+
+@pytest.mark.parametrize("where", ["../outside.data", "/etc/passwd", "link.data"])
+def test_external_weights_outside_the_models_folder_are_refused(tmp_path: Path, where: str):
+    """A weight stored at ../, at an absolute path or through a symlink out of the model's
+    folder is never read into a sub-model (the loader infers every shape of this model, so it
+    never reads the weights itself)."""
+    channel_local_net(tmp_path)
+    model = onnx.load(str(tmp_path / "cl.onnx"))
+    ext = tmp_path / "ext"
+    ext.mkdir()
+    onnx.save(
+        model, str(ext / "m.onnx"), save_as_external_data=True, location="m.data", size_threshold=0
+    )
+    (tmp_path / "outside.data").write_bytes((ext / "m.data").read_bytes())
+    (ext / "link.data").symlink_to(tmp_path / "outside.data")
+    m = onnx.load(str(ext / "m.onnx"), load_external_data=False)
+    for e in m.graph.initializer[0].external_data:
+        if e.key == "location":
+            e.value = where
+    (ext / "m.onnx").write_bytes(m.SerializeToString())
+    net = load_net({"name": "onnx", "path": str(ext / "m.onnx")})
+    batch = from_device_lists(net.graph, 2, [[[0]] * len(net.graph)])
+    with pytest.raises(DseError, match=f"stored at '{where}', outside the model's folder"):
+        partition(net, batch, platform(2))
