@@ -812,7 +812,7 @@ def test_probe_times_the_whole_model_on_each_core_of_the_platform(monkeypatch, t
     from dse.runtime import probe as probe_mod
     from dse.runtime.measure import deploy
     from dse.runtime.partition import input_arrays
-    from dse.runtime.validate import read_plan
+    from dse.runtime.reader import read_plan
     from dse.runtime.worker import whole_model_session
 
     plat = platform_localhost()

@@ -1,5 +1,5 @@
 """A plan from disk is never trusted: tampered plans, by class of damage, are refused in one
-line naming what is wrong, before any rank allocates (dse.runtime.validate.read_plan); the
+line naming what is wrong, before any rank allocates (dse.runtime.reader.read_plan); the
 plan's JSON round-trips through its types; a run whose outputs differ from the whole model's,
 or cannot be checked, fails with status 2."""
 
@@ -30,7 +30,7 @@ from dse.runtime.launch import launch
 from dse.runtime.measure import deploy
 from dse.runtime.measurements import read_measurements
 from dse.runtime.plan import EXPECTED, PLAN, Plan
-from dse.runtime.validate import read_plan
+from dse.runtime.reader import read_plan
 
 Edit = Callable[[dict[str, Any]], None]
 

@@ -1,5 +1,5 @@
 """``python -m dse.runtime.check DIR``: check a deployment (its plan, sub-models and expected
-outputs, :func:`dse.runtime.validate.read_plan`) before any rank starts; ``run.sh`` runs it
+outputs, :func:`dse.runtime.reader.read_plan`) before any rank starts; ``run.sh`` runs it
 first. Status 0 when it holds, else 2 with one line saying what is wrong."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from dse.errors import DseError
-from dse.runtime.validate import read_plan
+from dse.runtime.reader import read_plan
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,8 +24,8 @@ from dse.net.onnx_load import fix_input_shapes
 from dse.net.zoo.materialize import cache_root
 from dse.runtime.measurements import Equivalence
 from dse.runtime.plan import Plan, input_arrays
+from dse.runtime.reader import inside
 from dse.runtime.sessions import session
-from dse.runtime.validate import inside
 
 #: Outputs must agree to max|a - b| <= RTOL * max|b| (see tests/test_runtime_partition.py).
 RTOL = 1e-4

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from dse.runtime.measurements import MEASUREMENTS, Measurement, failed, read_measurements
 from dse.runtime.mpirun import MPI_ENV, ROOT_ENV, Launcher
-from dse.runtime.validate import read_plan
+from dse.runtime.reader import read_plan
 
 # MPI_ENV and ROOT_ENV moved to dse.runtime.mpirun; kept here for their callers
 __all__ = ["MPI_ENV", "ROOT_ENV", "kill_session", "launch", "session_processes"]

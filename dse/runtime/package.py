@@ -29,7 +29,7 @@ from dse.runtime.mpirun import (
 )
 from dse.runtime.partition import Deployment
 from dse.runtime.plan import PLAN, RunSettings
-from dse.runtime.validate import read_plan_json
+from dse.runtime.reader import read_plan_json
 
 # core_slots and mpiexec_path moved to dse.runtime.mpirun; kept here for their callers
 __all__ = ["check_existing", "core_slots", "mpiexec_path", "write_deployment"]

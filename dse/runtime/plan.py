@@ -1,7 +1,7 @@
 """The plan of a deployment: what each rank receives, runs and sends, in order (``plan.json``).
 
 The types here are the plan; :meth:`Plan.to_json` is its one JSON form, written once by
-:func:`dse.runtime.package.write_deployment`, and :func:`dse.runtime.validate.read_plan` its
+:func:`dse.runtime.package.write_deployment`, and :func:`dse.runtime.reader.read_plan` its
 one reader, which checks the file (:meth:`Plan.from_json`: the schema, every field named where
 it is wrong; then the rules of :mod:`dse.runtime.validate`) before a rank allocates anything.
 

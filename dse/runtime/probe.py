@@ -28,7 +28,7 @@ from dse.platform import Platform
 from dse.runtime.equivalence import whole_model_session
 from dse.runtime.mpirun import core_slots
 from dse.runtime.plan import input_arrays
-from dse.runtime.validate import read_plan
+from dse.runtime.reader import read_plan
 
 #: A probe times this much work per core set (at least one run of the model).
 PROBE_S = 0.12

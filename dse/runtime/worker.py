@@ -39,8 +39,9 @@ from dse.runtime.measurements import (
     write_measurements,
 )
 from dse.runtime.plan import Gather, Plan, Recv, RunSettings, Send, input_arrays
+from dse.runtime.reader import host_memory_bytes, read_plan
 from dse.runtime.sessions import session
-from dse.runtime.validate import OUTPUT_TAG, host_memory_bytes, read_plan
+from dse.runtime.validate import OUTPUT_TAG
 
 __all__ = ["Rank", "main", "measure", "whole_model_session"]
 # mpi4py.MPI is imported where a rank needs it: importing it initialises MPI (1.1 s here), and
