@@ -315,10 +315,6 @@ class Plan(_Keys):
         """The plan of a parsed ``plan.json``; one line naming the field where it is wrong."""
         return _PlanReader(where).plan(doc)
 
-    def segment_ranks(self) -> dict[str, int]:
-        """Each sub-model's rank."""
-        return {name: r.rank for r in self.ranks for name in r.segments}
-
 
 def input_arrays(plan: Plan, seed: int | None = None) -> dict[str, np.ndarray]:
     """The plan's seeded input image(s) (``seed``: the plan's): :func:`seeded_inputs`."""
@@ -338,13 +334,6 @@ def seeded_inputs(ports: list[Port], seed: int = 0) -> dict[str, np.ndarray]:
     return out
 
 
-def total_bytes(plan: Plan) -> int:
-    """Bytes every rank sends in one inference."""
-    return sum(
-        plan.tensors[s.tensor].spec.nbytes for r in plan.ranks for s in r.steps if s.op == "send"
-    )
-
-
 class _PlanReader:
     """Builds a :class:`Plan` from parsed JSON, naming the field that is wrong."""
 
@@ -362,34 +351,34 @@ class _PlanReader:
                 raise self.fail(at, f"'{k}' is missing")
         return value
 
-    def int(self, value: Any, at: str, lo: int = 0, hi: int = MAX_INT) -> int:
+    def integer(self, value: Any, at: str, lo: int = 0, hi: int = MAX_INT) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.fail(at, f"expected an integer, not {_kind(value)}")
         if not lo <= value <= hi:
             raise self.fail(at, f"{value} is outside [{lo}, {hi}]")
         return value
 
-    def str(self, value: Any, at: str, limit: int = 4096) -> str:
+    def text(self, value: Any, at: str, limit: int = 4096) -> str:
         if not isinstance(value, str) or not value or len(value) > limit or "\0" in value:
             raise self.fail(at, f"expected a non-empty text of at most {limit} characters")
         return value
 
-    def list(self, value: Any, at: str) -> list[Any]:
+    def items(self, value: Any, at: str) -> list[Any]:
         if not isinstance(value, list):
             raise self.fail(at, f"expected a list, not {_kind(value)}")
         return value
 
     def each(self, value: Any, at: str, read: Callable[[Any, str], Any]) -> list[Any]:
-        return [read(v, f"{at}[{i}]") for i, v in enumerate(self.list(value, at))]
+        return [read(v, f"{at}[{i}]") for i, v in enumerate(self.items(value, at))]
 
     def names(self, value: Any, at: str) -> list[str]:
-        return self.each(value, at, self.str)
+        return self.each(value, at, self.text)
 
     def shape(self, value: Any, at: str) -> tuple[int, ...]:
-        dims = self.list(value, at)
+        dims = self.items(value, at)
         if len(dims) > MAX_RANK_DIMS:
             raise self.fail(at, f"{len(dims)} dimensions, more than {MAX_RANK_DIMS}")
-        return tuple(self.int(d, f"{at}[{i}]", 0, 2**40) for i, d in enumerate(dims))
+        return tuple(self.integer(d, f"{at}[{i}]", 0, 2**40) for i, d in enumerate(dims))
 
     def dtype(self, value: Any, at: str) -> str:
         if not isinstance(value, str) or value not in DTYPES:
@@ -398,14 +387,14 @@ class _PlanReader:
 
     def port(self, value: Any, at: str, output: bool) -> Port:
         d = self.obj(value, at, ("name", "shape", "dtype", *(("rank",) if output else ())))
-        rank = self.int(d["rank"], f"{at}.rank") if output else None
+        rank = self.integer(d["rank"], f"{at}.rank") if output else None
         shape, dtype = self.shape(d["shape"], f"{at}.shape"), self.dtype(d["dtype"], f"{at}.dtype")
-        return Port(self.str(d["name"], f"{at}.name"), shape, dtype, rank)
+        return Port(self.text(d["name"], f"{at}.name"), shape, dtype, rank)
 
     def wire(self, value: Any, at: str) -> WireTensor:
         d = self.obj(value, at, ("shape", "dtype", "tag"))
         shape, dtype = self.shape(d["shape"], f"{at}.shape"), self.dtype(d["dtype"], f"{at}.dtype")
-        return WireTensor(shape, dtype, self.int(d["tag"], f"{at}.tag"))
+        return WireTensor(shape, dtype, self.integer(d["tag"], f"{at}.tag"))
 
     def step(self, value: Any, at: str) -> Step:
         d = self.obj(value, at, ("op",))
@@ -413,15 +402,18 @@ class _PlanReader:
         free = self.names(d.get("free", []), f"{at}.free")
         if op == "run":
             d = self.obj(d, at, ("segment", "inputs", "outputs", "layers"))
-            layers = self.each(d["layers"], f"{at}.layers", self.int)
+            layers = self.each(d["layers"], f"{at}.layers", self.integer)
             inputs, outputs = self.names(d["inputs"], f"{at}.inputs"), d["outputs"]
-            segment = self.str(d["segment"], f"{at}.segment", 255)
+            segment = self.text(d["segment"], f"{at}.segment", 255)
             return Run(segment, inputs, self.names(outputs, f"{at}.outputs"), layers, free)
         if op in ("send", "recv"):
             peer = "to" if op == "send" else "from"
             d = self.obj(d, at, ("tensor", peer, "tag"))
-            tensor, tag = self.str(d["tensor"], f"{at}.tensor"), self.int(d["tag"], f"{at}.tag")
-            other = self.int(d[peer], f"{at}.{peer}")
+            tensor, tag = (
+                self.text(d["tensor"], f"{at}.tensor"),
+                self.integer(d["tag"], f"{at}.tag"),
+            )
+            other = self.integer(d[peer], f"{at}.{peer}")
             return (
                 Send(tensor, other, tag, free) if op == "send" else Recv(tensor, other, tag, free)
             )
@@ -432,19 +424,22 @@ class _PlanReader:
                 self.dtype(d["dtype"], f"{at}.dtype"),
             )
             parts = self.each(d["parts"], f"{at}.parts", self.part)
-            axis = self.int(d["axis"], f"{at}.axis", 0, MAX_RANK_DIMS)
-            return Gather(self.str(d["tensor"], f"{at}.tensor"), shape, dtype, axis, parts, free)
+            axis = self.integer(d["axis"], f"{at}.axis", 0, MAX_RANK_DIMS)
+            return Gather(self.text(d["tensor"], f"{at}.tensor"), shape, dtype, axis, parts, free)
         raise self.fail(f"{at}.op", f"{json.dumps(op)[:40]} is not run, send, recv or gather")
 
     def part(self, value: Any, at: str) -> Part:
         d = self.obj(value, at, ("tensor", "from", "range"))
-        bounds = self.list(d["range"], f"{at}.range")
+        bounds = self.items(d["range"], f"{at}.range")
         if len(bounds) != 2:
             raise self.fail(f"{at}.range", "expected [first, end]")
-        lo, hi = (self.int(b, f"{at}.range[{i}]", 0, 2**40) for i, b in enumerate(bounds))
-        tag = None if "tag" not in d else self.int(d["tag"], f"{at}.tag")
+        lo, hi = (self.integer(b, f"{at}.range[{i}]", 0, 2**40) for i, b in enumerate(bounds))
+        tag = None if "tag" not in d else self.integer(d["tag"], f"{at}.tag")
         return Part(
-            self.str(d["tensor"], f"{at}.tensor"), self.int(d["from"], f"{at}.from"), (lo, hi), tag
+            self.text(d["tensor"], f"{at}.tensor"),
+            self.integer(d["from"], f"{at}.from"),
+            (lo, hi),
+            tag,
         )
 
     def rank(self, value: Any, at: str) -> RankPlan:
@@ -460,12 +455,12 @@ class _PlanReader:
         if d["kind"] not in ("cpu", "gpu"):
             raise self.fail(f"{at}.kind", "expected cpu or gpu")
         return RankPlan(
-            self.int(d["rank"], f"{at}.rank"),
-            self.str(d["device"], f"{at}.device", 255),
-            self.int(d["device_index"], f"{at}.device_index"),
-            self.str(d["host"], f"{at}.host", 255),
+            self.integer(d["rank"], f"{at}.rank"),
+            self.text(d["device"], f"{at}.device", 255),
+            self.integer(d["device_index"], f"{at}.device_index"),
+            self.text(d["host"], f"{at}.host", 255),
             d["kind"],
-            self.int(d["threads"], f"{at}.threads", 1, 4096),
+            self.integer(d["threads"], f"{at}.threads", 1, 4096),
             float(memory),
             self.names(d["segments"], f"{at}.segments"),
             self.each(d["steps"], f"{at}.steps", self.step),
@@ -476,15 +471,15 @@ class _PlanReader:
         shape = d.get("input_shape")
         if not isinstance(shape, list | dict | str | int | type(None)) or isinstance(shape, bool):
             raise self.fail(f"{at}.input_shape", f"unexpected {_kind(shape)}")
-        path, expected = self.str(d["path"], f"{at}.path"), d["expected"]
-        return Reference(path, shape, self.str(expected, f"{at}.expected", 255))
+        path, expected = self.text(d["path"], f"{at}.path"), d["expected"]
+        return Reference(path, shape, self.text(expected, f"{at}.expected", 255))
 
     def run(self, value: Any, at: str) -> RunSettings:
         d = self.obj(value, at, ("warmup", "iterations"))
         return RunSettings(
-            self.int(d["warmup"], f"{at}.warmup", 0, 10**9),
-            self.int(d["iterations"], f"{at}.iterations", 1, 10**9),
-            self.int(d.get("stream", 0), f"{at}.stream", 0, 10**9),
+            self.integer(d["warmup"], f"{at}.warmup", 0, 10**9),
+            self.integer(d["iterations"], f"{at}.iterations", 1, 10**9),
+            self.integer(d.get("stream", 0), f"{at}.stream", 0, 10**9),
         )
 
     def plan(self, doc: Any) -> Plan:
@@ -498,23 +493,23 @@ class _PlanReader:
         tensors = self.obj(d["tensors"], "tensors")
         command = d.get("command")
         return Plan(
-            net=self.str(d["net"], "net", 255),
-            fingerprint=self.str(d["fingerprint"], "fingerprint", 255),
-            mapping_hash=self.str(d["mapping_hash"], "mapping_hash", 255),
-            platform=self.str(d["platform"], "platform", 255),
-            seed=self.int(d["seed"], "seed", 0, 2**63),
+            net=self.text(d["net"], "net", 255),
+            fingerprint=self.text(d["fingerprint"], "fingerprint", 255),
+            mapping_hash=self.text(d["mapping_hash"], "mapping_hash", 255),
+            platform=self.text(d["platform"], "platform", 255),
+            seed=self.integer(d["seed"], "seed", 0, 2**63),
             inputs=self.each(d["inputs"], "inputs", lambda v, at: self.port(v, at, False)),
             outputs=self.each(d["outputs"], "outputs", lambda v, at: self.port(v, at, True)),
-            entry_rank=self.int(d["entry_rank"], "entry_rank"),
+            entry_rank=self.integer(d["entry_rank"], "entry_rank"),
             tensors={
-                self.str(k, "tensors"): self.wire(v, f"tensors.{k}") for k, v in tensors.items()
+                self.text(k, "tensors"): self.wire(v, f"tensors.{k}") for k, v in tensors.items()
             },
             ranks=self.each(d["ranks"], "ranks", self.rank),
             reference=None
             if d.get("reference") is None
             else self.reference(d["reference"], "reference"),
             run=None if d.get("run") is None else self.run(d["run"], "run"),
-            command=None if command is None else self.str(command, "command", 65536),
+            command=None if command is None else self.text(command, "command", 65536),
         )
 
 
