@@ -1,8 +1,7 @@
-"""`python -m dse.deploy +net=NET mapping=M platform=P out=DIR [measure=true]`: phase two."""
+"""`python -m dse.deploy +net=NET mapping=M platform=P [out=DIR] [measure=true]`: phase two."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -14,17 +13,22 @@ from dse import app
 from dse.cli import CONF_DIR, guarded, run
 from dse.errors import DseError
 from dse.files import read_json
-from dse.mapping import from_autodice
-from dse.net import load_net
+from dse.mapping import Mappings, from_autodice
+from dse.net import Net, load_net
+from dse.runtime.comparison import COMPARISON, Compared
 from dse.runtime.measure import deploy, deploy_and_measure
+from dse.runtime.measurements import MEASUREMENTS
+
+#: Where a deployment goes without out=: under runs/, named by net and mapping.
+DEFAULT_OUT = "runs/deploy/{net}-{mapping}"
 
 
-def summary(result: dict[str, Any]) -> str:
+def summary(result: Compared) -> str:
     """A few lines: status, latency measured vs predicted, per device."""
     if result.get("status") != "ok":
         return f"measurement failed: {result.get('reason')}"
     lat = result["latency_ms"]
-    cmp = result.get("comparison", {})
+    cmp = result.get("comparison") or {}
     pred = cmp.get("latency_ms", {}).get("predicted")
     lines = [
         f"latency {lat['median']:.2f} ms median (p10 {lat['p10']:.2f}, p90 {lat['p90']:.2f}) "
@@ -47,6 +51,15 @@ def summary(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def read_mapping(cfg: DictConfig, net: Net, keys: list[str]) -> Mappings:
+    """The AutoDiCE mapping (and horizontal) files of ``cfg`` as a mapping of ``net``."""
+    mapping = read_json(cfg.mapping, "mapping")
+    horizontal = read_json(cfg.horizontal, "horizontal") if cfg.get("horizontal") else None
+    if not isinstance(mapping, dict):
+        raise DseError('mapping.json must be an object {"<host>_<resource>": [node names]}')
+    return from_autodice(net.graph, keys, mapping, horizontal)
+
+
 @hydra.main(config_path=str(CONF_DIR), config_name="deploy", version_base="1.3")
 @guarded
 def main(cfg: DictConfig) -> dict[str, Any]:
@@ -55,8 +68,6 @@ def main(cfg: DictConfig) -> dict[str, Any]:
             "no mapping given: add mapping=path/mapping.json "
             "(and horizontal=path/horizontal.json for split layers)"
         )
-    if not cfg.get("out"):
-        raise DseError("no output directory given: add out=DIR")
     if int(cfg.iterations) < 1 or int(cfg.warmup) < 0:
         raise DseError("iterations must be at least 1 and warmup at least 0")
     started = time.perf_counter()
@@ -64,44 +75,27 @@ def main(cfg: DictConfig) -> dict[str, Any]:
         net, platform, model = app.model_from(cfg)
     else:
         net, platform, model = load_net(cfg.get("net")), app.platform_from(cfg), None
-    mapping = read_json(cfg.mapping, "mapping")
-    horizontal = read_json(cfg.horizontal, "horizontal") if cfg.get("horizontal") else None
-    if not isinstance(mapping, dict):
-        raise DseError('mapping.json must be an object {"<host>_<resource>": [node names]}')
-    mapping = from_autodice(net.graph, platform.keys, mapping, horizontal)
-    out = Path(str(cfg.out)).expanduser()
-    seed = int(cfg.seed)
+    mapping = read_mapping(cfg, net, platform.keys)
+    default = DEFAULT_OUT.format(net=net.name, mapping=mapping.ident(0))
+    out = Path(str(cfg.get("out") or default)).expanduser()
+    seed, warmup, iterations = int(cfg.seed), int(cfg.warmup), int(cfg.iterations)
     if not cfg.measure:
-        plan = deploy(
-            net, platform, mapping, out, seed, int(cfg.warmup), int(cfg.iterations), int(cfg.stream)
-        )
-        n_seg = sum(len(r["segments"]) for r in plan["ranks"])
+        plan = deploy(net, platform, mapping, out, seed, warmup, iterations, int(cfg.stream))
+        n_seg = sum(len(r.segments) for r in plan.ranks)
         print(
-            f"deployed {net.name} on {len(plan['ranks'])} ranks ({n_seg} sub-models) to {out} "
+            f"deployed {net.name} on {len(plan.ranks)} ranks ({n_seg} sub-models) to {out} "
             f"in {time.perf_counter() - started:.2f} s; run it with {out / 'run.sh'}"
         )
-        return {"status": "ok", "out": str(out), "ranks": len(plan["ranks"])}
+        return {"status": "ok", "out": str(out), "ranks": len(plan.ranks)}
     result = deploy_and_measure(
-        net,
-        platform,
-        model,
-        mapping,
-        out,
-        seed,
-        int(cfg.warmup),
-        int(cfg.iterations),
-        float(cfg.timeout_s),
+        net, platform, model, mapping, out, seed, warmup, iterations, float(cfg.timeout_s),
         int(cfg.stream),
-    )
+    )  # fmt: skip
     print(summary(result))
     if result.get("status") != "ok":
         raise DseError(f"the deployment in {out} failed: {result.get('reason')}")
-    print(f"measurements: {out / 'measurements.json'}")
-    return {
-        "status": "ok",
-        "out": str(out),
-        "measurements": json.loads((out / "measurements.json").read_text()),
-    }
+    print(f"measurements: {out / MEASUREMENTS}; beside the model's predictions: {out / COMPARISON}")
+    return {"status": "ok", "out": str(out), "comparison": result}
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ probes, the machine's drift taken out, the probe timing the whole model."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from types import SimpleNamespace
 
@@ -17,8 +16,10 @@ from dse.mapping import whole as whole_on
 from dse.net import load_net, zoo
 from dse.runtime import measure
 from dse.runtime import probe as probe_mod
-from dse.runtime.measure import deploy, measured_latency_ms, merge_runs, take_out_drift
-from dse.runtime.partition import input_arrays
+from dse.runtime.measure import deploy
+from dse.runtime.measurements import measured_latency_ms, merge_runs, take_out_drift
+from dse.runtime.plan import input_arrays
+from dse.runtime.reader import read_plan
 
 
 def test_runs_of_one_deployment_merge_into_one_measurement() -> None:
@@ -150,7 +151,7 @@ def test_probe_times_the_whole_model_on_each_core_of_the_platform(monkeypatch, t
     assert ms == pytest.approx(np.median(timed) * 1e3)
     # each run is the whole network on the plan's inputs: a session of the whole ONNX file
     # of its own gives the same outputs
-    plan = json.loads((tmp_path / "d" / "plan.json").read_text())
+    plan = read_plan(tmp_path / "d")
     feeds = input_arrays(plan, 0)
     whole = ort.InferenceSession(str(zoo.materialize("mobilenetv2", 0)))
     expected = whole.run(None, feeds)

@@ -37,7 +37,7 @@ def test_model_counts_the_segments_the_partitioner_cuts(name: str, kind: str) ->
     ev = AnalyticalModel(g, plat, coefficients()).evaluate(batch)
     for p in range(len(batch)):
         plan = partition(net, batch.take(p), plat).plan
-        got = {r["device_index"]: len(r["segments"]) for r in plan["ranks"]}
+        got = {r.device_index: len(r.segments) for r in plan.ranks}
         want = {d: int(ev.segments[p, d]) for d in range(2) if ev.used[p, d]}
         assert got == want
 
@@ -71,10 +71,10 @@ def test_model_charges_the_sub_models_the_partitioner_writes(name: str, kind: st
     for p in range(len(batch)):
         dep = partition(net, batch.take(p), plat)
         subs = features(dep, batch.take(p), base)
-        for r in dep.plan["ranks"]:
-            d = r["device_index"]
+        for r in dep.plan.ranks:
+            d = r.device_index
             mine = [f for f in subs.values() if f["device"] == d]
-            assert extra["segment_run_s"][p, d] == pytest.approx(len(r["segments"]))
+            assert extra["segment_run_s"][p, d] == pytest.approx(len(r.segments))
             assert extra["segment_in_per_byte_s"][p, d] == pytest.approx(
                 sum(f["in_bytes"] for f in mine)
             )
@@ -105,14 +105,13 @@ def test_model_holds_the_buffers_the_runtime_allocates(name: str, kind: str) -> 
     held = AnalyticalModel(g, plat, coefficients()).memory_terms(batch)["held_mb"]
     for p in range(len(batch)):
         plan = partition(net, batch.take(p), plat).plan
-        for r in plan["ranks"]:
+        for r in plan.ranks:
             kept = 0
-            for s in r["steps"]:
-                if s["op"] in ("recv", "gather"):
-                    gathered = s["op"] == "gather"
-                    shape = s["shape"] if gathered else plan["tensors"][s["tensor"]]["shape"]
+            for s in r.steps:
+                if s.op in ("recv", "gather"):
+                    shape = s.shape if s.op == "gather" else plan.tensors[s.tensor].shape
                     kept += 4 * int(np.prod(shape))  # float32
-            if r["rank"] == plan["entry_rank"]:
-                kept += sum(4 * int(np.prod(i["shape"])) for i in plan["inputs"])
-            assert held[p, r["device_index"]] * 1e6 == pytest.approx(kept), (p, r["rank"])
+            if r.rank == plan.entry_rank:
+                kept += sum(4 * int(np.prod(i.shape)) for i in plan.inputs)
+            assert held[p, r.device_index] * 1e6 == pytest.approx(kept), (p, r.rank)
     assert held.max() > 0

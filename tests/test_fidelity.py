@@ -47,7 +47,7 @@ def test_repeatability_of_rounds_by_hand(tmp_path) -> None:
     rounds = {"m1": [10, 10, 10], "m2": [20, 22, 30], "m3": [30, 25, 21]}
     for name, r in rounds.items():
         (tmp_path / name).mkdir()
-        (tmp_path / name / "measurements.json").write_text(
+        (tmp_path / name / "comparison.json").write_text(
             json.dumps({"latency_ms": {"median": float(np.median(r)), "rounds_ms": r}})
         )
     rep = repeatability(tmp_path)
@@ -56,7 +56,7 @@ def test_repeatability_of_rounds_by_hand(tmp_path) -> None:
     # within 10 % of the other rounds' median: m1 all 3; m2 none (20/26, 22/25, 30/21);
     # m3 only round 1 (25/25.5): 4 of 9
     assert rep["round_within_10_pct"] == pytest.approx(44.4)
-    (tmp_path / "m3" / "measurements.json").write_text(json.dumps({"latency_ms": {}}))
+    (tmp_path / "m3" / "comparison.json").write_text(json.dumps({"latency_ms": {}}))
     assert repeatability(tmp_path) is None  # a mapping without rounds: nothing to compare
 
 
@@ -131,7 +131,7 @@ def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> 
     assert "not calibrated" in res.stderr
     assert (out / "fidelity.png").stat().st_size > 10_000
     for row in rows:  # two interleaved rounds of one iteration each, sub-models dropped
-        lat = json.loads((out / "phase2" / row["mapping"] / "measurements.json").read_text())
+        lat = json.loads((out / "phase2" / row["mapping"] / "comparison.json").read_text())
         lat = lat["latency_ms"]
         assert len(lat["rounds_ms"]) == 2 and len(lat["all"]) == 2
         assert lat["median"] == pytest.approx(np.median(lat["rounds_ms"]), abs=1e-3)
@@ -143,7 +143,7 @@ def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> 
     assert doc["drift"]["reference"] == "calibration" and doc["drift"]["reference_ms"] == 40.0
     probes = []
     for row in rows:
-        lat = json.loads((out / "phase2" / row["mapping"] / "measurements.json").read_text())
+        lat = json.loads((out / "phase2" / row["mapping"] / "comparison.json").read_text())
         lat = lat["latency_ms"]
         probes += lat["rounds_probe_ms"]
         by_hand = np.median(np.array(lat["rounds_ms"]) * 40.0 / np.array(lat["rounds_probe_ms"]))

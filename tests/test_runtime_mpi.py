@@ -18,9 +18,12 @@ from dse.errors import DseError
 from dse.mapping import from_device_lists, to_autodice
 from dse.net import load_net
 from dse.platform import load_platform
-from dse.runtime import package
+from dse.runtime import mpirun
+from dse.runtime.comparison import read_comparison
+from dse.runtime.energy import energy_meter
 from dse.runtime.launch import launch
 from dse.runtime.measure import deploy, deploy_and_measure
+from dse.runtime.measurements import read_measurements
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
 
@@ -71,10 +74,20 @@ def test_lop_mapping(tmp_path: Path, localhost) -> None:
     bytes_sent = model.evaluate(batch).bytes_sent[0]
     assert [x["bytes_sent"] for x in r["ranks"]] == [int(b) for b in bytes_sent]
     assert r["comparison"]["devices"]["localhost_cpu1"]["bytes_sent"]["error_pct"] == 0.0
-    assert all(x["energy_j"] is None and x["energy_reason"] for x in r["ranks"]) or all(
-        x["energy_j"] is not None for x in r["ranks"]
-    )
-    assert json.loads((out / "measurements.json").read_text())["predicted"]["latency_ms"] > 0
+    meter = energy_meter()  # the ranks run here: they read the counter this process finds
+    if meter.available:
+        assert all(
+            x["energy_j"] is not None and x["energy_scope"] == meter.kind for x in r["ranks"]
+        )
+    else:
+        assert all(x["energy_j"] is None and x["energy_reason"] == meter.reason for x in r["ranks"])
+    # rank 0 wrote the measurement; this process the comparison (the measurement beside the
+    # prediction); each file has its one writer
+    measured = read_measurements(out)
+    assert "predicted" not in measured and "comparison" not in measured
+    compared = read_comparison(out)
+    assert compared["predicted"]["latency_ms"] > 0 and compared == json.loads(json.dumps(r))
+    assert {k: v for k, v in compared.items() if k not in ("predicted", "comparison")} == measured
 
 
 def aba_batch(net):
@@ -88,7 +101,7 @@ def test_a_b_a_vertical_mapping(tmp_path: Path, localhost) -> None:
     out = tmp_path / "aba"
     plan = deploy(net, localhost, aba_batch(net), out, warmup=1, iterations=3, stream=6)
     # rank 0 runs, sends to 1, and waits for 1's result before it runs again
-    steps = [s["op"] for s in plan["ranks"][0]["steps"]]
+    steps = [s.op for s in plan.ranks[0].steps]
     assert steps[:3] == ["run", "send", "recv"] and steps.count("recv") >= 3
     r = launch(out, timeout_s=120)
     assert r["status"] == "ok", r.get("reason")
@@ -104,7 +117,7 @@ def test_killed_rank_fails_with_its_reason_and_leaves_no_process(tmp_path: Path,
     net = zoo_like(tmp_path)
     out = tmp_path / "killed"
     deploy(net, localhost, aba_batch(net), out, warmup=1, iterations=50)
-    r = launch(out, timeout_s=120, extra=["--kill-rank", "1"])
+    r = launch(out, timeout_s=120, rank_args=["--kill-rank", "1"])
     assert r["status"] == "failed"
     assert "exited with" in r["reason"] and "rank 1" in r["reason"]
     assert not (out / "measurements.json").exists()
@@ -122,10 +135,10 @@ def test_time_limit_stops_every_rank(tmp_path: Path, localhost) -> None:
 
 
 def test_missing_mpiexec_is_one_line(monkeypatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(package.shutil, "which", lambda _: None)
-    monkeypatch.setattr(package.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setattr(mpirun.shutil, "which", lambda _: None)
+    monkeypatch.setattr(mpirun.sys, "executable", str(tmp_path / "python"))
     with pytest.raises(DseError, match="mpiexec not found"):
-        package.mpiexec_path()
+        mpirun.mpiexec_path()
 
 
 def test_full_disk_leaves_nothing_behind(monkeypatch, tmp_path: Path, localhost) -> None:
@@ -193,19 +206,77 @@ def test_deploy_cli(tmp_path: Path) -> None:
     assert json.loads((out / "plan.json").read_text()) == plan
 
 
+def test_deploy_without_out_goes_under_runs(tmp_path: Path) -> None:
+    """No out=: runs/deploy/<net>-<mapping hash> under the current directory."""
+    import subprocess
+
+    net = zoo_like(tmp_path)
+    m = tmp_path / "mapping.json"
+    m.write_text(json.dumps({"localhost_cpu0": list(net.graph.names)}))
+    batch = from_device_lists(net.graph, 2, [[[0]] * len(net.graph)])
+    args = ["+net=onnx", f"net.path={tmp_path / 'zoo_like.onnx'}", "platform=localhost"]
+    r = subprocess.run(
+        [sys.executable, "-m", "dse.deploy", *args, f"mapping={m}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "runs" / "deploy" / f"{net.name}-{batch.ident(0)}"
+    assert json.loads((out / "plan.json").read_text())["mapping_hash"] == batch.ident(0)
+    assert f"to {out.relative_to(tmp_path)} " in r.stdout
+
+
 def test_rankfile_binds_cpu_threads_and_gpu_host_threads() -> None:
     jetson = load_platform(
         yaml.safe_load((ROOT / "conf/platform/jetson_xavier_nx_x8.yaml").read_text())
     )
     # each board: its 6-thread cpu on cores 0-5, its gpu's host thread beside them on core 5
-    assert package.core_slots(jetson)[:4] == ["0-5", "5", "0-5", "5"]
-    plan = {
-        "ranks": [
-            {"rank": 0, "host": "xavier0", "device_index": 0},
-            {"rank": 1, "host": "xavier0", "device_index": 1},
-            {"rank": 2, "host": "xavier3", "device_index": 6},
-        ]
-    }
-    hostfile, rankfile = package.mpi_files(plan, jetson)
+    assert mpirun.core_slots(jetson)[:4] == ["0-5", "5", "0-5", "5"]
+    # ranks on devices 0 and 1 of xavier0 and device 6 (xavier3's cpu)
+    hostfile, rankfile = mpirun.mpi_files(jetson, [0, 1, 6])
     assert hostfile == "xavier0 slots=2\nxavier3 slots=1\n"
     assert rankfile == ("rank 0=xavier0 slot=0-5\nrank 1=xavier0 slot=5\nrank 2=xavier3 slot=0-5\n")
+    # boards known to mpiexec by other names (an emulated cluster): the same slots on them
+    boards = mpirun.Launcher(hosts={"xavier0": "board-a", "xavier3": "10.0.0.4"})
+    hostfile, rankfile = mpirun.mpi_files(jetson, [0, 1, 6], boards)
+    assert hostfile == "board-a slots=2\n10.0.0.4 slots=1\n"
+    assert rankfile == "rank 0=board-a slot=0-5\nrank 1=board-a slot=5\nrank 2=10.0.0.4 slot=0-5\n"
+
+
+def test_the_launcher_takes_mpiexec_arguments_environment_and_boards(tmp_path: Path) -> None:
+    """What an emulated cluster adds (a launch agent, a TCP interface, boards by name) reaches
+    the command, its environment and run.sh; the default command is as before."""
+    agent = mpirun.Launcher(
+        mpiexec="/opt/mpi/bin/mpiexec",
+        args=("--prtemca", "plm_ssh_agent", "/opt/enter-board"),
+        env={"OMPI_MCA_btl_tcp_if_include": "10.9.0.0/24"},
+    )
+    d = tmp_path.resolve()
+    cmd = agent.command(tmp_path, 3, warmup=1, rank_args=["--stream", "4"])
+    placed = ["--hostfile", f"{d}/hostfile", "--map-by", f"rankfile:file={d}/rankfile"]
+    rank = [sys.executable, "-m", "mpi4py", "-m", "dse.runtime", str(d)]
+    assert cmd == [
+        "/opt/mpi/bin/mpiexec",
+        "-n",
+        "3",
+        *placed,
+        "--prtemca",
+        "plm_ssh_agent",
+        "/opt/enter-board",
+        *rank,
+        "--warmup",
+        "1",
+        "--stream",
+        "4",
+    ]
+    env = agent.environment()
+    assert env["OMPI_MCA_btl_tcp_if_include"] == "10.9.0.0/24"
+    assert env["OMPI_MCA_mpi_yield_when_idle"] == "1"
+    script = agent.run_script(cmd, tmp_path)
+    assert "\nexport OMPI_MCA_btl_tcp_if_include=10.9.0.0/24\n" in script
+    assert script.endswith(f'exec {" ".join(cmd)} "$@"\n')
+    plain = mpirun.Launcher(mpiexec="mpiexec").command(tmp_path, 2)
+    assert plain == ["mpiexec", "-n", "2", *placed, *rank]

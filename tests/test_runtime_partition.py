@@ -24,9 +24,11 @@ from dse.errors import DseError
 from dse.mapping import Mappings, from_device_lists
 from dse.mapping import whole as whole_on
 from dse.net import Net, load_net
-from dse.runtime.partition import input_arrays, partition
+from dse.runtime.partition import partition
+from dse.runtime.plan import Plan, Port, input_arrays, seeded_inputs
 from dse.runtime.sequential import run_deployment, time_segments, time_segments_beside
 from dse.runtime.sessions import session
+from dse.runtime.validate import model_io, validate
 
 RTOL = 1e-4
 
@@ -95,7 +97,10 @@ def whole(net: Net, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def assert_equal_outputs(net: Net, batch: Mappings, plat, ref=None) -> int:
+    """The deployment's outputs equal the whole model's, and its plan keeps every rule the
+    runtime checks (against its sub-models' own inputs and outputs); its segment count."""
     dep = partition(net, batch, plat)
+    validate(dep.plan, {name: model_io(m) for name, m in dep.segments.items()})
     x = input_arrays(dep.plan, seed=0)
     ref = ref if ref is not None else whole(net, x)
     got = run_deployment(dep, x)
@@ -150,7 +155,7 @@ def test_sub_models_pass_the_checker(tmp_path: Path) -> None:
 def test_random_mappings_equal_the_whole_model(tmp_path: Path, encoding: str) -> None:
     net = zoo_like(tmp_path)
     plat = platform(4)
-    x = input_arrays({"inputs": [{"name": "x", "shape": [1, 4, 8, 8], "dtype": "float32"}]})
+    x = seeded_inputs([Port("x", (1, 4, 8, 8), "float32")])
     ref = whole(net, x)
     chrom = make_chromosome(encoding, net.graph, 4, None if encoding == "vertical" else 4)
     batch = chrom.decode(chrom.sample(12, np.random.default_rng(7)))
@@ -186,7 +191,7 @@ def test_time_segments_times_every_sub_model_once_on_its_device(tmp_path: Path) 
     dep = partition(net, from_device_lists(net.graph, 3, lists), platform(3))
     rounds = []
     timed = time_segments(dep, runs=2, warmup=1, each_round=lambda: rounds.append(1))
-    want = {s: r["device_index"] for r in dep.plan["ranks"] for s in r["segments"]}
+    want = {s: r.device_index for r in dep.plan.ranks for s in r.segments}
     assert {k: d for k, (d, _) in timed.items()} == want
     assert set(want.values()) == {0, 2}
     assert len(rounds) == 2  # called at the start of each timed round only
@@ -213,7 +218,7 @@ def test_time_segments_times_every_sub_model_once_on_its_device(tmp_path: Path) 
 def test_alexnet_random_mappings() -> None:
     net = load_net({"name": "alexnet"})
     plat = platform(4)
-    x = input_arrays({"inputs": [{"name": "input", "shape": [1, 3, 224, 224], "dtype": "float32"}]})
+    x = seeded_inputs([Port("input", (1, 3, 224, 224), "float32")])
     ref = whole(net, x)
     rng = np.random.default_rng(3)
     for encoding in ("naive", "advanced", "vertical"):
@@ -247,27 +252,26 @@ def test_plan_sends_what_the_model_counts(tmp_path: Path, encoding: str) -> None
     for p in range(len(batch)):
         plan = partition(net, batch.take(p), plat).plan
         sent = np.zeros(4)
-        for r in plan["ranks"]:
-            for s in r["steps"]:
-                if s["op"] == "send":
-                    spec = plan["tensors"][s["tensor"]]
-                    sent[r["device_index"]] += np.prod(spec["shape"]) * 4
+        for r in plan.ranks:
+            for s in r.steps:
+                if s.op == "send":
+                    sent[r.device_index] += np.prod(plan.tensors[s.tensor].shape) * 4
         np.testing.assert_allclose(sent, predicted[p], rtol=1e-9)
 
 
-def sent_by_device(plan: dict, n_devices: int) -> np.ndarray:
+def sent_by_device(plan: Plan, n_devices: int) -> np.ndarray:
     """Bytes each device sends in one inference, from the plan's send steps (float32)."""
     sent = np.zeros(n_devices)
-    for r in plan["ranks"]:
-        for s in r["steps"]:
-            if s["op"] == "send":
-                sent[r["device_index"]] += np.prod(plan["tensors"][s["tensor"]]["shape"]) * 4
+    for r in plan.ranks:
+        for s in r.steps:
+            if s.op == "send":
+                sent[r.device_index] += np.prod(plan.tensors[s.tensor].shape) * 4
     return sent
 
 
-def steps_on(plan: dict, device: int, op: str, tensor: str) -> list[dict]:
-    rank = next(r for r in plan["ranks"] if r["device_index"] == device)
-    return [s for s in rank["steps"] if s["op"] == op and s.get("tensor") == tensor]
+def steps_on(plan: Plan, device: int, op: str, tensor: str) -> list:
+    rank = next(r for r in plan.ranks if r.device_index == device)
+    return [s for s in rank.steps if s.op == op and getattr(s, "tensor", None) == tensor]
 
 
 def test_consecutive_split_layers_all_gather(tmp_path: Path) -> None:
@@ -291,8 +295,8 @@ def test_consecutive_split_layers_all_gather(tmp_path: Path) -> None:
     for t in ("g", "d", "f1", "f2"):  # read by split layers on both devices
         for dev in (0, 1):
             (gather,) = steps_on(plan, dev, "gather", t)
-            remote = [p for p in gather["parts"] if "tag" in p]
-            assert [p["from"] for p in remote] == [1 - dev]
+            remote = [p for p in gather.parts if p.tag is not None]
+            assert [p.source for p in remote] == [1 - dev]
             assert not steps_on(plan, dev, "send", t) and not steps_on(plan, dev, "recv", t)
     np.testing.assert_allclose(
         sent_by_device(plan, 2), model(g, platform(2)).evaluate(two).bytes_sent[0], rtol=1e-9
@@ -305,9 +309,9 @@ def test_consecutive_split_layers_all_gather(tmp_path: Path) -> None:
     four = from_device_lists(g, 4, lists(on))
     plan = partition(net, four, platform(4)).plan
     assert not steps_on(plan, 0, "gather", "g") and steps_on(plan, 1, "gather", "g")
-    assert [s["to"] for s in steps_on(plan, 1, "send", "g")] == [2]  # ranks = devices here
+    assert [s.to for s in steps_on(plan, 1, "send", "g")] == [2]  # ranks = devices here
     (gather,) = steps_on(plan, 0, "gather", "f2")  # h0 has a part of f2 and reads it
-    assert sorted(p["from"] for p in gather["parts"] if "tag" in p) == [1, 2]
+    assert sorted(p.source for p in gather.parts if p.tag is not None) == [1, 2]
     assert not steps_on(plan, 1, "gather", "f2") and not steps_on(plan, 2, "gather", "f2")
     np.testing.assert_allclose(
         sent_by_device(plan, 4), model(g, platform(4)).evaluate(four).bytes_sent[0], rtol=1e-9
@@ -327,7 +331,7 @@ def test_weights_as_external_data(tmp_path: Path) -> None:
     ext_net = load_net({"name": "onnx", "path": str(ext / "m.onnx")})
     n = len(ext_net.graph)
     lists = [[[0, 1] if ext_net.graph.splittable[i] else [i % 2] for i in range(n)]]
-    x = input_arrays({"inputs": [{"name": "x", "shape": [1, 4, 8, 8], "dtype": "float32"}]})
+    x = seeded_inputs([Port("x", (1, 4, 8, 8), "float32")])
     assert_equal_outputs(
         ext_net, from_device_lists(ext_net.graph, 2, lists), platform(2), whole(net, x)
     )
@@ -433,10 +437,10 @@ def test_channel_local_layers_run_on_the_parts(tmp_path: Path) -> None:
     plan = partition(net, batch, plat).plan
     for dev in (1, 2):
         (gather,) = steps_on(plan, dev, "gather", "p1")
-        assert [(p["from"], p["range"]) for p in gather["parts"]] == [
-            (0, [0, 6]),
-            (1, [6, 9]),
-            (2, [9, 12]),
+        assert [(p.source, p.range) for p in gather.parts] == [
+            (0, (0, 6)),
+            (1, (6, 9)),
+            (2, (9, 12)),
         ]
     for t in ("c1", "n1", "r1"):  # never whole, never sent
         assert not any(steps_on(plan, d, op, t) for d in range(3) for op in ("gather", "send"))
@@ -450,7 +454,7 @@ def test_channel_local_layers_run_on_the_parts(tmp_path: Path) -> None:
     assert sent.tolist() == expected
     ev = model(g, plat).evaluate(batch)
     np.testing.assert_allclose(sent, ev.bytes_sent[0], rtol=1e-9)
-    segments = {r["device_index"]: len(r["segments"]) for r in plan["ranks"]}
+    segments = {r.device_index: len(r.segments) for r in plan.ranks}
     assert segments == {d: int(ev.segments[0, d]) for d in range(3) if ev.used[0, d]}
     assert_equal_outputs(net, batch, plat)
 
@@ -502,13 +506,13 @@ def test_sends_go_out_when_the_receiver_can_use_them(tmp_path: Path, early_reade
     batch = from_device_lists(g, 2, [lists])
     dep = partition(net, batch, platform(2))
     plan = dep.plan
-    *_, last = [dep.segments[s["segment"]] for s in plan["ranks"][1]["steps"] if "segment" in s]
+    *_, last = [dep.segments[s.segment] for s in plan.ranks[1].steps if s.op == "run"]
     blocked = {m.name for m in last.graph.node if m.name.endswith("/blocked")}
     assert blocked == {"a/blocked", "b/blocked", "c/blocked"}
-    steps = [s["op"] for s in plan["ranks"][0]["steps"]]
+    steps = [s.op for s in plan.ranks[0].steps]
     want = ["run", "send", "run", "send", "send"] if early_reader else ["run"] + ["send"] * 3
     assert steps == want
-    segments = {r["device_index"]: len(r["segments"]) for r in plan["ranks"]}
+    segments = {r.device_index: len(r.segments) for r in plan.ranks}
     assert segments[0] == (2 if early_reader else 1)
     ev = model(g, platform(2)).evaluate(batch)
     assert segments == {d: int(ev.segments[0, d]) for d in range(2)}
@@ -520,7 +524,7 @@ def test_concat_inputs_of_a_cpu_sub_model_pass_an_identity_conv() -> None:
     1x1 Conv with weights 1 (onnxruntime keeps the Concats in its blocked layout); an input one
     Concat reads, an input of 6 channels and other readers are left alone."""
     from dse.net.onnx_load import TensorType
-    from dse.runtime.partition import blocked_inputs
+    from dse.runtime.submodel import blocked_inputs
 
     n = helper.make_node
     nodes = [
@@ -549,3 +553,28 @@ def test_concat_inputs_of_a_cpu_sub_model_pass_an_identity_conv() -> None:
         ["a"],
     ]
     assert list(nodes[0].input) == ["a", "b", "c", "d"]  # the caller's nodes are not changed
+
+
+@pytest.mark.parametrize("where", ["../outside.data", "/etc/passwd", "link.data"])
+def test_external_weights_outside_the_models_folder_are_refused(tmp_path: Path, where: str):
+    """A weight stored at ../, at an absolute path or through a symlink out of the model's
+    folder is never read into a sub-model (the loader infers every shape of this model, so it
+    never reads the weights itself)."""
+    channel_local_net(tmp_path)
+    model = onnx.load(str(tmp_path / "cl.onnx"))
+    ext = tmp_path / "ext"
+    ext.mkdir()
+    onnx.save(
+        model, str(ext / "m.onnx"), save_as_external_data=True, location="m.data", size_threshold=0
+    )
+    (tmp_path / "outside.data").write_bytes((ext / "m.data").read_bytes())
+    (ext / "link.data").symlink_to(tmp_path / "outside.data")
+    m = onnx.load(str(ext / "m.onnx"), load_external_data=False)
+    for e in m.graph.initializer[0].external_data:
+        if e.key == "location":
+            e.value = where
+    (ext / "m.onnx").write_bytes(m.SerializeToString())
+    net = load_net({"name": "onnx", "path": str(ext / "m.onnx")})
+    batch = from_device_lists(net.graph, 2, [[[0]] * len(net.graph)])
+    with pytest.raises(DseError, match=f"stored at '{where}', outside the model's folder"):
+        partition(net, batch, platform(2))

@@ -78,18 +78,15 @@ def test_reference_outputs_are_the_whole_model_once_per_file_and_input(
     are cached per (model file, input) and a changed file is computed again."""
     import os
 
-    from dse.runtime.partition import input_arrays
+    from dse.runtime.equivalence import reference_outputs
+    from dse.runtime.plan import Plan, Port, Reference, input_arrays
     from dse.runtime.sessions import session
-    from dse.runtime.worker import reference_outputs
 
     monkeypatch.setenv("DSE_CACHE", str(tmp_path / "cache"))
     net = zoo_like(tmp_path)
     path = Path(net.path)
-    plan = {
-        "seed": 3,
-        "inputs": [{"name": "x", "shape": [1, 4, 8, 8], "dtype": "float32"}],
-        "reference": {"path": str(path), "input_shape": None},
-    }
+    x = [Port("x", (1, 4, 8, 8), "float32")]
+    plan = Plan("zoo_like", "f", "m", "p", 3, x, [], 0, {}, [], Reference(str(path)))
     names = ["m", "s"]
     want = session(str(path)).run(names, input_arrays(plan, 3))
     got = reference_outputs(plan, path, names)

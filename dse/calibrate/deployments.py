@@ -28,13 +28,8 @@ from dse.mapping import Mappings, from_devices, random_mappings, remap, whole
 from dse.net import load_net
 from dse.net.graph import LayerGraph
 from dse.platform import Platform
-from dse.runtime.measure import (
-    deploy,
-    measure_interleaved,
-    measured_latency_ms,
-    probe_times,
-    take_out_drift,
-)
+from dse.runtime.measure import deploy, measure_interleaved
+from dse.runtime.measurements import measured_latency_ms, probe_times, take_out_drift
 from dse.runtime.probe import probe_threads, speed_probe
 from models_analytical.calibration import (
     CutCosts,

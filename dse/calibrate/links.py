@@ -10,7 +10,6 @@ at once, the time until both messages are in), and their spread (p90 - p10) / me
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -24,8 +23,7 @@ import numpy as np
 
 from dse.errors import DseError
 from dse.platform import Platform
-from dse.runtime.launch import MPI_ENV, ROOT_ENV
-from dse.runtime.package import core_slots, mpiexec_path
+from dse.runtime.mpirun import HOSTFILE, RANKFILE, Launcher, mpi_files
 
 #: The flag that asks the benchmark for fewer exchanges per size.
 FEW = "--few-repeats"
@@ -93,27 +91,22 @@ def bench(comm: Any, few: bool = False) -> dict[str, Any] | None:
     return out
 
 
-def measure_link(platform: Platform, a: int, b: int, few: bool = False) -> dict[str, Any]:
+def measure_link(
+    platform: Platform, a: int, b: int, few: bool = False, launcher: Launcher | None = None
+) -> dict[str, Any]:
     """Run the benchmark between devices ``a`` and ``b`` of ``platform`` (their hosts and
-    cores, as a deployment binds them; ``few``: a quarter of the exchanges per size, at least
-    3); the table as :func:`bench` returns it."""
-    devs = platform.devices
-    slots = core_slots(platform)
-    hosts: dict[str, int] = {}
-    for i in (a, b):
-        hosts[devs[i].host] = hosts.get(devs[i].host, 0) + 1
+    cores, as a deployment binds them, started by ``launcher``; ``few``: a quarter of the
+    exchanges per size, at least 3); the table as :func:`bench` returns it."""
+    launcher = launcher or Launcher()
     with tempfile.TemporaryDirectory(prefix="dse-links-") as tmp:
         d = Path(tmp)
-        (d / "hostfile").write_text("".join(f"{h} slots={n}\n" for h, n in hosts.items()))
-        (d / "rankfile").write_text(
-            "".join(f"rank {r}={devs[i].host} slot={slots[i]}\n" for r, i in enumerate((a, b)))
-        )
+        hostfile, rankfile = mpi_files(platform, [a, b], launcher)
+        (d / HOSTFILE).write_text(hostfile)
+        (d / RANKFILE).write_text(rankfile)
         out = d / "links.json"
-        cmd = [mpiexec_path(), "-n", "2", "--hostfile", str(d / "hostfile")]
-        cmd += ["--map-by", f"rankfile:file={d / 'rankfile'}"]
-        cmd += [sys.executable, "-m", "mpi4py", "-m", "dse.calibrate.links", str(out)]
-        cmd += [FEW] if few else []
-        env = {**os.environ, **MPI_ENV, **(ROOT_ENV if os.geteuid() == 0 else {})}
+        program = [sys.executable, "-m", "mpi4py", "-m", "dse.calibrate.links", str(out)]
+        cmd = launcher.mpiexec_command(2, d, [*program, *([FEW] if few else [])])
+        env = launcher.environment()
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
         if proc.returncode != 0 or not out.is_file():
             tail = " | ".join(proc.stderr.strip().splitlines()[-3:])

@@ -32,7 +32,9 @@ from dse.calibrate.settings import CalibrationSettings
 from dse.mapping import Mappings
 from dse.net import Net, load_net, zoo
 from dse.platform import Platform
-from dse.runtime.partition import Deployment, part_rows, partition
+from dse.runtime.partition import Deployment, partition
+from dse.runtime.plan import Run
+from dse.runtime.programs import part_rows
 from dse.runtime.sequential import time_segments_beside
 from dse.runtime.sessions import session
 from models_analytical.calibration import SubModelCosts, SubModelTiming, fit_submodel_costs
@@ -63,14 +65,14 @@ def features(
     n_here = (share[row] > 0).sum(axis=1)  # devices each layer's parts run on
     k_in = model.inputs
     out: dict[str, dict[str, float]] = {}
-    for rank in deployment.plan["ranks"]:
-        d = rank["device_index"]
+    for rank in deployment.plan.ranks:
+        d = rank.device_index
         k = int(k_in.kind[d])
-        for step in rank["steps"]:
-            if step["op"] != "run":
+        for step in rank.steps:
+            if not isinstance(step, Run):
                 continue
             compute = split = 0.0
-            for layer in step["layers"]:
+            for layer in step.layers:
                 s = float(share[row[layer], d])
                 part = part_share(k_in, k, layer, s, int(n_here[layer]))
                 if n_here[layer] > 1:
@@ -78,12 +80,12 @@ def features(
                 t = part * k_in.t_work[k, layer] + k_in.t_fixed[k, layer]
                 compute += t
                 split += t if n_here[layer] > 1 else 0.0
-            sub = deployment.segments[step["segment"]].graph
-            out[step["segment"]] = {
+            sub = deployment.segments[step.segment].graph
+            out[step.segment] = {
                 "device": d,
                 "compute_s": compute,
                 "split_s": split,
-                "in_bytes": float(_bytes([v for v in sub.input if v.name in step["inputs"]])),
+                "in_bytes": float(_bytes([v for v in sub.input if v.name in step.inputs])),
                 "out_bytes": float(_bytes(list(sub.output))),
             }
     return out

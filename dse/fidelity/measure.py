@@ -3,7 +3,6 @@ brought to one speed of the machine, the model's prediction beside each."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,17 +12,11 @@ import numpy as np
 
 from dse.errors import DseError
 from dse.fidelity.settings import FidelitySettings
-from dse.files import write_text
 from dse.mapping import Mappings
 from dse.net import Net
-from dse.runtime.measure import (
-    check_gpus,
-    deploy,
-    measure_interleaved,
-    probe_times,
-    take_out_drift,
-    with_prediction,
-)
+from dse.runtime.comparison import with_prediction, write_comparison
+from dse.runtime.measure import check_gpus, deploy, measure_interleaved
+from dse.runtime.measurements import probe_times, take_out_drift
 from dse.runtime.phase2 import drop_submodels
 from dse.runtime.probe import probe_threads, speed_probe
 from models_analytical.model import AnalyticalModel
@@ -62,9 +55,10 @@ def measure(
 ) -> Measured:
     """Deploy every mapping into ``out/phase2/<label>``, then run them all ``s.rounds`` times,
     each round in a new random order (a slow spell of the machine then hits one round of
-    every mapping instead of every round of one); each mapping's merged measurements, written
-    to its ``measurements.json``. With ``s.probe`` each run is brought to the calibration's
-    probe of the network, or without one to this run's median probe (:mod:`dse.runtime.probe`).
+    every mapping instead of every round of one); each mapping's merged measurements with the
+    prediction beside them, written to its ``comparison.json``. With ``s.probe`` each run is
+    brought to the calibration's probe of the network, or without one to this run's median
+    probe (:mod:`dse.runtime.probe`).
     Sub-models are deleted at the end unless ``s.keep``. ``tick`` after each deployment and
     each run."""
     platform = model.platform
@@ -108,7 +102,7 @@ def measure(
                 if speed is not None:
                     result = take_out_drift(result, speed["reference_ms"])
                 result = with_prediction(result, model, mappings.take(p))
-            write_text(d / "measurements.json", json.dumps(result, indent=1))
+            write_comparison(d, result)
             results[p] = result
     finally:
         if not s.keep:

@@ -25,7 +25,7 @@ def latency_figures(pts: list[Point]) -> dict[str, Any]:
 def figures(pts: dict[str, list[Point]], measured_dir: Path) -> dict[str, Any]:
     """The report's statistics: latency judged with the machine's drift taken out where it
     was probed (``latency``) and as measured, memory, and how well the measurements in
-    ``measured_dir`` (``<label>/measurements.json``) agree with themselves."""
+    ``measured_dir`` (``<label>/comparison.json``) agree with themselves."""
     lat = latency_figures(pts["latency_adjusted"] or pts["latency"])
     lat["drift_taken_out"] = bool(pts["latency_adjusted"])
     return {

@@ -65,8 +65,8 @@ def by_kind(points: list[Point]) -> dict[str, dict[str, float]]:
 
 
 def _latencies(directory: Path, ordered: bool = False) -> list[dict[str, Any]]:
-    """The ``latency_ms`` of every ``*/measurements.json`` under ``directory``."""
-    files = Path(directory).glob("*/measurements.json")
+    """The ``latency_ms`` of every ``*/comparison.json`` under ``directory``."""
+    files = Path(directory).glob("*/comparison.json")
     return [
         json.loads(f.read_text()).get("latency_ms") or {}
         for f in (sorted(files) if ordered else files)

@@ -29,11 +29,10 @@ from dse.fidelity.plot import plot
 from dse.fidelity.report import figures
 from dse.fidelity.settings import out_dir, settings_from
 from dse.fidelity.statistics import points
-from dse.runtime.package import mpiexec_path
+from dse.runtime.mpirun import mpiexec_path
 
 # the runtime's CSV row of a measured mapping (phase2.csv's columns); private there for now
-from dse.runtime.phase2 import _row as measured_row
-from dse.runtime.phase2 import write_csv
+from dse.runtime.phase2 import csv_row, write_csv
 from dse.search.problem import MappingProblem
 
 
@@ -75,7 +74,7 @@ def run_fidelity(cfg: DictConfig, tell: Callable[..., None]) -> FidelityReport:
     measured = measure(out, net, model, chosen.mappings, chosen.labels, s, lambda: bar.update(1))
     bar.close()
     rows = [
-        {**measured_row(label, result), "kind": kind}
+        {**csv_row(label, result), "kind": kind}
         for label, kind, result in zip(chosen.labels, chosen.kinds, measured.results, strict=True)
     ]
     write_csv(out / "fidelity.csv", rows)

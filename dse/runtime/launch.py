@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from dse.errors import DseError
-from dse.runtime.package import command, mpiexec_path, read_plan
-
-#: Open MPI refuses to run as root without these.
-ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
-#: A rank blocked in a receive yields its core instead of spinning on it: on a busy machine a
-#: spinning rank took the core from the work it was waiting for (2x slower runs); idle, the
-#: core has nothing else to run and the wait is as short.
-MPI_ENV = {"OMPI_MCA_mpi_yield_when_idle": "1"}
+from dse.runtime.measurements import MEASUREMENTS, Measurement, failed, read_measurements
+from dse.runtime.mpirun import Launcher
+from dse.runtime.reader import read_plan
 
 
 def session_processes(sid: int) -> list[int]:
@@ -57,44 +50,49 @@ def launch(
     timeout_s: float = 600.0,
     warmup: int | None = None,
     iterations: int | None = None,
-    extra: list[str] | None = None,
-) -> dict[str, Any]:
-    """Run the deployment; its ``measurements.json``, or ``{"status": "failed", "reason"}``
-    (exit code and the last lines of stderr, or the time limit). Ctrl-C stops every rank."""
+    rank_args: Sequence[str] = (),
+    launcher: Launcher | None = None,
+) -> Measurement:
+    """Run the deployment; the measurement its rank 0 wrote (``failed`` with its reason when
+    the outputs differ from the whole model's), or a failure naming the exit status and the
+    ranks' error line (or the last lines of stderr), or the time limit. The plan is checked
+    first (one line, :func:`dse.runtime.plan.read_plan`). Ctrl-C stops every rank."""
     directory = Path(directory).absolute()
     plan = read_plan(directory)
-    cmd = command(directory, len(plan["ranks"]), warmup, iterations, mpiexec_path(), extra)
-    result_path = directory / "measurements.json"
+    launcher = launcher or Launcher()
+    cmd = launcher.command(directory, len(plan.ranks), warmup, iterations, rank_args)
+    result_path = directory / MEASUREMENTS
     result_path.unlink(missing_ok=True)
-    env = {**os.environ, **MPI_ENV, **(ROOT_ENV if os.geteuid() == 0 else {})}
     err_path = directory / "stderr.log"
     with open(err_path, "wb") as err, open(directory / "stdout.log", "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=err, env=launcher.environment(), start_new_session=True
+        )
         try:
             code = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             kill_session(proc.pid)
             proc.wait()
-            return {"status": "failed", "reason": f"timed out after {timeout_s:g} s"}
+            return failed(f"timed out after {timeout_s:g} s")
         except BaseException:
             kill_session(proc.pid)
             proc.wait()
             raise
         finally:
             kill_session(proc.pid, grace_s=1.0)  # nothing of this run outlives it
-    if code != 0 or not result_path.is_file():
-        tail = _tail(err_path)
-        return {"status": "failed", "reason": f"mpiexec exited with {code}: {tail}"}
-    try:
-        return json.loads(result_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise DseError(f"{result_path} is not valid JSON: {exc}") from None
+    if result_path.is_file():
+        result = read_measurements(directory)
+        if code == 0 or result["status"] != "ok":
+            return result
+    return failed(f"mpiexec exited with {code}: {_tail(err_path)}")
 
 
 def _tail(path: Path, lines: int = 4) -> str:
+    """The ranks' own error lines, else the last lines of ``path`` (banners left out)."""
     try:
         text = path.read_text(errors="replace").strip().splitlines()
     except OSError:
         return "no stderr"
     keep = [t.strip() for t in text if t.strip() and not set(t.strip()) <= set("-=*")]
-    return " | ".join(keep[-lines:]) or "no stderr"
+    ours = [t for t in keep if t.startswith("error: ")]
+    return " | ".join(ours[:lines] or keep[-lines:]) or "no stderr"

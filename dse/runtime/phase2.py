@@ -1,9 +1,10 @@
 """Phase two after a search: deploy and measure chosen mappings; phase2.csv and phase2.png.
 
-Each mapping is deployed to ``<run>/phase2/<label>/`` and measured under mpiexec. A mapping that
-fails (a crash, a hang past the time limit, outputs that differ from the whole model) is a row
-marked failed with its reason, and the others go on. ``phase2.csv`` is rewritten after every
-mapping, so Ctrl-C keeps the rows measured so far.
+Each mapping is deployed to ``<run>/phase2/<label>/`` and measured under mpiexec (its
+``measurements.json``, and ``comparison.json`` with the prediction beside each figure). A
+mapping that fails (a crash, a hang past the time limit, outputs that differ from the whole
+model) is a row marked failed with its reason, and the others go on. ``phase2.csv`` is
+rewritten after every mapping, so Ctrl-C keeps the rows measured so far.
 """
 
 from __future__ import annotations
@@ -23,8 +24,13 @@ from dse.mapping import Mappings
 from dse.net import Net
 from dse.platform import Platform
 from dse.results.plots import plot_predicted_vs_measured
+from dse.runtime.comparison import Compared
 from dse.runtime.measure import deploy_and_measure
+from dse.runtime.measurements import Measurement, failed
 from models_analytical.model import AnalyticalModel
+
+#: A row of phase2.csv (and of dse.fidelity's CSV): column -> value.
+Row = dict[str, Any]
 
 
 def drop_submodels(directory: Path) -> None:
@@ -62,12 +68,12 @@ def select(F: np.ndarray, names: Sequence[str], top_k: int) -> list[tuple[int, s
     return chosen
 
 
-def _row(label: str, result: dict[str, Any]) -> dict[str, Any]:
+def csv_row(label: str, result: Compared | Measurement) -> Row:
     """One CSV row: predicted and measured latency, per-device memory and energy, error %."""
-    row: dict[str, Any] = {"mapping": label, "status": result.get("status", "failed")}
+    row: Row = {"mapping": label, "status": result.get("status", "failed")}
     row["reason"] = result.get("reason", "")
-    cmp = result.get("comparison", {})
-    lat = cmp.get("latency_ms", {})
+    cmp = result.get("comparison") or {}
+    lat = cmp.get("latency_ms") or {}
     row["latency_predicted_ms"] = lat.get("predicted")
     row["latency_measured_ms"] = lat.get("measured")
     row["latency_error_pct"] = lat.get("error_pct")
@@ -89,7 +95,7 @@ def _row(label: str, result: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+def write_csv(path: Path, rows: list[Row]) -> None:
     columns: list[str] = []
     for r in rows:
         columns.extend(k for k in r if k not in columns)
@@ -101,7 +107,7 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     write_text(path, buf.getvalue())
 
 
-def plot(path: Path, rows: list[dict[str, Any]], title: str) -> None:
+def plot(path: Path, rows: list[Row], title: str) -> None:
     """Predicted against measured: latency, and the peak memory of every device."""
     ok = [r for r in rows if r["status"] == "ok"]
     names = [r["mapping"] for r in ok]
@@ -135,14 +141,14 @@ def measure_mappings(
     labels: Sequence[str],
     settings: Phase2Config | None = None,
     seed: int = 0,
-    on_row: Callable[[dict[str, Any]], None] | None = None,
-) -> list[dict[str, Any]]:
+    on_row: Callable[[Row], None] | None = None,
+) -> list[Row]:
     """Deploy and measure every mapping of ``mappings`` (named by ``labels``) into ``out/phase2``;
     writes ``out/phase2.csv`` after each (and calls ``on_row`` with its row) and
     ``out/phase2.png``; returns the rows."""
     s = settings or Phase2Config()
     out = Path(out)
-    rows: list[dict[str, Any]] = []
+    rows: list[Row] = []
     title = f"{net.name} on {platform.name}: predicted vs measured"
     try:
         for p, label in enumerate(labels):
@@ -160,10 +166,10 @@ def measure_mappings(
                     s.stream,
                 )
             except DseError as exc:
-                result = {"status": "failed", "reason": str(exc)}
+                result = failed(str(exc))
             if not s.keep:
                 drop_submodels(out / "phase2" / label)
-            rows.append(_row(label, result))
+            rows.append(csv_row(label, result))
             write_csv(out / "phase2.csv", rows)
             if on_row is not None:
                 on_row(rows[-1])
@@ -183,7 +189,7 @@ def phase2_after_search(
     platform: Platform,
     settings: Phase2Config | None = None,
     seed: int = 0,
-) -> list[dict[str, Any]]:
+) -> list[Row]:
     """After a search: measure the best mapping of each objective and ``top_k`` more spread
     along the front (``genes``, ``F`` from :func:`dse.search.nsga2.front`); returns the rows
     (the run's summary and report take them)."""

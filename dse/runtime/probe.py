@@ -25,6 +25,10 @@ from typing import Any
 import numpy as np
 
 from dse.platform import Platform
+from dse.runtime.equivalence import whole_model_session
+from dse.runtime.mpirun import core_slots
+from dse.runtime.plan import input_arrays
+from dse.runtime.reader import read_plan
 
 #: A probe times this much work per core set (at least one run of the model).
 PROBE_S = 0.12
@@ -39,8 +43,6 @@ def probe_threads(platform: Platform) -> int:
 def probe_cores(platform: Platform) -> list[set[int]]:
     """The core sets of the platform's cpu devices on this machine (their ranks' bindings),
     once each; ``[]`` when none is here."""
-    from dse.runtime.package import core_slots
-
     allowed = os.sched_getaffinity(0)
     cores: list[set[int]] = []
     for dev, slot in zip(platform.devices, core_slots(platform), strict=True):
@@ -75,13 +77,10 @@ class SpeedProbe:
         self.repeats = 1
 
     def _load(self) -> None:
-        from dse.runtime.package import read_plan
-        from dse.runtime.partition import input_arrays
-        from dse.runtime.worker import whole_model_session
-
         plan = read_plan(self.directory)
-        path = Path(plan["reference"]["path"])
-        self.feeds = input_arrays(plan, int(plan.get("seed", 0)))
+        assert plan.reference is not None  # read_plan refuses a plan without one
+        path = Path(plan.reference.path)
+        self.feeds = input_arrays(plan)
         shared = None if self.threads > 1 else whole_model_session(plan, path, 1)
         for cores in self.cores:
             with _bound(cores):

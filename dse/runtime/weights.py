@@ -14,6 +14,9 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto
 
+from dse.errors import DseError
+from dse.net import Net, zoo
+
 #: Field numbers of the protobuf messages read here (onnx.proto).
 MODEL_GRAPH, GRAPH_INITIALIZER, TENSOR_NAME, TENSOR_RAW_DATA = 7, 5, 8, 9
 
@@ -71,16 +74,24 @@ def inline_offsets(path: Path) -> dict[str, tuple[int, int]]:
 
 
 def external_locations(model: onnx.ModelProto, base: Path) -> dict[str, tuple[Path, int, int]]:
-    """Initializer name -> (file, offset, length) of the weights stored as external data."""
+    """Initializer name -> (file, offset, length) of the weights stored as external data; a
+    location outside ``base`` (absolute, through ``..`` or a symlink) is refused in one line."""
     out = {}
+    root = Path(base).resolve()
     for t in model.graph.initializer:
         if t.data_location != TensorProto.EXTERNAL:
             continue
         info = {e.key: e.value for e in t.external_data}
         if "location" not in info:
             continue
+        path = Path(base) / info["location"]
+        if Path(info["location"]).is_absolute() or not path.resolve().is_relative_to(root):
+            raise DseError(
+                f"weight '{t.name}' of the model is stored at {info['location']!r}, outside the "
+                f"model's folder {root}: keep a model's external data beside it"
+            )
         out[t.name] = (
-            base / info["location"],
+            path,
             int(info.get("offset", 0)),
             int(info.get("length", -1)),
         )
@@ -102,3 +113,17 @@ class MappedFiles:
         if end > len(buf):
             raise ValueError(f"{path} is shorter than its weights say ({end} > {len(buf)} bytes)")
         return memoryview(buf)[offset:end]
+
+
+def weight_source(net: Net, seed: int) -> tuple[onnx.ModelProto, dict[str, tuple[Path, int, int]]]:
+    """The model whose initializers describe the weights, and where their bytes lie on disk:
+    a zoo net's seeded file (scanned, not parsed), or a file's external data; weights stored
+    inline in a user's file are already in ``net.model``."""
+    if net.path is not None:
+        return net.model, external_locations(net.model, Path(net.path).parent)
+    path = zoo.materialize(net.name, seed)
+    try:
+        offsets = inline_offsets(path)
+    except (ValueError, IndexError, OSError):
+        return net.weighted_model(seed), {}
+    return net.model, {name: (path, off, n) for name, (off, n) in offsets.items()}

