@@ -142,7 +142,7 @@ def main(cfg: DictConfig) -> dict[str, Any]:
         )
         sys.exit(INTERRUPTED)
     if cfg.phase2.enabled:  # deploy and measure the front's best mappings under MPI
-        from dse.runtime.phase2 import phase2_after_search
+        from dse.results.phase2 import phase2_after_search
 
         genes, F, _ = nsga2.front(state)
         phase2 = OmegaConf.to_object(cfg.phase2)

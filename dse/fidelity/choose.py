@@ -8,7 +8,7 @@ import numpy as np
 
 from dse.config import AlgorithmConfig
 from dse.mapping import RANDOM_KINDS, Mappings, random_mappings
-from dse.runtime.phase2 import select
+from dse.results.phase2 import select
 from dse.search import nsga2
 from dse.search.problem import MappingProblem
 

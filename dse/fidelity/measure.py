@@ -17,7 +17,7 @@ from dse.net import Net
 from dse.runtime.comparison import with_prediction, write_comparison
 from dse.runtime.measure import check_gpus, deploy, measure_interleaved
 from dse.runtime.measurements import probe_times, take_out_drift
-from dse.runtime.phase2 import drop_submodels
+from dse.runtime.package import drop_submodels
 from dse.runtime.probe import probe_threads, speed_probe
 from models_analytical.model import AnalyticalModel
 

@@ -29,10 +29,10 @@ from dse.fidelity.plot import plot
 from dse.fidelity.report import figures
 from dse.fidelity.settings import out_dir, settings_from
 from dse.fidelity.statistics import points
-from dse.runtime.mpirun import mpiexec_path
 
 # the runtime's CSV row of a measured mapping (phase2.csv's columns); private there for now
-from dse.runtime.phase2 import csv_row, write_csv
+from dse.results.phase2 import csv_row, write_csv
+from dse.runtime.mpirun import mpiexec_path
 from dse.search.problem import MappingProblem
 
 

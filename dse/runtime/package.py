@@ -112,3 +112,11 @@ def write_deployment(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def drop_submodels(directory: Path) -> None:
+    """Remove a measured deployment's sub-models and weights (plan, logs and figures stay):
+    a VGG-16 deployment holds all 528 MB of its weights again."""
+    for pattern in ("*.onnx", "*.onnx.data"):
+        for p in Path(directory).glob(pattern):
+            p.unlink(missing_ok=True)

@@ -27,18 +27,11 @@ from dse.results.plots import plot_predicted_vs_measured
 from dse.runtime.comparison import Compared
 from dse.runtime.measure import deploy_and_measure
 from dse.runtime.measurements import Measurement, failed
+from dse.runtime.package import drop_submodels
 from models_analytical.model import AnalyticalModel
 
 #: A row of phase2.csv (and of dse.fidelity's CSV): column -> value.
 Row = dict[str, Any]
-
-
-def drop_submodels(directory: Path) -> None:
-    """Remove a measured deployment's sub-models and weights (plan, logs and figures stay):
-    a VGG-16 deployment holds all 528 MB of its weights again."""
-    for pattern in ("*.onnx", "*.onnx.data"):
-        for p in Path(directory).glob(pattern):
-            p.unlink(missing_ok=True)
 
 
 def select(F: np.ndarray, names: Sequence[str], top_k: int) -> list[tuple[int, str]]:

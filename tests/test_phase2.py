@@ -16,7 +16,7 @@ from dse.config import Phase2Config
 from dse.errors import DseError
 from dse.mapping import from_device_lists
 from dse.platform import load_platform
-from dse.runtime import phase2
+from dse.results import phase2
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
 
