@@ -11,6 +11,7 @@ import numpy as np
 
 from chromosomes import kernels
 from chromosomes.base import Chromosome
+from dse.config import ADVANCED_SPLITS
 from dse.errors import DseError
 
 
@@ -27,7 +28,7 @@ class AdvancedChromosome(Chromosome):
     name = "advanced"
 
     def __init__(self, graph, n_devices: int, splits: int | None = None, speed=None) -> None:
-        splits = min(2, n_devices) if splits is None else splits
+        splits = min(ADVANCED_SPLITS, n_devices) if splits is None else splits
         super().__init__(graph, n_devices, splits, speed)
         if len(self.split_layers) == 0:
             raise DseError(

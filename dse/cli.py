@@ -30,8 +30,9 @@ def group_choices(group: str) -> list[str]:
     """Option names of a config group: registered structured configs and conf/<group>/*.yaml."""
     from hydra.core.config_store import ConfigStore
 
-    import dse.config  # noqa: F401 - registers the structured configs
+    from dse.config import register
 
+    register()
     try:
         stored = [n.removesuffix(".yaml") for n in ConfigStore.instance().list(group)]
     except OSError:
@@ -200,6 +201,9 @@ def run(main: Callable[[], Any], config_name: str = "config") -> None:
             # After the jobs, what is left is frozen too, so the interpreter's last collection
             # at exit (0.4 s) is skipped; cleanups here run from context managers and atexit.
             gc.freeze()
+            from dse.config import register  # after the signal handlers: it imports Hydra
+
+            register()
             check_overrides(sys.argv[1:], config_name)
             main()
             gc.freeze()

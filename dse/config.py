@@ -15,12 +15,17 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
-from hydra.utils import get_class
 from omegaconf import MISSING, OmegaConf
 
 from dse.errors import DseError
 from dse.net.zoo import NETS
+
+_REGISTERED = False
+#: Most parts the advanced encoding gives a layer unless ``chromosome.splits`` says otherwise.
+ADVANCED_SPLITS = 2
+#: How a deployment is measured unless a config says otherwise: warm-up and measured iterations
+#: (the thesis: 4 and 20) and the time after which a run is stopped and marked failed.
+WARMUP, ITERATIONS, TIMEOUT_S = 4, 20, 600.0
 
 #: The only classes a config may name with ``_target_``.
 ALLOWED_TARGETS = frozenset(
@@ -44,6 +49,8 @@ def target_class(target: str, key: str) -> type:
             f"{key}._target_={target!r} is not one of dse's classes: "
             f"choose one of {', '.join(sorted(ALLOWED_TARGETS))}"
         )
+    from hydra.utils import get_class  # Hydra: see register()
+
     return get_class(target)
 
 
@@ -62,8 +69,8 @@ class NetConfig:
 class ChromosomeConfig:
     _target_: str = MISSING
     name: str = MISSING
-    # most parts a splittable layer gets; None: the encoding's default (advanced: 2, naive: one
-    # gene per device as in Eq. 4.5); the vertical encoding splits no layer and ignores it
+    # most parts a splittable layer gets; None: the encoding's default (advanced:
+    # ADVANCED_SPLITS, naive: one gene per device as in Eq. 4.5); vertical splits no layer
     splits: int | None = None
     # a split layer's parts: speed (sized to each device's modelled throughput on that layer,
     # so a fast GPU and a slow CPU finish together; between equal devices, equal parts), or
@@ -153,9 +160,9 @@ class Phase2Config:
 
     enabled: bool = False
     top_k: int = 5  # mappings beyond the best of each objective, spread along the front
-    warmup: int = 4  # iterations before measuring (the thesis: 4)
-    iterations: int = 20  # measured iterations (the thesis: 20)
-    timeout_s: float = 600.0  # a mapping's run is stopped and marked failed after this long
+    warmup: int = WARMUP  # iterations before measuring
+    iterations: int = ITERATIONS  # measured iterations
+    timeout_s: float = TIMEOUT_S  # a mapping's run is stopped and marked failed after this long
     stream: int = 0  # frames pushed back to back to measure the pipelined period (0: off)
     keep: bool = False  # keep each deployment's sub-models after measuring
 
@@ -204,9 +211,9 @@ class DeployConfig(BaseConfig):
     horizontal: str | None = None  # AutoDiCE horizontal.json
     out: str | None = None  # the deployment directory
     measure: bool = False  # also run it under mpiexec and write measurements.json
-    warmup: int = 4  # iterations run before measuring (the thesis: 4)
-    iterations: int = 20  # measured iterations (the thesis: 20)
-    timeout_s: float = 600.0  # the run is stopped and marked failed after this long
+    warmup: int = WARMUP  # iterations run before measuring
+    iterations: int = ITERATIONS  # measured iterations
+    timeout_s: float = TIMEOUT_S  # the run is stopped and marked failed after this long
     stream: int = 0  # then push this many frames back to back: the pipelined period
 
 
@@ -217,16 +224,8 @@ class CalibrateConfig(BaseConfig):
     The one home of calibration's numbers; ``quick=true`` replaces some with smaller ones
     (:data:`dse.calibrate.settings.QUICK`)."""
 
-    nets: list[str] = field(
-        default_factory=lambda: [
-            "alexnet",
-            "vgg16",
-            "resnet50",
-            "densenet121",
-            "mobilenetv2",
-            "googlenet",
-        ]
-    )  # profiled networks (layers of other nets are regressed from theirs)
+    # profiled networks, the zoo (layers of other networks are regressed from theirs)
+    nets: list[str] = field(default_factory=lambda: list(NETS))
     runs: int = 10  # profiled runs per network (after the warm-up runs)
     warmup: int = 2  # warm-up runs before profiling, and iterations before each deployment's
     channel_repeats: int = 15  # timed rounds of the one-Conv models (the channel block)
@@ -234,7 +233,7 @@ class CalibrateConfig(BaseConfig):
     deployments: bool = True  # also measure 4 mappings per net under MPI (memory, cut costs)
     iterations: int = 5  # measured iterations of each such deployment per round (after warm-up)
     rounds: int = 5  # rounds over a net's deployments, each in a random order (interleaved)
-    timeout_s: float = 600.0  # a deployment's run is stopped and the calibration fails after this
+    timeout_s: float = TIMEOUT_S  # a deployment's run stopped: the calibration fails
     submodel_runs: int = 3  # timed rounds of each cut mapping's sub-models alone
     quick: bool = False  # few repeats and only the first net: a smoke test, not for predictions
     probe: bool = True  # time the whole net alone beside each deployment run (dse.runtime.probe)
@@ -251,7 +250,7 @@ class FidelityConfig(BaseConfig):
     rounds: int = 5  # every mapping runs once per round, rounds in random orders (interleaved)
     keep: bool = False  # keep the sub-models (else only plans and measurements stay)
     probe: bool = True  # time the whole net alone beside each run: the machine's speed drift
-    timeout_s: float = 600.0
+    timeout_s: float = TIMEOUT_S
     search_pop_size: int = 100  # the short search whose front gives a third of the mappings
     search_generations: int = 30
     out: str | None = None  # default: fidelity/<net>-<platform>-<time>
@@ -282,8 +281,20 @@ def check(cfg: Any) -> None:
 
 
 def register() -> None:
+    """Register the structured configs with Hydra (once per process; the entry points do it
+    through :func:`dse.cli.run` before Hydra composes a config).
+
+    Not done on import, and Hydra is imported here, not at the top: a rank of a deployment
+    reads the measurement defaults above, and importing Hydra cost it 0.17 s of the 0.29 s
+    this module took to import."""
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    _REGISTERED = True
     # ${pid:} in run directory names: two runs started in the same second get two directories
     OmegaConf.register_new_resolver("pid", os.getpid, replace=True)
+    from hydra.core.config_store import ConfigStore
+
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=BaseConfig)
     cs.store(name="base_inspect", node=InspectConfig)
@@ -296,7 +307,7 @@ def register() -> None:
     cs.store(group="net", name="onnx", node=NetConfig(name="onnx", path=MISSING))
     for name, cls, splits in (
         ("naive", "NaiveChromosome", None),
-        ("advanced", "AdvancedChromosome", 2),
+        ("advanced", "AdvancedChromosome", ADVANCED_SPLITS),
         ("vertical", "VerticalChromosome", None),
     ):
         node = ChromosomeConfig(_target_=f"chromosomes.{cls}", name=name, splits=splits)
@@ -305,6 +316,3 @@ def register() -> None:
     for group, options in (("crossover", CROSSOVERS), ("mutation", MUTATIONS)):
         for name, node in options.items():
             cs.store(group=f"algorithm/{group}", name=name, node=node)
-
-
-register()

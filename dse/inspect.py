@@ -12,7 +12,6 @@ import json
 import hydra
 from omegaconf import DictConfig
 
-import dse.config  # noqa: F401 - registers the structured configs
 from dse.cli import CONF_DIR, guarded, output_format, run
 from dse.net import load_net
 from dse.net.graph import LayerGraph

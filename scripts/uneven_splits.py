@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-import dse.config  # noqa: E402,F401 - registers the structured configs
+import dse.config  # noqa: E402
 from chromosomes.seeds import device_order  # noqa: E402
 from dse import app  # noqa: E402
 from dse.cli import CONF_DIR  # noqa: E402
@@ -46,6 +46,7 @@ HAND_SHARE = 0.7  # of a split layer's channels on the fastest device
 
 
 def build(net: str, overrides: list[str]):
+    dse.config.register()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=[f"+net={net}", *overrides])
     dse.config.check(cfg)

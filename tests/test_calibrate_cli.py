@@ -13,7 +13,7 @@ from cli import run_module
 from hydra import compose, initialize_config_dir
 
 from dse.calibrate.settings import QUICK, settings_from
-from dse.config import CalibrateConfig
+from dse.config import CalibrateConfig, register
 from dse.errors import DseError
 from dse.net import load_net
 from dse.paths import CONF_DIR, calibrated_path
@@ -71,6 +71,7 @@ def test_quick_calibration_with_deployments_brings_runs_to_its_probe(tmp_path) -
 
 
 def _compose(*overrides: str):
+    register()
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         return compose("calibrate", overrides=["platform=localhost", *overrides])
 

@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from dse.config import TIMEOUT_S
 from dse.runtime.measurements import MEASUREMENTS, Measurement, failed, read_measurements
 from dse.runtime.mpirun import Launcher
 from dse.runtime.reader import read_plan
@@ -47,7 +48,7 @@ def kill_session(sid: int, grace_s: float = 3.0) -> None:
 
 def launch(
     directory: Path,
-    timeout_s: float = 600.0,
+    timeout_s: float = TIMEOUT_S,
     warmup: int | None = None,
     iterations: int | None = None,
     rank_args: Sequence[str] = (),

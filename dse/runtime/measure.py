@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from dse.config import ITERATIONS, TIMEOUT_S, WARMUP
 from dse.errors import DseError
 from dse.mapping import Mappings
 from dse.net import Net, zoo
@@ -55,8 +56,8 @@ def deploy(
     mapping: Mappings,
     out: Path,
     seed: int = 0,
-    warmup: int = 4,
-    iterations: int = 20,
+    warmup: int = WARMUP,
+    iterations: int = ITERATIONS,
     stream: int = 0,
     launcher: Launcher | None = None,
 ) -> Plan:
@@ -79,9 +80,9 @@ def deploy_and_measure(
     mapping: Mappings,
     out: Path,
     seed: int = 0,
-    warmup: int = 4,
-    iterations: int = 20,
-    timeout_s: float = 600.0,
+    warmup: int = WARMUP,
+    iterations: int = ITERATIONS,
+    timeout_s: float = TIMEOUT_S,
     stream: int = 0,
     launcher: Launcher | None = None,
 ) -> Compared | Measurement:

@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from dse.config import ITERATIONS, WARMUP
 from dse.errors import DseError
 
 PLAN_VERSION = 3
@@ -248,8 +249,8 @@ class Reference:
 class RunSettings:
     """Iterations a run of the deployment makes unless its command line says otherwise."""
 
-    warmup: int = 4
-    iterations: int = 20
+    warmup: int = WARMUP
+    iterations: int = ITERATIONS
     stream: int = 0
 
     def to_json(self) -> dict[str, Any]:
