@@ -258,8 +258,8 @@ class ClusterConfig:
     cfs_period_us: int = 10_000
     check_mb: float = 4.0  # message size of the link checks
     check_reps: int = 5  # repetitions per link (the best counts; the median is shown)
-    check_rounds: int = 8  # compute rounds per device
-    check_chunk_ms: float = 50.0  # compute per round at a whole CPU
+    check_rounds: int = 6  # compute rounds per device
+    check_chunk_ms: float = 100.0  # compute per round at a whole CPU (10 CFS periods)
     tolerance: float = 0.10  # a link further than this from its rate is an error
     format: str = "table"  # table | json
 

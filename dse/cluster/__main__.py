@@ -23,7 +23,6 @@ from dse.cluster.build import clusters, down, leftovers, up
 from dse.cluster.check import CheckSettings, check, format_check
 from dse.cluster.spec import ClusterSpec, parse_spec
 from dse.cluster.state import State, load, load_check, save_check
-from dse.cluster.system import require
 from dse.config import ClusterConfig
 from dse.errors import DseError
 
@@ -134,7 +133,6 @@ def do_status(name: str | None, fmt: str) -> dict:
 def main(cfg: DictConfig) -> dict:
     fmt = output_format(cfg)
     conf = ClusterConfig(**{k: v for k, v in cfg.items() if k != "platform"})  # its checks
-    require()
     if ACTION == "up":
         return do_up(cfg, conf, fmt)
     name = cluster_name(cfg)

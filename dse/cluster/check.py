@@ -14,9 +14,11 @@ more than one direction's rate (:func:`exchange_ok`), else an error too.
 **Devices**: a fixed compute kernel runs in each device's cgroup, interleaved with the same
 kernel in the board's cgroup (:mod:`dse.cluster.probe`). A device's speed is the kernel's CPU
 time in the board's cgroup (what a whole CPU takes) over its wall time in the device's (median
-of the rounds), expected ``min(1, share x board CPUs)``; "cpu free" is the CPU time over the
-wall time in the board's cgroup: below 1, other processes of this machine took part of the
-board's CPU, and a device whose share is more than what was left runs slower than configured.
+of the rounds), expected ``min(1, share x board CPUs)``. "cpu got" is the device's CPU time over
+its wall time (what its quota let it run: at most its share, up to the kernel's accounting);
+"cpu free" the same in the board's cgroup: below 1, other processes of this machine took part
+of the board's CPU, and a device whose share is more than what was left runs slower than
+configured.
 The CFS quota gives the share on average with more noise than a whole core (the spread column,
 p10 to p90 of the device's rounds); a device off by more than 15 % is reported, not an error
 (the machine's other load moves it).
@@ -38,9 +40,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from dse.cluster import net
+from dse.cluster import net, system
 from dse.cluster.mpi import board_files, mpiexec_options
-from dse.cluster.spec import cpu_list
+from dse.cluster.spec import ClusterSpec, DeviceShare, cpu_list
 from dse.cluster.state import State
 from dse.errors import DseError
 
@@ -52,8 +54,8 @@ DEVICE_TOLERANCE = 0.15
 class CheckSettings:
     size_mb: float = 4.0  # message of the link rate probes
     reps: int = 5  # repetitions per pair (the best counts)
-    rounds: int = 8  # compute rounds per device
-    chunk_ms: float = 50.0  # the kernel's time per round at a whole CPU
+    rounds: int = 6  # compute rounds per device
+    chunk_ms: float = 100.0  # the kernel's time per round at a whole CPU (10 CFS periods)
     tolerance: float = 0.10  # a link further than this from its rate is an error
     timeout_s: float = 300.0
 
@@ -138,6 +140,70 @@ def run_compute(state: State, settings: CheckSettings) -> dict[str, Any]:
     return out
 
 
+def _ratios(num: list[float], den: list[float]) -> float:
+    """The median of the round-by-round ratios."""
+    return statistics.median(n / d for n, d in zip(num, den, strict=True))
+
+
+def link_summary(spec: ClusterSpec, pair: dict[str, Any], size: int, tolerance: float
+                 ) -> tuple[dict[str, Any], list[str]]:  # fmt: skip
+    """One pair of boards: its figures against the configured rate, and its errors."""
+    rate = spec.pair_rate_mbit(pair["a"], pair["b"])
+    both_rate = rate if spec.network == "shared" else 2 * rate
+    one = [size * 8 / t / 1e6 for t in pair["one_way_s"]]
+    both = [2 * size * 8 / t / 1e6 for t in pair["exchange_s"]]
+    row = {
+        "a": pair["a"],
+        "b": pair["b"],
+        "configured_mbit": rate,
+        "best_mbit": max(one),
+        "median_mbit": statistics.median(one),
+        "off_pct": 100 * (max(one) / rate - 1),
+        "latency_us": 1e6 * statistics.median(pair["latency_s"]),
+        "exchange_configured_mbit": both_rate,
+        "exchange_best_mbit": max(both),
+        "exchange_median_mbit": statistics.median(both),
+        "exchange_off_pct": 100 * (max(both) / both_rate - 1),
+    }
+    link, errors = f"{pair['a']}<->{pair['b']}", []
+    if abs(row["off_pct"]) > 100 * tolerance:
+        errors.append(
+            f"link {link} moved {max(one):.0f} Mbit/s at best, configured {rate:g} "
+            f"({row['off_pct']:+.1f} %, more than {100 * tolerance:g} % off)"
+        )
+    if not exchange_ok(spec.network, rate, max(both), tolerance):
+        should = (
+            f"one shared medium should give {rate:g}"
+            if spec.network == "shared"
+            else f"a switched port gives more than {rate:g} (each direction its rate)"
+        )
+        errors.append(f"link {link} moved {max(both):.0f} Mbit/s both ways at once: {should}")
+    return row, errors
+
+
+def device_summary(spec: ClusterSpec, d: DeviceShare, probe: dict[str, Any]) -> dict[str, Any]:
+    """One device: its speed against a whole CPU of its board, and what it got of the CPU."""
+    whole = probe["cpu_s"][d.board]  # the kernel's CPU time in the board's cgroup, per round
+    mine = probe["wall_s"][d.name]
+    speed = _ratios(whole, mine)
+    expected = min(1.0, d.share * len(spec.board(d.board).cpus))
+    return {
+        "device": d.name,
+        "board": d.board,
+        "cpus": cpu_list(spec.board(d.board).cpus),
+        "share": d.share,
+        "memory_mb": d.memory_mb,
+        "speed": speed,
+        "expected": expected,
+        "off_pct": 100 * (speed / expected - 1),
+        "spread_pct": 100
+        * (_percentile(mine, 0.9) - _percentile(mine, 0.1))
+        / statistics.median(mine),
+        "cpu_got": _ratios(probe["cpu_s"][d.name], mine),
+        "board_free": _ratios(whole, probe["wall_s"][d.board]),
+    }
+
+
 def summarise(
     state: State,
     links: dict[str, Any],
@@ -147,68 +213,11 @@ def summarise(
 ) -> dict[str, Any]:
     """Measured against configured, with the errors (links off by more than the tolerance)."""
     spec = state.spec
-    size = links.get("size", 0)
     rows, errors = [], []
-    for p in links["pairs"]:
-        rate = spec.pair_rate_mbit(p["a"], p["b"])
-        both_rate = rate if spec.network == "shared" else 2 * rate
-        one = [size * 8 / t / 1e6 for t in p["one_way_s"]]
-        both = [2 * size * 8 / t / 1e6 for t in p["exchange_s"]]
-        row = {
-            "a": p["a"],
-            "b": p["b"],
-            "configured_mbit": rate,
-            "best_mbit": max(one),
-            "median_mbit": statistics.median(one),
-            "off_pct": 100 * (max(one) / rate - 1),
-            "latency_us": 1e6 * statistics.median(p["latency_s"]),
-            "exchange_configured_mbit": both_rate,
-            "exchange_best_mbit": max(both),
-            "exchange_median_mbit": statistics.median(both),
-            "exchange_off_pct": 100 * (max(both) / both_rate - 1),
-        }
-        link = f"{p['a']}<->{p['b']}"
-        if abs(row["off_pct"]) > 100 * settings.tolerance:
-            errors.append(
-                f"link {link} moved {row['best_mbit']:.0f} Mbit/s at best, configured "
-                f"{rate:g} ({row['off_pct']:+.1f} %, more than {100 * settings.tolerance:g} % off)"
-            )
-        if not exchange_ok(spec.network, rate, max(both), settings.tolerance):
-            errors.append(
-                f"link {link} moved {row['exchange_best_mbit']:.0f} Mbit/s both ways at once: "
-                + (
-                    f"one shared medium should give {rate:g}"
-                    if spec.network == "shared"
-                    else f"a switched port gives more than {rate:g} (each direction its rate)"
-                )
-            )
+    for pair in links["pairs"]:
+        row, errs = link_summary(spec, pair, links.get("size", 0), settings.tolerance)
         rows.append(row)
-    devices = []
-    for d in spec.devices:
-        probe = compute[d.board]
-        whole = probe["cpu_s"][d.board]  # the kernel's time on a whole CPU, round by round
-        mine = probe["wall_s"][d.name]
-        speed = statistics.median(w / t for w, t in zip(whole, mine, strict=True))
-        expected = min(1.0, d.share * len(spec.board(d.board).cpus))
-        free = statistics.median(
-            c / w for c, w in zip(whole, probe["wall_s"][d.board], strict=True)
-        )
-        devices.append(
-            {
-                "device": d.name,
-                "board": d.board,
-                "cpus": cpu_list(spec.board(d.board).cpus),
-                "share": d.share,
-                "memory_mb": d.memory_mb,
-                "speed": speed,
-                "expected": expected,
-                "board_free": free,
-                "off_pct": 100 * (speed / expected - 1),
-                "spread_pct": 100
-                * (_percentile(mine, 0.9) - _percentile(mine, 0.1))
-                / statistics.median(mine),
-            }
-        )
+        errors += errs
     return {
         "cluster": spec.name,
         "platform": spec.platform,
@@ -219,7 +228,7 @@ def summarise(
         "settings": asdict(settings),
         "hosts": links.get("hosts", []),
         "links": rows,
-        "devices": devices,
+        "devices": [device_summary(spec, d, compute[d.board]) for d in spec.devices],
         "platform_links": platform_links or {},
         "errors": errors,
     }
@@ -230,6 +239,7 @@ def check(
 ) -> dict[str, Any]:
     """Measure the running cluster; the summary (its ``errors`` empty when every link is
     within the tolerance)."""
+    system.require()
     links = run_links(state, settings)
     boards = [b.name for b in state.spec.boards]
     if links["pairs"] and sorted(links["hosts"]) != sorted(boards):
@@ -240,15 +250,44 @@ def check(
     return summarise(state, links, run_compute(state, settings), settings, platform_links)
 
 
+def _link_rows(result: dict[str, Any]) -> list[list[str]]:
+    net_link = result.get("platform_links", {}).get("network")
+    said = "-"
+    if net_link:
+        said = f"{net_link['latency_s'] * 1e6:.0f} us, "
+        said += f"{net_link['bandwidth_Bps'] * 8 / 1e6:.0f} Mbit/s"
+    rows = [["boards", "configured", "measured", "median", "off", "latency", "platform links"]]
+    for r in result["links"]:
+        mbit = [f"{r[k]:.0f} Mbit/s" for k in ("best_mbit", "median_mbit")]
+        rows.append([f"{r['a']} <-> {r['b']}", f"{r['configured_mbit']:g} Mbit/s", *mbit,
+                     f"{r['off_pct']:+.1f} %", f"{r['latency_us']:.0f} us", said])  # fmt: skip
+        mbit = [f"{r[k]:.0f} Mbit/s" for k in ("exchange_best_mbit", "exchange_median_mbit")]
+        rows.append(["  both ways at once", f"{r['exchange_configured_mbit']:g} Mbit/s", *mbit,
+                     f"{r['exchange_off_pct']:+.1f} %", "", ""])  # fmt: skip
+    return rows
+
+
+def _device_rows(result: dict[str, Any]) -> list[list[str]]:
+    rows = [["device", "board", "cpus", "share", "memory cap", "speed", "expected", "off"]]
+    rows[0] += ["spread", "cpu got", "cpu free"]
+    for d in result["devices"]:
+        flag = "" if abs(d["off_pct"]) <= 100 * DEVICE_TOLERANCE else "  (off)"
+        figures = [f"{d[k]:.2f}" for k in ("share",)] + [f"{d['memory_mb']:g} MB"]
+        figures += [f"{d[k]:.2f}" for k in ("speed", "expected")]
+        figures += [f"{d['off_pct']:+.1f} %{flag}", f"{d['spread_pct']:.0f} %"]
+        figures += [f"{d[k]:.2f}" for k in ("cpu_got", "board_free")]
+        rows.append([d["device"], d["board"], d["cpus"], *figures])
+    return rows
+
+
 def _table(rows: list[list[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return [
-        "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
-    ]
+    return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+            for r in rows]  # fmt: skip
 
 
 def format_check(result: dict[str, Any]) -> str:
-    """The self-check as a few tables."""
+    """The self-check as two tables (links, devices) and its verdict."""
     s = result["settings"]
     lines = [
         f"cluster {result['cluster']} (platform {result['platform']}): {result['network']} "
@@ -257,62 +296,13 @@ def format_check(result: dict[str, Any]) -> str:
         f"links: MPI over TCP, {s['size_mb']:g} MB messages, best (and median) of {s['reps']}; "
         "TCP payload is at most 95.6 % of a rate; no delay is emulated",
     ]
-    net_link = result.get("platform_links", {}).get("network")
-    said = (
-        f"{net_link['latency_s'] * 1e6:.0f} us, {net_link['bandwidth_Bps'] * 8 / 1e6:.0f} Mbit/s"
-        if net_link
-        else "-"
-    )
-    rows = [["boards", "configured", "measured", "median", "off", "latency", "platform links"]]
-    for r in result["links"]:
-        rows.append(
-            [
-                f"{r['a']} <-> {r['b']}",
-                f"{r['configured_mbit']:g} Mbit/s",
-                f"{r['best_mbit']:.0f} Mbit/s",
-                f"{r['median_mbit']:.0f} Mbit/s",
-                f"{r['off_pct']:+.1f} %",
-                f"{r['latency_us']:.0f} us",
-                said,
-            ]
-        )
-        rows.append(
-            [
-                "  both ways at once",
-                f"{r['exchange_configured_mbit']:g} Mbit/s",
-                f"{r['exchange_best_mbit']:.0f} Mbit/s",
-                f"{r['exchange_median_mbit']:.0f} Mbit/s",
-                f"{r['exchange_off_pct']:+.1f} %",
-                "",
-                "",
-            ]
-        )
-    lines += _table(rows) if result["links"] else ["  (one board: no link)"]
+    lines += _table(_link_rows(result)) if result["links"] else ["  (one board: no link)"]
     lines.append(
         f"devices: a fixed kernel in each device's cgroup against a whole CPU of its board, "
         f"median of {s['rounds']} rounds of {s['chunk_ms']:g} ms"
     )
-    rows = [["device", "board", "cpus", "share", "memory cap", "speed", "expected", "off"]]
-    rows[0] += ["spread", "cpu free"]
-    for d in result["devices"]:
-        flag = "" if abs(d["off_pct"]) <= 100 * DEVICE_TOLERANCE else "  (off)"
-        rows.append(
-            [
-                d["device"],
-                d["board"],
-                d["cpus"],
-                f"{d['share']:.2f}",
-                f"{d['memory_mb']:g} MB",
-                f"{d['speed']:.2f}",
-                f"{d['expected']:.2f}",
-                f"{d['off_pct']:+.1f} %{flag}",
-                f"{d['spread_pct']:.0f} %",
-                f"{d['board_free']:.2f}",
-            ]
-        )
-    lines += _table(rows)
-    for e in result["errors"]:
-        lines.append(f"error: {e}")
+    lines += _table(_device_rows(result))
+    lines += [f"error: {e}" for e in result["errors"]]
     if not result["errors"]:
         lines.append("every link within its tolerance")
     return "\n".join(lines)

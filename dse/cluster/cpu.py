@@ -6,7 +6,7 @@ Layout, in each of the ``cpu``, ``cpuset`` and ``memory`` hierarchies::
       <board>/                     cpuset: the board's CPUs; Open MPI's daemon runs here
         <device>/                  cpu: CFS quota share x CPUs x period; memory: the cap
 
-A device's rank joins its cgroups before it runs (the launcher's ``--rank`` mode), so all of
+A device's rank joins its cgroups before it runs (the cluster's ``rank`` script), so all of
 its memory is charged to its cap and all of its CPU time to its quota. A board's cpuset makes
 the board look like a machine of that many cores: Open MPI numbers them from 0 (a rankfile's
 ``slot=0`` on a board holding CPU 1 is CPU 1).

@@ -39,7 +39,6 @@ def mpiexec_options(state: State) -> tuple[list[str], dict[str, str]]:
     subnet = str(state.subnet)
     options = [
         ("--prtemca", "plm_ssh_agent", str(state.launcher)),
-        ("--prtemca", "plm_ssh_no_tree_spawn", "1"),  # every daemon started from the head
         ("--prtemca", "oob_tcp_if_include", subnet),
         ("--mca", "btl_tcp_if_include", subnet),
     ]
@@ -110,7 +109,7 @@ def rank_prefix(state: State, devices: Sequence[str]) -> list[str]:
     """What goes before the program on mpiexec's command line so that rank ``r`` runs in the
     cgroups of ``devices[r]``."""
     targets = [f"{_board_of(state, d)}/{d}" for d in devices]
-    return [str(state.launcher), "--rank", ",".join(targets)]
+    return [str(state.rank_script), ",".join(targets)]
 
 
 def command(

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dse.cluster import launcher
+from dse.cluster import launcher as scripts
 from dse.cluster.names import STATE_ROOT, Names, board_address, head_address
 from dse.cluster.spec import ClusterSpec
 from dse.errors import DseError
@@ -50,7 +50,13 @@ class State:
 
     @property
     def launcher(self) -> Path:
-        return launcher.path(self.names)
+        """Open MPI's ssh agent for this cluster (``launcher BOARD COMMAND``)."""
+        return scripts.path(self.names, scripts.LAUNCHER)
+
+    @property
+    def rank_script(self) -> Path:
+        """Before a rank's program: joins its device's cgroups (``rank B/D,... PROGRAM``)."""
+        return scripts.path(self.names, scripts.RANK)
 
     def as_dict(self) -> dict[str, Any]:
         return {
