@@ -100,15 +100,16 @@ def test_edge3_platforms_parse_to_the_documented_clusters() -> None:
     assert [(d.name, d.board, d.share, d.memory_mb) for d in eth.devices] == [
         ("edge0_cpu", "edge0", 1.0, 1536.0),
         ("edge1_cpu0", "edge1", 0.6, 1024.0),
-        ("edge1_cpu1", "edge1", 0.4, 768.0),
+        ("edge1_cpu1", "edge1", 0.4, 512.0),
     ]
     # CFS quota = share x board CPUs x period: 1.0 x 1 x 10 ms, 0.6 x ..., 0.4 x ...
     assert [eth.quota_us(d) for d in eth.devices] == [10_000, 6_000, 4_000]
     assert eth.pair_rate_mbit("edge0", "edge1") == 1000.0
     assert wifi.network == "shared" and wifi.rate_mbit == 100.0
     assert [d.share for d in wifi.devices] == [1.0, 0.6, 0.4]
-    # VGG-16 (553 MB of weights, ~1.1-1.3 GB while loading) fits whole only on edge0
+    # VGG-16 whole: a cgroup peak of ~1.2 GB with its weights' page cache, ~0.7 GB without
     assert [d.memory_mb >= 1200 for d in eth.devices] == [True, False, False]
+    assert [d.memory_mb >= 700 for d in eth.devices] == [True, True, False]
 
 
 def test_spec_defaults_and_per_board_rates() -> None:
@@ -169,6 +170,9 @@ def test_bad_platform_level_input_is_one_line() -> None:
         parse_spec(cfg, available=[0, 1])
     with pytest.raises(DseError, match="cluster name 'a.b' is not usable"):
         parse_spec(make_platform(), name="a.b", available=[0, 1])
+    for name in ("../etc", "a/b", "", "x" * 41):  # a name becomes paths: refused before any
+        with pytest.raises(DseError, match="is not usable"):
+            leftovers(name)
     cfg = make_platform()
     cfg["devices"][0]["host"] = cfg["devices"][0]["name"] = "tb_0"
     cfg["emulation"]["boards"]["tb_0"] = cfg["emulation"]["boards"].pop("tb0")

@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from dse.cluster import net, system
+from dse.cluster import system
 from dse.cluster.mpi import board_files, mpiexec_options
 from dse.cluster.spec import ClusterSpec, DeviceShare, cpu_list
 from dse.cluster.state import State
@@ -95,11 +95,26 @@ def run_links(state: State, settings: CheckSettings) -> dict[str, Any]:
         program = [sys.executable, "-m", "mpi4py", "-m", "dse.cluster.probe", "links"]
         cmd = [mpiexec_path(), *args, "-n", str(len(boards)), *files.args(), *program]
         cmd += [str(out), str(size), str(settings.reps)]
-        run_mpi(state, cmd, {**os.environ, **env}, settings.timeout_s, Path(tmp))
+        run_mpi(cmd, {**os.environ, **env}, settings.timeout_s, Path(tmp))
         return json.loads(out.read_text())
 
 
-def run_mpi(state: State, cmd: list[str], env: dict[str, str], timeout_s: float, cwd: Path) -> None:
+def session_processes(sid: int) -> list[int]:
+    """Pids of the live processes of session ``sid`` (mpiexec's: its daemons and ranks stay in
+    it, through the launcher, though Open MPI gives each its own process group)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2 :].split()  # state, ppid, pgrp, session, ...
+        if len(fields) > 3 and int(fields[3]) == sid and fields[0] != "Z":
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def run_mpi(cmd: list[str], env: dict[str, str], timeout_s: float, cwd: Path) -> None:
     """Run an mpiexec command on the cluster; nothing of it outlives this call."""
     log = cwd / "mpiexec.log"
     with open(log, "wb") as err:
@@ -111,11 +126,10 @@ def run_mpi(state: State, cmd: list[str], env: dict[str, str], timeout_s: float,
         except subprocess.TimeoutExpired:
             code = None
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            for pid in session_processes(proc.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             proc.wait()
-            for b in state.spec.boards:
-                net.kill_in(state.names.board_ns(b.name))
     if code != 0:
         tail = [t for t in log.read_text(errors="replace").splitlines() if t.strip()][-3:]
         why = "timed out" if code is None else f"exited with {code}"

@@ -80,6 +80,9 @@ class Names:
 
     cluster: str
 
+    def __post_init__(self) -> None:
+        check_cluster_name(self.cluster)  # it becomes paths: never '..' or '/'
+
     @property
     def tag(self) -> str:
         return hashlib.sha256(self.cluster.encode()).hexdigest()[:7]

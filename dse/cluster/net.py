@@ -128,7 +128,13 @@ def build(spec: ClusterSpec, names: Names, subnet: ipaddress.IPv4Network) -> Non
     ip("link", "set", HEAD_PEER, "master", BRIDGE, ns=sw)
     shared = spec.network == "shared"
     if shared:
-        ip("link", "add", MEDIUM, "type", "ifb", ns=sw)
+        try:
+            ip("link", "add", MEDIUM, "type", "ifb", ns=sw)
+        except CommandError as exc:
+            raise DseError(
+                f"a shared medium needs an ifb device, which this kernel refused (CONFIG_IFB): "
+                f"{exc}"
+            ) from None
         ip("link", "set", MEDIUM, "up", ns=sw)
         shape(MEDIUM, sw, spec.rate_mbit)
     for i, board in enumerate(spec.boards):
