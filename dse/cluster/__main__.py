@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from dse.cli import CONF_DIR, fail, guarded, output_format, run
 from dse.cluster.build import clusters, down, leftovers, up
 from dse.cluster.check import CheckSettings, check, format_check
+from dse.cluster.net import namespaces
 from dse.cluster.spec import ClusterSpec, parse_spec
 from dse.cluster.state import State, load, load_check, save_check
 from dse.config import ClusterConfig
@@ -31,8 +32,9 @@ USAGE = "usage: python -m dse.cluster up|status|check|down platform=NAME [name=C
 
 
 def platform_cfg(cfg: DictConfig) -> Mapping | None:
+    """The platform's config (conf/platform/NAME.yaml) as plain containers, if one is given."""
     raw = cfg.get("platform")
-    return OmegaConf.to_container(raw, resolve=True) if raw is not None else None  # type: ignore[return-value]
+    return None if raw is None else dict(OmegaConf.to_container(raw, resolve=True))
 
 
 def cluster_name(cfg: DictConfig) -> str | None:
@@ -98,23 +100,19 @@ def do_check(state: State, raw: Mapping | None, conf: ClusterConfig, fmt: str) -
 
 
 def do_status(name: str | None, fmt: str) -> dict:
-    if name is None:
+    if name is None:  # every cluster of which anything exists here
         found = {n: leftovers(n) for n in clusters()}
         if fmt == "json":
             print(json.dumps(found, indent=1))
-        for n, left in found.items():
-            print(
-                f"{n}: {len(left)} pieces ({', '.join(left[:3])}{', ...' if len(left) > 3 else ''})"
-            )
-        if not found:
+        elif not found:
             print("no emulated cluster on this machine")
+        for n, left in found.items() if fmt == "table" else ():
+            more = ", ..." if len(left) > 3 else ""
+            print(f"{n}: {len(left)} pieces ({', '.join(left[:3])}{more})")
         return {"status": "ok", "clusters": found}
     state = load(name)
-    missing = [
-        b.name
-        for b in state.spec.boards
-        if not any(x == f"namespace {state.names.board_ns(b.name)}" for x in leftovers(name))
-    ]
+    present = set(namespaces())
+    missing = [b.name for b in state.spec.boards if state.names.board_ns(b.name) not in present]
     if missing:
         raise DseError(
             f"cluster {name} is broken: boards {', '.join(missing)} are gone: run down, then up"
@@ -124,7 +122,10 @@ def do_status(name: str | None, fmt: str) -> dict:
         print(json.dumps({"state": state.as_dict(), "check": result}, indent=1))
     else:
         print(describe(state))
-        print(format_check(result) if result else "no self-check yet (up with check=true)")
+        try:
+            print(format_check(result) if result else "no self-check yet: run check")
+        except (KeyError, TypeError, ValueError):
+            print("the last self-check was written by another version of dse: run check")
     return {"status": "ok"}
 
 
