@@ -86,7 +86,7 @@ def run_workers(cluster: str, groups: list[str], iterations: int, count: int) ->
 
 
 def calibrate(cluster: str, ms: float) -> int:
-    """Iterations of the kernel taking ``ms`` on the board's whole CPU."""
+    """Iterations of the kernel taking ``ms`` of CPU time."""
     iterations = 16
     while True:
         t = statistics.median(
@@ -110,6 +110,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     system.require()
+    if os.getloadavg()[0] > 0.5:
+        print(f"warning: load average {os.getloadavg()[0]:.1f}: other processes take CPU time "
+              "from the devices, the wall times say more about them than about the periods",
+              file=sys.stderr)  # fmt: skip
     cluster = f"bench-cpu-{os.getpid()}"
     names = Names(cluster)
     try:
