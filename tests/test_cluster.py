@@ -34,6 +34,8 @@ from dse.cluster import (
     oom_kills,
     parse_spec,
     rank_prefix,
+    set_link,
+    stop_processes,
     up,
     write_mpi_files,
 )
@@ -468,6 +470,42 @@ def test_a_device_past_its_memory_cap_is_oom_killed(cluster: State, tmp_path: Pa
                              "import numpy as np; b = np.ones(600 << 20, np.uint8)"])  # fmt: skip
     assert direct.returncode == -9
     assert oom_kills(cluster, "tb0_cpu") == after["tb0_cpu"] + 1
+
+
+def test_stop_processes_and_cut_links(cluster: State) -> None:
+    running = [
+        subprocess.Popen([str(cluster.launcher), "--in", target, "sleep", "300"])
+        for target in ("tb0", "tb1/tb1_cpu0")
+    ]
+    try:
+        stop_processes(cluster)
+        assert [p.wait(timeout=10) for p in running] == [-9, -9]
+    finally:
+        for p in running:
+            if p.poll() is None:
+                p.kill()
+    probe = (
+        "import socket, sys\n"
+        "try:\n"
+        "    socket.create_connection((sys.argv[1], 9), timeout=1)\n"
+        "except ConnectionRefusedError:\n"
+        "    print('refused')  # tb1 answered: no service there, but the link carries\n"
+        "except OSError as exc:\n"
+        "    print(type(exc).__name__)\n"
+    )
+    where = str(cluster.address("tb1"))
+
+    def reach() -> str:
+        cmd = [str(cluster.launcher), "--in", "tb0", sys.executable, "-c", probe, where]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip()
+
+    assert reach() == "refused"
+    set_link(cluster, "tb1", False)
+    try:
+        assert reach() in ("TimeoutError", "timeout")  # cut: nothing comes back
+    finally:
+        set_link(cluster, "tb1", True)
+    assert reach() == "refused"
 
 
 def test_down_leaves_nothing_and_other_clusters_alone(cluster_names) -> None:

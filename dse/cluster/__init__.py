@@ -8,12 +8,14 @@ platform's ``emulation:`` section. The library, for the runtime and the tests:
 * MPI across the boards: :func:`mpiexec_options` (extra arguments and environment),
   :func:`write_mpi_files` (hostfile and rankfile naming the boards), :func:`rank_prefix`
   (each rank into its device's cgroups), :func:`command` (all of it);
-* :func:`oom_kills` (whether a device's cgroup saw an OOM kill), :func:`check` (the self-check).
+* :func:`oom_kills` (whether a device's cgroup saw an OOM kill), :func:`stop_processes` (kill
+  whatever still runs on the boards after a failed run), :func:`set_link` (cut a board's link),
+  :func:`check` (the self-check).
 """
 
 from __future__ import annotations
 
-from dse.cluster.build import clusters, down, leftovers, up
+from dse.cluster.build import clusters, down, leftovers, set_link, stop_processes, up
 from dse.cluster.check import CheckSettings, check, format_check
 from dse.cluster.cpu import oom_kills as _oom_kills
 from dse.cluster.mpi import MpiFiles, command, mpiexec_options, rank_prefix, write_mpi_files
@@ -38,6 +40,8 @@ __all__ = [
     "oom_kills",
     "parse_spec",
     "rank_prefix",
+    "set_link",
+    "stop_processes",
     "up",
     "write_mpi_files",
 ]

@@ -15,9 +15,10 @@ import socket
 from pathlib import Path
 
 from dse.cluster import cpu, launcher, net, system
-from dse.cluster.names import CGROUP_ROOT, CONTROLLERS, PREFIX, STATE_ROOT, Names
+from dse.cluster.names import BOARD_IF, CGROUP_ROOT, CONTROLLERS, PREFIX, STATE_ROOT, Names
 from dse.cluster.spec import ClusterSpec
 from dse.cluster.state import State, machine_lock, save
+from dse.cluster.system import ip
 from dse.errors import DseError
 
 HOSTS = Path("/etc/hosts")
@@ -98,6 +99,22 @@ def down(name: str) -> bool:
     if left:
         raise DseError(f"cluster {name} is not fully removed: {', '.join(left)} remain")
     return existed
+
+
+def stop_processes(state: State) -> None:
+    """Kill every process running on the cluster's boards (in their namespaces or cgroups):
+    after a run that timed out or failed. Open MPI's daemons on the boards leave mpiexec's
+    session (a second daemon calls setsid): killing the session alone leaves them ~0.6 s
+    before they notice and exit with their ranks."""
+    for b in state.spec.boards:
+        net.kill_in(state.names.board_ns(b.name))
+    cpu.kill_tasks(state.names)
+
+
+def set_link(state: State, board: str, carrying: bool) -> None:
+    """Cut a board's link (``ip link set eth0 down``), or restore it."""
+    state.spec.board(board)  # KeyError for an unknown board
+    ip("link", "set", BOARD_IF, "up" if carrying else "down", ns=state.names.board_ns(board))
 
 
 def leftovers(name: str) -> list[str]:

@@ -105,6 +105,14 @@ def tasks(group: Path) -> list[int]:
         return []
 
 
+def kill_tasks(names: Names) -> None:
+    """SIGKILL every process in the cluster's cgroups."""
+    for group in groups(names):
+        for pid in tasks(group):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
 def teardown(names: Names, timeout_s: float = 10.0) -> None:
     """Kill what runs in the cluster's cgroups (only its launcher puts anything there) and
     remove them, deepest first."""
