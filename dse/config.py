@@ -253,8 +253,10 @@ class ClusterConfig:
     platform: Any = None
     name: str | None = None  # the cluster's name; null: the platform's
     check: bool = True  # after up: measure every link and device against the platform
-    # CFS period of the devices' CPU quotas: shorter pauses a device for less long, but under
-    # 10 ms the quotas overrun (scripts/cluster_cpu.py measures the spread per period)
+    # CFS period of the devices' CPU quotas (scripts/cluster_cpu.py): at 10 ms a 35 ms
+    # inference took its share's time within 3 %, alone and beside the other device of its CPU;
+    # 2.5-5 ms ran up to 76 % slower (the kernel enforces quotas at its 4 ms tick), 100 ms up
+    # to 26 % slower with twice the spread
     cfs_period_us: int = 10_000
     check_mb: float = 4.0  # message size of the link checks
     check_reps: int = 5  # repetitions per link (the best counts; the median is shown)

@@ -3,20 +3,19 @@
     sudo python scripts/cluster_cpu.py [--cpu 1] [--inference-ms 35] [--inferences 20] [--rounds 3]
 
 Two devices of shares 0.6 and 0.4 share one CPU (as edge1 of conf/platform/edge3_*.yaml), each
-a cgroup with a CFS quota of its share, built by dse.cluster.cpu. Each device runs a fixed
-"inference" (single-threaded float32 matrix products taking --inference-ms on a whole CPU, as
-ResNet-50 takes ~35 ms in onnxruntime here) back to back, both devices at once; per period, the
+a cgroup with a CFS quota of its share, built by dse.cluster.cpu. A device runs a fixed
+"inference" (single-threaded float32 matrix products taking --inference-ms of CPU time, as
+ResNet-50 takes ~35 ms in onnxruntime here) back to back: each device alone (a vertical cut:
+the other waits), then both at once (split layers, a pipeline). Per period and device, the
 median inference time against the expected one (its CPU time / share) and the spread (p10 to
 p90 of the inference times, over the median). Periods run interleaved in rounds, so a change
-in the machine's load spreads over all of them. A whole CPU without a quota is the reference.
-Two tables: the wall time of an inference (what a run sees, the machine's other load
-included), and its CPU time plus the time its cgroup spent throttled (cpu.stat), what the quota
-alone makes of it: on a shared machine the second is the one to compare periods by.
+in the machine's load spreads over all of them; a whole CPU without a quota is the reference,
+its spread the machine's own noise.
 
-The shortest period pauses an inference for the shortest time, but the kernel charges a quota
-per tick (4 ms at HZ=250) and per 5 ms slice of runtime, so quotas of a few ms overrun and the
-device runs slower than its share. Needs root and cgroup v1 (cpu, cpuset). Its cgroups are
-``dse.bench-cpu-<pid>`` and are removed at the end, also on Ctrl-C.
+A short period pauses an inference for a short time, but the kernel enforces a quota at its
+tick (4 ms at HZ=250) and hands it out in 5 ms slices, so quotas of a few ms run the device
+slower than its share; a long period stops an inference for tens of ms at a time. Needs root
+and cgroup v1 (cpu, cpuset); its cgroups are ``dse.bench-cpu-<pid>``, removed at the end.
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -41,29 +39,21 @@ SHARES = {"dev60": 0.6, "dev40": 0.4}
 N = 128
 
 
-def throttled_s(stat: Path) -> float:
-    """Seconds the cgroup has spent throttled (its quota spent) since it was made."""
-    fields = dict(line.split() for line in stat.read_text().splitlines())
-    return int(fields["throttled_time"]) / 1e9
-
-
-def kernel(iterations: int, stat: Path) -> tuple[float, float, float]:
-    """(wall, CPU, throttled) seconds of one inference."""
+def kernel(iterations: int) -> tuple[float, float]:
+    """(wall, CPU) seconds of one inference."""
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((N, N), dtype=np.float32) for _ in range(2))
-    t, c, q = time.perf_counter(), time.thread_time(), throttled_s(stat)
+    t, c = time.perf_counter(), time.thread_time()
     for _ in range(iterations):
         a @ b
-    return time.perf_counter() - t, time.thread_time() - c, throttled_s(stat) - q
+    return time.perf_counter() - t, time.thread_time() - c
 
 
 def worker(cluster: str, group: str, iterations: int, count: int) -> None:
     """Join ``group`` (board/device) and print the times of ``count`` inferences."""
-    names = Names(cluster)
-    cpu.join(os.getpid(), names, *group.split("/"))
-    stat = names.cgroup("cpu", *group.split("/")) / "cpu.stat"
-    kernel(iterations, stat)  # warm
-    print(json.dumps([kernel(iterations, stat) for _ in range(count)]))
+    cpu.join(os.getpid(), Names(cluster), *group.split("/"))
+    kernel(iterations)  # warm
+    print(json.dumps([kernel(iterations) for _ in range(count)]))
 
 
 def spec_for(cluster: str, cpu_id: int, period_us: int) -> ClusterSpec:
@@ -89,9 +79,8 @@ def calibrate(cluster: str, ms: float) -> int:
     """Iterations of the kernel taking ``ms`` of CPU time."""
     iterations = 16
     while True:
-        t = statistics.median(
-            w for w, _, _ in run_workers(cluster, ["board"], iterations, 5)["board"]
-        )
+        runs = run_workers(cluster, ["board"], iterations, 5)["board"]
+        t = statistics.median(c for _, c in runs)  # CPU time: the machine's load aside
         if t > ms / 1e3 / 2:
             return max(1, round(iterations * ms / 1e3 / t))
         iterations *= 2
@@ -119,48 +108,48 @@ def main() -> None:
     try:
         cpu.build(spec_for(cluster, args.cpu, PERIODS_US[0]), names)
         iterations = calibrate(cluster, args.inference_ms)
-        times: dict[tuple[str, int], list[list[float]]] = {}
+        times: dict[tuple[str, str, int], list[list[float]]] = {}
         for r in range(args.rounds):
             ref = run_workers(cluster, ["board"], iterations, args.inferences)["board"]
-            times.setdefault(("whole", 0), []).extend(ref)
+            times.setdefault(("whole", "", 0), []).extend(ref)
             for period in PERIODS_US if r % 2 == 0 else PERIODS_US[::-1]:
-                spec = spec_for(cluster, args.cpu, period)
-                for d in spec.devices:
-                    group = names.cgroup("cpu", "board", d.name)
-                    (group / "cpu.cfs_quota_us").write_text("-1")  # period first, then quota
-                    (group / "cpu.cfs_period_us").write_text(str(period))
-                    (group / "cpu.cfs_quota_us").write_text(str(spec.quota_us(d)))
-                got = run_workers(
-                    cluster, [f"board/{d}" for d in SHARES], iterations, args.inferences
-                )
-                for d in SHARES:
-                    times.setdefault((d, period), []).extend(got[f"board/{d}"])
+                set_period(names, spec_for(cluster, args.cpu, period))
+                for mode, groups in [*(("alone", [d]) for d in SHARES), ("together", [*SHARES])]:
+                    got = run_workers(
+                        cluster, [f"board/{d}" for d in groups], iterations, args.inferences
+                    )
+                    for d in groups:
+                        times.setdefault((mode, d, period), []).extend(got[f"board/{d}"])
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     finally:
         cpu.teardown(names)
     report(times, args)
 
 
-def report(times: dict[tuple[str, int], list[list[float]]], args: argparse.Namespace) -> None:
-    """Two tables: inference wall times (what a run sees, other load included), and CPU plus
-    throttled time (what the quota alone makes of an inference: time waiting for other
-    processes left out)."""
-    ref = times["whole", 0]
-    whole = statistics.median(c for _, c, _ in ref)  # CPU time of an inference
-    print(f"CPU {args.cpu}: an inference is {whole * 1e3:.1f} ms of CPU (whole CPU: wall "
-          f"{statistics.median(w for w, _, _ in ref) * 1e3:.1f} ms, spread "
-          f"{100 * spread([w for w, _, _ in ref]):.0f} %), {len(ref)} per cell, load average "
-          f"{os.getloadavg()[0]:.1f} at the end")  # fmt: skip
-    for title, measure in (
-        ("wall time per inference", lambda w, c, q: w),
-        ("CPU + throttled time per inference (other load left out)", lambda w, c, q: c + q),
-    ):
-        print(f"\n{title}: median (expected = CPU time / share), off, spread p10-p90")
+def set_period(names: Names, spec: ClusterSpec) -> None:
+    for d in spec.devices:
+        group = names.cgroup("cpu", "board", d.name)
+        (group / "cpu.cfs_quota_us").write_text("-1")  # no quota while the period changes
+        (group / "cpu.cfs_period_us").write_text(str(spec.cfs_period_us))
+        (group / "cpu.cfs_quota_us").write_text(str(spec.quota_us(d)))
+
+
+def report(times: dict[tuple[str, str, int], list[list[float]]], args: argparse.Namespace) -> None:
+    ref = times["whole", "", 0]
+    whole = statistics.median(c for _, c in ref)  # CPU time of an inference
+    walls = [w for w, _ in ref]
+    print(
+        f"CPU {args.cpu}: an inference is {whole * 1e3:.1f} ms of CPU; on a whole CPU "
+        f"{statistics.median(walls) * 1e3:.1f} ms, spread {100 * spread(walls):.0f} %; "
+        f"{len(ref)} inferences per cell; load average {os.getloadavg()[0]:.1f} at the end"
+    )
+    for mode in ("alone", "together"):
+        print(f"\n{mode}: median inference (expected = CPU time / share), off, spread p10-p90")
         print(f"{'period':>9}  " + "  ".join(f"{'share ' + str(s):>30}" for s in SHARES.values()))
         for period in PERIODS_US:
             cells = []
             for d, share in SHARES.items():
-                xs = [measure(*x) for x in times[d, period]]
+                xs = [w for w, _ in times[mode, d, period]]
                 med, expected = statistics.median(xs), whole / share
                 off = 100 * (med / expected - 1)
                 cells.append(
