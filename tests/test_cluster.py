@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
@@ -472,12 +473,23 @@ def test_a_device_past_its_memory_cap_is_oom_killed(cluster: State, tmp_path: Pa
     assert oom_kills(cluster, "tb0_cpu") == after["tb0_cpu"] + 1
 
 
+def wait_on_board(state: State, proc: subprocess.Popen, board: str) -> None:
+    """Until the launcher has put ``proc`` on ``board`` (in its network namespace)."""
+    deadline = time.monotonic() + 10
+    cmd = ["ip", "netns", "pids", state.names.board_ns(board)]
+    while str(proc.pid) not in subprocess.run(cmd, capture_output=True, text=True).stdout.split():
+        assert time.monotonic() < deadline, f"{proc.args} never reached {board}"
+        time.sleep(0.02)
+
+
 def test_stop_processes_and_cut_links(cluster: State) -> None:
     running = [
         subprocess.Popen([str(cluster.launcher), "--in", target, "sleep", "300"])
         for target in ("tb0", "tb1/tb1_cpu0")
     ]
     try:
+        for p, board in zip(running, ("tb0", "tb1"), strict=True):
+            wait_on_board(cluster, p, board)
         stop_processes(cluster)
         assert [p.wait(timeout=10) for p in running] == [-9, -9]
     finally:
@@ -532,6 +544,7 @@ def test_a_killed_run_is_cleaned_by_the_next_up(cluster_names) -> None:
     # a run killed midway: the cluster is never taken down and a rank still runs on a board
     orphan = subprocess.Popen([str(state.launcher), "--in", "tb1/tb1_cpu0", "sleep", "300"])
     try:
+        wait_on_board(state, orphan, "tb1")
         again = up(spec)
         assert orphan.wait(timeout=10) == -9  # the stale cluster's process was killed
         assert again.subnet == state.subnet

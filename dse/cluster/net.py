@@ -174,17 +174,8 @@ def wait_ready(
         where = server.getsockname()[1]
         for board in spec.boards:
             deadline = time.monotonic() + timeout_s
-            cmd = [
-                "nsenter",
-                f"--net={NETNS_DIR / names.board_ns(board.name)}",
-                sys.executable,
-                "-I",
-                "-S",
-                "-c",
-                probe,
-                head,
-                str(where),
-            ]
+            cmd = ["nsenter", f"--net={NETNS_DIR / names.board_ns(board.name)}", sys.executable]
+            cmd += ["-I", "-S", "-c", probe, head, str(where)]
             while subprocess.run(cmd, capture_output=True, check=False).returncode != 0:
                 if time.monotonic() > deadline:
                     raise DseError(
