@@ -34,6 +34,7 @@ from dse.cluster import (
     mpiexec_options,
     oom_kills,
     parse_spec,
+    peak_memory_mb,
     rank_prefix,
     set_link,
     stop_processes,
@@ -466,6 +467,8 @@ def test_a_device_past_its_memory_cap_is_oom_killed(cluster: State, tmp_path: Pa
     assert proc.returncode != 0
     after = {d.name: oom_kills(cluster, d.name) for d in cluster.spec.devices}
     assert after == {**before, "tb0_cpu": before["tb0_cpu"] + 1}  # that device, and only it
+    assert 280 <= peak_memory_mb(cluster, "tb0_cpu", reset=True) <= 300  # up to its cap
+    assert peak_memory_mb(cluster, "tb0_cpu") < 280  # counting again from what it holds now
     # the same outside MPI: the process dies of SIGKILL, and the count says why
     direct = subprocess.run([str(cluster.launcher), "--in", "tb0/tb0_cpu", sys.executable, "-c",
                              "import numpy as np; b = np.ones(600 << 20, np.uint8)"])  # fmt: skip

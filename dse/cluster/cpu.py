@@ -148,10 +148,16 @@ def oom_kills(names: Names, board: str, device: str) -> int:
     return int(fields["oom_kill"])
 
 
-def peak_memory_mb(names: Names, board: str, device: str) -> float:
-    """The most memory the device's cgroup has held (bytes charged to it, in MiB)."""
+def peak_memory_mb(names: Names, board: str, device: str, reset: bool = False) -> float:
+    """The most memory charged to the device's cgroup (MiB) since it was made or last reset;
+    with ``reset``, start counting again. Unlike a process's peak RSS it leaves out file pages
+    other cgroups brought into the page cache (a deployment's weight files, read by whoever
+    wrote them): those are not charged here, and the cap does not hold them either."""
     path = names.cgroup("memory", board, device) / "memory.max_usage_in_bytes"
-    return int(path.read_text()) / MB
+    peak = int(path.read_text()) / MB
+    if reset:
+        _write(path, "0")
+    return peak
 
 
 def join(pid: int, names: Names, *parts: str) -> None:
