@@ -256,6 +256,33 @@ class FidelityConfig(BaseConfig):
     out: str | None = None  # default: fidelity/<net>-<platform>-<time>
 
 
+@dataclass
+class ClusterConfig:
+    """python -m dse.cluster up|status|down platform=NAME: an emulated cluster on this machine
+    (the platform's ``emulation:`` section; see dse/cluster)."""
+
+    platform: Any = None
+    name: str | None = None  # the cluster's name; null: the platform's
+    check: bool = True  # after up: measure every link and device against the platform
+    # CFS period of the devices' CPU quotas (scripts/cluster_cpu.py): at 10 ms a 35 ms
+    # inference took its share's time within 3 %, alone and beside the other device of its CPU;
+    # 2.5-5 ms ran up to 76 % slower (the kernel enforces quotas at its 4 ms tick), 100 ms up
+    # to 26 % slower with twice the spread
+    cfs_period_us: int = 10_000
+    check_mb: float = 4.0  # message size of the link checks
+    check_reps: int = 5  # repetitions per link (the best counts; the median is shown)
+    check_rounds: int = 6  # compute rounds per device
+    check_chunk_ms: float = 100.0  # compute per round at a whole CPU (10 CFS periods)
+    tolerance: float = 0.10  # a link further than this from its rate is an error
+    format: str = "table"  # table | json
+
+    def __post_init__(self) -> None:
+        if self.check_mb <= 0 or self.check_reps < 1 or self.check_rounds < 1:
+            raise DseError("cluster: check_mb must be positive, check_reps and check_rounds >= 1")
+        if not self.check_chunk_ms > 0 or not 0 < self.tolerance < 1:
+            raise DseError("cluster: check_chunk_ms must be positive and tolerance in (0, 1)")
+
+
 def check(cfg: Any) -> None:
     """The checks a composed config must pass beyond its types (one line each)."""
     from dse.objectives import check_objectives
@@ -302,6 +329,7 @@ def register() -> None:
     cs.store(name="base_deploy", node=DeployConfig)
     cs.store(name="base_calibrate", node=CalibrateConfig)
     cs.store(name="base_fidelity", node=FidelityConfig)
+    cs.store(name="base_cluster", node=ClusterConfig)
     for name in NETS:
         cs.store(group="net", name=name, node=NetConfig(name=name))
     cs.store(group="net", name="onnx", node=NetConfig(name="onnx", path=MISSING))

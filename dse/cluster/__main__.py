@@ -1,0 +1,157 @@
+"""`python -m dse.cluster up|status|check|down platform=NAME [name=CLUSTER]`: an emulated cluster.
+
+``up`` builds it and checks it, ``status`` reprints it and its last check, ``check`` measures it
+again, ``down`` removes it.
+"""
+
+from __future__ import annotations
+
+if __name__ == "__main__":  # before the heavy imports: a signal now ends the process cleanly
+    from dse.cli import stop_early_on_signals
+
+    stop_early_on_signals()
+
+import json
+import sys
+from collections.abc import Mapping
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from dse.cli import CONF_DIR, fail, guarded, output_format, run
+from dse.cluster.build import clusters, down, leftovers, up
+from dse.cluster.check import CheckSettings, check, format_check
+from dse.cluster.net import namespaces
+from dse.cluster.spec import ClusterSpec, parse_spec
+from dse.cluster.state import State, load, load_check, save_check
+from dse.config import ClusterConfig
+from dse.errors import DseError
+
+ACTIONS = ("up", "status", "check", "down")
+USAGE = "usage: python -m dse.cluster up|status|check|down platform=NAME [name=CLUSTER]"
+
+
+def platform_cfg(cfg: DictConfig) -> Mapping | None:
+    """The platform's config (conf/platform/NAME.yaml) as plain containers, if one is given."""
+    raw = cfg.get("platform")
+    return None if raw is None else dict(OmegaConf.to_container(raw, resolve=True))
+
+
+def cluster_name(cfg: DictConfig) -> str | None:
+    if cfg.get("name"):
+        return str(cfg.name)
+    raw = platform_cfg(cfg)
+    return str(raw["name"]) if isinstance(raw, Mapping) and raw.get("name") else None
+
+
+def describe(state: State) -> str:
+    spec: ClusterSpec = state.spec
+    port = "ports" if spec.network == "switched" else "one shared medium"
+    lines = [
+        f"cluster {spec.name} is up: {len(spec.boards)} boards on {state.subnet} ({spec.network}, "
+        f"{port} of {spec.rate_mbit:g} Mbit/s), launcher {state.launcher}"
+    ]
+    for b in spec.boards:
+        devices = ", ".join(
+            f"{d.name} (share {d.share:g}, {d.memory_mb:g} MB)" for d in spec.devices_of(b.name)
+        )
+        rate = f"{b.rate_mbit:g} Mbit/s port" if spec.network == "switched" else "on the medium"
+        cpus = ",".join(map(str, b.cpus))
+        lines.append(f"  {b.name}: {state.address(b.name)}, cpus {cpus}, {rate}; {devices}")
+    return "\n".join(lines)
+
+
+def settings(cfg: ClusterConfig) -> CheckSettings:
+    return CheckSettings(
+        size_mb=cfg.check_mb,
+        reps=cfg.check_reps,
+        rounds=cfg.check_rounds,
+        chunk_ms=cfg.check_chunk_ms,
+        tolerance=cfg.tolerance,
+    )
+
+
+def do_up(cfg: DictConfig, conf: ClusterConfig, fmt: str) -> dict:
+    raw = platform_cfg(cfg)
+    if raw is None:
+        raise DseError("no platform given: add platform=NAME (conf/platform/NAME.yaml)")
+    spec = parse_spec(raw, conf.name, conf.cfs_period_us)
+    state = up(spec)
+    if fmt == "table":
+        print(describe(state), flush=True)
+    if not conf.check:
+        return {"status": "ok", "state": state.as_dict()}
+    return do_check(state, raw, conf, fmt)
+
+
+def do_check(state: State, raw: Mapping | None, conf: ClusterConfig, fmt: str) -> dict:
+    """Measure the running cluster, keep the result for `status`, print it; an error names the
+    first link off its rate."""
+    links = (raw or {}).get("links") or {}
+    result = check(state, settings(conf), {k: dict(v) for k, v in links.items()})
+    save_check(state.name, result)
+    print(format_check(result) if fmt == "table" else json.dumps(result, indent=1))
+    if result["errors"]:
+        raise DseError(
+            f"{result['errors'][0]} (the cluster stays up: `status` shows the check, `down` "
+            "removes it)"
+        )
+    return {"status": "ok", "check": result}
+
+
+def do_status(name: str | None, fmt: str) -> dict:
+    if name is None:  # every cluster of which anything exists here
+        found = {n: leftovers(n) for n in clusters()}
+        if fmt == "json":
+            print(json.dumps(found, indent=1))
+        elif not found:
+            print("no emulated cluster on this machine")
+        for n, left in found.items() if fmt == "table" else ():
+            more = ", ..." if len(left) > 3 else ""
+            print(f"{n}: {len(left)} pieces ({', '.join(left[:3])}{more})")
+        return {"status": "ok", "clusters": found}
+    state = load(name)
+    present = set(namespaces())
+    missing = [b.name for b in state.spec.boards if state.names.board_ns(b.name) not in present]
+    if missing:
+        raise DseError(
+            f"cluster {name} is broken: boards {', '.join(missing)} are gone: run down, then up"
+        )
+    result = load_check(name)
+    if fmt == "json":
+        print(json.dumps({"state": state.as_dict(), "check": result}, indent=1))
+    else:
+        print(describe(state))
+        try:
+            print(format_check(result) if result else "no self-check yet: run check")
+        except (KeyError, TypeError, ValueError):
+            print("the last self-check was written by another version of dse: run check")
+    return {"status": "ok"}
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="cluster", version_base="1.3")
+@guarded
+def main(cfg: DictConfig) -> dict:
+    fmt = output_format(cfg)
+    conf = ClusterConfig(**{k: v for k, v in cfg.items() if k != "platform"})  # its checks
+    if ACTION == "up":
+        return do_up(cfg, conf, fmt)
+    name = cluster_name(cfg)
+    if ACTION == "status":
+        return do_status(name, fmt)
+    if name is None:
+        raise DseError("which cluster? add platform=NAME or name=CLUSTER")
+    if ACTION == "check":
+        return do_check(load(name), platform_cfg(cfg), conf, fmt)
+    existed = down(name)
+    print(f"cluster {name} removed" if existed else f"no cluster {name} here: nothing to remove")
+    return {"status": "ok"}
+
+
+ACTION = ""
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] not in ACTIONS:
+        fail(USAGE)
+    ACTION = sys.argv.pop(1)
+    run(main, "cluster")

@@ -1,0 +1,113 @@
+"""The launcher: how a process gets onto an emulated board (Open MPI's ssh agent, and more).
+
+``up`` writes two small shell scripts per cluster into ``/run/dse-cluster/<cluster>/``:
+
+``launcher BOARD COMMAND...``
+    what ``ssh BOARD COMMAND...`` is to a real board, for Open MPI's ``plm_ssh_agent``: joins
+    the board's cgroups, enters its network namespace and a new UTS namespace named after the
+    board (ranks of boards that share a host name hang after connecting), and runs COMMAND with
+    ``sh -c``, as sshd would. Leading ``-options`` (ssh's) are skipped. Open MPI's daemon of the
+    board stays a child of it, in mpiexec's session: killing the session kills the daemon.
+``launcher --in BOARD[/DEVICE] PROGRAM...``
+    runs PROGRAM on a board, in the board's or a device's cgroups.
+``rank BOARD/DEVICE,BOARD/DEVICE,... PROGRAM...``
+    put before each rank's program: the rank (``OMPI_COMM_WORLD_RANK``) joins the cgroups of
+    the device at its place in the list (its CPU quota and memory cap), then execs PROGRAM. (A
+    file of its own: mpiexec mistakes a program whose path equals its ssh agent's for the
+    agent's argument and takes the rest of its own command line for the program's.)
+
+Shell scripts, not Python: Open MPI starts the launcher once per board and every rank passes
+through ``rank``, and sh starts in a millisecond.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dse.cluster.names import CGROUP_ROOT, CONTROLLERS, PREFIX, Names
+from dse.cluster.net import NETNS_DIR
+
+LAUNCHER = "launcher"
+RANK = "rank"
+
+COMMON = r"""#!/bin/sh
+# @WHAT@ of the emulated cluster @CLUSTER@ (written by dse.cluster up, removed by down).
+set -eu
+NETNS='@NETNS@'
+TOP='@TOP@'
+say() { echo "dse cluster @CLUSTER@: $*" >&2; }
+join() {
+  for c in @CONTROLLERS@; do
+    echo $$ > "@CGROUP_ROOT@/$c/$TOP/$1/cgroup.procs" || { say "cannot join $1"; exit 126; }
+  done
+}
+"""
+
+LAUNCHER_BODY = r"""
+#   launcher BOARD COMMAND...               Open MPI's ssh agent: run COMMAND on BOARD
+#   launcher --in BOARD[/DEVICE] PROGRAM...  run PROGRAM on BOARD (in a device's cgroups)
+board() {
+  [ -e "$NETNS.$1" ] || { say "no board $1 (is the cluster up?)"; exit 255; }
+}
+if [ "${1:-}" = --in ]; then
+  [ $# -ge 3 ] || { say "usage: launcher --in BOARD[/DEVICE] PROGRAM..."; exit 2; }
+  target=$2; shift 2
+  b=${target%%/*}
+  board "$b"
+  join "$target"
+  exec nsenter --net="$NETNS.$b" unshare --uts \
+    sh -c 'printf %s "$0" > /proc/sys/kernel/hostname && exec "$@"' "$b" "$@"
+fi
+while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do shift; done
+[ $# -ge 2 ] || { say "usage: launcher BOARD COMMAND..."; exit 2; }
+b=$1; shift
+board "$b"
+join "$b"
+exec nsenter --net="$NETNS.$b" unshare --uts \
+  sh -c 'printf %s "$0" > /proc/sys/kernel/hostname && exec sh -c "$1"' "$b" "$*"
+"""
+
+RANK_BODY = r"""
+#   rank BOARD/DEVICE,BOARD/DEVICE,... PROGRAM...  rank r joins the r-th device's cgroups
+[ $# -ge 2 ] || { say "usage: rank B/D,... PROGRAM..."; exit 2; }
+list=$1; shift
+rank=${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-}}
+[ -n "$rank" ] || { say "rank: no OMPI_COMM_WORLD_RANK in the environment"; exit 126; }
+target=$(printf '%s\n' "$list" | cut -d, -f$((rank + 1)))
+[ -n "$target" ] || { say "rank: rank $rank has no device in $list"; exit 126; }
+join "$target"
+exec "$@"
+"""
+
+
+def script(names: Names, which: str) -> str:
+    """The ``launcher`` or ``rank`` script of the cluster ``names.cluster`` (its name is
+    letters, digits, _ and -: safe inside the script's quotes)."""
+    body = LAUNCHER_BODY if which == LAUNCHER else RANK_BODY
+    values = {
+        "@WHAT@": f"The {which} script",
+        "@CLUSTER@": names.cluster,
+        "@NETNS@": str(NETNS_DIR / names.switch_ns),
+        "@TOP@": f"{PREFIX}{names.cluster}",
+        "@CONTROLLERS@": " ".join(CONTROLLERS),
+        "@CGROUP_ROOT@": str(CGROUP_ROOT),
+    }
+    text = COMMON + body
+    for key, value in values.items():
+        text = text.replace(key, value)
+    return text
+
+
+def path(names: Names, which: str = LAUNCHER) -> Path:
+    return names.state_dir / which
+
+
+def write(names: Names) -> None:
+    """Write the cluster's launcher and rank scripts into its state directory."""
+    names.state_dir.mkdir(parents=True, exist_ok=True)
+    for which in (LAUNCHER, RANK):
+        p = path(names, which)
+        tmp = p.with_suffix(".tmp")
+        tmp.write_text(script(names, which))
+        tmp.chmod(0o755)
+        tmp.replace(p)

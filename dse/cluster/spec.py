@@ -1,0 +1,299 @@
+"""A platform's ``emulation:`` section, checked and frozen: the boards, links and CPU shares.
+
+The section (documented in ``conf/platform/edge3_ethernet.yaml``)::
+
+    emulation:
+      network: switched      # switched: a star through one switch, each board's port its rate
+                             # shared: one medium (Wi-Fi), every board's traffic on one channel
+      rate_mbit: 1000        # switched: every port's rate; shared: the medium's
+      boards:                # one per host of the platform: the CPUs of this machine it gets
+        edge0: {cpus: [0]}
+        edge1: {cpus: [1], rate_mbit: 100}     # switched only: this port's own rate
+      devices:               # a device's share of its board's CPUs (default: an equal split)
+        edge1_cpu0: {share: 0.6}
+        edge1_cpu1: {share: 0.4}
+
+A device's memory cap is its platform entry's ``memory_mb``. A device of share ``s`` on a board
+of ``c`` CPUs gets a CFS quota of ``s * c`` CPUs; a CPU's devices (of every board holding it)
+may ask for at most all of it. Everything is checked before anything is built: one clear line
+per problem.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from dse.cluster.names import MAX_BOARDS, check_board_name, check_cluster_name
+from dse.errors import DseError
+from dse.platform import load_platform, number
+
+NETWORKS = ("switched", "shared")
+KEYS = ("network", "rate_mbit", "boards", "devices")
+#: The kernel refuses a CFS quota under 1 ms and a period over 1 s.
+MIN_QUOTA_US = 1000
+PERIOD_RANGE_US = (1000, 1_000_000)
+#: Shares add up to at most a CPU, give or take rounding (0.6 + 0.3 + 0.1).
+SHARE_SLACK = 1e-9
+
+
+@dataclass(frozen=True)
+class Board:
+    name: str
+    cpus: tuple[int, ...]  # CPUs of this machine
+    rate_mbit: float  # its port's rate; on a shared medium, the medium's
+
+
+@dataclass(frozen=True)
+class DeviceShare:
+    name: str
+    board: str
+    share: float  # of its board's CPUs
+    memory_mb: float  # the memory cap
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str  # the cluster's (default: the platform's)
+    platform: str
+    network: str  # switched | shared
+    rate_mbit: float  # switched: the default port rate; shared: the medium's
+    boards: tuple[Board, ...]
+    devices: tuple[DeviceShare, ...]
+    cfs_period_us: int
+
+    def board(self, name: str) -> Board:
+        for b in self.boards:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+    def device(self, name: str) -> DeviceShare:
+        for d in self.devices:
+            if d.name == name:
+                return d
+        raise KeyError(name)
+
+    def devices_of(self, board: str) -> list[DeviceShare]:
+        return [d for d in self.devices if d.board == board]
+
+    def quota_us(self, device: DeviceShare) -> int:
+        """The device's CFS quota per period, in microseconds."""
+        return round(device.share * len(self.board(device.board).cpus) * self.cfs_period_us)
+
+    def pair_rate_mbit(self, a: str, b: str) -> float:
+        """What a transfer between two boards gets alone: the slower port, or the medium."""
+        if self.network == "shared":
+            return self.rate_mbit
+        return min(self.board(a).rate_mbit, self.board(b).rate_mbit)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ClusterSpec:
+        return cls(
+            name=d["name"],
+            platform=d["platform"],
+            network=d["network"],
+            rate_mbit=float(d["rate_mbit"]),
+            boards=tuple(
+                Board(b["name"], tuple(b["cpus"]), float(b["rate_mbit"])) for b in d["boards"]
+            ),
+            devices=tuple(DeviceShare(**x) for x in d["devices"]),
+            cfs_period_us=int(d["cfs_period_us"]),
+        )
+
+
+def machine_cpus() -> tuple[int, ...]:
+    """The CPUs a cluster may use: those of the root cpuset (else every CPU this process may
+    run on)."""
+    try:
+        text = Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text().strip()
+        return tuple(parse_cpu_list(text))
+    except (OSError, ValueError):
+        return tuple(sorted(os.sched_getaffinity(0)))
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """'0-2,5' -> [0, 1, 2, 5] (the kernel's CPU list format)."""
+    cpus: list[int] = []
+    for part in filter(None, text.split(",")):
+        lo, _, hi = part.partition("-")
+        cpus += range(int(lo), int(hi or lo) + 1)
+    return cpus
+
+
+def cpu_list(cpus: Sequence[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5'."""
+    runs: list[list[int]] = []
+    for c in sorted(cpus):
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise DseError(f"{where} must be a mapping, not {value!r}")
+    return value
+
+
+def _cpus(value: Any, where: str, available: Sequence[int]) -> tuple[int, ...]:
+    if isinstance(value, bool) or not isinstance(value, Sequence) or isinstance(value, str):
+        raise DseError(f"{where} must be a list of CPU numbers, such as [0] or [0, 1]")
+    cpus = []
+    for c in value:
+        if isinstance(c, bool) or not isinstance(c, int):
+            raise DseError(f"{where} must be a list of CPU numbers, not {list(value)!r}")
+        if c not in available:
+            raise DseError(
+                f"{where} names CPU {c}, which this machine lacks: it has CPUs "
+                f"{cpu_list(available)}"
+            )
+        cpus.append(c)
+    if not cpus or len(set(cpus)) != len(cpus):
+        raise DseError(f"{where} must list at least one CPU, each once")
+    return tuple(sorted(cpus))
+
+
+def _boards(
+    section: Mapping[str, Any], hosts: list[str], where: str, rate: float, available: Sequence[int]
+) -> tuple[Board, ...]:
+    raw = _mapping(section.get("boards"), f"{where}.boards")
+    for name in raw:
+        if name not in hosts:
+            raise DseError(
+                f"{where}.boards.{name}: '{name}' is not a host of the platform "
+                f"(its hosts: {', '.join(hosts)})"
+            )
+    boards = []
+    for host in hosts:
+        if host not in raw:
+            raise DseError(
+                f"{where}.boards has no board for host '{host}': add {host}: {{cpus: [...]}}"
+            )
+        bw = f"{where}.boards.{host}"
+        check_board_name(host, bw)
+        b = _mapping(raw[host], bw)
+        unknown = set(b) - {"cpus", "rate_mbit"}
+        if unknown:
+            raise DseError(
+                f"{bw}: unknown key '{sorted(unknown)[0]}' (a board has cpus, rate_mbit)"
+            )
+        own_rate = b.get("rate_mbit")
+        if own_rate is not None and section.get("network") == "shared":
+            raise DseError(
+                f"{bw}.rate_mbit: on a shared medium every board talks at the medium's rate "
+                f"(emulation.rate_mbit): remove it"
+            )
+        board_rate = (
+            rate if own_rate is None else number(own_rate, f"{bw}.rate_mbit", positive=True)
+        )
+        boards.append(Board(host, _cpus(b.get("cpus"), f"{bw}.cpus", available), board_rate))
+    if len(boards) > MAX_BOARDS:
+        raise DseError(f"{where}: {len(boards)} boards, at most {MAX_BOARDS} can be emulated")
+    return tuple(boards)
+
+
+def _devices(
+    section: Mapping[str, Any], platform_devices: list[Any], boards: tuple[Board, ...], where: str
+) -> tuple[DeviceShare, ...]:
+    raw = _mapping(section.get("devices") or {}, f"{where}.devices")
+    names = [d.name for d in platform_devices]
+    for name in raw:
+        if name not in names:
+            raise DseError(
+                f"{where}.devices.{name} is not a device of the platform (its devices: "
+                f"{', '.join(names)})"
+            )
+    devices = []
+    for d in platform_devices:
+        on_board = sum(x.host == d.host for x in platform_devices)
+        dw = f"{where}.devices.{d.name}"
+        spec = _mapping(raw.get(d.name) or {}, dw)
+        unknown = set(spec) - {"share"}
+        if unknown:
+            raise DseError(
+                f"{dw}: unknown key '{sorted(unknown)[0]}' (a device has a share; its memory cap "
+                "is its memory_mb)"
+            )
+        share = number(spec.get("share", 1.0 / on_board), f"{dw}.share", positive=True)
+        if share > 1.0:
+            raise DseError(
+                f"{dw}.share={share:g} is above 1: a device gets at most its board's CPUs"
+            )
+        devices.append(DeviceShare(d.name, d.host, share, d.memory_mb))
+    load: dict[int, list[DeviceShare]] = {}
+    for d in devices:
+        for c in next(b for b in boards if b.name == d.board).cpus:
+            load.setdefault(c, []).append(d)
+    for c, on in sorted(load.items()):
+        if sum(d.share for d in on) > 1.0 + SHARE_SLACK:
+            asked = ", ".join(f"{d.name} {d.share:g}" for d in on)
+            raise DseError(
+                f"{where}: CPU {c} is oversubscribed: its devices ask for "
+                f"{sum(d.share for d in on):g} of it ({asked}); lower their shares"
+            )
+    return tuple(devices)
+
+
+def parse_spec(
+    platform_cfg: Mapping[str, Any],
+    name: str | None = None,
+    cfs_period_us: int = 10_000,
+    available: Sequence[int] | None = None,
+) -> ClusterSpec:
+    """The cluster a platform config (``conf/platform/NAME.yaml`` as a mapping) describes."""
+    platform = load_platform(platform_cfg)
+    where = f"platform '{platform.name}': emulation"
+    if "emulation" not in platform_cfg or platform_cfg["emulation"] is None:
+        raise DseError(
+            f"platform '{platform.name}' has no emulation: section, so it cannot be emulated "
+            "(see conf/platform/edge3_ethernet.yaml)"
+        )
+    section = _mapping(platform_cfg["emulation"], where)
+    unknown = set(section) - set(KEYS)
+    if unknown:
+        raise DseError(f"{where}: unknown key '{sorted(unknown)[0]}' (keys: {', '.join(KEYS)})")
+    network = str(section.get("network", "switched"))
+    if network not in NETWORKS:
+        raise DseError(f"{where}.network={network!r} must be switched or shared")
+    if (network == "shared") != platform.shared_network:
+        raise DseError(
+            f"platform '{platform.name}': emulation.network is {network} but shared_network is "
+            f"{str(platform.shared_network).lower()}: make them agree (the model and the "
+            "emulation must see the same network)"
+        )
+    if section.get("rate_mbit") is None:
+        raise DseError(f"{where} has no rate_mbit: give the port (or medium) rate in Mbit/s")
+    rate = number(section["rate_mbit"], f"{where}.rate_mbit", positive=True)
+    lo, hi = PERIOD_RANGE_US
+    if not lo <= cfs_period_us <= hi:
+        raise DseError(f"cfs_period_us={cfs_period_us} must be from {lo} to {hi} (1 ms to 1 s)")
+    hosts = list(dict.fromkeys(d.host for d in platform.devices))
+    cpus = tuple(available) if available is not None else machine_cpus()
+    boards = _boards(section, hosts, where, rate, cpus)
+    devices = _devices(section, list(platform.devices), boards, where)
+    spec = ClusterSpec(
+        name=check_cluster_name(name or platform.name),
+        platform=platform.name,
+        network=network,
+        rate_mbit=rate,
+        boards=boards,
+        devices=devices,
+        cfs_period_us=int(cfs_period_us),
+    )
+    for d in spec.devices:
+        if spec.quota_us(d) < MIN_QUOTA_US:
+            raise DseError(
+                f"{where}.devices.{d.name}: a share of {d.share:g} is a CFS quota of "
+                f"{spec.quota_us(d)} us per {cfs_period_us} us period, under the kernel's 1 ms "
+                "minimum: raise the share or cfs_period_us"
+            )
+    return spec
