@@ -13,7 +13,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from chromosomes import Chromosome
-from dse.config import target_class
+from dse.config import BaseConfig, target_class
 from dse.errors import DseError
 from dse.net import Net, load_net
 from dse.paths import CONF_DIR, calibrated_path
@@ -85,8 +85,6 @@ RESUMABLE = ("resume", "progress", "algorithm.n_gen", "algorithm.max_evaluations
 def resumed_config(cfg: DictConfig, stored: dict, overrides: list[str]) -> DictConfig:
     """The run's own config (from its checkpoint) with only :data:`RESUMABLE` keys taken from
     the command line; any other override that changes a setting is refused in one line."""
-    from dse.config import BaseConfig
-
     try:
         run_cfg = OmegaConf.merge(OmegaConf.structured(BaseConfig), stored)
     except Exception as exc:  # noqa: BLE001 - OmegaConf validation errors are many classes

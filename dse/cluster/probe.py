@@ -22,6 +22,11 @@ import sys
 import time
 from typing import Any
 
+import numpy as np
+
+from dse.cluster.cpu import join
+from dse.cluster.names import Names
+
 LATENCY_REPS = 200
 KERNEL_N = 128
 
@@ -37,8 +42,6 @@ def _pingpong(comm: Any, peer: int, buf: Any, first: bool) -> None:
 
 def _pair(comm: Any, peer: int, first: bool, size: int, reps: int) -> dict[str, list[float]]:
     """Times (s) between this rank and ``peer``: one-way latency, one-way transfer, exchange."""
-    import numpy as np
-
     tiny, big = np.zeros(1, np.uint8), np.zeros(size, np.uint8)
     back = np.zeros(size, np.uint8)
     _pingpong(comm, peer, big, first)  # connection set up, TCP window grown
@@ -91,11 +94,6 @@ def _chunk(a: Any, b: Any, iterations: int) -> tuple[float, float]:
 
 
 def compute(cluster: str, board: str, devices: list[str], rounds: int, chunk_ms: float) -> None:
-    import numpy as np
-
-    from dse.cluster.cpu import join
-    from dse.cluster.names import Names
-
     names = Names(cluster)
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((KERNEL_N, KERNEL_N), dtype=np.float32) for _ in range(2))

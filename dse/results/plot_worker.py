@@ -17,8 +17,10 @@ from __future__ import annotations
 import atexit
 import os
 import pickle
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -79,8 +81,6 @@ atexit.register(_release)
 def draw(jobs: Sequence[tuple[str, tuple[Any, ...]]]) -> None:
     """Run each ``(function of dse.results.plots, args)``, spread over the prestarted helpers
     (drawing side by side); returns when every figure is written."""
-    import threading
-
     procs = [_idle.pop(0) for _ in range(min(len(_idle), len(jobs)))]
     shares = [list(jobs[i :: len(procs)]) for i in range(len(procs))]
     done = [False] * len(procs)
@@ -112,8 +112,6 @@ def draw(jobs: Sequence[tuple[str, tuple[Any, ...]]]) -> None:
 
 def _serve() -> int:
     """The helper: import matplotlib, read its jobs, draw them, say so."""
-    import signal
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import matplotlib.figure  # noqa: F401 - the import this helper exists to do early
 

@@ -6,6 +6,7 @@ from functools import cache
 from pathlib import Path
 
 import onnx
+import onnxruntime as ort
 
 from dse.errors import DseError
 
@@ -16,8 +17,6 @@ def shared_cpu_arena() -> None:
     its own arena at the peak of its own activations, so a rank running 200 segments held 300
     MB more than it ever had live; shared, a rank's activation memory is its liveness peak, as
     the model assumes. Chunks are sized as requested (no power-of-two growth)."""
-    import onnxruntime as ort
-
     info = ort.OrtMemoryInfo(
         "Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT
     )
@@ -28,8 +27,6 @@ def session_options(kind: str = "cpu", threads: int = 1):
     """The options every session of a device runs with: ``threads`` intra-op threads, no
     spinning (several sessions in one process must not spin against each other) and, on a
     cpu, the process's shared arena."""
-    import onnxruntime as ort
-
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = int(threads)
     opts.inter_op_num_threads = 1
@@ -45,8 +42,6 @@ def session_options(kind: str = "cpu", threads: int = 1):
 def session(model: onnx.ModelProto | str | Path, kind: str = "cpu", threads: int = 1):
     """An InferenceSession for one sub-model on a ``cpu`` or ``gpu`` device (CUDA execution
     provider; one clear error where CUDA is not available), with :func:`session_options`."""
-    import onnxruntime as ort
-
     opts = session_options(kind, threads)
     if kind == "gpu":
         if "CUDAExecutionProvider" not in ort.get_available_providers():

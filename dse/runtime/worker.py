@@ -20,6 +20,7 @@ measurements are written.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -407,8 +408,6 @@ def main(argv: list[str] | None = None) -> int:
     0 when the run is measured and its outputs equal the whole model's; else every rank ends
     MPI and exits with status 2, rank 0 having said why in one line (a rank that fails alone
     says why and aborts the others)."""
-    import argparse
-
     parser = argparse.ArgumentParser(prog="python -m mpi4py -m dse.runtime")
     parser.add_argument("directory", type=Path)
     parser.add_argument("--warmup", type=int, default=None)
