@@ -75,7 +75,7 @@ class ChromosomeConfig:
     # a split layer's parts: speed (sized to each device's modelled throughput on that layer,
     # so a fast GPU and a slow CPU finish together; between equal devices, equal parts), or
     # equal (the thesis's rule). speed: lower latency and a larger hypervolume on VGG-16 and
-    # AlexNet over the default platform (scripts/uneven_splits.py)
+    # AlexNet over the default platform (benchmarks/uneven_splits.py)
     shares: str = "speed"
 
     def __post_init__(self) -> None:
@@ -264,7 +264,7 @@ class ClusterConfig:
     platform: Any = None
     name: str | None = None  # the cluster's name; null: the platform's
     check: bool = True  # after up: measure every link and device against the platform
-    # CFS period of the devices' CPU quotas (scripts/cluster_cpu.py): at 10 ms a 35 ms
+    # CFS period of the devices' CPU quotas (benchmarks/cluster_cpu.py): at 10 ms a 35 ms
     # inference took its share's time within 3 %, alone and beside the other device of its CPU;
     # 2.5-5 ms ran up to 76 % slower (the kernel enforces quotas at its 4 ms tick), 100 ms up
     # to 26 % slower with twice the spread

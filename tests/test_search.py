@@ -187,7 +187,7 @@ def test_run_where_nothing_fits_says_so_and_exits_non_zero(tmp_path):
 
 @pytest.mark.parametrize("capacity", [3.0, 1e9])  # memory binds (20 % feasible), or not
 def test_enumerated_front_recovered_with_fewer_evaluations_than_mappings(capacity):
-    sys.path.insert(0, str(ROOT / "scripts"))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
     import search_quality as q
 
     p = q.problem("naive", capacity)

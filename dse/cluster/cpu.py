@@ -12,7 +12,7 @@ the board look like a machine of that many cores: Open MPI numbers them from 0 (
 ``slot=0`` on a board holding CPU 1 is CPU 1).
 
 A CFS quota gives a device its share on average: within a period the device runs at full speed
-until its quota is spent, then waits. ``scripts/cluster_cpu.py`` measures it per period: at the
+until its quota is spent, then waits. ``benchmarks/cluster_cpu.py`` measures it per period: at the
 default 10 ms a 35 ms inference took its share's time within 3 % (spread 12-16 % alone, against
 15 % for a whole CPU on that loaded machine); shorter periods ran slower than the share (the
 kernel enforces a quota at its 4 ms tick), longer ones paused inferences for longer. The kernel

@@ -1,6 +1,6 @@
 """Run a deployment's plan in one process (no MPI): every rank's steps, in a valid order; or
 time each of its sub-models alone (:func:`time_segments`, :func:`time_segments_beside`: for
-calibration and the diagnostics in ``scripts/``)."""
+calibration)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The thesis's two comparisons at its settings (population 1000, 100 generations), 5 seeds each.
 
-    python scripts/thesis_comparisons.py [--nets alexnet vgg16 densenet121] [--seeds 5]
+    python benchmarks/thesis_comparisons.py [--nets alexnet vgg16 densenet121] [--seeds 5]
         [--out runs/thesis] [--summarize-only]
 
 1. Naive (one gene per device, Eq. 4.5) against advanced with 2, 4 and 6 splits, on the

@@ -1,9 +1,9 @@
 """Calibrate, then measure the model's fidelity on the zoo and on a network left out of
 calibration; print one table (run on a quiet machine: it measures).
 
-    python scripts/fidelity_zoo.py --out /work/fidelity_runs            # ~55 min on localhost
-    python scripts/fidelity_zoo.py --out DIR --skip-calibrate --nets alexnet   # reuse, one net
-    python scripts/fidelity_zoo.py --out DIR --rounds 3   # quicker, noisier medians
+    python benchmarks/fidelity_zoo.py --out /work/fidelity_runs            # ~55 min on localhost
+    python benchmarks/fidelity_zoo.py --out DIR --skip-calibrate --nets alexnet   # reuse, one net
+    python benchmarks/fidelity_zoo.py --out DIR --rounds 3   # quicker, noisier medians
 
 Steps (each a plain command, printed before it runs):
 1. ``python -m dse.calibrate platform=P`` (every zoo net) into the platform's calibration file;

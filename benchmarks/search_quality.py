@@ -1,6 +1,6 @@
 """How close NSGA-II gets to the true front of small networks whose every mapping is enumerated.
 
-    python scripts/search_quality.py [--pop 50] [--gens 20] [--seeds 5] [--capacity 2.6 3 1e9]
+    python benchmarks/search_quality.py [--pop 50] [--gens 20] [--seeds 5] [--capacity 2.6 3 1e9]
         [--structured-seeds]
 
 The network is conv -> relu -> conv -> relu -> conv -> relu on 3 devices joined by slow links

@@ -1,6 +1,7 @@
 """How steady a CFS quota makes a device's speed, per CFS period: prints medians and spreads.
 
-    sudo python scripts/cluster_cpu.py [--cpu 1] [--inference-ms 35] [--inferences 20] [--rounds 3]
+    python benchmarks/cluster_cpu.py [--cpu 1] [--inference-ms 35] [--inferences 20]
+        [--rounds 3]   (as root)
 
 Two devices of shares 0.6 and 0.4 share one CPU (as edge1 of conf/platform/edge3_*.yaml), each
 a cgroup with a CFS quota of its share, built by dse.cluster.cpu. A device runs a fixed

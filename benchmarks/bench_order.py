@@ -1,6 +1,6 @@
 """Time loading graphs of many parallel branches: the memory-aware order must stay near-linear.
 
-    python scripts/bench_order.py [BRANCHES ...]   (default: 1000 2000 4000)
+    python benchmarks/bench_order.py [BRANCHES ...]   (default: 1000 2000 4000)
 
 Each graph is one input feeding BRANCHES branches of two layers (Relu -> Sigmoid) joined by a
 Concat, so a graph of B branches has 2B + 1 layers. Prints, per size, the load time with the
@@ -9,7 +9,7 @@ memory-aware order (``net.order=memory``) and as stored (``net.order=file``), an
 
 from __future__ import annotations
 
-import sys
+import argparse
 import tempfile
 import time
 from pathlib import Path
@@ -35,7 +35,9 @@ def branches(n: int) -> onnx.ModelProto:
 
 
 def main() -> None:
-    sizes = [int(a) for a in sys.argv[1:]] or [1000, 2000, 4000]
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("branches", nargs="*", type=int, default=[1000, 2000, 4000])
+    sizes = ap.parse_args().branches
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
             path = Path(tmp) / f"branches{n}.onnx"
