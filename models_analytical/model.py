@@ -20,7 +20,7 @@ from dse.objectives import OBJECTIVES
 from dse.platform import KINDS, Platform
 from models_analytical.coefficients import OP_CLASSES, WEIGHT_CLASSES, Coefficients
 from models_analytical.layer_costs import CONV_OPS, LayerTables, layer_tables
-from models_analytical.simulate import KernelInputs, input_csr, simulate
+from models_analytical.schedule import KernelInputs, ScheduleResult, input_csr, simulate
 from models_analytical.threads import ThreadTuner
 
 MB = 1e6
@@ -103,72 +103,73 @@ def kernel_inputs(
     out_tid[in_src[has]] = in_tensor[has]
     is_output = np.zeros(n, dtype=np.bool_)
     is_output[list(outputs)] = True
-
-    def power(kind: str, key: str) -> float:
-        return coefficients[kind].power_w[key] if kind in coefficients else 0.0
-
     return KernelInputs(
         kind=np.array([KINDS.index(d.kind) for d in platform.devices], dtype=np.int64),
+        host=np.unique([d.host for d in platform.devices], return_inverse=True)[1].astype(np.int64),
+        entry=int(platform.entry),
+        streamed=platform.weights == "streamed",
         t_work=tables.t_work,
         t_fixed=tables.t_fixed,
         op_class=tables.op_class,
         out_bytes=tables.out_bytes,
-        w_bytes=tables.weight_bytes,
+        weight_bytes=tables.weight_bytes,
+        channels=graph.out_channels.astype(np.float64),
+        channel_block=tables.block,
+        part_fixed=tables.part_fixed,
         in_ptr=in_ptr,
         in_src=in_src,
         in_tensor=in_tensor,
         in_bytes=in_bytes,
         last_use=last_use,
-        entry=int(platform.entry),
-        lat=links["latency"],
-        inv_bw=links["inv_bw"],
-        e_byte=links["energy"],
-        channel=links["channel"],
-        n_channels=int(links["channel"].max()) + 1,
-        streamed=platform.weights == "streamed",
-        p_class=np.array([[power(k, c) for c in OP_CLASSES] for k in KINDS]),
-        p_overhead=np.array([power(k, "overhead") for k in KINDS]),
-        block=tables.block,
-        part_fixed=tables.part_fixed,
-        host=np.unique([d.host for d in platform.devices], return_inverse=True)[1].astype(np.int64),
-        shared_slow=np.array(
-            [
-                attr(coefficients, k, "shared_host_factor") if k in coefficients else 1.0
-                for k in KINDS
-            ]
-        ),
-        channels=graph.out_channels.astype(np.float64),
-        **link_tables(platform, coefficients),
-        seg_fixed=np.array([attr(coefficients, k, "transfer_fixed_s") for k in KINDS]),
-        seg_byte=np.array([attr(coefficients, k, "transfer_per_byte_s") for k in KINDS]),
         out_ptr=np.cumsum(out_ptr),
         out_dst=dst.astype(np.int64),
         out_tid=out_tid,
         is_output=is_output,
         follows=np.asarray(graph.follows, dtype=np.int64),
         follower=np.asarray(graph.follower, dtype=np.int64),
-        split_slow=np.array(
-            [
-                attr(coefficients, k, "split_work_factor") if k in coefficients else 1.0
-                for k in KINDS
-            ]
-        ),
-        seg_run=np.array([attr(coefficients, k, "segment_run_s") for k in KINDS]),
-        seg_in=np.array([attr(coefficients, k, "segment_in_per_byte_s") for k in KINDS]),
-        seg_out=np.array([attr(coefficients, k, "segment_out_per_byte_s") for k in KINDS]),
-        recv_busy=np.array(
-            [k in coefficients and coefficients[k].receive_on_device for k in KINDS],
-            dtype=np.bool_,
-        ),
+        link_latency_s=links["latency"],
+        link_s_per_byte=links["inv_bw"],
+        link_j_per_byte=links["energy"],
+        channel=links["channel"],
+        n_channels=int(links["channel"].max()) + 1,
+        **link_tables(platform, coefficients),
+        power_w=kind_power(coefficients, OP_CLASSES),
+        overhead_power_w=kind_power(coefficients, ("overhead",)).ravel(),
+        transfer_fixed_s=per_kind(coefficients, "transfer_fixed_s"),
+        transfer_per_byte_s=per_kind(coefficients, "transfer_per_byte_s"),
+        split_work_factor=per_kind(coefficients, "split_work_factor", absent=1.0),
+        shared_host_factor=per_kind(coefficients, "shared_host_factor", absent=1.0),
+        segment_run_s=per_kind(coefficients, "segment_run_s"),
+        segment_in_per_byte_s=per_kind(coefficients, "segment_in_per_byte_s"),
+        segment_out_per_byte_s=per_kind(coefficients, "segment_out_per_byte_s"),
+        receive_on_device=per_kind(coefficients, "receive_on_device", False, np.bool_),
     )
 
 
-def attr(coefficients: Coefficients, kind: str, name: str) -> float:
-    return float(getattr(coefficients[kind], name)) if kind in coefficients else 0.0
+def per_kind(
+    coefficients: Coefficients,
+    name: str,
+    absent: float | bool = 0.0,
+    dtype: type = np.float64,
+) -> np.ndarray:
+    """[K] coefficient ``name`` of each kind (KINDS order), ``absent`` for a kind without
+    coefficients (the platform has no such device)."""
+    return np.array(
+        [getattr(coefficients[k], name) if k in coefficients else absent for k in KINDS],
+        dtype=dtype,
+    )
+
+
+def kind_power(coefficients: Coefficients, classes: tuple[str, ...]) -> np.ndarray:
+    """[K, len(classes)] W each kind draws in each of ``classes`` (``power_w`` keys), 0 for a
+    kind without coefficients."""
+    return np.array(
+        [[coefficients[k].power_w[c] if k in coefficients else 0.0 for c in classes] for k in KINDS]
+    )
 
 
 def link_tables(platform: Platform, coefficients: Coefficients) -> dict[str, np.ndarray]:
-    """The measured link tables the platform's device pairs use (``lk_class`` -1 where a pair's
+    """The measured link tables the platform's device pairs use (``link_table`` -1 where a pair's
     link class has none), padded to one length by extending each table's last slope."""
     names = sorted(coefficients.links)
     n = len(platform.devices)
@@ -190,7 +191,7 @@ def link_tables(platform: Platform, coefficients: Coefficients) -> dict[str, np.
             x.append(2 * x[-1])
             y.append(y[-1] + slope * (x[-1] - x[-2]))
         xs[i], ys[i] = x, y
-    return {"lk_class": cls, "lk_bytes": xs, "lk_sec": ys}
+    return {"link_table": cls, "table_bytes": xs, "table_s": ys}
 
 
 class AnalyticalModel:
@@ -243,9 +244,10 @@ class AnalyticalModel:
         ``transfer_fixed_s`` and ``transfer_per_byte_s``), built without redoing its tables:
         what calibration tries while it fits those two costs."""
         other = copy.copy(self)
-        k = len(self.inputs.seg_fixed)
+        k = len(self.inputs.transfer_fixed_s)
         other.inputs = self.inputs._replace(
-            seg_fixed=np.full(k, float(fixed_s)), seg_byte=np.full(k, float(per_byte_s))
+            transfer_fixed_s=np.full(k, float(fixed_s)),
+            transfer_per_byte_s=np.full(k, float(per_byte_s)),
         )
         return other
 
@@ -257,28 +259,26 @@ class AnalyticalModel:
 
     def evaluate(self, mappings: Mappings) -> Evaluation:
         """The figures of every mapping of the batch."""
-        *raw, weights = self._simulate(mappings)
-        return self._evaluation(*raw, weights if self._need_weights else None)
+        return self._evaluation(self._simulate(mappings))
 
     def memory_terms(self, mappings: Mappings) -> dict[str, np.ndarray]:
         """What the memory of each device is made of, before coefficients (each [P, D]):
         ``peak_mb`` the liveness peak of tensors and weights, ``held_mb`` buffers kept for good,
         ``parts`` and ``segments`` it runs, and ``weights_mb`` [P, D, class] it holds. The
         terms calibration fits."""
-        latency, busy, comm, peak, energy, parts, sent, segments, held, weights = self._simulate(
-            mappings, with_weights=True
-        )
+        result = self._simulate(mappings, with_weights=True)
         return {
-            "peak_mb": peak / MB,
-            "held_mb": held / MB,
-            "parts": parts,
-            "segments": segments,
-            "weights_mb": weights,
+            "peak_mb": result.peak_bytes / MB,
+            "held_mb": result.held_bytes / MB,
+            "parts": result.parts,
+            "segments": result.segments,
+            "weights_mb": result.weights_mb,
         }
 
-    def _simulate(self, mappings: Mappings, with_weights: bool | None = None) -> tuple:
-        """The kernel's arrays (:func:`models_analytical.simulate.simulate`), on one thread for
-        small batches and, for large ones, on the count the tuner finds faster now."""
+    def _simulate(self, mappings: Mappings, with_weights: bool | None = None) -> ScheduleResult:
+        """The kernel's figures (:func:`models_analytical.schedule.simulate`), on one thread for
+        small batches and, for large ones, on the count the tuner finds faster now; the weights
+        by class when ``with_weights`` (None: when the memory terms need them)."""
         device = np.ascontiguousarray(mappings.device, dtype=np.int64)
         sizes = np.ascontiguousarray(mappings.sizes)
         size = len(device)
@@ -286,7 +286,7 @@ class AnalyticalModel:
         threads = self.tuner.choose() if large else 1
         numba.set_num_threads(threads)
         t0 = time.perf_counter()
-        raw = simulate(
+        result = simulate(
             device,
             sizes,
             self._channels,
@@ -299,47 +299,49 @@ class AnalyticalModel:
         )
         if large:
             self.tuner.record(threads, size, time.perf_counter() - t0)
-        return raw
+        return result
 
-    def _evaluation(
-        self,
-        latency: np.ndarray,
-        busy: np.ndarray,
-        comm: np.ndarray,
-        peak: np.ndarray,
-        energy: np.ndarray,
-        parts: np.ndarray,
-        sent: np.ndarray,
-        segments: np.ndarray,
-        held: np.ndarray,
-        weights: np.ndarray | None,
-    ) -> Evaluation:
-        """The Evaluation of the kernel's figures; ``weights[P, D, class]`` (MB) each device
-        holds, needed when the coefficients have weight-class memory terms."""
+    def _evaluation(self, result: ScheduleResult) -> Evaluation:
+        """The Evaluation of the kernel's figures (its ``weights_mb`` read only when the
+        coefficients have weight-class memory terms, the case it is computed in)."""
+        latency, busy, parts, segments = (
+            result.latency_s,
+            result.busy_s,
+            result.parts,
+            result.segments,
+        )
+        peak, held, weights = result.peak_bytes, result.held_bytes, result.weights_mb
         # a device takes part when it computes, or only holds tensors (the entry device of the
         # input image, a device that gathers the parts of a channel-local layer it owns): the
         # runtime runs a rank there too
         used = (parts > 0) | (peak > 0) | (held > 0)
         idle = np.where(used, np.maximum(latency[:, None] - busy, 0.0), 0.0)
-        energy = energy + idle * self._idle_w
+        energy = result.energy_j + idle * self._idle_w
         # Eq. 4.9, with a per-layer term for the runtime structures each layer keeps; a rank
         # that runs no sub-model (it only holds tensors) has a baseline of its own
         bias = np.where(parts > 0, self._mem_bias, self._mem_empty)
         memory = bias + parts * self._mem_layer + segments * self._mem_segment
         memory = memory + (held / MB) * self._mem_held  # buffers kept for good
         if self._by_class:  # resident weights: the liveness peak is weights + activations
-            assert weights is not None
             act = np.maximum(peak / MB - weights.sum(axis=2), 0.0)
             memory = memory + act * self._mem_coef + (weights * self._mem_w).sum(axis=2)
         else:
             memory = memory + (peak / MB) * self._mem_coef
         if self._mem_load.any():
-            assert weights is not None
             # while loading, onnxruntime holds weights twice and packs conv weights: the peak
             # RSS is the larger of that and the running footprint
             loading = bias + (weights * self._mem_load).sum(axis=2)
             memory = np.maximum(memory, loading)
         memory = np.where(used, memory, 0.0)
         return Evaluation(
-            latency, busy, comm, idle, memory, energy, sent, used, self.capacity_mb, segments
+            latency_s=latency,
+            busy_s=busy,
+            comm_s=result.comm_s,
+            idle_s=idle,
+            memory_mb=memory,
+            energy_j=energy,
+            bytes_sent=result.bytes_sent,
+            used=used,
+            capacity_mb=self.capacity_mb,
+            segments=segments,
         )

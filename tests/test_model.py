@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import onnx_factory as f
@@ -16,6 +18,7 @@ from dse.net.graph import build_graph
 from dse.platform import Link, Platform, load_platform
 from models_analytical.coefficients import OP_CLASSES, Coefficients, KindCoefficients
 from models_analytical.model import AnalyticalModel
+from models_analytical.schedule import ScheduleResult
 
 
 def relu_chain(n_elems: int, length: int):
@@ -326,6 +329,63 @@ def test_consecutive_split_layers_all_gather_their_parts():
     # h2 computed no part and gets the whole from the owner; y's parts (800 B) go to h0
     ev = run(g, platform(n=3, bw=1e6), [[0, 1], [0, 1, 2]], coefficients(rate=1e15))
     assert ev.bytes_sent[0].tolist() == pytest.approx([1600 + 1200 + 2400, 1200 + 800, 800])
+
+
+def test_schedule_result_names_each_figure():
+    # the schedule of test_consecutive_split_layers_all_gather_their_parts, read field by field
+    g = two_convs()
+    model = AnalyticalModel(g, platform(n=2, bw=1e6), coefficients(rate=1e15))
+    result = model._simulate(from_device_lists(g, 2, [[[0, 1], [0, 1]]]), with_weights=True)
+    assert isinstance(result, ScheduleResult)
+    assert result.latency_s[0] == pytest.approx(4.0e-3, abs=1e-9)
+    # h0 sends x (1600 B) and its part of c1 (1200 B), receives h1's parts of c1 and y; h1
+    # receives x, sends its parts of c1 and y, receives h0's part of c1: 5.2 ms of links each
+    assert result.comm_s[0].tolist() == pytest.approx([5.2e-3, 5.2e-3])
+    assert result.bytes_sent[0].tolist() == pytest.approx([2800, 2400])
+    # kept for good: x where it enters and where it is received, the gathered c1 on both and
+    # y on its owner h0; the peak: half the weights (120 B) and the parts sent
+    assert result.held_bytes[0].tolist() == pytest.approx([1600 + 2400 + 2400, 1600 + 2400])
+    assert result.peak_bytes[0].tolist() == pytest.approx([120 + 1200, 120 + 1200 + 1200])
+    # a part of each conv on each device; each device's work cut once, by the gather of c1
+    assert result.parts[0].tolist() == [2, 2]
+    assert result.segments[0].tolist() == [2, 2]
+    # half of each conv's weights (48 + 72 B), all in the conv class
+    assert result.weights_mb[0].ravel().tolist() == pytest.approx([120e-6, 0.0, 120e-6, 0.0])
+    assert result.busy_s[0].tolist() == pytest.approx([0.0, 0.0], abs=1e-9)
+    assert result.energy_j[0].tolist() == pytest.approx([0.0, 0.0], abs=1e-6)
+
+
+def test_an_edited_stage_recompiles_its_cached_callers(tmp_path):
+    """numba stamps a cached function with its own file; the kernel's cache is stamped with all
+    its sources, so a caller cached with a stage of another module runs the edited stage."""
+    (tmp_path / "callee.py").write_text(
+        "from models_analytical.schedule.compiled import compiled\n\n"
+        "@compiled\ndef f(x):\n    return x + 1\n"
+    )
+    (tmp_path / "caller.py").write_text(
+        "from callee import f\nfrom models_analytical.schedule.compiled import compiled\n\n"
+        "@compiled\ndef g(x):\n    return f(x) * 2\n"
+    )
+    script = (
+        "import sys, pathlib\n"
+        "import models_analytical.schedule.compiled as c\n"
+        f"c.PACKAGE = pathlib.Path({str(tmp_path)!r})\n"
+        "c.sources_digest.cache_clear()\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "import caller\n"
+        "print(caller.g(1), caller.g._cache._impl.locator.__class__.__name__)\n"
+    )
+
+    def run() -> str:
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split()
+
+    assert run() == ["4", "KernelCacheLocator"]  # compiled and cached
+    assert run() == ["4", "KernelCacheLocator"]  # loaded from the cache
+    callee = tmp_path / "callee.py"
+    callee.write_text(callee.read_text().replace("x + 1", "x + 100"))
+    assert run()[0] == "202"  # numba alone would load g's stale code: 4
 
 
 # --- the kernel's threads, chosen by timing them ------------------------------------------------

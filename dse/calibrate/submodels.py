@@ -40,7 +40,7 @@ from dse.runtime.sessions import session
 from models_analytical.calibration import SubModelCosts, SubModelTiming, fit_submodel_costs
 from models_analytical.coefficients import Coefficients
 from models_analytical.model import AnalyticalModel
-from models_analytical.simulate import part_share
+from models_analytical.schedule import part_share
 
 
 def _bytes(values: list[onnx.ValueInfoProto]) -> int:
@@ -76,7 +76,7 @@ def features(
                 s = float(share[row[layer], d])
                 part = part_share(k_in, k, layer, s, int(n_here[layer]))
                 if n_here[layer] > 1:
-                    part /= k_in.split_slow[k]  # its whole channel blocks and fixed share
+                    part /= k_in.split_work_factor[k]  # its whole channel blocks and fixed share
                 t = part * k_in.t_work[k, layer] + k_in.t_fixed[k, layer]
                 compute += t
                 split += t if n_here[layer] > 1 else 0.0

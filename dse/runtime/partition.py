@@ -1,6 +1,6 @@
 """Partitioner: one mapping of a net -> per-device ONNX sub-models and a plan.
 
-The plan follows the analytical model's schedule (``models_analytical/simulate.py``) step for
+The plan follows the analytical model's schedule (``models_analytical/schedule/``) step for
 step. Layers are visited in the graph's topological order; on every device that computes a
 layer (or a part of it), each input tensor that lives elsewhere is received first, from the
 device that holds it whole (its owner; the graph input lives on ``platform.entry``), and a

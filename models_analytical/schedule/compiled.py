@@ -1,0 +1,94 @@
+"""How the kernel's functions are compiled: numba ``njit``, cached, most of them inlined into
+their caller, and the cache stamped with every source file the kernel is compiled from.
+
+Inlined: a call between compiled functions passing the kernel's inputs and state (some 80
+arrays) costs an atomic reference count update per array on entry and again on exit, about a
+microsecond, as much as a layer's whole schedule. So the schedule's stages are inlined by numba
+into their caller before it is compiled (:func:`stage`); only the entry points and rarely taken
+paths are calls (:func:`compiled`).
+
+Stamped: numba stamps a cached function with its own file only, yet its compiled code holds
+what it calls from other modules, so an edited stage would leave its callers' cached code stale
+(the batch would go on running the old stage). A cached function of this package is stamped,
+besides numba's own stamp, with the content of every module of the package and of
+:mod:`dse.mapping.rules` (whose ``dense_one`` the batch calls): an edit anywhere recompiles the
+kernel. This goes through numba's cache locators (``numba.core.caching``, not public API);
+where they are missing the kernel still runs, stamped by numba alone, and ``tests/test_model``
+fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from numba import njit
+from numba.core import caching
+
+import dse.mapping.rules
+
+PACKAGE = Path(__file__).resolve().parent
+
+
+@cache
+def sources_digest() -> str:
+    """SHA-256 of the kernel's source files (this package's modules and the mapping rules)."""
+    digest = hashlib.sha256()
+    for path in (*sorted(PACKAGE.glob("*.py")), Path(dse.mapping.rules.__file__).resolve()):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+class KernelCacheLocator(caching._CacheLocator):
+    """Where numba would cache a function of this package, stamped with numba's own stamp and
+    :func:`sources_digest`."""
+
+    def __init__(self, inner: caching._CacheLocator) -> None:
+        self._inner = inner
+
+    def get_cache_path(self) -> str:
+        return self._inner.get_cache_path()
+
+    def get_source_stamp(self) -> object:
+        return (self._inner.get_source_stamp(), sources_digest())
+
+    def get_disambiguator(self) -> str:
+        return self._inner.get_disambiguator()
+
+    @classmethod
+    def from_function(cls, py_func: Callable, py_file: str) -> KernelCacheLocator | None:
+        if Path(py_file).resolve().parent != PACKAGE:
+            return None
+        for other in LOCATORS:
+            if other is not cls:
+                inner = other.from_function(py_func, py_file)
+                if inner is not None:
+                    return cls(inner)
+        return None
+
+
+#: numba's cache locators, tried in order (on ``CacheImpl``, ``_CacheImpl`` in older numba)
+LOCATORS: list = getattr(
+    getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None),
+    "_locator_classes",
+    [],
+)
+if KernelCacheLocator not in LOCATORS:
+    LOCATORS.insert(0, KernelCacheLocator)
+
+
+def compiled(func: Callable | None = None, **options: Any) -> Any:
+    """``numba.njit(cache=True, nogil=True, **options)``: a function of the kernel called as a
+    function (``@compiled`` or ``@compiled(parallel=True)``)."""
+    jit = njit(cache=True, **{"nogil": True, **options})
+    return jit if func is None else jit(func)
+
+
+def stage(func: Callable) -> Any:
+    """A stage of the schedule: compiled as :func:`compiled`, inlined into every compiled
+    caller (``inline="always"``); still callable from Python."""
+    return compiled(func, inline="always")

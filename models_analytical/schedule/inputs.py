@@ -1,0 +1,84 @@
+"""What the kernel reads besides the mappings: the graph, the platform and the coefficients as
+arrays (:class:`KernelInputs`), built once per (graph, platform, coefficients) by the model."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+
+class KernelInputs(NamedTuple):
+    """Read by field name in compiled code (a numba namedtuple). Per-kind arrays are indexed
+    by ``kind[d]`` and named as the coefficient they carry
+    (:class:`~models_analytical.coefficients.KindCoefficients`); shapes use D devices, K kinds,
+    L layers, E input edges, C measured link tables."""
+
+    # devices
+    kind: np.ndarray  # int64 [D] each device's index into KINDS
+    host: np.ndarray  # int64 [D] index of each device's host
+    entry: int  # device where the input image enters
+    streamed: bool  # weights held only while their layer runs (else for the whole run)
+    # layers (models_analytical.layer_costs.LayerTables)
+    t_work: np.ndarray  # [K, L] seconds to compute a whole layer (scales with its share)
+    t_fixed: np.ndarray  # [K, L] seconds per part regardless of share
+    op_class: np.ndarray  # int64 [L] index into OP_CLASSES
+    out_bytes: np.ndarray  # float64 [L] bytes of each layer's output
+    weight_bytes: np.ndarray  # float64 [L] bytes of each layer's weights
+    channels: np.ndarray  # float64 [L] output channels
+    channel_block: np.ndarray  # [K, L] a split conv's part computes whole blocks of this many
+    part_fixed: np.ndarray  # [K, L] share of the whole layer's time every part of it pays
+    # the graph
+    in_ptr: np.ndarray  # int64 [L+1] CSR of each layer's inputs
+    in_src: np.ndarray  # int64 [E] producing layer, -1 for a graph input
+    in_tensor: np.ndarray  # int64 [E] tensor id
+    in_bytes: np.ndarray  # float64 [E] bytes of the tensor
+    last_use: np.ndarray  # int64 [L] last layer reading each output (L-1 for graph outputs)
+    out_ptr: np.ndarray  # int64 [L+1] CSR of each layer's consumer layers
+    out_dst: np.ndarray  # int64 [E'] consumer layer
+    out_tid: np.ndarray  # int64 [L] tensor id of each layer's output (-1: nobody reads it)
+    is_output: np.ndarray  # bool [L] the layer makes a graph output
+    follows: np.ndarray  # int64 [L] the split layer whose parts this layer continues, or -1
+    follower: np.ndarray  # int64 [L] the layer that follows this one, or -1
+    # links
+    link_latency_s: np.ndarray  # [D, D] latency of the link from a to b
+    link_s_per_byte: np.ndarray  # [D, D] 1 / its bandwidth
+    link_j_per_byte: np.ndarray  # [D, D] energy per byte moved (charged to both ends)
+    channel: np.ndarray  # int64 [D, D] link queue id (a FIFO per channel)
+    n_channels: int
+    link_table: np.ndarray  # int64 [D, D] measured link table of each pair, -1: latency + bw
+    table_bytes: np.ndarray  # [C, G] message sizes of each table (increasing)
+    table_s: np.ndarray  # [C, G] transfer time at those sizes
+    # coefficients of each kind
+    power_w: np.ndarray  # [K, op classes] W while computing
+    overhead_power_w: np.ndarray  # [K] W during per-layer overhead (and sub-model costs)
+    transfer_fixed_s: np.ndarray  # [K] a tensor crossing to a device of this kind (the cut into
+    transfer_per_byte_s: np.ndarray  # [K] segments on both ends): fixed and per byte
+    split_work_factor: np.ndarray  # [K] work factor of a split layer's parts (side by side)
+    shared_host_factor: np.ndarray  # [K] work factor while another device of its host works
+    segment_run_s: np.ndarray  # [K] seconds per sub-model run, on the device (session call)
+    segment_in_per_byte_s: np.ndarray  # [K] seconds per byte of each tensor a sub-model takes
+    segment_out_per_byte_s: np.ndarray  # [K] in (layout conversion, copies) and gives out
+    receive_on_device: np.ndarray  # bool [K] a transfer occupies a receiving device of this
+    # kind: its rank copies the data in (MPI Recv) once it has finished its work before
+
+
+def input_csr(
+    edge_src: np.ndarray,
+    edge_dst: np.ndarray,
+    edge_tensor: tuple[str, ...],
+    edge_bytes: np.ndarray,
+    n_layers: int,
+) -> tuple[np.ndarray, ...]:
+    """Per-layer input lists (CSR) with integer tensor ids."""
+    order = np.argsort(edge_dst, kind="stable")
+    ids: dict[str, int] = {}
+    tensor = np.array([ids.setdefault(edge_tensor[i], len(ids)) for i in order], dtype=np.int64)
+    ptr = np.zeros(n_layers + 1, dtype=np.int64)
+    np.add.at(ptr, edge_dst[order] + 1, 1)
+    return (
+        np.cumsum(ptr),
+        edge_src[order].astype(np.int64),
+        tensor,
+        edge_bytes[order].astype(np.float64),
+    )

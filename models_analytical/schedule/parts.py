@@ -1,0 +1,50 @@
+"""Where each layer's parts run in one mapping: the devices of each part row, which inputs a
+part reads itself, and the host slowdown of each device."""
+
+from __future__ import annotations
+
+from models_analytical.schedule.compiled import stage
+
+
+@stage
+def assign_parts(k_in, share, st):
+    """Each layer's part row and devices: a layer runs with its own shares (its parts on the
+    devices with a share, in index order), or, when it follows a layer split into several
+    parts (``follows``: a channel-local layer), on that layer's parts (``row``: the split
+    layer's row). Marks the devices some part runs on (``computes``)."""
+    n_layers, n_dev = share.shape
+    for layer in range(n_layers):
+        st.row[layer] = layer
+        f = k_in.follows[layer]
+        if f >= 0 and st.part_count[st.row[f]] > 1:
+            st.row[layer] = st.row[f]
+            continue
+        cnt = 0
+        for d in range(n_dev):
+            if share[layer, d] > 0.0:
+                st.part_device[layer, cnt] = d
+                st.computes[d] = True
+                cnt += 1
+        st.part_count[layer] = cnt
+
+
+@stage
+def inputs_end(k_in, st, layer):
+    """End of the inputs a part of ``layer`` receives itself (``in_ptr`` CSR): none when the
+    layer runs on another's parts (each part reads the part made before on its device)."""
+    return k_in.in_ptr[layer] if st.row[layer] != layer else k_in.in_ptr[layer + 1]
+
+
+@stage
+def host_slowdown(k_in, st):
+    """A device's work (layers, its sub-models' costs) runs slower by ``shared_host_factor``
+    where another device of its host computes in this mapping too (they share its caches and
+    memory bandwidth; a waiting rank polls). Devices count by the parts they run (a layer on
+    another's parts by those parts' devices, not its own shares)."""
+    n_dev = st.computes.size
+    for d in range(n_dev):
+        if st.computes[d]:
+            st.on_host[k_in.host[d]] += 1
+    for d in range(n_dev):
+        if st.on_host[k_in.host[d]] > 1:
+            st.slowdown[d] = k_in.shared_host_factor[k_in.kind[d]]

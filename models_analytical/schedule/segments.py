@@ -1,0 +1,174 @@
+"""Sub-models (segments): each device's work cut as :mod:`dse.runtime.partition` cuts it,
+before a step that receives, after a gather and after a send's deadline, and what each costs on
+its device beyond its layers: a run (``segment_run_s``) and per byte of each tensor it takes in
+and gives out (``segment_in_per_byte_s``, ``segment_out_per_byte_s``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models_analytical.schedule.compiled import compiled, stage
+from models_analytical.schedule.parts import inputs_end
+from models_analytical.schedule.timeline import charge
+
+
+@stage
+def enter_segment(k_in, owner, st, layer, d, n_here):
+    """Puts d's part of ``layer`` (cut into ``n_here`` parts) in a sub-model: a new one after
+    a cut or where it receives, else d's current one. Returns the seconds (before the host
+    slowdown) of what that costs: the run of a new one, what enters it (received, gathered, or
+    made by an earlier one here) and what leaves an earlier one here, per byte."""
+    k = k_in.kind[d]
+    seg = st.seg_current[d]
+    if seg < 0 or st.receives_at[d, layer]:
+        st.seg_last[d] += 1
+        seg = st.seg_last[d]
+        st.seg_current[d] = seg
+        st.seg_starts[d, layer] = True
+        over = k_in.segment_run_s[k]
+    else:
+        over = 0.0
+    st.seg_of[d, layer] = seg
+    st.part_list[d, st.parts[d]] = layer  # counted when it runs
+    for e in range(k_in.in_ptr[layer], inputs_end(k_in, st, layer)):
+        src = k_in.in_src[e]
+        t = k_in.in_tensor[e]
+        loc = k_in.entry if src < 0 else owner[src]
+        whole = src >= 0 and st.part_count[st.row[src]] == 1
+        if loc == d and whole and st.seg_of[d, src] == seg:
+            continue  # made in this sub-model
+        if st.taken_in[t, d] < 0 or st.seg_of[d, st.taken_in[t, d]] != seg:
+            st.taken_in[t, d] = layer
+            over += k_in.segment_in_per_byte_s[k] * k_in.in_bytes[e]
+        if loc == d and whole and not st.out_charged[src]:
+            st.out_charged[src] = True  # it left an earlier sub-model here
+            over += k_in.segment_out_per_byte_s[k] * k_in.in_bytes[e]
+    if n_here == 1 and k_in.is_output[layer] and not st.out_charged[layer]:
+        st.out_charged[layer] = True
+        over += k_in.segment_out_per_byte_s[k] * k_in.out_bytes[layer]
+    return over
+
+
+@stage
+def send_deadline(k_in, owner, st, loc, src, layer):
+    """The last layer after which ``loc`` sends ``src``'s output to the device computing
+    ``layer`` (its first reader there): the latest input of ``layer`` that ``loc`` makes whole
+    in the same run of work as ``src`` (no receive or gather on ``loc`` between)."""
+    dl = src
+    for e in range(k_in.in_ptr[layer], inputs_end(k_in, st, layer)):
+        s2 = k_in.in_src[e]
+        if s2 <= dl or owner[s2] != loc or st.part_count[st.row[s2]] != 1:
+            continue
+        same_run = True
+        for m in range(src + 1, s2 + 1):
+            if st.receives_at[loc, m] or (m < s2 and st.gathers_at[loc, m]):
+                same_run = False
+                break
+        if same_run:
+            dl = s2
+    return dl
+
+
+@stage
+def end_after_send(k_in, owner, st, loc, dl):
+    """``loc``'s sub-model ends after layer ``dl``, a send's deadline: it closes there if
+    ``loc`` has run nothing after ``dl``; else the parts it ran after ``dl`` become a sub-model
+    of their own, charged on ``loc`` (:func:`cut_after`)."""
+    n = st.parts[loc]
+    if n == 0 or dl >= st.part_list[loc, n - 1]:
+        st.ends_at[loc, dl] = True
+        st.seg_current[loc] = -1
+    else:  # found late: loc ran on in that sub-model
+        late = cut_after(k_in, owner, st, loc, dl)
+        late *= st.slowdown[loc]
+        charge(k_in, st, loc, late)
+
+
+@compiled
+def cut_after(k_in, owner, st, d, layer):
+    """The runtime ends device d's sub-model after ``layer``, a send's deadline found only
+    now: d already ran parts after it in the same sub-model. Those become one of their own,
+    whose run and the tensors that now cross into it are charged; returns those seconds
+    (before the host slowdown). (A cut at d's last part only closes it.)"""
+    st.ends_at[d, layer] = True
+    n = st.parts[d]
+    first = np.searchsorted(st.part_list[d, :n], layer, side="right")  # d's first part after
+    y = st.part_list[d, first]
+    if st.seg_starts[d, y]:
+        return 0.0
+    st.seg_starts[d, y] = True
+    k = k_in.kind[d]
+    old = st.seg_of[d, y]
+    st.seg_last[d] += 1
+    new = st.seg_last[d]
+    if st.seg_current[d] == old:
+        st.seg_current[d] = new
+    cost = k_in.segment_run_s[k]
+    for j in range(first, n):
+        z = st.part_list[d, j]
+        if st.seg_of[d, z] != old:
+            break  # a sub-model's parts are consecutive
+        st.seg_of[d, z] = new
+        if st.row[z] != z:
+            continue  # it reads the part made before it here
+        for e in range(k_in.in_ptr[z], k_in.in_ptr[z + 1]):
+            src = k_in.in_src[e]
+            t = k_in.in_tensor[e]
+            whole = src >= 0 and owner[src] == d and st.part_count[st.row[src]] == 1
+            if whole and st.seg_of[d, src] == new:
+                continue  # made in the new one
+            ta = st.taken_in[t, d]
+            if ta >= 0 and st.seg_of[d, ta] == new:
+                continue  # taken in by the new one (its charge moves with it)
+            # a later sub-model took it in last, so taken_in cannot mark the new one: did one
+            # of the new one's parts before this one take it in?
+            later = ta >= 0 and st.seg_of[d, ta] != old
+            if later and reads(k_in, st, t, d, new, first, j):
+                continue
+            if whole and st.seg_of[d, src] == old:  # made before the cut: it crosses it now
+                charged = True
+                if not st.out_charged[src]:
+                    st.out_charged[src] = True
+                    cost += k_in.segment_out_per_byte_s[k] * k_in.in_bytes[e]
+            elif later:  # charged once for the old one: did its first half take it in too?
+                charged = reads(k_in, st, t, d, old, first, -1)
+            else:
+                charged = True  # taken in before the cut: the new one takes it in too
+            if charged:
+                cost += k_in.segment_in_per_byte_s[k] * k_in.in_bytes[e]
+            if not later:
+                st.taken_in[t, d] = z
+    return cost
+
+
+@compiled
+def reads(k_in, st, t, d, seg, start, stop):
+    """Whether a part of device d in sub-model ``seg`` reads tensor t: its parts from index
+    ``start`` back while they are in ``seg`` (``stop`` -1), or those in [start, stop)."""
+    j = start - 1 if stop < 0 else start
+    while (j >= 0 if stop < 0 else j < stop) and st.seg_of[d, st.part_list[d, j]] == seg:
+        z = st.part_list[d, j]
+        if st.row[z] == z:
+            for e in range(k_in.in_ptr[z], k_in.in_ptr[z + 1]):
+                if k_in.in_tensor[e] == t:
+                    return True
+        j = j - 1 if stop < 0 else j + 1
+    return False
+
+
+@stage
+def count_segments(share, st):
+    """Each device's sub-models: one starts at its first part, and again at a part after a
+    cut (a send's deadline or a gather) or at one that receives."""
+    n_layers, n_dev = share.shape
+    for d in range(n_dev):
+        if st.parts[d] == 0:
+            continue
+        cut = True
+        for i in range(n_layers):
+            if share[st.row[i], d] > 0.0:
+                if cut or st.receives_at[d, i]:
+                    st.segments[d] += 1
+                cut = False
+            if st.ends_at[d, i]:
+                cut = True
