@@ -16,9 +16,9 @@ import time
 import numpy as np
 import yaml
 
-from dse.cli import CONF_DIR
 from dse.mapping import Mappings, from_devices
 from dse.net import load_net
+from dse.paths import CONF_DIR
 from dse.platform import load_platform
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel

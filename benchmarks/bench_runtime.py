@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from dse.cli import CONF_DIR
 from dse.mapping import from_device_lists
 from dse.net import load_net
+from dse.paths import CONF_DIR
 from dse.platform import load_platform
 from dse.runtime.launch import launch
 from dse.runtime.measure import deploy

@@ -22,8 +22,8 @@ import numpy as np
 import yaml
 from bench_model import random_batch
 
-from dse.cli import CONF_DIR
 from dse.net import load_net
+from dse.paths import CONF_DIR
 from dse.platform import load_platform
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel

@@ -28,7 +28,7 @@ from platforms import coefficients, platform  # noqa: E402
 
 from chromosomes import make_chromosome  # noqa: E402
 from dse.config import MUTATIONS, AlgorithmConfig  # noqa: E402
-from dse.net.graph import build_graph  # noqa: E402
+from dse.net.build import build_graph  # noqa: E402
 from dse.search import nsga2  # noqa: E402
 from dse.search.problem import MappingProblem  # noqa: E402
 from models_analytical.model import AnalyticalModel  # noqa: E402

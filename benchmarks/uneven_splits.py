@@ -36,8 +36,8 @@ from omegaconf import OmegaConf  # noqa: E402
 import dse.config  # noqa: E402
 from chromosomes.seeds import device_order  # noqa: E402
 from dse import app  # noqa: E402
-from dse.cli import CONF_DIR  # noqa: E402
 from dse.mapping import from_autodice  # noqa: E402
+from dse.paths import CONF_DIR  # noqa: E402
 from dse.search import nsga2  # noqa: E402
 from dse.search.problem import MappingProblem  # noqa: E402
 

@@ -19,11 +19,12 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from dse import app
-from dse.cli import CONF_DIR, INTERRUPTED, DeferredSignals, guarded, run, say
+from dse.cli import INTERRUPTED, DeferredSignals, guarded, run, say
 from dse.config import check
 from dse.errors import DseError
 from dse.files import remove_stale
 from dse.objectives import OBJECTIVES, fmt
+from dse.paths import CONF_DIR
 from dse.results import plot_worker, writers
 from dse.results.outputs import write_outputs
 from dse.search import checkpoint, nsga2

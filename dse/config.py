@@ -253,7 +253,7 @@ class FidelityConfig(BaseConfig):
     timeout_s: float = TIMEOUT_S
     search_pop_size: int = 100  # the short search whose front gives a third of the mappings
     search_generations: int = 30
-    out: str | None = None  # default: fidelity/<net>-<platform>-<time>
+    out: str | None = None  # default: runs/fidelity/<net>-<platform>-<time>
 
 
 @dataclass

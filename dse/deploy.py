@@ -10,11 +10,12 @@ import hydra
 from omegaconf import DictConfig
 
 from dse import app
-from dse.cli import CONF_DIR, guarded, run
+from dse.cli import guarded, run
 from dse.errors import DseError
 from dse.files import read_json
 from dse.mapping import Mappings, from_autodice
 from dse.net import Net, load_net
+from dse.paths import CONF_DIR
 from dse.runtime.comparison import COMPARISON, Compared
 from dse.runtime.measure import deploy, deploy_and_measure
 from dse.runtime.measurements import MEASUREMENTS

@@ -14,11 +14,12 @@ import hydra
 from omegaconf import DictConfig
 
 from dse import app
-from dse.cli import CONF_DIR, guarded, output_format, run
+from dse.cli import guarded, output_format, run
 from dse.errors import DseError
 from dse.files import finite, read_json
 from dse.mapping import from_autodice
 from dse.objectives import OBJECTIVES
+from dse.paths import CONF_DIR
 from dse.platform import Platform
 
 

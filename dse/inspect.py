@@ -12,9 +12,10 @@ import json
 import hydra
 from omegaconf import DictConfig
 
-from dse.cli import CONF_DIR, guarded, output_format, run
+from dse.cli import guarded, output_format, run
 from dse.net import load_net
 from dse.net.graph import LayerGraph
+from dse.paths import CONF_DIR
 
 
 def layer_rows(graph: LayerGraph) -> list[dict]:

@@ -16,7 +16,8 @@ from omegaconf import DictConfig
 from dse.calibrate.settings import settings_from
 from dse.calibrate.workflow import calibrate
 from dse.calibrate.writer import write
-from dse.cli import CONF_DIR, guarded, run, say
+from dse.cli import guarded, run, say
+from dse.paths import CONF_DIR
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="calibrate", version_base="1.3")

@@ -29,27 +29,10 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from dse.net import ops
 from dse.net.graph import LayerGraph
 from dse.runtime.sessions import session_options
 
-#: Ops that onnxruntime fuses into the layer producing their input.
-FOLLOWERS = frozenset(
-    {
-        "BatchNormalization",
-        "Relu",
-        "LeakyRelu",
-        "Clip",
-        "Sigmoid",
-        "HardSigmoid",
-        "HardSwish",
-        "Tanh",
-        "Add",
-        "Sum",
-        "Mul",
-        "Identity",
-        "Dropout",
-    }
-)
 _SUFFIXES = (re.compile(r"_token_\d+$"), re.compile(r"_nchwc$"), re.compile(r"_bn$"))
 
 
@@ -155,7 +138,7 @@ def fusion_groups(graph: LayerGraph, timed: np.ndarray) -> np.ndarray:
     for i in range(len(graph)):
         j = i
         for _ in range(64):
-            if timed[j] or graph.layers[j].op not in FOLLOWERS:
+            if timed[j] or not ops.fused(graph.layers[j].op):
                 break
             b = producer(j)
             if b is None:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from dse.cli import CONF_DIR, fail, guarded, output_format, run
+from dse.cli import fail, guarded, output_format, run
 from dse.cluster.build import clusters, down, leftovers, up
 from dse.cluster.check import CheckSettings, check, format_check
 from dse.cluster.net import namespaces
@@ -26,6 +26,7 @@ from dse.cluster.spec import ClusterSpec, parse_spec
 from dse.cluster.state import State, load, load_check, save_check
 from dse.config import ClusterConfig
 from dse.errors import DseError
+from dse.paths import CONF_DIR
 
 ACTIONS = ("up", "status", "check", "down")
 USAGE = "usage: python -m dse.cluster up|status|check|down platform=NAME [name=CLUSTER]"

@@ -12,9 +12,10 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from dse.cli import CONF_DIR, guarded, run, say
+from dse.cli import guarded, run, say
 from dse.fidelity.report import messages
 from dse.fidelity.workflow import run_fidelity
+from dse.paths import CONF_DIR
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="fidelity", version_base="1.3")

@@ -52,6 +52,6 @@ def settings_from(cfg: DictConfig) -> FidelitySettings:
 
 
 def out_dir(cfg: DictConfig, net: str, platform: str) -> Path:
-    """``out=`` if given, else ``fidelity/<net>-<platform>-<time>`` (relative to here)."""
+    """``out=`` if given, else ``runs/fidelity/<net>-<platform>-<time>`` (relative to here)."""
     stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-    return Path(str(cfg.out or f"fidelity/{net}-{platform}-{stamp}")).expanduser()
+    return Path(str(cfg.out or f"runs/fidelity/{net}-{platform}-{stamp}")).expanduser()

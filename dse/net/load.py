@@ -14,7 +14,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from dse.errors import DseError
 from dse.net import zoo
-from dse.net.graph import LayerGraph, build_graph
+from dse.net.build import build_graph
+from dse.net.graph import LayerGraph
 from dse.net.onnx_load import Budget, InputShape, fix_input_shapes, read_model
 from dse.net.order import memory_aware_order, peak_memory
 from dse.values import number

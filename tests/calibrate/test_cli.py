@@ -1,0 +1,118 @@
+"""`python -m dse.calibrate` end to end (quick), and its settings."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+
+from dse.calibrate.settings import QUICK, settings_from
+from dse.config import CalibrateConfig, register
+from dse.errors import DseError
+from dse.net import load_net
+from dse.paths import CONF_DIR, calibrated_path
+from models_analytical.coefficients import load_coefficients
+from models_analytical.model import AnalyticalModel
+from tests.helpers.calibrate import platform_localhost
+from tests.helpers.cli import run_module
+
+
+def test_quick_calibration_writes_a_file_later_commands_use(tmp_path) -> None:
+    """quick=true (one net, few repeats, no MPI deployments) writes a valid calibrated file,
+    and dse.evaluate with the same platform then uses it: its single-device prediction is the
+    profiled whole-run time."""
+    env_dir = tmp_path / "calibration"
+    out = run_module(
+        "dse.calibrate",
+        "platform=localhost",
+        "quick=true",
+        "deployments=false",
+        env={"DSE_CALIBRATION_DIR": str(env_dir)},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    path = env_dir / "localhost.json"
+    c = load_coefficients(path)
+    assert c.calibrated and c.links["same_host"]["seconds"]
+    doc = json.loads(path.read_text())
+    whole_ms = doc["provenance"]["kinds"]["cpu"]["profiled_networks"]["alexnet"]["whole_ms"]
+    net = load_net({"name": "alexnet"})
+    m = AnalyticalModel(net.graph, platform_localhost(), c)
+    assert m.tables.source[0].min() == 1  # every layer profiled
+    assert m.tables.t_work[0].sum() * 1e3 == pytest.approx(whole_ms, rel=1e-3)
+
+
+def test_quick_calibration_with_deployments_brings_runs_to_its_probe(tmp_path) -> None:
+    """quick=true with the MPI deployments: the file keeps the speed probe of its network,
+    and the latencies its cut costs were fitted to are the rounds brought to that speed."""
+    env_dir = tmp_path / "calibration"
+    out = run_module(
+        "dse.calibrate",
+        "platform=localhost",
+        "quick=true",
+        env={"DSE_CALIBRATION_DIR": str(env_dir)},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    doc = json.loads((env_dir / "localhost.json").read_text())
+    ref = doc["speed_reference"]["whole_ms"]["alexnet"]
+    assert doc["speed_reference"]["threads"] == 1 and ref > 0
+    fingerprint = load_net({"name": "alexnet"}).fingerprint
+    assert doc["speed_reference"]["fingerprints"] == {"alexnet": fingerprint}
+    cuts = doc["provenance"]["cuts"]
+    assert len(cuts["measured_ms"]) == 4  # vertical, split, mixed, entry-only
+    for measured, rounds, probes in zip(
+        cuts["measured_ms"], cuts["rounds_ms"], cuts["rounds_probe_ms"], strict=True
+    ):
+        by_hand = np.median(np.array(rounds) * ref / np.array(probes))
+        assert measured == pytest.approx(by_hand, rel=1e-3)
+
+
+def _compose(*overrides: str):
+    register()
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        return compose("calibrate", overrides=["platform=localhost", *overrides])
+
+
+def test_settings_take_the_config_numbers_and_quick_its_own() -> None:
+    """Without quick, every number is the config's (CalibrateConfig's defaults, or a given
+    one); quick=true keeps the first network and QUICK's numbers, the rest as given."""
+    defaults = CalibrateConfig()
+    s = settings_from(_compose("rounds=7"))
+    assert s.nets == tuple(defaults.nets) and not s.quick
+    assert (s.profile_runs, s.warmup, s.iterations, s.rounds) == (
+        defaults.runs,
+        defaults.warmup,
+        defaults.iterations,
+        7,
+    )
+    assert (s.channel_repeats, s.part_repeats, s.submodel_runs, s.timeout_s) == (
+        defaults.channel_repeats,
+        defaults.part_repeats,
+        defaults.submodel_runs,
+        defaults.timeout_s,
+    )
+    assert not s.link_few_repeats and s.deployments and s.probe
+    assert s.out == calibrated_path("localhost") and s.default_out
+    assert s.platform.name == "localhost" and not s.base.calibrated
+    q = settings_from(_compose("quick=true", "rounds=7", "nets=[vgg16,alexnet]", "out=/tmp/c.json"))
+    assert q.quick and q.nets == ("vgg16",)
+    assert {k: getattr(q, k) for k in QUICK} == QUICK
+    assert q.rounds == QUICK["rounds"] and q.warmup == defaults.warmup
+    assert q.out == Path("/tmp/c.json") and not q.default_out
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("nets=[alexnet,lenet]", "nets: unknown network 'lenet': choose from alexnet"),
+        ("nets=[]", "nets: unknown network '': choose from"),
+        ("runs=0", "runs=0 must be at least 1"),
+        ("timeout_s=0", "timeout_s positive"),
+    ],
+)
+def test_settings_refuse_bad_numbers_in_one_line(override: str, message: str) -> None:
+    with pytest.raises(DseError, match=re.escape(message)):
+        settings_from(_compose(override))

@@ -1,0 +1,275 @@
+"""Calibration's fits recover the coefficients that made synthetic measurements."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from dse.calibrate.deployments import shared_host
+from dse.mapping import random_mappings
+from dse.mapping import whole as whole_on
+from models_analytical.calibration import (
+    MEMORY_COLUMNS,
+    MeasuredRun,
+    RankMeasurement,
+    SubModelTiming,
+    fit_channel_block,
+    fit_cuts,
+    fit_memory,
+    fit_part_fixed,
+    fit_regression,
+    fit_submodel_costs,
+    memory_rows,
+)
+from models_analytical.coefficients import Coefficients
+from tests.helpers.calibrate import chain_model, platform_localhost
+from tests.helpers.platforms import coefficients, platform
+
+
+def test_regression_recovers_known_coefficients() -> None:
+    rng = np.random.default_rng(0)
+    true = {"conv": [2e-5, 3e-11, 1e-10, 0.0], "pool": [1e-6, 0.0, 4e-10, 0.0]}
+    fams, terms, secs = [], [], []
+    for fam, c in true.items():
+        for _ in range(20):
+            t = np.array([1.0, rng.uniform(1e6, 1e9), rng.uniform(1e4, 1e7), 0.0])
+            fams.append(fam)
+            terms.append(t)
+            secs.append(float(np.dot(c, t)))
+    fit = fit_regression(fams, np.array(terms), np.array(secs))
+    for fam, c in true.items():
+        np.testing.assert_allclose(fit.per_family[fam], c, rtol=1e-3, atol=1e-14)
+
+
+def test_channel_block_recovered_from_synthetic_parts() -> None:
+    channels = np.array([4, 8, 12, 16, 24, 32, 40, 48, 64] * 2, dtype=float)
+    case = np.repeat([0, 1], 9)
+    scale = np.where(case == 0, 1e-5, 3e-5)
+    seconds = 2e-4 + scale * np.ceil(channels / 8) * 8
+    assert fit_channel_block(channels, case, seconds).block == 8
+    # without blocks the smallest block (1) is kept
+    assert fit_channel_block(channels, case, 2e-4 + scale * channels).block == 1
+
+
+def test_part_fixed_shares_recovered_from_synthetic_parts() -> None:
+    """Four 'conv' layers with noise-free lines and known fixed shares, not proportional to
+    1 / channels: each layer's share comes back, and the family's beta is the least-squares
+    fit of f ~ beta / channels weighted by the whole times (numpy's lstsq on rows scaled by
+    the weights' square roots); a line that is nearly all intercept is capped; a family of
+    two layers gets no beta (fewer than three)."""
+    fulls, fs, wholes = (32, 64, 128, 256), (0.3, 0.1, 0.08, 0.02), (1e-3, 2e-3, 3e-3, 4e-3)
+    rows = []
+    for i, (full, f, whole) in enumerate(zip(fulls, fs, wholes, strict=True)):
+        for c in {full // 4, full // 2, 3 * full // 4, full}:
+            t = whole * (f + (1 - f) * c / full)
+            rows.append(
+                {"key": f"k{i}", "family": "conv", "channels": c, "full": full, "seconds": t}
+            )
+    for i, f in enumerate((0.2, 0.99)):
+        for c in (64, 128):
+            t = 1e-3 * (f + (1 - f) * c / 128)
+            rows.append({"key": f"o{i}", "family": "fc", "channels": c, "full": 128, "seconds": t})
+    fit = fit_part_fixed(rows)
+    per_layer, per_family, err = fit.per_layer, fit.per_family, fit.median_rel_error
+    for i, f in enumerate(fs):
+        assert per_layer[f"k{i}"] == pytest.approx(f, rel=1e-6)
+    assert per_layer["o0"] == pytest.approx(0.2, rel=1e-6)
+    assert per_layer["o1"] == pytest.approx(0.9)  # 0.99 capped
+    sw = np.sqrt(wholes)
+    beta = np.linalg.lstsq((sw / np.array(fulls))[:, None], sw * np.array(fs), rcond=None)[0][0]
+    assert per_family == {"conv": pytest.approx(beta, rel=1e-9)}
+    assert err == pytest.approx(0.0, abs=1e-9)
+
+
+def test_shared_host_factor_fitted_against_the_one_device_run() -> None:
+    """Ranks of cut mappings that compute 1.04x, 1.06x and 1.04x what the model says while the
+    one-device run of the same rounds computes 1.02x: the factor is the median, 1.04 / 1.02;
+    a rank under 2 ms of work is left out."""
+    plat = platform_localhost()
+
+    def run(label: str, busy: list[float], measured: list[float]) -> MeasuredRun:
+        ev = SimpleNamespace(busy_s=np.array([busy]))
+        model = SimpleNamespace(evaluate=lambda mapping: ev)
+        ranks = tuple(RankMeasurement(d, ms / 1e3, None, None) for d, ms in enumerate(measured))
+        return MeasuredRun("n", label, model, None, 0.0, ranks)
+
+    runs = [
+        run("single", [0.050, 0.0], [51.0, 0.0]),
+        run("vertical", [0.030, 0.020], [31.2, 21.2]),
+        run("split", [0.030, 0.001], [31.2, 5.0]),  # device 1: 1 ms of work, left out
+    ]
+    fit = shared_host(runs, plat)
+    factor, prov = fit.factor, fit.provenance
+    assert factor == pytest.approx(1.04 / 1.02)
+    assert prov["ranks"] == 3
+    # the deployments' two devices on two hosts: nothing to fit, factor 1
+    assert shared_host(runs, platform(2)).factor == 1.0
+    # ranks faster than the one-device run: the factor stays 1
+    faster = [
+        run("single", [0.050, 0.0], [51.0, 0.0]),
+        run("vertical", [0.030, 0.020], [30.0, 20.0]),
+    ]
+    assert shared_host(faster, plat).factor == 1.0
+    # a one-device run under 2 ms gives no reference: nothing fitted, factor 1
+    tiny = [run("single", [0.001, 0.0], [1.0, 0.0]), run("vertical", [0.030, 0.020], [33.0, 22.0])]
+    fit = shared_host(tiny, plat)
+    assert (fit.factor, fit.provenance) == (
+        1.0,
+        {"factor": 1.0, "ranks": 0, "median_per_network": {}, "p10_p90": []},
+    )
+
+
+def test_sub_model_costs_recovered_from_synthetic_timings() -> None:
+    """fit_submodel_costs recovers the run, per-byte and split costs that made synthetic
+    sub-model timings, at two process speeds."""
+
+    rng = np.random.default_rng(5)
+    truth = {"run": 40e-6, "in": 0.08e-9, "out": 0.05e-9, "split": 1.1}
+    samples = []
+    for i in range(200):
+        compute = rng.uniform(1e-4, 5e-3)
+        split = compute * rng.integers(0, 2)
+        inb, outb = rng.uniform(1e4, 3e6, size=2)
+        speed = 1.0 if i % 2 else 1.05
+        alone = speed * compute + truth["run"] + truth["in"] * inb + truth["out"] * outb
+        alone += (truth["split"] - 1.0) * speed * split
+        samples.append(
+            SubModelTiming(
+                device=i % 2,
+                compute_s=compute,
+                split_s=split,
+                in_bytes=inb,
+                out_bytes=outb,
+                alone_s=alone,
+                speed=speed,
+                net="synthetic",
+                mapping=i // 20,
+            )
+        )
+    fit = fit_submodel_costs(samples)
+    got, prov = dataclasses.asdict(fit), fit.provenance
+    assert got["segment_run_s"] == pytest.approx(truth["run"], rel=1e-6)
+    assert got["segment_in_per_byte_s"] == pytest.approx(truth["in"], rel=1e-6)
+    assert got["segment_out_per_byte_s"] == pytest.approx(truth["out"], rel=1e-6)
+    assert got["split_work_factor"] == pytest.approx(truth["split"], rel=1e-6)
+    assert prov["median_abs_error_after"] < 1e-6 < prov["median_abs_error_before"]
+
+
+def test_memory_fit_recovers_known_coefficients() -> None:
+    """Ranks' peak RSS made by a model with known memory terms (bias, activations, held
+    buffers, weights by class, per segment, per layer, loading by class, the bias of a rank
+    that runs nothing) on varied mappings: fit_memory finds them again."""
+    truth = {
+        "bias_mb": 80.0,
+        "coefficient": 1.7,
+        "weights": {"conv": 2.0, "other": 0.9},
+        "per_segment_mb": 0.4,
+        "per_layer_mb": 0.3,
+        "loading": {"conv": 2.4, "other": 1.3},
+        "held": 0.6,
+        "empty_mb": 60.0,
+    }
+    base = coefficients()["cpu"]
+    known = dataclasses.replace(
+        base,
+        memory_bias_mb=truth["bias_mb"],
+        memory_coefficient=truth["coefficient"],
+        memory_weights=truth["weights"],
+        memory_per_segment_mb=truth["per_segment_mb"],
+        memory_per_layer_mb=truth["per_layer_mb"],
+        memory_loading={"conv": 0.0, "other": 0.0},
+        memory_held=truth["held"],
+        memory_empty_mb=truth["empty_mb"],
+    )
+    graph, running_model = chain_model(Coefficients({"cpu": known}))
+    runs = []
+    # device 0, the entry, only sends the image: runs nothing
+    entry_only = whole_on(graph, 2, np.ones(len(graph), int))
+    randoms = [
+        random_mappings(graph, 2, kind, 1, np.random.default_rng(p))
+        for p, kind in enumerate(["single", "vertical", "split", "mixed"] * 3)
+    ]
+    for p, batch in enumerate([*randoms, entry_only]):
+        kind = "entry-only" if p == len(randoms) else "random"
+        ev = running_model.evaluate(batch)
+        parts = running_model.memory_terms(batch)["parts"][0]
+        share = batch.dense(graph)[0]
+        w = share[0].T @ running_model._w_class  # [D, class] MB (conv, other)
+        ranks = []
+        for d in np.flatnonzero(ev.used[0]):
+            load = truth["bias_mb"] + w[d] @ [truth["loading"]["conv"], truth["loading"]["other"]]
+            if parts[d] == 0:
+                load = truth["empty_mb"]
+            ranks.append(RankMeasurement(int(d), None, float(ev.memory_mb[0, d]), float(load)))
+        _, fresh = chain_model(coefficients())
+        runs.append(MeasuredRun("chain", kind, fresh, batch, 0.0, tuple(ranks)))
+    fit = fit_memory(runs)
+    fitted, prov = dataclasses.asdict(fit), fit.provenance
+    assert prov["max_rel_error"] < 1e-3
+    for key in ("bias_mb", "coefficient", "per_segment_mb", "per_layer_mb", "held", "empty_mb"):
+        assert fitted[key] == pytest.approx(truth[key], rel=1e-2, abs=1e-3), key
+    assert fitted["loading"]["conv"] == pytest.approx(truth["loading"]["conv"], rel=1e-2)
+
+
+def test_memory_rows_name_the_model_terms_by_hand() -> None:
+    """One mapping of the chain on device 0 (the entry) with a rank that reads 500 / 400 MB:
+    a running row with the liveness peak less the weights as activations, the weights (all
+    conv), one segment, every layer, the held input image, and a loading row with the
+    weights; each named, every other column 0; the rank's two names."""
+    graph, m = chain_model(coefficients())
+    batch = whole_on(graph, 2, np.zeros(len(graph), int))
+    run = MeasuredRun("chain", "single", m, batch, 1.0, (RankMeasurement(0, 0.1, 500.0, 400.0),))
+    rows, target, names = memory_rows([run])
+    w = graph.weight_bytes.sum() / 1e6
+    image = sum(t.nbytes for t in graph.inputs) / 1e6
+    peak = m.memory_terms(batch)["peak_mb"][0, 0]
+    assert set(rows[0]) | set(rows[1]) <= set(MEMORY_COLUMNS)
+    assert rows[0] == {
+        "bias": 1.0,
+        "empty": 0.0,
+        "activations": pytest.approx(peak - w),
+        "weights_conv": pytest.approx(w),
+        "weights_other": 0.0,
+        "segments": 1,
+        "layers": len(graph),
+        "held": pytest.approx(image),
+    }
+    assert rows[1] == {
+        "bias": 1.0,
+        "empty": 0.0,
+        "loading_conv": pytest.approx(w),
+        "loading_other": 0.0,
+    }
+    assert target == [500.0, 400.0]
+    assert names == ["chain/single/h0_cpu/run", "chain/single/h0_cpu/load"]
+
+
+def test_cut_costs_recovered_from_synthetic_latencies() -> None:
+    """Latencies of cut mappings made by a model with known cut costs (0.3 ms per tensor
+    crossing devices, 2 ns per byte): fit_cuts, from a model without them, finds them again,
+    and its predicted latencies are the measured ones."""
+    truth = {"fixed": 3e-4, "per_byte": 2e-9}
+    cpu = dataclasses.replace(
+        coefficients()["cpu"],
+        transfer_fixed_s=truth["fixed"],
+        transfer_per_byte_s=truth["per_byte"],
+    )
+    graph, made = chain_model(Coefficients({"cpu": cpu}))
+    _, fresh = chain_model(coefficients())
+    runs = []
+    for p, kind in enumerate(["vertical", "split", "mixed"] * 2):
+        batch = random_mappings(graph, 2, kind, 1, np.random.default_rng(p))
+        latency_ms = float(made.evaluate(batch).latency_s[0]) * 1e3
+        runs.append(MeasuredRun("chain", f"{kind}{p}", fresh, batch, latency_ms, ()))
+    fit = fit_cuts(runs)
+    assert fit.fixed_s == pytest.approx(truth["fixed"], rel=1e-2)
+    assert fit.per_byte_s == pytest.approx(truth["per_byte"], rel=1e-2)
+    np.testing.assert_allclose(
+        fit.provenance["predicted_ms"], fit.provenance["measured_ms"], rtol=1e-3, atol=1e-3
+    )
+    assert fit.provenance["mappings"][0] == "chain/vertical0"
+    applied = fit.apply(coefficients()["cpu"])
+    assert (applied.transfer_fixed_s, applied.transfer_per_byte_s) == (fit.fixed_s, fit.per_byte_s)

@@ -1,0 +1,165 @@
+"""Measuring deployments for calibration and fidelity: rounds merged, interleaved with speed
+probes, the machine's drift taken out, the probe timing the whole model."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from dse.mapping import whole as whole_on
+from dse.net import load_net, zoo
+from dse.runtime import measure
+from dse.runtime import probe as probe_mod
+from dse.runtime.measure import deploy
+from dse.runtime.measurements import measured_latency_ms, merge_runs, take_out_drift
+from dse.runtime.plan import input_arrays
+from dse.runtime.reader import read_plan
+from tests.helpers.calibrate import platform_localhost
+
+
+def test_runs_of_one_deployment_merge_into_one_measurement() -> None:
+    def run(med: float, every: list[float], tag: str) -> dict:
+        return {"status": "ok", "latency_ms": {"median": med, "all": every}, "ranks": tag}
+
+    merged = merge_runs([run(10, [9, 10, 11], "a"), run(30, [30], "b"), run(20, [19, 21], "c")])
+    lat = merged["latency_ms"]
+    assert lat["median"] == 20 and lat["rounds_ms"] == [10, 30, 20]
+    assert lat["round_spread"] == pytest.approx((30 - 10) / 20)
+    assert sorted(lat["all"]) == [9, 10, 11, 19, 21, 30]
+    assert lat["p10"] == pytest.approx(np.percentile([9, 10, 11, 19, 21, 30], 10))
+    assert merged["ranks"] == "c"  # the other figures: the median run's
+    bad = {"status": "failed", "reason": "mpiexec exited with 1"}
+    assert merge_runs([run(10, [10], "a"), bad]) == bad
+
+
+def test_drift_is_taken_out_of_each_round_by_its_probe() -> None:
+    def run(med: float, probes: list[float]) -> dict:
+        return {"status": "ok", "latency_ms": {"median": med, "all": [med]}, "probe_ms": probes}
+
+    # rounds of 10, 30 and 24 ms with the whole net alone taking (48+52)/2 = 50, 150 and 100 ms
+    # beside them: at the reference's 100 ms, 20, 20 and 24 ms (median 20; as measured, 24)
+    merged = merge_runs([run(10, [48, 52]), run(30, [150, 150]), run(24, [90, 110])])
+    assert merged["latency_ms"]["rounds_probe_ms"] == [50, 150, 100]
+    assert "probe_ms" not in merged
+    drift = take_out_drift(merged, 100.0)["latency_ms"]["drift"]
+    assert drift["rounds_adjusted_ms"] == [20, 20, 24] and drift["probe_ms"] == 100
+    assert measured_latency_ms(merged) == 20 and merged["latency_ms"]["median"] == 24
+    # a run without its probe after it (Ctrl-C came during that probe): nothing is scaled
+    partial = merge_runs([run(10, [50, 50]), run(12, [50])])
+    assert "rounds_probe_ms" not in partial["latency_ms"]
+    assert measured_latency_ms(take_out_drift(partial, 100.0)) == 11
+
+
+def _fake_launch(order: list) -> object:
+    def launch(d, *args):  # noqa: ANN001, ANN002, ANN202
+        order.append(d)
+        return {"status": "ok", "latency_ms": {"median": 1.0, "all": [1.0]}}
+
+    return launch
+
+
+def test_interleaved_runs_have_a_probe_on_either_side(monkeypatch, tmp_path) -> None:
+    """One probe before the first run and one after each: run k's probes are the k-th and
+    (k+1)-th, whatever deployment it ran."""
+    order: list = []
+    ticks = iter(range(100))
+    monkeypatch.setattr(measure, "launch", _fake_launch(order))
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    merged, interrupted = measure.measure_interleaved(
+        dirs, 2, 0, 1, 1.0, np.random.default_rng(0), probe=lambda: float(next(ticks))
+    )
+    assert not interrupted and len(order) == 4
+    # probes 0 | run | 1 | run | 2 | run | 3 | run | 4: run k sits between probes k and k + 1
+    for i, d in enumerate(dirs):
+        ks = [k for k, x in enumerate(order) if x == d]
+        assert merged[i]["latency_ms"]["rounds_probe_ms"] == [k + 0.5 for k in ks]
+
+
+def test_ctrl_c_during_a_probe_keeps_the_run_before_it(monkeypatch, tmp_path) -> None:
+    order: list = []
+    calls = iter(range(100))
+    monkeypatch.setattr(measure, "launch", _fake_launch(order))
+
+    def probe() -> float:
+        k = next(calls)
+        if k == 2:  # the probe after the second run
+            raise KeyboardInterrupt
+        return 100.0
+
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    merged, interrupted = measure.measure_interleaved(
+        dirs, 3, 0, 1, 1.0, np.random.default_rng(0), probe=probe
+    )
+    assert interrupted and len(order) == 2
+    assert all(m["status"] == "ok" for m in merged)  # each ran once: both runs kept
+    second = dirs.index(order[1])
+    assert "rounds_probe_ms" not in merged[second]["latency_ms"]  # its probe after never came
+    assert merged[1 - second]["latency_ms"]["rounds_probe_ms"] == [100.0]
+
+
+def test_probe_times_the_whole_model_on_each_core_of_the_platform(monkeypatch, tmp_path) -> None:
+    """The probe binds itself to each core set of the platform's local cpu devices in turn,
+    runs the deployment's whole model there on the plan's inputs (its outputs are those of
+    the whole network in a session of its own), times each run alone and returns their
+    median in ms (a clock that advances a known time per run, so no real timing is judged)."""
+    plat = platform_localhost()
+    allowed = os.sched_getaffinity(0)
+    assert probe_mod.probe_cores(plat) == [c for c in ({0}, {1}) if c <= allowed]
+    remote = dataclasses.replace(
+        plat, devices=[dataclasses.replace(d, host="board7") for d in plat.devices]
+    )
+    assert probe_mod.probe_cores(remote) == [] and probe_mod.speed_probe(tmp_path, remote) is None
+    net = load_net({"name": "mobilenetv2"})
+    deploy(net, plat, whole_on(net.graph, 2, np.zeros(len(net.graph), int)), tmp_path / "d")
+    probe = probe_mod.speed_probe(tmp_path / "d", plat)
+    probe()  # loads its sessions
+    assert 1 <= probe.repeats <= 8 and probe.threads == 1
+    clock = [0.0]
+    durations = iter([0.004, 0.009, 0.005, 0.007, 0.006, 0.008] * 4)  # s, one per run
+    timed: list[float] = []
+    seen: list[tuple[dict, list]] = []
+
+    class Timed:  # the probe's session, on a clock that advances a known time per run
+        def __init__(self, session) -> None:  # noqa: ANN001 - an onnxruntime session
+            self.session = session
+
+        def run(self, names, feeds):  # noqa: ANN001, ANN201
+            out = self.session.run(names, feeds)
+            seen.append((feeds, out))
+            timed.append(next(durations))
+            clock[0] += timed[-1]
+            return out
+
+    probe.sessions = [Timed(x) for x in probe.sessions]
+    monkeypatch.setattr(probe_mod, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    bound: list[set[int]] = []
+    real = os.sched_setaffinity
+    monkeypatch.setattr(
+        probe_mod.os, "sched_setaffinity", lambda p, c: bound.append(set(c)) or real(p, c)
+    )
+    ms = probe()
+    # timed bound to each core set in turn, its cores given back each time
+    assert bound == [x for c in probe.cores for x in (c, allowed)]
+    assert os.sched_getaffinity(0) == allowed
+    # every run timed alone: the median of the runs' times, in ms
+    assert len(timed) == probe.repeats * len(probe.cores)
+    assert ms == pytest.approx(np.median(timed) * 1e3)
+    # each run is the whole network on the plan's inputs: a session of the whole ONNX file
+    # of its own gives the same outputs
+    plan = read_plan(tmp_path / "d")
+    feeds = input_arrays(plan, 0)
+    whole = ort.InferenceSession(str(zoo.materialize("mobilenetv2", 0)))
+    expected = whole.run(None, feeds)
+    assert [o.name for o in whole.get_outputs()] == [t.name for t in net.graph.outputs]
+    for got_feeds, got in seen:
+        assert got_feeds.keys() == feeds.keys()
+        for name in feeds:
+            np.testing.assert_array_equal(got_feeds[name], feeds[name])
+        assert len(got) == len(expected)
+        for a, b in zip(got, expected, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)

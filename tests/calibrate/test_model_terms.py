@@ -1,0 +1,195 @@
+"""The model with calibrated terms, by hand: profiled and regressed layer times, channel
+blocks, parts' fixed shares and split factor, shared hosts, link tables and cut costs,
+receiving on the device, memory by weight class."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from dse.mapping import whole as whole_on
+from dse.net.build import build_graph
+from dse.platform import Device, Link, Platform
+from models_analytical.coefficients import Coefficients
+from models_analytical.layer_costs import family, layer_key
+from models_analytical.model import AnalyticalModel
+from tests.helpers.calibrate import chain_model, conv1_split, one_mapping
+from tests.helpers.onnx_factory import conv_relu_chain
+from tests.helpers.platforms import coefficients
+
+
+def test_model_uses_profiled_and_regressed_layer_times() -> None:
+    graph, _ = chain_model(coefficients())
+    base = coefficients()["cpu"]
+    keys = [layer_key(layer) for layer in graph]
+    # conv0 profiled at 5 ms; the relus regressed at 1 ms + 1e-9 s per activation byte
+    reg = {"elementwise": [1e-3, 0.0, 1e-9, 0.0]}
+    cpu = dataclasses.replace(base, layer_s={keys[0]: 5e-3}, regression=reg)
+    _, m = chain_model(Coefficients({"cpu": cpu}))
+    t = m.tables.t_work[0]
+    assert t[0] == pytest.approx(5e-3)
+    relu = graph.layers[1]
+    act = sum(x.nbytes for x in relu.inputs) + relu.output_bytes
+    assert t[1] == pytest.approx(1e-3 + 1e-9 * act)
+    # conv1 is neither profiled nor of a regressed family: Eq. 4.7 (MACs / rate)
+    assert t[2] == pytest.approx(graph.macs[2] / 1e6)
+    assert list(m.tables.source[0]) == [1, 2, 0, 2, 0, 2]
+
+
+def test_split_conv_parts_cost_whole_channel_blocks() -> None:
+    """A 256-channel conv split 8 / 248 channels with blocks of 16: the small part costs
+    16 / 256 of the layer, the large one 256 / 256 (capped), by hand; the Relu after it runs
+    on the parts by their shares (no channel blocks)."""
+    base = coefficients()["cpu"]
+    cpu = dataclasses.replace(base, channel_block=16)
+    graph, m = chain_model(Coefficients({"cpu": cpu}))
+    ev = conv1_split(graph, m, [8 / 256, 248 / 256])
+    t = m.tables.t_work[0]
+    assert graph.follows[3] == 2
+    assert ev.busy_s[0, 1] == pytest.approx(t[2] * 1.0 + t[3] * 248 / 256)
+    rest = t.sum() - t[2] - t[3]
+    assert ev.busy_s[0, 0] == pytest.approx(rest + t[2] * 16 / 256 + t[3] * 8 / 256)
+
+
+@pytest.mark.parametrize("how", ["timed", "family"])
+def test_split_parts_pay_their_layer_fixed_share(how: str) -> None:
+    """conv1 (256 channels) split 8 / 248 channels with a fixed share of 0.25 (timed for this
+    layer, or its family's 64 share x channels / 256 channels), blocks of 16 and a split
+    factor of 1.5: the small part costs (0.25 + 0.75 x 16 / 256) x 1.5 of the layer, the large
+    one (0.25 + 0.75 x 1) x 1.5, by hand; the Relu after it costs its share x 1.5."""
+    graph, _ = chain_model(coefficients())
+    conv = graph.layers[2]
+    if how == "timed":
+        extra = {"part_fixed": {layer_key(conv): 0.25}}
+    else:
+        extra = {"part_fixed_channels": {family(conv): 64.0}}
+    cpu = dataclasses.replace(
+        coefficients()["cpu"], channel_block=16, split_work_factor=1.5, **extra
+    )
+    _, m = chain_model(Coefficients({"cpu": cpu}))
+    ev = conv1_split(graph, m, [8 / 256, 248 / 256])
+    t = m.tables.t_work[0]
+    assert graph.follows[3] == 2
+    small = (0.25 + 0.75 * 16 / 256) * 1.5
+    assert ev.busy_s[0, 1] == pytest.approx(t[2] * 1.5 + t[3] * 248 / 256 * 1.5)
+    rest = t.sum() - t[2] - t[3]
+    assert ev.busy_s[0, 0] == pytest.approx(rest + t[2] * small + t[3] * 8 / 256 * 1.5)
+    # conv0 is of conv1's family: it has the family's share too (not timed), but unsplit it
+    # costs the whole layer (rest, above)
+    assert m.tables.part_fixed[0, 0] == (0.0 if how == "timed" else pytest.approx(0.25))
+
+
+def test_split_parts_run_slower_by_the_split_work_factor() -> None:
+    """Parts of a split layer (and of the Relu that follows it) cost share x time x factor;
+    an unsplit layer is unaffected."""
+    cpu = dataclasses.replace(coefficients()["cpu"], split_work_factor=1.5)
+    graph, m = chain_model(Coefficients({"cpu": cpu}))
+    ev = conv1_split(graph, m, [0.25, 0.75])
+    t = m.tables.t_work[0]
+    split = t[2] + t[3]  # conv1 and its Relu
+    assert ev.busy_s[0, 1] == pytest.approx(split * 0.75 * 1.5)
+    assert ev.busy_s[0, 0] == pytest.approx(t.sum() - split + split * 0.25 * 1.5)
+
+
+@pytest.mark.parametrize("hosts", ["one", "two"])
+def test_work_runs_slower_while_another_device_of_its_host_has_work(hosts: str) -> None:
+    """shared_host_factor 1.5: a vertical cut over two devices of one host runs every layer
+    1.5x as long (latency and busy time by hand); on two hosts, or on one device, as before."""
+    devices = tuple(
+        Device(
+            f"h{i if hosts == 'two' else 0}_cpu{i}", f"h{i if hosts == 'two' else 0}", "cpu", 1, 1e4
+        )
+        for i in range(2)
+    )
+    plat = Platform(
+        "t", devices, {"network": Link(0.0, 1e12), "same_host": Link(0.0, 1e12)}, entry=0
+    )
+    cpu = dataclasses.replace(coefficients()["cpu"], shared_host_factor=1.5)
+    graph = build_graph(conv_relu_chain(), "chain")
+    m = AnalyticalModel(graph, plat, Coefficients({"cpu": cpu}))
+    t = m.tables.t_work[0]
+    n = len(graph)
+    # conv0, relu0 on device 0, the rest on device 1; everything on device 1
+    ev = m.evaluate(whole_on(graph, 2, [[0, 0] + [1] * (n - 2), [1] * n]))
+    slow = 1.5 if hosts == "one" else 1.0
+    assert ev.busy_s[0, 0] == pytest.approx(slow * t[:2].sum())
+    assert ev.busy_s[0, 1] == pytest.approx(slow * t[2:].sum())
+    assert ev.latency_s[0] == pytest.approx(slow * t.sum(), rel=1e-6)
+    assert ev.busy_s[1, 1] == pytest.approx(t.sum())
+
+
+def test_a_device_that_only_holds_an_absorbed_layers_share_slows_no_one() -> None:
+    """Two devices on host A, one on host B, shared_host_factor 1.5: conv1 split over a0 and
+    b2; the Relu after it runs on those parts, whatever its own shares say (here a1). a1
+    computes nothing, so nothing on a0 is slower: busy times equal those at factor 1."""
+    devices = (
+        Device("a_cpu0", "a", "cpu", 1, 1e4),
+        Device("a_cpu1", "a", "cpu", 1, 1e4),
+        Device("b_cpu0", "b", "cpu", 1, 1e4),
+    )
+    plat = Platform("t", devices, {"network": Link(0.0, 1e9), "same_host": Link(0.0, 1e9)}, entry=0)
+    graph = build_graph(conv_relu_chain(), "chain")
+    half = int(graph.out_channels[2]) // 2
+    devices = np.zeros(len(graph), int)
+    devices[3] = 1  # the Relu's own device: ignored, it runs on conv1's parts
+    batch = one_mapping(graph, 3, devices, {2: [half, 0, half]})
+    busy = {}
+    for factor in (1.0, 1.5):
+        cpu = dataclasses.replace(coefficients()["cpu"], shared_host_factor=factor)
+        busy[factor] = AnalyticalModel(graph, plat, Coefficients({"cpu": cpu})).evaluate(batch)
+    assert busy[1.5].busy_s[0, 1] == 0.0
+    np.testing.assert_allclose(busy[1.5].busy_s, busy[1.0].busy_s)
+
+
+def test_measured_link_table_and_cut_costs() -> None:
+    """A transfer takes the link table's time (linear between its points) plus the cut cost."""
+    table = {"bytes": [1e3, 1e6], "seconds": [1e-5, 1e-3]}
+    cpu = dataclasses.replace(coefficients()["cpu"], transfer_fixed_s=2e-4)
+    coeff = Coefficients({"cpu": cpu}, links={"network": table})
+    graph, m = chain_model(coeff)
+    n = len(graph)
+    ev = m.evaluate(whole_on(graph, 2, [0, 0] + [1] * (n - 2)))  # conv0, relu0 on device 0
+    nbytes = graph.layers[1].output_bytes
+    link = 1e-5 + (nbytes - 1e3) * (1e-3 - 1e-5) / (1e6 - 1e3)
+    assert ev.latency_s[0] == pytest.approx(m.tables.t_work[0].sum() + link + 2e-4)
+
+
+def test_receive_occupies_the_receiving_device_by_hand() -> None:
+    """A split layer's part made on device 1 is gathered on device 0, still busy with its
+    larger part: when receiving occupies the device, the copy starts only when device 0 is
+    done, so the inference ends later by exactly the transfer's time."""
+    graph, plain = chain_model(coefficients())
+    c = int(graph.out_channels[2])
+    batch = one_mapping(graph, 2, sizes={2: [3 * c // 4, c // 4]})  # conv1 (its Relu follows)
+    cpu = dataclasses.replace(coefficients()["cpu"], receive_on_device=True)
+    _, busy_recv = chain_model(Coefficients({"cpu": cpu}))
+    transfer = 0.25 * graph.output_bytes[3] / 1e9  # the Relu's part over a 1 GB/s link
+    t = plain.tables.t_work[0]
+    assert 0.5 * (t[2] + t[3]) > transfer  # device 0 is still busy when the part could arrive
+    later = busy_recv.evaluate(batch).latency_s - plain.evaluate(batch).latency_s
+    assert later[0] == pytest.approx(transfer, rel=1e-6)
+
+
+def test_memory_by_weight_class_and_loading_peak_by_hand() -> None:
+    """Resident weights: running = bias + coef x activations + per-class weight factors x
+    weights + per segment; the peak RSS is the larger of that and the loading peak."""
+    cpu = dataclasses.replace(
+        coefficients()["cpu"],
+        memory_coefficient=2.0,
+        memory_bias_mb=100.0,
+        memory_per_segment_mb=0.5,
+        memory_weights={"conv": 3.0, "other": 1.0},
+        memory_loading={"conv": 1.0, "other": 1.0},
+    )
+    graph, m = chain_model(Coefficients({"cpu": cpu}))
+    batch = one_mapping(graph, 2)
+    _, plain = chain_model(coefficients())
+    peak_mb = plain.evaluate(batch).memory_mb[0, 0]  # the liveness peak (coefficient 1, bias 0)
+    w_mb = graph.weight_bytes.sum() / 1e6  # every weight is a conv's
+    run = 100.0 + 2.0 * (peak_mb - w_mb) + 3.0 * w_mb + 0.5 * 1
+    assert m.evaluate(batch).memory_mb[0, 0] == pytest.approx(run)
+    cpu = dataclasses.replace(cpu, memory_loading={"conv": 50.0, "other": 1.0})
+    _, m = chain_model(Coefficients({"cpu": cpu}))
+    assert m.evaluate(batch).memory_mb[0, 0] == pytest.approx(100.0 + 50.0 * w_mb)

@@ -1,0 +1,160 @@
+"""Fidelity: its statistics by hand, the mappings it draws, the calibration probe it reads,
+and `python -m dse.fidelity` end to end."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from dse.fidelity.measure import speed_reference
+from dse.fidelity.statistics import by_kind, repeatability, stats
+from dse.mapping import check, random_mappings
+from dse.net import load_net
+from dse.net.build import build_graph
+from dse.paths import CONF_DIR
+from tests.helpers.calibrate import platform_localhost
+from tests.helpers.cli import run_module
+from tests.helpers.onnx_factory import conv_relu_chain
+
+
+def test_fidelity_statistics_by_hand() -> None:
+    s = stats([110.0, 90.0, 100.0, 130.0], [100.0, 100.0, 100.0, 100.0 * 1.2])
+    # errors 10, 10, 0, 8.333 % -> MAPE 7.083 %; all four within 10 %
+    assert s["mape_pct"] == pytest.approx((10 + 10 + 0 + 100 * 10 / 120) / 4)
+    assert s["within_10_pct"] == pytest.approx(100.0)
+    s = stats([1.0, 2.0, 3.0, 5.0], [1.0, 3.0, 2.0, 4.0])
+    # ranks (1,2,3,4) vs (1,3,2,4): d^2 = 0+1+1+0 -> rho = 1 - 6*2/(4*15) = 0.8
+    assert s["spearman"] == pytest.approx(0.8)
+    # concordant pairs 5, discordant 1 of 6 -> tau = 4/6
+    assert s["kendall"] == pytest.approx(4 / 6)
+
+
+def test_fidelity_error_by_kind_of_mapping() -> None:
+    pts = [(11.0, 10.0, "single"), (9.0, 10.0, "single"), (12.0, 10.0, "split")]
+    # single: errors +10 % and -10 % (bias 0, MAPE 10); split: +20 %
+    assert by_kind(pts) == {
+        "single": {"n": 2, "bias_pct": 0.0, "mape_pct": 10.0},
+        "split": {"n": 1, "bias_pct": 20.0, "mape_pct": 20.0},
+    }
+
+
+def test_repeatability_of_rounds_by_hand(tmp_path) -> None:
+    rounds = {"m1": [10, 10, 10], "m2": [20, 22, 30], "m3": [30, 25, 21]}
+    for name, r in rounds.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "comparison.json").write_text(
+            json.dumps({"latency_ms": {"median": float(np.median(r)), "rounds_ms": r}})
+        )
+    rep = repeatability(tmp_path)
+    # rounds 0-1 rank the mappings alike (1.0); 0-2 and 1-2 swap m2 and m3: 1 - 6*2/(3*8)
+    assert rep["spearman_round_vs_round"] == pytest.approx(0.5)
+    # within 10 % of the other rounds' median: m1 all 3; m2 none (20/26, 22/25, 30/21);
+    # m3 only round 1 (25/25.5): 4 of 9
+    assert rep["round_within_10_pct"] == pytest.approx(44.4)
+    (tmp_path / "m3" / "comparison.json").write_text(json.dumps({"latency_ms": {}}))
+    assert repeatability(tmp_path) is None  # a mapping without rounds: nothing to compare
+
+
+@pytest.mark.parametrize("kind", ["single", "vertical", "split", "mixed"])
+def test_random_mappings_are_valid_whole_channel_mappings(kind: str) -> None:
+    graph = build_graph(conv_relu_chain(), "chain")
+    m = random_mappings(graph, 3, kind, 12, np.random.default_rng(1))
+    check(graph, 3, m)  # every layer placed, whole channels covering each splittable layer
+    share, _ = m.dense(graph)
+    np.testing.assert_allclose(share.sum(axis=2), 1.0)
+    split = (share > 0).sum(axis=2) > 1
+    assert not (split & ~graph.splittable[None]).any()
+    if kind in ("single", "vertical"):
+        assert not split.any()
+    if kind == "split":
+        assert split[:, graph.splittable].all()
+
+
+def test_fidelity_reads_the_calibration_probe_of_its_network() -> None:
+    plat = platform_localhost()  # 1 thread per device
+    net = load_net({"name": "alexnet"})
+    ref = {"threads": 1, "whole_ms": {"alexnet": 48.5}, "fingerprints": {}}
+    ref["fingerprints"]["alexnet"] = net.fingerprint
+    model = SimpleNamespace(platform=plat, coefficients=SimpleNamespace(notes={}))
+    model.coefficients.notes["speed_reference"] = ref
+    assert speed_reference(model, net) == 48.5
+    assert speed_reference(model, load_net({"name": "googlenet"})) is None  # held out
+    ref["fingerprints"]["alexnet"] = "another alexnet"  # same name, another network
+    assert speed_reference(model, net) is None
+    ref["fingerprints"]["alexnet"] = net.fingerprint
+    ref["threads"] = 4  # probed at another thread count: not comparable
+    assert speed_reference(model, net) is None
+    model.coefficients.notes = {}
+    assert speed_reference(model, net) is None
+
+
+def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> None:
+    """dse.fidelity end to end on 3 mappings (1 iteration each, uncalibrated coefficients
+    with a speed probe of alexnet as calibration keeps it): the CSV has a row per mapping,
+    the JSON the statistics, the last line the summary."""
+    coeff = json.loads((CONF_DIR / "platform" / "localhost.json").read_text())
+    fingerprint = load_net({"name": "alexnet"}).fingerprint
+    coeff["speed_reference"] = {
+        "threads": 1,
+        "whole_ms": {"alexnet": 40.0},
+        "fingerprints": {"alexnet": fingerprint},
+    }
+    (tmp_path / "c.json").write_text(json.dumps(coeff))
+    out = tmp_path / "fid"
+    res = run_module(
+        "dse.fidelity",
+        "+net=alexnet",
+        "platform=localhost",
+        "mappings=3",
+        "warmup=0",
+        "iterations=1",
+        "rounds=2",
+        f"coefficients={tmp_path / 'c.json'}",
+        f"out={out}",
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    last = res.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"fidelity alexnet: latency MAPE [\d.]+ %, within 10 % \d+ %, spearman \S+; "
+        r"memory MAPE [\d.]+ %",
+        last,
+    ), last
+    rows = list(csv.DictReader((out / "fidelity.csv").open()))
+    assert len(rows) == 3 and all(r["status"] == "ok" for r in rows)
+    doc = json.loads((out / "fidelity.json").read_text())
+    assert doc["latency"]["n"] == 3 and not doc["calibrated"]
+    assert "not calibrated" in res.stderr
+    assert (out / "fidelity.png").stat().st_size > 10_000
+    for row in rows:  # two interleaved rounds of one iteration each, sub-models dropped
+        lat = json.loads((out / "phase2" / row["mapping"] / "comparison.json").read_text())
+        lat = lat["latency_ms"]
+        assert len(lat["rounds_ms"]) == 2 and len(lat["all"]) == 2
+        assert lat["median"] == pytest.approx(np.median(lat["rounds_ms"]), abs=1e-3)
+        assert not list((out / "phase2" / row["mapping"]).glob("*.onnx"))
+    assert doc["rounds"] == 2 and doc["round_spread_pct"] is not None
+    assert set(doc["repeatability"]) == {"spearman_round_vs_round", "round_within_10_pct"}
+    assert "repeatability" in res.stdout
+    # every run is brought to the speed of the coefficients' probe of alexnet (40 ms)
+    assert doc["drift"]["reference"] == "calibration" and doc["drift"]["reference_ms"] == 40.0
+    probes = []
+    for row in rows:
+        lat = json.loads((out / "phase2" / row["mapping"] / "comparison.json").read_text())
+        lat = lat["latency_ms"]
+        probes += lat["rounds_probe_ms"]
+        by_hand = np.median(np.array(lat["rounds_ms"]) * 40.0 / np.array(lat["rounds_probe_ms"]))
+        assert float(row["latency_adjusted_ms"]) == pytest.approx(by_hand, rel=1e-3)
+    slower = (np.median(probes) / 40.0 - 1) * 100
+    assert doc["drift"]["slower_pct"] == pytest.approx(slower, abs=0.1)
+    assert "than at calibration" in res.stdout
+    predicted = np.array([float(r["latency_predicted_ms"]) for r in rows])
+    adjusted = np.array([float(r["latency_adjusted_ms"]) for r in rows])
+    measured = np.array([float(r["latency_measured_ms"]) for r in rows])
+    assert doc["latency"]["drift_taken_out"]
+    for key, against in (("latency", adjusted), ("latency_as_measured", measured)):
+        mape = np.mean(np.abs(predicted - against) / against) * 100
+        assert doc[key]["mape_pct"] == pytest.approx(mape, rel=1e-3)

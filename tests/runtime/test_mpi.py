@@ -1,0 +1,272 @@
+"""The runtime under mpiexec with 2 ranks on localhost: a LOP mapping, an A -> B -> A vertical
+mapping, a killed rank and a hung run (no process of theirs is left), and the deploy CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from test_runtime_partition import RTOL, zoo_like
+
+from dse.errors import DseError
+from dse.mapping import from_device_lists, to_autodice
+from dse.net import load_net
+from dse.platform import load_platform
+from dse.runtime import mpirun
+from dse.runtime.comparison import read_comparison
+from dse.runtime.energy import energy_meter
+from dse.runtime.launch import launch
+from dse.runtime.measure import deploy, deploy_and_measure
+from dse.runtime.measurements import read_measurements
+from models_analytical.coefficients import load_coefficients
+from models_analytical.model import AnalyticalModel
+from tests.helpers.cli import ROOT, run_module
+
+
+@pytest.fixture(scope="module")
+def localhost():
+    return load_platform(yaml.safe_load((ROOT / "conf/platform/localhost.yaml").read_text()))
+
+
+def alive(directory: Path) -> list[int]:
+    """Pids of processes whose command line names ``directory``."""
+    pids = []
+    for p in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            cmd = p.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(directory) in cmd and int(p.parent.name) != os.getpid():
+            pids.append(int(p.parent.name))
+    return pids
+
+
+@pytest.mark.mpi
+def test_lop_mapping(tmp_path: Path, localhost) -> None:
+    """Every Conv, ConvTranspose, Gemm and MatMul split over both ranks (grouped ones across
+    their groups), the rest on rank 0."""
+    net = zoo_like(tmp_path)
+    n = len(net.graph)
+    lists = [[[0, 1] if net.graph.splittable[i] else [0] for i in range(n)]]
+    batch = from_device_lists(net.graph, 2, lists)
+    coeff = load_coefficients(ROOT / "conf/platform/localhost.json")
+    model = AnalyticalModel(net.graph, localhost, coeff)
+    out = tmp_path / "lop"
+    r = deploy_and_measure(net, localhost, model, batch, out, warmup=1, iterations=2)
+    assert r["status"] == "ok", r.get("reason")
+    assert r["equivalence"]["passed"] and r["equivalence"]["max_rel_error"] <= RTOL
+    assert len(r["latency_ms"]["all"]) == 2
+    # split layers' parts are all-gathered where they are read: the bytes are the model's
+    bytes_sent = model.evaluate(batch).bytes_sent[0]
+    assert [x["bytes_sent"] for x in r["ranks"]] == [int(b) for b in bytes_sent]
+    assert r["comparison"]["devices"]["localhost_cpu1"]["bytes_sent"]["error_pct"] == 0.0
+    meter = energy_meter()  # the ranks run here: they read the counter this process finds
+    if meter.available:
+        assert all(
+            x["energy_j"] is not None and x["energy_scope"] == meter.kind for x in r["ranks"]
+        )
+    else:
+        assert all(x["energy_j"] is None and x["energy_reason"] == meter.reason for x in r["ranks"])
+    # rank 0 wrote the measurement; this process the comparison (the measurement beside the
+    # prediction); each file has its one writer
+    measured = read_measurements(out)
+    assert "predicted" not in measured and "comparison" not in measured
+    compared = read_comparison(out)
+    assert compared["predicted"]["latency_ms"] > 0 and compared == json.loads(json.dumps(r))
+    assert {k: v for k, v in compared.items() if k not in ("predicted", "comparison")} == measured
+
+
+def aba_batch(net):
+    n = len(net.graph)
+    return from_device_lists(net.graph, 2, [[[i % 2] for i in range(n)]])
+
+
+@pytest.mark.mpi
+def test_a_b_a_vertical_mapping(tmp_path: Path, localhost) -> None:
+    net = zoo_like(tmp_path)
+    out = tmp_path / "aba"
+    plan = deploy(net, localhost, aba_batch(net), out, warmup=1, iterations=3, stream=6)
+    # rank 0 runs, sends to 1, and waits for 1's result before it runs again
+    steps = [s.op for s in plan.ranks[0].steps]
+    assert steps[:3] == ["run", "send", "recv"] and steps.count("recv") >= 3
+    r = launch(out, timeout_s=120)
+    assert r["status"] == "ok", r.get("reason")
+    # the outputs compared are those of the last of 6 frames streamed with several in flight
+    assert r["iterations"] == 3 and r["equivalence"]["passed"]
+    assert r["stream"]["frames"] == 6 and r["stream"]["period_ms"] > 0
+    sent = {x["device"]: x["bytes_sent"] for x in r["ranks"]}
+    assert sent["localhost_cpu0"] > 0 and sent["localhost_cpu1"] > 0
+
+
+@pytest.mark.mpi
+def test_killed_rank_fails_with_its_reason_and_leaves_no_process(tmp_path: Path, localhost):
+    net = zoo_like(tmp_path)
+    out = tmp_path / "killed"
+    deploy(net, localhost, aba_batch(net), out, warmup=1, iterations=50)
+    r = launch(out, timeout_s=120, rank_args=["--kill-rank", "1"])
+    assert r["status"] == "failed"
+    assert "exited with" in r["reason"] and "rank 1" in r["reason"]
+    assert not (out / "measurements.json").exists()
+    assert alive(out) == []
+
+
+@pytest.mark.mpi
+def test_time_limit_stops_every_rank(tmp_path: Path, localhost) -> None:
+    net = zoo_like(tmp_path)
+    out = tmp_path / "slow"
+    deploy(net, localhost, aba_batch(net), out, warmup=1, iterations=10**7)
+    r = launch(out, timeout_s=4)
+    assert r == {"status": "failed", "reason": "timed out after 4 s"}
+    assert alive(out) == []
+
+
+def test_missing_mpiexec_is_one_line(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(mpirun.shutil, "which", lambda _: None)
+    monkeypatch.setattr(mpirun.sys, "executable", str(tmp_path / "python"))
+    with pytest.raises(DseError, match="mpiexec not found"):
+        mpirun.mpiexec_path()
+
+
+def test_full_disk_leaves_nothing_behind(monkeypatch, tmp_path: Path, localhost) -> None:
+    net = zoo_like(tmp_path)
+
+    def full(self, directory: Path) -> None:
+        (Path(directory) / "rank0_seg0.onnx").write_bytes(b"half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("dse.runtime.partition.Deployment.write_segments", full)
+    with pytest.raises(DseError, match="No space left on device"):
+        deploy(net, localhost, aba_batch(net), tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["zoo_like.onnx"]
+
+
+def test_gpu_without_cuda_is_one_line(tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("CUDA is available here")
+    from dse.platform import Device, Link, Platform
+    from dse.runtime.measure import check_gpus
+
+    plat = Platform(
+        "g",
+        (Device("b_cpu", "b", "cpu", 1, 1e4), Device("b_gpu", "b", "gpu", 1, 1e4)),
+        {"cpu_gpu": Link(0.0, 1e9)},
+        entry=0,
+    )
+    net = zoo_like(tmp_path)
+    batch = from_device_lists(net.graph, 2, [[[1]] * len(net.graph)])
+    with pytest.raises(DseError, match="b_gpu is a gpu but onnxruntime has no CUDA"):
+        check_gpus(plat, batch)
+
+
+def test_deploy_cli(tmp_path: Path) -> None:
+    net = zoo_like(tmp_path)
+    n = len(net.graph)
+    batch = from_device_lists(net.graph, 2, [[[0] if i < 5 else [1] for i in range(n)]])
+    keys = ["localhost_cpu0", "localhost_cpu1"]
+    mapping, _ = to_autodice(net.graph, keys, batch)
+    m = tmp_path / "mapping.json"
+    m.write_text(json.dumps(mapping))
+    out = tmp_path / "dep"
+    common = ["+net=onnx", f"net.path={tmp_path / 'zoo_like.onnx'}", "platform=localhost"]
+    r = run_module("dse.deploy", *common, f"mapping={m}", f"out={out}")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["fingerprint"] == net.fingerprint and len(plan["ranks"]) == 2
+    assert (out / "rankfile").read_text() == "rank 0=localhost slot=0\nrank 1=localhost slot=1\n"
+    assert (out / "hostfile").read_text() == "localhost slots=2\n"
+    assert "mpiexec -n 2 --hostfile" in (out / "run.sh").read_text()
+    # the same directory for another mapping or another net: refused in one line, kept as it was
+    m2 = tmp_path / "other.json"
+    m2.write_text(json.dumps({"localhost_cpu0": list(net.graph.names)}))
+    r = run_module("dse.deploy", *common, f"mapping={m2}", f"out={out}")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "another mapping" in r.stderr
+    alexnet = load_net({"name": "alexnet"})
+    m3 = tmp_path / "alexnet.json"
+    m3.write_text(json.dumps({"localhost_cpu0": list(alexnet.graph.names)}))
+    r = run_module(
+        "dse.deploy", "+net=alexnet", f"mapping={m3}", "platform=localhost", f"out={out}"
+    )
+    assert r.returncode == 2 and "not of this net" in r.stderr
+    assert json.loads((out / "plan.json").read_text()) == plan
+
+
+def test_deploy_without_out_goes_under_runs(tmp_path: Path) -> None:
+    """No out=: runs/deploy/<net>-<mapping hash> under the current directory."""
+    import subprocess
+
+    net = zoo_like(tmp_path)
+    m = tmp_path / "mapping.json"
+    m.write_text(json.dumps({"localhost_cpu0": list(net.graph.names)}))
+    batch = from_device_lists(net.graph, 2, [[[0]] * len(net.graph)])
+    args = ["+net=onnx", f"net.path={tmp_path / 'zoo_like.onnx'}", "platform=localhost"]
+    r = subprocess.run(
+        [sys.executable, "-m", "dse.deploy", *args, f"mapping={m}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "runs" / "deploy" / f"{net.name}-{batch.ident(0)}"
+    assert json.loads((out / "plan.json").read_text())["mapping_hash"] == batch.ident(0)
+    assert f"to {out.relative_to(tmp_path)} " in r.stdout
+
+
+def test_rankfile_binds_cpu_threads_and_gpu_host_threads() -> None:
+    jetson = load_platform(
+        yaml.safe_load((ROOT / "conf/platform/jetson_xavier_nx_x8.yaml").read_text())
+    )
+    # each board: its 6-thread cpu on cores 0-5, its gpu's host thread beside them on core 5
+    assert mpirun.core_slots(jetson)[:4] == ["0-5", "5", "0-5", "5"]
+    # ranks on devices 0 and 1 of xavier0 and device 6 (xavier3's cpu)
+    hostfile, rankfile = mpirun.mpi_files(jetson, [0, 1, 6])
+    assert hostfile == "xavier0 slots=2\nxavier3 slots=1\n"
+    assert rankfile == ("rank 0=xavier0 slot=0-5\nrank 1=xavier0 slot=5\nrank 2=xavier3 slot=0-5\n")
+    # boards known to mpiexec by other names (an emulated cluster): the same slots on them
+    boards = mpirun.Launcher(hosts={"xavier0": "board-a", "xavier3": "10.0.0.4"})
+    hostfile, rankfile = mpirun.mpi_files(jetson, [0, 1, 6], boards)
+    assert hostfile == "board-a slots=2\n10.0.0.4 slots=1\n"
+    assert rankfile == "rank 0=board-a slot=0-5\nrank 1=board-a slot=5\nrank 2=10.0.0.4 slot=0-5\n"
+
+
+def test_the_launcher_takes_mpiexec_arguments_environment_and_boards(tmp_path: Path) -> None:
+    """What an emulated cluster adds (a launch agent, a TCP interface, boards by name) reaches
+    the command, its environment and run.sh; the default command is as before."""
+    agent = mpirun.Launcher(
+        mpiexec="/opt/mpi/bin/mpiexec",
+        args=("--prtemca", "plm_ssh_agent", "/opt/enter-board"),
+        env={"OMPI_MCA_btl_tcp_if_include": "10.9.0.0/24"},
+    )
+    d = tmp_path.resolve()
+    cmd = agent.command(tmp_path, 3, warmup=1, rank_args=["--stream", "4"])
+    placed = ["--hostfile", f"{d}/hostfile", "--map-by", f"rankfile:file={d}/rankfile"]
+    rank = [sys.executable, "-m", "mpi4py", "-m", "dse.runtime", str(d)]
+    assert cmd == [
+        "/opt/mpi/bin/mpiexec",
+        "-n",
+        "3",
+        *placed,
+        "--prtemca",
+        "plm_ssh_agent",
+        "/opt/enter-board",
+        *rank,
+        "--warmup",
+        "1",
+        "--stream",
+        "4",
+    ]
+    env = agent.environment()
+    assert env["OMPI_MCA_btl_tcp_if_include"] == "10.9.0.0/24"
+    assert env["OMPI_MCA_mpi_yield_when_idle"] == "1"
+    script = agent.run_script(cmd, tmp_path)
+    assert "\nexport OMPI_MCA_btl_tcp_if_include=10.9.0.0/24\n" in script
+    assert script.endswith(f'exec {" ".join(cmd)} "$@"\n')
+    plain = mpirun.Launcher(mpiexec="mpiexec").command(tmp_path, 2)
+    assert plain == ["mpiexec", "-n", "2", *placed, *rank]

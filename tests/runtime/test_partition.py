@@ -1,0 +1,580 @@
+"""The partitioner and the in-process executor: partitioned outputs equal the whole model.
+
+Tolerance: the parts run the same operators on the same inputs with sliced weights, so only the
+summation order inside onnxruntime's kernels may change (its blocking depends on the channel
+count). A float32 dot product of K terms reordered differs by about sqrt(K) * 2^-23 of its
+magnitude (K <= 25088 here: ~2e-5); a few such layers in a row stay below 1e-4 of the output's
+scale, so outputs must agree to max|a - b| <= 1e-4 * max|b|.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+from chromosomes import make_chromosome
+from dse.errors import DseError
+from dse.mapping import Mappings, from_device_lists
+from dse.mapping import whole as whole_on
+from dse.net import Net, load_net
+from dse.runtime.partition import partition
+from dse.runtime.plan import Plan, Port, input_arrays, seeded_inputs
+from dse.runtime.sequential import run_deployment, time_segments, time_segments_beside
+from dse.runtime.sessions import session
+from dse.runtime.validate import model_io, validate
+from tests.helpers.onnx_factory import model as onnx_model
+from tests.helpers.onnx_factory import weight
+from tests.helpers.platforms import platform
+
+RTOL = 1e-4
+
+
+def zoo_like(tmp_path: Path) -> Net:
+    """Every sliceable op and the awkward cases: a grouped Conv (8 channels, 2 groups), a
+    depthwise Conv, ConvTranspose with and without groups, Gemm with and without transB and
+    with a full and a broadcast bias, a Constant-node bias, MatMul with a constant weight, a
+    reshape whose shape is folded from Shape, two branches joined, and two graph outputs."""
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "wa", "ba"], ["a"], pads=[1, 1, 1, 1], name="conv_a"),
+        n("Relu", ["a"], ["ra"], name="relu_a"),
+        n("Conv", ["ra", "wg", "bg"], ["g"], pads=[1, 1, 1, 1], group=2, name="conv_g"),
+        n("Conv", ["g", "wd"], ["d"], pads=[1, 1, 1, 1], group=8, name="conv_dw"),
+        n("ConvTranspose", ["d", "wt", "bt"], ["t"], strides=[2, 2], group=2, name="convt_g"),
+        n("ConvTranspose", ["ra", "wt2"], ["t2"], strides=[2, 2], name="convt"),
+        n("Add", ["t", "t2"], ["s"], name="add"),
+        n("GlobalAveragePool", ["s"], ["pool"], name="pool"),
+        n("Shape", ["pool"], ["shp"], name="shape"),
+        n("Slice", ["shp", "zero", "one"], ["shp0"], name="shp0"),
+        n("Concat", ["shp0", "minus1"], ["newshape"], axis=0, name="newshape"),
+        n("Reshape", ["pool", "newshape"], ["r"], name="reshape"),
+        n(
+            "Constant",
+            [],
+            ["c1"],
+            value=numpy_helper.from_array(np.linspace(-1, 1, 10).astype(np.float32), "c1"),
+            name="c1",
+        ),
+        n("Gemm", ["r", "w1", "c1"], ["f1"], name="gemm_n"),
+        n("Gemm", ["f1", "w2", "c2"], ["f2"], transB=1, alpha=0.5, name="gemm_t"),
+        n("MatMul", ["f2", "w3"], ["m"], name="matmul"),
+    ]
+    inits = [
+        weight("wa", [8, 4, 3, 3], 1),
+        weight("ba", [8], 2),
+        weight("wg", [8, 4, 3, 3], 3),
+        weight("bg", [8], 4),
+        weight("wd", [8, 1, 3, 3], 5),
+        weight("wt", [8, 3, 2, 2], 6),
+        weight("bt", [6], 7),
+        weight("wt2", [8, 6, 2, 2], 8),
+        weight("w1", [6, 10], 9),
+        weight("w2", [12, 10], 10),
+        weight("c2", [1], 11),
+        weight("w3", [12, 5], 12),
+        numpy_helper.from_array(np.array([0], dtype=np.int64), "zero"),
+        numpy_helper.from_array(np.array([1], dtype=np.int64), "one"),
+        numpy_helper.from_array(np.array([-1], dtype=np.int64), "minus1"),
+    ]
+    ins = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 8, 8])]
+    outs = [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None) for o in ("m", "s")]
+    g = helper.make_graph(nodes, "zoo_like", ins, outs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = tmp_path / "zoo_like.onnx"
+    onnx.save(m, path)
+    return load_net({"name": "onnx", "path": str(path)})
+
+
+def whole(net: Net, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    sess = session(net.weighted_model())
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, inputs), strict=True))
+
+
+def assert_equal_outputs(net: Net, batch: Mappings, plat, ref=None) -> int:
+    """The deployment's outputs equal the whole model's, and its plan keeps every rule the
+    runtime checks (against its sub-models' own inputs and outputs); its segment count."""
+    dep = partition(net, batch, plat)
+    validate(dep.plan, {name: model_io(m) for name, m in dep.segments.items()})
+    x = input_arrays(dep.plan, seed=0)
+    ref = ref if ref is not None else whole(net, x)
+    got = run_deployment(dep, x)
+    assert set(got) == set(ref)
+    for name, r in ref.items():
+        assert got[name].shape == r.shape
+        assert np.abs(got[name] - r).max() <= RTOL * np.abs(r).max(), name
+    return len(dep.segments)
+
+
+def with_sizes(graph, n_dev: int, device: int, sizes: dict, devices: dict) -> Mappings:
+    """One mapping: every layer on ``device`` but the layers named in ``devices`` (name ->
+    device) and the splittable ones named in ``sizes`` (name -> channels per device)."""
+    on = np.array([devices.get(name, device) for name in graph.names])
+    m = whole_on(graph, n_dev, on)
+    for name, per_device in sizes.items():
+        s = int(np.searchsorted(graph.split_layers, graph.index[name]))
+        m.sizes[0, s] = per_device
+    return m
+
+
+def test_part_bounds_are_cumulative_sizes_in_device_order(tmp_path: Path) -> None:
+    net = zoo_like(tmp_path)
+    g = net.graph
+    layer = int(g.split_layers[0])
+    c = int(g.out_channels[layer])
+    m = from_device_lists(g, 3, [[[0, 1, 2] if i == layer else [0] for i in range(len(g))]])
+    base, extra = divmod(c, 3)  # the first parts one larger (the equal rule)
+    sizes = [base + (k < extra) for k in range(3)]
+    assert m.bounds(g, layer) == [(0, sizes[0]), (sizes[0], c - sizes[2]), (c - sizes[2], c)]
+    uneven = with_sizes(g, 3, 0, {g.names[layer]: [0, 1, c - 1]}, {})
+    assert uneven.bounds(g, layer) == [(0, 1), (1, c)]
+
+
+def test_sub_models_pass_the_checker(tmp_path: Path) -> None:
+    net = zoo_like(tmp_path)
+    n = len(net.graph)
+    batch = from_device_lists(
+        net.graph, 4, [[[0, 1, 2] if net.graph.splittable[i] else [3] for i in range(n)]]
+    )
+    dep = partition(net, batch, platform(4))
+    out = tmp_path / "dep"
+    out.mkdir()
+    dep.write_segments(out)
+    for name in dep.segments:
+        onnx.checker.check_model(str(out / name), full_check=True)
+    names = [t for m in dep.segments.values() for t in m.graph.initializer]
+    assert len(names) > 0
+
+
+@pytest.mark.parametrize("encoding", ["naive", "advanced", "vertical"])
+def test_random_mappings_equal_the_whole_model(tmp_path: Path, encoding: str) -> None:
+    net = zoo_like(tmp_path)
+    plat = platform(4)
+    x = seeded_inputs([Port("x", (1, 4, 8, 8), "float32")])
+    ref = whole(net, x)
+    chrom = make_chromosome(encoding, net.graph, 4, None if encoding == "vertical" else 4)
+    batch = chrom.decode(chrom.sample(12, np.random.default_rng(7)))
+    split = 0
+    for p in range(len(batch)):
+        assert_equal_outputs(net, batch.take(p), plat, ref)
+        split += int(((batch.sizes[p] > 0).sum(axis=1) > 1).any())
+    assert encoding == "vertical" or split > 0  # the sample did exercise split layers
+
+
+def test_every_layer_split_on_every_device(tmp_path: Path) -> None:
+    net = zoo_like(tmp_path)
+    n = len(net.graph)
+    lists = [[list(range(4)) if net.graph.splittable[i] else [i % 4] for i in range(n)]]
+    assert_equal_outputs(net, from_device_lists(net.graph, 4, lists), platform(4))
+
+
+def test_a_b_a_vertical_mapping(tmp_path: Path) -> None:
+    net = zoo_like(tmp_path)
+    n = len(net.graph)
+    # layers alternate between devices 0 and 1: every edge crosses, A -> B -> A -> ...
+    lists = [[[i % 2] for i in range(n)]]
+    segments = assert_equal_outputs(net, from_device_lists(net.graph, 2, lists), platform(2))
+    assert segments == n  # one segment per layer: each waits for the other device
+
+
+def test_time_segments_times_every_sub_model_once_on_its_device(tmp_path: Path) -> None:
+    net = zoo_like(tmp_path)
+    n = len(net.graph)
+    # the first half on device 2, the rest on device 0 (the entry): ranks are 0 and 1, so a
+    # sub-model's device must come from the plan's device, not its rank
+    lists = [[[2] if i < n // 2 else [0] for i in range(n)]]
+    dep = partition(net, from_device_lists(net.graph, 3, lists), platform(3))
+    rounds = []
+    timed = time_segments(dep, runs=2, warmup=1, each_round=lambda: rounds.append(1))
+    want = {s: r.device_index for r in dep.plan.ranks for s in r.segments}
+    assert {k: d for k, (d, _) in timed.items()} == want
+    assert set(want.values()) == {0, 2}
+    assert len(rounds) == 2  # called at the start of each timed round only
+    assert all(s > 0.0 for _, s in timed.values())
+    # beside the whole network: the same sub-models, and the whole network's own median
+    calls = []
+
+    class Whole:  # an onnxruntime session of the whole network, counting its runs
+        def __init__(self) -> None:
+            self.sess = session(net.weighted_model())
+
+        def get_inputs(self):
+            return self.sess.get_inputs()
+
+        def run(self, names, feeds):
+            calls.append(1)
+            return self.sess.run(names, feeds)
+
+    beside, whole_s = time_segments_beside(dep, Whole(), runs=3, warmup=1)
+    assert {k: d for k, (d, _) in beside.items()} == want
+    assert len(calls) == 3 and whole_s > 0.0
+
+
+def test_alexnet_random_mappings() -> None:
+    net = load_net({"name": "alexnet"})
+    plat = platform(4)
+    x = seeded_inputs([Port("input", (1, 3, 224, 224), "float32")])
+    ref = whole(net, x)
+    rng = np.random.default_rng(3)
+    for encoding in ("naive", "advanced", "vertical"):
+        chrom = make_chromosome(encoding, net.graph, 4, None if encoding == "vertical" else 4)
+        batch = chrom.decode(chrom.sample(1, rng))
+        for p in range(len(batch)):
+            assert_equal_outputs(net, batch.take(p), plat, ref)
+
+
+def test_mapping_of_another_net_is_refused(tmp_path: Path) -> None:
+    net = zoo_like(tmp_path)
+    other = load_net({"name": "alexnet"})
+    batch = from_device_lists(other.graph, 2, [[[0]] * len(other.graph)])
+    with pytest.raises(DseError, match="another network"):
+        partition(net, batch, platform(2))
+    batch = from_device_lists(net.graph, 4, [[[3]] * len(net.graph)])
+    with pytest.raises(DseError, match="has 2"):
+        partition(net, batch, platform(2))
+
+
+@pytest.mark.parametrize("encoding", ["naive", "advanced", "vertical"])
+def test_plan_sends_what_the_model_counts(tmp_path: Path, encoding: str) -> None:
+    """Every byte the plan sends is a byte the analytical model counts, device by device."""
+    from tests.helpers.platforms import model
+
+    net = zoo_like(tmp_path)
+    plat = platform(4)
+    chrom = make_chromosome(encoding, net.graph, 4, None if encoding == "vertical" else 4)
+    batch = chrom.decode(chrom.sample(20, np.random.default_rng(11)))
+    predicted = model(net.graph, plat).evaluate(batch).bytes_sent
+    for p in range(len(batch)):
+        plan = partition(net, batch.take(p), plat).plan
+        sent = np.zeros(4)
+        for r in plan.ranks:
+            for s in r.steps:
+                if s.op == "send":
+                    sent[r.device_index] += np.prod(plan.tensors[s.tensor].shape) * 4
+        np.testing.assert_allclose(sent, predicted[p], rtol=1e-9)
+
+
+def sent_by_device(plan: Plan, n_devices: int) -> np.ndarray:
+    """Bytes each device sends in one inference, from the plan's send steps (float32)."""
+    sent = np.zeros(n_devices)
+    for r in plan.ranks:
+        for s in r.steps:
+            if s.op == "send":
+                sent[r.device_index] += np.prod(plan.tensors[s.tensor].shape) * 4
+    return sent
+
+
+def steps_on(plan: Plan, device: int, op: str, tensor: str) -> list:
+    rank = next(r for r in plan.ranks if r.device_index == device)
+    return [s for s in rank.steps if s.op == op and getattr(s, "tensor", None) == tensor]
+
+
+def test_consecutive_split_layers_all_gather(tmp_path: Path) -> None:
+    """A split layer feeding split layers: each part's device that reads the whole receives
+    the other parts straight from their devices and concatenates them itself; the owner
+    forwards the whole only to a device without a part. Bytes are the model's, device by
+    device, and the outputs the whole model's."""
+    from tests.helpers.platforms import model
+
+    net = zoo_like(tmp_path)
+    g = net.graph
+    names = [layer.name for layer in g]
+
+    def lists(on: dict[str, list[int]]) -> list[list[list[int]]]:
+        return [[on.get(name, [0]) for name in names]]
+
+    split = {name: [0, 1] for name, ok in zip(names, g.splittable, strict=True) if ok}
+    # conv_g -> conv_dw -> convt_g and gemm_n -> gemm_t -> matmul: split layers in a row
+    two = from_device_lists(g, 2, lists(split))
+    plan = partition(net, two, platform(2)).plan
+    for t in ("g", "d", "f1", "f2"):  # read by split layers on both devices
+        for dev in (0, 1):
+            (gather,) = steps_on(plan, dev, "gather", t)
+            remote = [p for p in gather.parts if p.tag is not None]
+            assert [p.source for p in remote] == [1 - dev]
+            assert not steps_on(plan, dev, "send", t) and not steps_on(plan, dev, "recv", t)
+    np.testing.assert_allclose(
+        sent_by_device(plan, 2), model(g, platform(2)).evaluate(two).bytes_sent[0], rtol=1e-9
+    )
+    assert_equal_outputs(net, two, platform(2))
+
+    # conv_g on h0, h1 feeds conv_dw on h1, h2: the owner h1 gathers (h0 does not: it does
+    # not read g) and forwards the whole to h2; gemm_t on h0..h2 feeds matmul on h0, h3
+    on = {**split, "conv_dw": [1, 2], "gemm_t": [0, 1, 2], "matmul": [0, 3]}
+    four = from_device_lists(g, 4, lists(on))
+    plan = partition(net, four, platform(4)).plan
+    assert not steps_on(plan, 0, "gather", "g") and steps_on(plan, 1, "gather", "g")
+    assert [s.to for s in steps_on(plan, 1, "send", "g")] == [2]  # ranks = devices here
+    (gather,) = steps_on(plan, 0, "gather", "f2")  # h0 has a part of f2 and reads it
+    assert sorted(p.source for p in gather.parts if p.tag is not None) == [1, 2]
+    assert not steps_on(plan, 1, "gather", "f2") and not steps_on(plan, 2, "gather", "f2")
+    np.testing.assert_allclose(
+        sent_by_device(plan, 4), model(g, platform(4)).evaluate(four).bytes_sent[0], rtol=1e-9
+    )
+    assert_equal_outputs(net, four, platform(4))
+
+
+def test_weights_as_external_data(tmp_path: Path) -> None:
+    """A user's model whose weights are external data: cut from the mapped data file."""
+    net = zoo_like(tmp_path)
+    model = onnx.load(str(tmp_path / "zoo_like.onnx"))
+    ext = tmp_path / "ext"
+    ext.mkdir()
+    onnx.save(
+        model, str(ext / "m.onnx"), save_as_external_data=True, location="m.data", size_threshold=0
+    )
+    ext_net = load_net({"name": "onnx", "path": str(ext / "m.onnx")})
+    n = len(ext_net.graph)
+    lists = [[[0, 1] if ext_net.graph.splittable[i] else [i % 2] for i in range(n)]]
+    x = seeded_inputs([Port("x", (1, 4, 8, 8), "float32")])
+    assert_equal_outputs(
+        ext_net, from_device_lists(ext_net.graph, 2, lists), platform(2), whole(net, x)
+    )
+
+
+def test_zoo_weights_found_in_the_file() -> None:
+    """The wire-format scan finds every initializer's bytes where protobuf parsing puts them."""
+    from dse.net import zoo
+    from dse.runtime.weights import inline_offsets
+
+    path = zoo.materialize("alexnet", 0)
+    offsets = inline_offsets(path)
+    data = path.read_bytes()
+    model = onnx.load(str(path))
+    assert set(offsets) == {t.name for t in model.graph.initializer}
+    for t in model.graph.initializer:
+        off, n = offsets[t.name]
+        assert data[off : off + n] == t.raw_data
+
+
+def channel_local_net(tmp_path: Path) -> Net:
+    """conv1 (12 ch) -> BatchNormalization -> Relu -> MaxPool -> conv2 -> Clip, and conv2's
+    Clip read twice (a GlobalAveragePool and a Relu beside it, so neither follows); LRN after
+    conv3 (across channels: never follows); Gemm -> Relu (elementwise: follows a Gemm)."""
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        n("BatchNormalization", ["c1", "s", "bb", "m", "v"], ["n1"], name="bn"),
+        n("Relu", ["n1"], ["r1"], name="relu1"),
+        n("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
+        n("Conv", ["p1", "w2"], ["c2"], name="conv2"),
+        n("Clip", ["c2", "lo", "hi"], ["k2"], name="clip"),
+        n("GlobalAveragePool", ["k2"], ["g"], name="gap"),
+        n("Relu", ["k2"], ["side"], name="side"),
+        n("Conv", ["side", "w3"], ["c3"], name="conv3"),
+        n("LRN", ["c3"], ["l3"], size=3, name="lrn"),
+        n("Flatten", ["g"], ["f"], name="flat"),
+        n("Gemm", ["f", "wf"], ["y0"], transB=1, name="fc"),
+        n("Relu", ["y0"], ["y"], name="relu_fc"),
+    ]
+    rng = np.random.default_rng(5)
+    bn = [
+        numpy_helper.from_array(a.astype(np.float32), nm)
+        for nm, a in (
+            ("s", rng.uniform(0.5, 2, 12)),
+            ("bb", rng.standard_normal(12)),
+            ("m", rng.standard_normal(12)),
+            ("v", rng.uniform(0.5, 2, 12)),
+        )
+    ]
+    inits = [
+        weight("w1", [12, 3, 3, 3], 1),
+        weight("b1", [12], 2),
+        *bn,
+        weight("w2", [10, 12, 1, 1], 3),
+        numpy_helper.from_array(np.array(-0.5, dtype=np.float32), "lo"),
+        numpy_helper.from_array(np.array(0.7, dtype=np.float32), "hi"),
+        weight("w3", [6, 10, 1, 1], 4),
+        weight("wf", [7, 10], 6),
+    ]
+    ins = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])]
+    outs = [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None) for o in ("y", "l3")]
+    m = helper.make_model(
+        helper.make_graph(nodes, "cl", ins, outs, inits),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "cl.onnx")
+    return load_net({"name": "onnx", "path": str(tmp_path / "cl.onnx")})
+
+
+def test_which_layers_follow_a_split_layer(tmp_path: Path) -> None:
+    g = channel_local_net(tmp_path).graph
+    follows = {g.names[c]: g.names[p] for c, p in enumerate(g.follows.tolist()) if p >= 0}
+    assert follows == {
+        "bn": "conv1",
+        "relu1": "bn",
+        "pool": "relu1",
+        "clip": "conv2",  # read twice after it: gap and side follow nobody
+        "relu_fc": "fc",
+    }
+
+
+def test_channel_local_layers_run_on_the_parts(tmp_path: Path) -> None:
+    """conv1 over three devices (12 channels: 4, 4, 4 by uneven shares 0.5/0.25/0.25 -> 6,
+    3, 3): BN, Relu and MaxPool run on each part, only the pooled parts (a quarter of conv1's
+    bytes) are gathered, by conv2's devices; outputs equal the whole model's, and bytes and
+    segments are the model's."""
+    from tests.helpers.platforms import model
+
+    net = channel_local_net(tmp_path)
+    g = net.graph
+    plat = platform(3)
+    batch = with_sizes(
+        g,
+        3,
+        0,
+        # conv2 on h1, h2: both gather p1; fc's 7 channels as 4 and 3
+        {"conv1": [6, 3, 3], "conv2": [0, 5, 5], "fc": [0, 4, 3]},
+        # their own device: h1 (gathers)
+        dict.fromkeys(("bn", "relu1", "pool", "clip", "gap", "flat", "relu_fc"), 1),
+    )
+    plan = partition(net, batch, plat).plan
+    for dev in (1, 2):
+        (gather,) = steps_on(plan, dev, "gather", "p1")
+        assert [(p.source, p.range) for p in gather.parts] == [
+            (0, (0, 6)),
+            (1, (6, 9)),
+            (2, (9, 12)),
+        ]
+    for t in ("c1", "n1", "r1"):  # never whole, never sent
+        assert not any(steps_on(plan, d, op, t) for d in range(3) for op in ("gather", "send"))
+    # float32 bytes: x (3x8x8) to h1 and h2; a 4x4 channel of p1, c2/k2 or side is 64 bytes.
+    # h0: x twice, its 6 pooled channels to h1 and h2. h1: 3 pooled channels to h2, side (10
+    # channels) to conv3 on h0, f (10 floats) to h2. h2: 3 pooled channels to h1, its 5 Clip
+    # channels to h1 (Clip's device), its 3 of fc's (Relu-ed) outputs to h1
+    ch = 64
+    expected = [2 * 3 * 64 * 4 + 2 * 6 * ch, 3 * ch + 10 * ch + 40, 3 * ch + 5 * ch + 3 * 4]
+    sent = sent_by_device(plan, 3)
+    assert sent.tolist() == expected
+    ev = model(g, plat).evaluate(batch)
+    np.testing.assert_allclose(sent, ev.bytes_sent[0], rtol=1e-9)
+    segments = {r.device_index: len(r.segments) for r in plan.ranks}
+    assert segments == {d: int(ev.segments[0, d]) for d in range(3) if ev.used[0, d]}
+    assert_equal_outputs(net, batch, plat)
+
+
+def dense_block_net(tmp_path: Path, early_reader: bool) -> Net:
+    """A dense block: a -> b -> c (8 channels each), Concat(a, b, c) -> conv d, Concat(a, b, c,
+    d) -> conv f; with ``early_reader``, e = Relu(a) is read beside f (stored before the first
+    Concat, kept in file order)."""
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "wa"], ["a"], pads=[1, 1, 1, 1], name="a"),
+        n("Conv", ["a", "wb"], ["b"], pads=[1, 1, 1, 1], name="b"),
+        n("Conv", ["b", "wc"], ["c"], pads=[1, 1, 1, 1], name="c"),
+    ]
+    outs = ["f"]
+    if early_reader:
+        nodes.append(n("Relu", ["a"], ["e"], name="e"))
+        outs.append("e")
+    nodes += [
+        n("Concat", ["a", "b", "c"], ["cat"], axis=1, name="cat"),
+        n("Conv", ["cat", "wd"], ["d"], name="d"),
+        n("Concat", ["a", "b", "c", "d"], ["cat2"], axis=1, name="cat2"),
+        n("Conv", ["cat2", "wf"], ["f"], name="f"),
+    ]
+    inits = [
+        weight("wa", [8, 8, 3, 3], 1),
+        weight("wb", [8, 8, 3, 3], 2),
+        weight("wc", [8, 8, 3, 3], 3),
+        weight("wd", [8, 24, 1, 1], 4),
+        weight("wf", [8, 32, 1, 1], 5),
+    ]
+    path = tmp_path / f"dense{int(early_reader)}.onnx"
+    onnx.save(onnx_model(nodes, {"x": [1, 8, 6, 6]}, outs, inits), path)
+    return load_net({"name": "onnx", "path": str(path), "order": "file"})
+
+
+@pytest.mark.parametrize("early_reader", [False, True])
+def test_sends_go_out_when_the_receiver_can_use_them(tmp_path: Path, early_reader: bool) -> None:
+    """a, b, c on device 0, the rest on device 1. Device 1's Concat needs all three, so device 0
+    runs them as one sub-model and sends them after it (it used to cut after each send); when
+    device 1 first reads a alone (e = Relu(a)), a goes out after its own layer: two sub-models.
+    Device 1's two Concats read a, b, c through identity Convs. Outputs equal the whole
+    model's, and the model counts the same segments."""
+    from tests.helpers.platforms import model
+
+    net = dense_block_net(tmp_path, early_reader)
+    g = net.graph
+    lists = [[0] if name in ("a", "b", "c") else [1] for name in g.names]
+    batch = from_device_lists(g, 2, [lists])
+    dep = partition(net, batch, platform(2))
+    plan = dep.plan
+    *_, last = [dep.segments[s.segment] for s in plan.ranks[1].steps if s.op == "run"]
+    blocked = {m.name for m in last.graph.node if m.name.endswith("/blocked")}
+    assert blocked == {"a/blocked", "b/blocked", "c/blocked"}
+    steps = [s.op for s in plan.ranks[0].steps]
+    want = ["run", "send", "run", "send", "send"] if early_reader else ["run"] + ["send"] * 3
+    assert steps == want
+    segments = {r.device_index: len(r.segments) for r in plan.ranks}
+    assert segments[0] == (2 if early_reader else 1)
+    ev = model(g, platform(2)).evaluate(batch)
+    assert segments == {d: int(ev.segments[0, d]) for d in range(2)}
+    assert_equal_outputs(net, batch, platform(2))
+
+
+def test_concat_inputs_of_a_cpu_sub_model_pass_an_identity_conv() -> None:
+    """A sub-model input that two Concats read, of a multiple of 8 channels, passes a depthwise
+    1x1 Conv with weights 1 (onnxruntime keeps the Concats in its blocked layout); an input one
+    Concat reads, an input of 6 channels and other readers are left alone."""
+    from dse.net.onnx_load import TensorType
+    from dse.runtime.submodel import blocked_inputs
+
+    n = helper.make_node
+    nodes = [
+        n("Concat", ["a", "b", "c", "d"], ["cat1"], axis=1, name="cat1"),
+        n("Concat", ["a", "b", "cat1"], ["cat2"], axis=1, name="cat2"),
+        n("Relu", ["a"], ["ra"], name="ra"),
+    ]
+    f = onnx.TensorProto.FLOAT
+    types = {
+        "a": TensorType((1, 16, 4, 4), f),  # two Concats read it
+        "b": TensorType((1, 6, 4, 4), f),  # two, but not a multiple of 8: the layout can't
+        "c": TensorType((1, 8, 4, 4), f),  # made inside the sub-model
+        "d": TensorType((1, 8, 4, 4), f),  # one Concat reads it
+    }
+    identity, rewired, weights = blocked_inputs(nodes, ["a", "b", "d"], types)
+    assert [(m.op_type, list(m.input), list(m.output)) for m in identity] == [
+        ("Conv", ["a", "a/blocked.weight"], ["a/blocked"])
+    ]
+    assert helper.get_attribute_value(identity[0].attribute[0]) == 16  # group: depthwise
+    np.testing.assert_array_equal(
+        numpy_helper.to_array(weights["a/blocked.weight"]), np.ones((16, 1, 1, 1))
+    )
+    assert [list(m.input) for m in rewired] == [
+        ["a/blocked", "b", "c", "d"],
+        ["a/blocked", "b", "cat1"],
+        ["a"],
+    ]
+    assert list(nodes[0].input) == ["a", "b", "c", "d"]  # the caller's nodes are not changed
+
+
+@pytest.mark.parametrize("where", ["../outside.data", "/etc/passwd", "link.data"])
+def test_external_weights_outside_the_models_folder_are_refused(tmp_path: Path, where: str):
+    """A weight stored at ../, at an absolute path or through a symlink out of the model's
+    folder is never read into a sub-model (the loader infers every shape of this model, so it
+    never reads the weights itself)."""
+    channel_local_net(tmp_path)
+    model = onnx.load(str(tmp_path / "cl.onnx"))
+    ext = tmp_path / "ext"
+    ext.mkdir()
+    onnx.save(
+        model, str(ext / "m.onnx"), save_as_external_data=True, location="m.data", size_threshold=0
+    )
+    (tmp_path / "outside.data").write_bytes((ext / "m.data").read_bytes())
+    (ext / "link.data").symlink_to(tmp_path / "outside.data")
+    m = onnx.load(str(ext / "m.onnx"), load_external_data=False)
+    for e in m.graph.initializer[0].external_data:
+        if e.key == "location":
+            e.value = where
+    (ext / "m.onnx").write_bytes(m.SerializeToString())
+    net = load_net({"name": "onnx", "path": str(ext / "m.onnx")})
+    batch = from_device_lists(net.graph, 2, [[[0]] * len(net.graph)])
+    with pytest.raises(DseError, match=f"stored at '{where}', outside the model's folder"):
+        partition(net, batch, platform(2))

@@ -1,0 +1,201 @@
+"""Hostile settings, platforms and coefficients: every bad value is refused where it enters,
+in one line naming the file or key, never a traceback or a silently wrong number."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import yaml
+
+from dse.errors import DseError
+from dse.platform import load_platform
+from models_analytical.coefficients import Coefficients, load_coefficients
+from tests.helpers.cli import ROOT
+from tests.helpers.hostile import assert_one_line, run_all
+
+PLATFORMS = ROOT / "conf" / "platform"
+
+
+def localhost() -> dict:
+    return yaml.safe_load((PLATFORMS / "localhost.yaml").read_text())
+
+
+def xavier() -> dict:
+    return yaml.safe_load((PLATFORMS / "jetson_xavier_nx_x8.yaml").read_text())
+
+
+def coefficients() -> dict:
+    return json.loads((PLATFORMS / "jetson_xavier_nx.json").read_text())
+
+
+def setting(doc: dict, path: str, value: object) -> dict:
+    """``doc`` with the value at ``a.b.0.c`` replaced (or deleted for ``...``)."""
+    doc = copy.deepcopy(doc)
+    *parents, last = path.split(".")
+    node = doc
+    for p in parents:
+        node = node[int(p)] if isinstance(node, list) else node[p]
+    key = int(last) if isinstance(node, list) else last
+    if value is ...:
+        del node[key]
+    else:
+        node[key] = value
+    return doc
+
+
+NAN, INF = float("nan"), float("inf")
+
+#: (base platform, key, bad value or ... to delete it, words of the one line)
+PLATFORM_CASES = [
+    ("localhost", "devices.0.memory_mb", 0, "memory_mb must be positive"),
+    ("localhost", "devices.0.memory_mb", -5, "memory_mb must be positive"),
+    ("localhost", "devices.0.memory_mb", NAN, "memory_mb must be a finite number"),
+    ("localhost", "devices.0.memory_mb", "lots", "memory_mb must be a number"),
+    ("localhost", "devices.0.memory_mb", True, "memory_mb must be a number"),
+    ("localhost", "devices.0.threads", 0, "threads must be positive"),
+    ("localhost", "devices.0.threads", 1.5, "threads must be a whole number"),
+    ("localhost", "devices.0.kind", "tpu", "kind 'tpu' must be one of cpu, gpu"),
+    ("localhost", "devices.0.host", ..., "device 0 is missing 'host'"),
+    ("localhost", "devices.1.name", "localhost_cpu0", "duplicate device names"),
+    ("localhost", "devices", "abc", "devices must be a list"),
+    ("localhost", "devices", {"a": 1}, "devices must be a list"),
+    ("localhost", "devices.0", 7, "device 0 must be a mapping"),
+    ("localhost", "links.same_host.bandwidth_Bps", NAN, "bandwidth_Bps must be a finite"),
+    ("localhost", "links.same_host.bandwidth_Bps", 0, "bandwidth_Bps must be positive"),
+    ("localhost", "links.same_host.bandwidth_Bps", INF, "bandwidth_Bps must be a finite"),
+    ("localhost", "links.same_host.latency_s", -1e-6, "latency_s must be zero or more"),
+    ("localhost", "links.same_host.energy_J_per_byte", -1, "energy_J_per_byte must be zero"),
+    ("localhost", "links.same_host", 5, "link 'same_host' must be a mapping"),
+    ("localhost", "links.same_host", ..., "no link figures for 'same_host'"),
+    ("localhost", "links", "same_host", "links must be a mapping"),
+    ("localhost", "entry", "pluto_cpu", "entry device 'pluto_cpu'"),
+    ("localhost", "weights", "maybe", "weights must be resident or streamed"),
+    ("localhost", "shared_network", "no", "shared_network must be true or false"),
+    ("localhost", "pairs", "ab", "pairs must be a list"),
+    ("localhost", "pairs", [{"a": "localhost_cpu0", "b": "mars"}], "unknown device"),
+    (
+        "localhost",
+        "pairs",
+        [{"a": "localhost_cpu0", "b": "localhost_cpu1", "latency_s": 0, "bandwidth_Bps": -1}],
+        "bandwidth_Bps must be positive",
+    ),
+    ("xavier", "hosts", "xavier0", "hosts must be a list"),
+    ("xavier", "resources", ["cpu"], "resources a mapping"),
+    ("xavier", "resources.cpu", "fast", "resource 'cpu' must be a mapping"),
+    ("xavier", "resources.gpu.memory_mb", ..., "no memory capacity"),
+    ("xavier", "links.network.bandwidth_Bps", -1.12e8, "bandwidth_Bps must be positive"),
+]
+
+
+@pytest.mark.parametrize("case", PLATFORM_CASES, ids=lambda c: f"{c[1]}={c[2]!r}")
+def test_bad_platform_values_are_refused_naming_the_key(case):
+    base, key, value, words = case
+    doc = setting(localhost() if base == "localhost" else xavier(), key, value)
+    with pytest.raises(DseError) as err:
+        load_platform(doc)
+    text = str(err.value)
+    assert words in text and "\n" not in text, text
+    assert f"platform '{doc['name']}'" in text or "platform must" in text
+
+
+def test_a_platform_that_is_not_a_mapping_is_refused():
+    for doc in (None, "localhost", [1, 2], 5):
+        with pytest.raises(DseError, match="platform must be a mapping"):
+            load_platform(doc)  # type: ignore[arg-type]
+
+
+#: (key in the cpu section of the coefficients, bad value or ..., words of the one line)
+COEFFICIENT_CASES = [
+    ("frequency_hz", 0, "frequency_hz must be positive"),
+    ("frequency_hz", -1e9, "frequency_hz must be positive"),
+    ("frequency_hz", NAN, "frequency_hz must be a finite number"),
+    ("frequency_hz", INF, "frequency_hz must be a finite number"),
+    ("frequency_hz", "fast", "frequency_hz must be a number"),
+    ("frequency_hz", True, "frequency_hz must be a number"),
+    ("layer.conv", 0, "layer.conv must be positive"),
+    ("layer.fc", -0.5, "layer.fc must be positive"),
+    ("layer.elementwise", NAN, "layer.elementwise must be a finite"),
+    ("layer", [1, 2], "'cpu'.layer must be a mapping"),
+    ("layer.conv_winograd", ..., "is missing 'conv_winograd'"),
+    ("layer_overhead_s", -1e-5, "layer_overhead_s must be zero or more"),
+    ("memory.coefficient", 0, "memory.coefficient must be positive"),
+    ("memory.coefficient", -1, "memory.coefficient must be positive"),
+    ("memory.bias_mb", -100, "memory.bias_mb must be zero or more"),
+    ("memory.per_layer_mb", -0.1, "memory.per_layer_mb must be zero or more"),
+    ("memory", "lots", "memory must be a mapping"),
+    ("power_w.idle", -1, "power_w.idle must be zero or more"),
+    ("power_w.conv", NAN, "power_w.conv must be a finite"),
+    ("power_w.overhead", ..., "is missing 'overhead'"),
+]
+
+
+@pytest.mark.parametrize("case", COEFFICIENT_CASES, ids=lambda c: f"{c[0]}={c[1]!r}")
+def test_bad_coefficients_are_refused_naming_the_file_and_key(case):
+    key, value, words = case
+    raw = coefficients()
+    raw["cpu"] = setting(raw["cpu"], key, value)
+    with pytest.raises(DseError) as err:
+        Coefficients.from_dict(raw, "bad.json")
+    text = str(err.value)
+    assert "coefficients bad.json" in text and words in text, text
+    assert "\n" not in text
+
+
+def test_coefficients_that_are_not_an_object_are_refused(tmp_path):
+    for raw, words in ((None, "must be a JSON object"), ([1], "must be a JSON object")):
+        with pytest.raises(DseError, match=words):
+            Coefficients.from_dict(raw, "bad.json")
+    with pytest.raises(DseError, match="no 'cpu' or 'gpu' section"):
+        Coefficients.from_dict({"cpus": {}}, "bad.json")
+    path = tmp_path / "bad.json"
+    path.write_bytes(b'{"cpu": \xff}')
+    with pytest.raises(DseError, match="not valid JSON"):
+        load_coefficients(path)
+
+
+#: Settings on the command line (dse.inspect composes the whole tree) -> words of the one line
+SETTINGS = {
+    "seed=abc": "seed",
+    "seed=1.5": "seed",
+    "seed=-1": "seed=-1",
+    "seed=4294967296": "seed=4294967296",
+    "algorithm.checkpoint_every=0": "checkpoint_every=0",
+    "chromosome.splits=0": "chromosome.splits=0",
+    "algorithm.crossover.prob=5": "prob=5",
+    "algorithm.mutation.eta=-50": "eta=-50",
+    "algorithm.pop_size=1": "pop_size=1",
+    "objectives=[latency,latency]": "name one objective twice",
+    "objectives=latency": "objectives",
+    "objectives=[speed]": "unknown objective 'speed'",
+    "model_threads=0": "model_threads=0",
+    "platform.links.same_host={latency_s:": "cannot read the command line",
+    "platform.devices=abc": "devices must be a list",
+}
+#: Settings of the platform, which dse.evaluate loads: localhost (2 CPUs, one host).
+NEEDS_LOCALHOST = ("platform.links.same_host={latency_s:", "platform.devices=abc")
+
+
+def test_bad_settings_are_one_line_each(tmp_path):
+    bad = coefficients()
+    bad["cpu"]["frequency_hz"] = 0
+    path = tmp_path / "zero_frequency.json"
+    path.write_text(json.dumps(bad))
+    unused = f"mapping={tmp_path / 'unused.json'}"  # the platform fails before it is read
+    cases = {
+        s: ("dse.evaluate", ["+net=alexnet", "platform=localhost", unused, s])
+        if s in NEEDS_LOCALHOST
+        else ("dse.inspect", ["+net=alexnet", s])
+        for s in SETTINGS
+    }
+    cases["coefficients"] = ("dse.evaluate", ["+net=alexnet", f"coefficients={path}", unused])
+    results = run_all(cases)
+    failed = []
+    for key, r in results.items():
+        words = ("zero_frequency.json", "frequency_hz must be positive")
+        try:
+            assert_one_line(r, *(words if key == "coefficients" else (SETTINGS[key],)))
+        except AssertionError as exc:
+            failed.append(f"case '{key}': {exc}")
+    assert not failed, "\n".join(failed)

@@ -1,0 +1,173 @@
+"""What a run promises under interruption: complete outputs, exact resume, safe checkpoints."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import pickle
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.helpers.cli import ROOT, run_module
+
+#: A run long enough to be interrupted: about 3 s of search after start-up.
+LONG = ["+net=alexnet", "algorithm.pop_size=60", "algorithm.n_gen=300", "seed=5"]
+
+
+def start(out: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "dse", "progress=false", *args, f"hydra.run.dir={out}"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while not path.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+
+
+def front(out: Path) -> list[tuple[str, ...]]:
+    with open(out / "pareto.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    cols = [c for c in rows[0] if c.split("_")[0] in ("latency", "memory", "energy")]
+    return sorted(tuple(r[c] for c in cols) for r in rows)
+
+
+def assert_complete(out: Path, killed: bool = False) -> dict | None:
+    """Either no summary (outputs not written yet) or a summary beside complete outputs from the
+    same generation; never a half-written file, and after a clean stop no temporary file (a
+    SIGKILL mid-write can leave one beside the intact old file; the next run removes it)."""
+    if not killed:
+        assert not list(out.rglob(".*.tmp")), list(out.rglob(".*.tmp"))
+    if (out / "checkpoint.npz").exists():
+        with np.load(out / "checkpoint.npz", allow_pickle=False) as z:
+            assert z["X"].ndim == 2
+    if not (out / "summary.json").exists():
+        return None
+    summary = json.loads((out / "summary.json").read_text())
+    history = list(csv.DictReader((out / "history.csv").read_text().splitlines()))
+    assert int(history[-1]["generation"]) == summary["generations"]
+    assert len(front(out)) == summary["pareto_points"]
+    for png in ("convergence.png", "pareto.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert (out / png).read_bytes()[-8:-4] == b"IEND"
+    for d in ("best_latency", "best_memory", "best_energy"):
+        json.loads((out / d / "mapping.json").read_text())
+    return summary
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("full") / "run"
+    proc = start(out, *LONG)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    return out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_signal_at_any_moment_leaves_complete_outputs_and_resume_is_exact(
+    sig, tmp_path, uninterrupted
+):
+    rng = random.Random(int(sig))
+    for attempt in range(3):
+        out = tmp_path / f"run{attempt}"
+        proc = start(out, *LONG)
+        wait_for(out / "checkpoint.npz", proc)
+        time.sleep(rng.uniform(0.0, 1.5))
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=300)
+        if sig == signal.SIGKILL:
+            assert proc.returncode == -signal.SIGKILL
+        else:
+            assert proc.returncode in (130, 0), err  # 0: it finished before the signal
+            if proc.returncode == 130:
+                assert err.strip().splitlines()[-1].endswith(f"python -m dse resume={out}")
+                summary = assert_complete(out)
+                assert summary is not None and summary["interrupted"]
+        assert_complete(out, killed=sig == signal.SIGKILL)
+        # resume with nothing but the directory: the run's own settings, to its own n_gen
+        r = run_module("dse", "progress=false", f"resume={out}")
+        assert r.returncode == 0, r.stderr
+        summary = assert_complete(out)
+        assert summary["generations"] == 300 and not summary["interrupted"]
+        assert front(out) == front(uninterrupted)
+
+
+def test_resuming_a_finished_run_runs_nothing(uninterrupted, tmp_path):
+    before = json.loads((uninterrupted / "summary.json").read_text())
+    r = run_module("dse", "progress=false", f"resume={uninterrupted}")
+    assert r.returncode == 0, r.stderr
+    after = json.loads((uninterrupted / "summary.json").read_text())
+    assert after["generations"] == before["generations"] == 300
+    assert after["evaluations"] == before["evaluations"]
+
+
+class Payload:
+    """Unpickling this runs a command: what a crafted checkpoint would try."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("form", ["pickle", "object_array", "garbage", "empty"])
+def test_crafted_checkpoint_executes_nothing(form, tmp_path):
+    out, marker = tmp_path / "run", tmp_path / "pwned"
+    out.mkdir()
+    path = out / "checkpoint.npz"
+    if form == "pickle":
+        path.write_bytes(pickle.dumps(Payload(marker)))
+    elif form == "object_array":
+        arr = np.empty(1, dtype=object)
+        arr[0] = Payload(marker)
+        with open(path, "wb") as fh:
+            np.savez(fh, meta=arr, X=arr)
+    elif form == "garbage":
+        path.write_bytes(os.urandom(4096))
+    else:
+        path.write_bytes(b"")
+    r = run_module("dse", "progress=false", f"resume={out}")
+    assert not marker.exists()
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not a readable dse checkpoint" in lines[0], r.stderr
+
+
+def test_two_runs_started_at_once_get_two_directories(tmp_path):
+    args = [sys.executable, "-m", "dse", "progress=false", "+net=alexnet"]
+    args += ["algorithm.pop_size=10", "algorithm.n_gen=2"]
+    procs = [
+        subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(2)
+    ]
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    os.chdir(ROOT)
+    dirs = [p.parent for p in (tmp_path / "runs").rglob("summary.json")]
+    assert len(dirs) == 2 and dirs[0] != dirs[1]
+
+
+def test_resume_refuses_another_network_and_changed_settings(uninterrupted):
+    for args, what in (
+        (["+net=vgg16"], "+net=vgg16 changes net"),
+        (["algorithm.pop_size=20"], "changes algorithm.pop_size"),
+        (["chromosome=naive"], "changes chromosome"),
+    ):
+        r = run_module("dse", *args, f"resume={uninterrupted}")
+        assert r.returncode == 2, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and what in r.stderr, r.stderr

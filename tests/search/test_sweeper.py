@@ -1,0 +1,298 @@
+"""The Optuna sweeper (hydra/sweeper=dse_optuna): search-space parsing, reading a job's result,
+importances, and real sweeps on AlexNet with SQLite storage (continued, failing, two workers)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from hydra.core.utils import JobReturn, JobStatus
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState, create_trial
+
+from dse.errors import DseError
+from hydra_plugins.dse_optuna_sweeper import _impl, _report
+from hydra_plugins.dse_optuna_sweeper._space import parse
+from tests.helpers.cli import ROOT
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+TINY = ["+net=alexnet", "algorithm.pop_size=20", "algorithm.n_gen=2", "progress=false"]
+
+
+# --- search space (no runs) ---------------------------------------------------------------
+
+
+def test_sweep_syntax_maps_to_optuna_distributions() -> None:
+    space = parse(
+        [
+            "+net=alexnet",
+            "chromosome=choice(naive,advanced,vertical)",
+            "chromosome.splits=range(2,7)",
+            "algorithm.pop_size=choice(100,200,500,1000)",
+            "algorithm.mutation.eta=interval(5,40)",
+            "algorithm.crossover.eta=tag(log, interval(1,100))",
+            "algorithm.max_evaluations=tag(log, int, interval(100,10000))",
+            "seed=range(10,0,-2)",
+            "algorithm.crossover.prob=range(0.5,1.0,0.25)",
+            "objectives=[latency,memory]",
+        ]
+    )
+    d = space.distributions
+    assert d["chromosome"] == CategoricalDistribution(["naive", "advanced", "vertical"])
+    assert d["chromosome.splits"] == IntDistribution(2, 6, step=1)  # range's stop is excluded
+    assert d["algorithm.pop_size"] == CategoricalDistribution([100, 200, 500, 1000])
+    assert d["algorithm.mutation.eta"] == FloatDistribution(5.0, 40.0)
+    assert d["algorithm.crossover.eta"] == FloatDistribution(1.0, 100.0, log=True)
+    assert d["algorithm.max_evaluations"] == IntDistribution(100, 10000, log=True)
+    assert d["seed"] == IntDistribution(2, 10, step=2)  # 10, 8, 6, 4, 2
+    assert d["algorithm.crossover.prob"] == FloatDistribution(0.5, 0.75, step=0.25)
+    assert space.fixed == ["+net=alexnet", "objectives=[latency,memory]"]
+
+
+def test_a_trials_values_go_back_as_overrides() -> None:
+    space = parse(["+net=vgg16", "+x=choice('a b',[1,2],true)", "y=range(1,4)", "z=interval(0,1)"])
+    assert space.params["x"].key == "+x"
+    out = space.overrides({"x": "[1,2]", "y": 3, "z": 0.25})
+    assert out == ["+net=vgg16", "+x=[1,2]", "y=3", "z=0.25"]
+    assert space.overrides({"x": "a b", "y": 1, "z": 1e-7})[1:] == ["+x=a\\ b", "y=1", "z=1e-07"]
+    assert space.overrides({"x": True, "y": 1, "z": 0.5})[1] == "+x=True"
+
+
+def test_params_from_the_config_yield_to_the_command_line() -> None:
+    space = parse(["a=choice(1,2)", "b=5"], params={"a": "range(1,3)", "b": "choice(x,y)"})
+    assert space.distributions == {"a": CategoricalDistribution([1, 2])}
+    assert space.fixed == ["b=5"]
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("a=interval(5,5)", "start below its end"),
+        ("a=tag(log, interval(0,1))", "above zero"),
+        ("a=tag(loog, interval(1,2))", "unknown tag loog"),
+        ("a=tag(int, interval(1.2,1.8))", "no whole number"),
+        ("a=tag(log, choice(1,2))", "apply to interval"),
+        ("a=range(3,3)", "empty"),
+        ("a=choice(1,1)", "twice"),
+    ],
+)
+def test_a_bad_sweep_is_one_line(line: str, why: str) -> None:
+    with pytest.raises(DseError, match=why):
+        parse([line])
+
+
+def test_objectives_and_directions() -> None:
+    pair = _impl.objectives_and_directions
+    assert pair("hypervolume", "maximize") == (["hypervolume"], ["maximize"])
+    assert pair(["hypervolume", "evaluations"], ["maximize", "minimize"]) == (
+        ["hypervolume", "evaluations"],
+        ["maximize", "minimize"],
+    )
+    assert pair(["a", "b"], "minimize") == (["a", "b"], ["minimize", "minimize"])
+    with pytest.raises(DseError, match="one direction per objective"):
+        pair(["a", "b", "c"], ["maximize", "minimize"])
+    with pytest.raises(DseError, match="choose maximize or minimize"):
+        pair("a", "up")
+
+
+def test_the_default_study_name_follows_the_command() -> None:
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create({"net": {"name": "vgg16"}})
+    a = parse(["+net=vgg16", "chromosome.splits=range(2,7)"])
+    name = _impl.default_study_name(cfg, a, ["hypervolume"], ["maximize"])
+    assert name.startswith("vgg16-")
+    same = parse(["chromosome.splits=range(2,7)", "+net=vgg16"])
+    assert _impl.default_study_name(cfg, same, ["hypervolume"], ["maximize"]) == name
+    wider = parse(["+net=vgg16", "chromosome.splits=range(2,8)"])
+    assert _impl.default_study_name(cfg, wider, ["hypervolume"], ["maximize"]) != name
+    assert _impl.default_study_name(cfg, a, ["evaluations"], ["minimize"]) != name
+
+
+# --- a job's return value -> the trial ------------------------------------------------------
+
+
+def job(value: object, status: JobStatus = JobStatus.COMPLETED) -> JobReturn:
+    ret = JobReturn(overrides=["a=1"], status=status)
+    ret.return_value = value
+    return ret
+
+
+def test_a_trials_values_are_read_from_the_jobs_return() -> None:
+    result = {
+        "status": "ok",
+        "run_dir": "/r/0",
+        "best": {"latency": {"latency": 0.012}},
+        "hypervolume": 0.75,
+        "evaluations": 1234,
+        "wall_seconds": 2.5,
+    }
+    got = _impl.outcome(job(result), ["hypervolume", "evaluations", "best.latency.latency"])
+    assert got.values == [0.75, 1234.0, 0.012]
+    assert got.reason is None
+    assert got.attrs == {"run_dir": "/r/0", "hypervolume": 0.75, "evaluations": 1234,
+                         "wall_seconds": 2.5}  # fmt: skip
+    assert _impl.outcome(job(0.5), ["score"]).values == [0.5]
+
+
+def test_a_failed_or_raising_job_is_a_failed_trial_with_its_reason() -> None:
+    failed = _impl.outcome(job({"status": "failed", "reason": "splits=9 > 2"}), ["hypervolume"])
+    assert (failed.values, failed.reason) == (None, "splits=9 > 2")
+    raised = _impl.outcome(job(RuntimeError("boom\nmore"), JobStatus.FAILED), ["hypervolume"])
+    assert (raised.values, raised.reason) == (None, "RuntimeError: boom")
+    assert "RuntimeError: boom" in str(raised.traceback)
+    missing = _impl.outcome(job({"status": "ok", "evaluations": 3}), ["hypervolume"])
+    assert missing.reason == "the job returned no 'hypervolume' (it has status, evaluations)"
+    nan = _impl.outcome(job({"status": "ok", "hypervolume": float("nan")}), ["hypervolume"])
+    assert nan.reason == "hypervolume is nan"
+
+
+def test_importances_rank_the_parameter_the_value_depends_on() -> None:
+    study = optuna.create_study(direction="maximize")
+    dists = {"x": FloatDistribution(0, 1), "y": FloatDistribution(0, 1)}
+    for i in range(20):
+        x, y = (i * 7 % 20) / 20, (i * 11 % 20) / 20
+        study.add_trial(create_trial(params={"x": x, "y": y}, distributions=dists, value=x * x))
+    found, note = _report.importances(study, ["v"], ["x", "y"])
+    assert note is None and found is not None
+    assert found["v"]["x"] > 0.9 > 0.1 > found["v"]["y"]
+    few, note = _report.importances(study, ["v"], ["x", "y"], minimum=21)
+    assert few is None and "at least 21" in str(note)
+
+
+# --- real sweeps (subprocesses, SQLite) -----------------------------------------------------
+
+
+def sweep(tmp: Path, name: str, *args: str, out: str = "sweep") -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dse",
+            "--multirun",
+            *TINY,
+            "platform=localhost",
+            "hydra/sweeper=dse_optuna",
+            f"hydra.sweeper.study_name={name}",
+            f"hydra.sweeper.storage=sqlite:///{tmp / 'study.db'}",
+            f"hydra.sweep.dir={tmp / out}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+
+
+def load(tmp: Path, name: str) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{tmp / 'study.db'}")
+
+
+def summary_hypervolume(run_dir: str) -> float:
+    return float(json.loads((Path(run_dir) / "summary.json").read_text())["hypervolume"])
+
+
+def test_a_sweep_records_trials_continues_and_survives_a_failing_trial(tmp_path: Path) -> None:
+    # localhost has 2 devices: chromosome.splits=3 is refused by the run (a failed trial).
+    # Enqueue 3 then 2 so both kinds come first, whatever the sampler would choose.
+    study = optuna.create_study(
+        study_name="t", storage=f"sqlite:///{tmp_path / 'study.db'}", direction="maximize"
+    )
+    study.enqueue_trial({"chromosome.splits": 3})
+    study.enqueue_trial({"chromosome.splits": 2})
+    space = ["chromosome.splits=choice(2,3)", "hydra.sweeper.n_trials=2"]
+    first = sweep(tmp_path, "t", *space)
+    assert "Traceback" not in first.stderr, first.stderr
+    assert first.returncode == 0, first.stderr  # a failed trial is a result, not a failure
+    trials = load(tmp_path, "t").trials
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE]
+    failed, done = trials
+    assert failed.params == {"chromosome.splits": 3}
+    assert "number of devices (2)" in failed.user_attrs["fail_reason"]
+    assert done.user_attrs["overrides"] == [*TINY, "platform=localhost", "chromosome.splits=2"]
+    # the trial's value is the hypervolume its run wrote
+    assert done.value == summary_hypervolume(done.user_attrs["run_dir"])
+    assert Path(done.user_attrs["run_dir"]).parent == tmp_path / "sweep"
+    report = json.loads((tmp_path / "sweep" / "sweep_report.json").read_text())
+    assert report["trials"] == {"total": 2, "complete": 1, "fail": 1}
+    assert [b["number"] for b in report["best"]] == [done.number]
+    assert report["best"][0]["run_dir"] == done.user_attrs["run_dir"]
+    assert f"best: trial {done.number}: hypervolume=" in first.stdout
+
+    again = sweep(tmp_path, "t", *space, "hydra.sweeper.n_trials=1", out="again")
+    assert "Traceback" not in again.stderr, again.stderr
+    assert "2 trials so far" in again.stdout
+    assert len(load(tmp_path, "t").trials) == 3
+
+
+def test_two_workers_share_one_sqlite_study(tmp_path: Path) -> None:
+    args = ["algorithm.mutation.eta=interval(5,40)", "hydra.sweeper.n_trials=2"]
+    workers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "dse",
+                "--multirun",
+                *TINY,
+                "platform=localhost",
+                "hydra/sweeper=dse_optuna",
+                "hydra.sweeper.study_name=shared",
+                f"hydra.sweeper.storage=sqlite:///{tmp_path / 'study.db'}",
+                f"hydra.sweep.dir={tmp_path / f'w{i}'}",
+                *args,
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    for w in workers:
+        _, err = w.communicate(timeout=300)
+        assert w.returncode == 0, err
+    trials = load(tmp_path, "shared").trials
+    assert sorted(t.number for t in trials) == list(range(4))
+    assert all(t.state == TrialState.COMPLETE for t in trials)
+    by_worker: dict[str, list[str]] = {}
+    for t in trials:
+        by_worker.setdefault(t.user_attrs["worker"], []).append(t.user_attrs["run_dir"])
+        assert t.value == summary_hypervolume(t.user_attrs["run_dir"])
+    # each worker ran its 2 trials, each in its own run directory
+    assert sorted(len(v) for v in by_worker.values()) == [2, 2]
+    assert len({d for v in by_worker.values() for d in v}) == 4
+
+
+def test_the_report_lists_the_pareto_trials_of_a_multi_objective_study(tmp_path: Path) -> None:
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    dist = {"x": IntDistribution(0, 9)}
+    # (hypervolume, evaluations): (1.5, 30) is dominated by (2, 20); the others are not
+    for x, values in enumerate([(1.0, 10), (2.0, 20), (1.5, 30), (0.5, 5)]):
+        attrs = {"run_dir": f"/r/{x}"}
+        trial = create_trial(params={"x": x}, distributions=dist, values=values, user_attrs=attrs)
+        study.add_trial(trial)
+    study.add_trial(create_trial(state=TrialState.FAIL, user_attrs={"fail_reason": "a | b"}))
+    report = _report.summarize(study, ["hypervolume", "evaluations"], parse(["x=range(0,10)"]))
+    assert [b["number"] for b in report["best"]] == [0, 1, 3]
+    assert report["best"][1] == {
+        "number": 1,
+        "values": {"hypervolume": 2.0, "evaluations": 20.0},
+        "params": {"x": 1},
+        "run_dir": "/r/1",
+        "overrides": None,
+    }
+    assert report["trials"] == {"total": 5, "complete": 4, "fail": 1}
+    assert report["failures"] == {4: "a | b"}
+    _report.write(report, tmp_path)
+    md = (tmp_path / "sweep_report.md").read_text()
+    assert "| 1 | 2 | 20 | `x=1` | `/r/1` |" in md
+    assert "| 4 | a / b |" in md  # a bar would end the table cell
+    assert json.loads((tmp_path / "sweep_report.json").read_text())["best"] == report["best"]
+    assert "3 Pareto trials:" in _report.text(report)
