@@ -95,11 +95,61 @@ def read_model(path: str | Path) -> ModelProto:
         raise DseError(f"ONNX model {p} has no nodes: export the network with its layers")
     for t in model.graph.initializer:
         _check_initializer(t, p)
+        if t.data_location == TensorProto.EXTERNAL:
+            external_location(t, p.parent, p, data=False)
     for n in model.graph.node:
         for a in n.attribute:
             if a.type == onnx.AttributeProto.TENSOR:
                 _check_initializer(a.t, p)
     return model
+
+
+def external_location(
+    t: TensorProto, base: Path, model: Path | str | None = None, data: bool = True
+) -> tuple[Path, int, int]:
+    """(file, offset, length) of a weight stored as external data, checked: the file lies
+    inside ``base`` (the model's folder: not absolute, not through ``..`` or a symlink out),
+    offset and length are whole numbers agreeing with the weight's shape, and (``data``) the
+    file holds those bytes. One line otherwise: a model cannot name bytes it does not have, nor
+    read others'. Reading the graph alone (``data=False``) does not need the file."""
+    info = {e.key: e.value for e in t.external_data}
+    where = f"weight '{t.name}'" if model is None else f"ONNX model {model}: weight '{t.name}'"
+    loc = info.get("location", "")
+    root = Path(base).resolve()
+    path = Path(base) / loc
+    if not loc or Path(loc).is_absolute() or not path.resolve().is_relative_to(root):
+        raise DseError(
+            f"{where} is stored at {loc!r}, outside the model's folder {root}: keep a model's "
+            "external data beside it"
+        )
+    try:
+        offset, length = int(info.get("offset", 0)), int(info.get("length", -1))
+    except ValueError:
+        raise DseError(f"{where} has a non-numeric offset or length: re-export the model") from None
+    itemsize = elem_size(t.data_type)
+    declared = math.prod(t.dims) * itemsize if itemsize else -1
+    if t.data_type in (TensorProto.INT4, TensorProto.UINT4):
+        declared = (math.prod(t.dims) + 1) // 2
+    if offset < 0 or (length >= 0 and declared >= 0 and length != declared):
+        raise DseError(
+            f"{where} declares {declared} bytes but its external data entry says offset "
+            f"{offset}, length {length}: the file is damaged or was not written by an exporter"
+        )
+    need = length if length >= 0 else max(declared, 0)
+    if not data:
+        return path, offset, need
+    try:
+        size = path.stat().st_size if path.is_file() else -1
+    except OSError:
+        size = -1
+    if size < 0:
+        raise DseError(f"{where} is stored in {loc!r}, which is missing: copy it beside the model")
+    if offset + need > size:
+        raise DseError(
+            f"{where} needs bytes {offset}-{offset + need} of {loc!r}, which holds {size}: "
+            "the weights file is truncated or belongs to another model"
+        )
+    return path, offset, need
 
 
 def _check_initializer(t: TensorProto, path: Path) -> None:
@@ -295,10 +345,14 @@ def run_for_types(
     # onnxruntime lags onnx in the IR versions it accepts; IR 10 covers opsets up to 21
     m.ir_version = min(m.ir_version, 10)
     # declared sizes (checked against their data or the limits when the file was read)
+    # of the weights some node reads (an unused one, however large it says it is, lifts nothing)
+    read = _read_names(m.graph)
     weight_bytes = sum(
-        math.prod(t.dims) * elem_size(t.data_type)
+        external_location(t, base_dir)[2]
+        if t.data_location == TensorProto.EXTERNAL and base_dir is not None
+        else math.prod(t.dims) * elem_size(t.data_type)
         for t in m.graph.initializer
-        if t.data_type not in (TensorProto.STRING, TensorProto.UNDEFINED)
+        if t.name in read and t.data_type not in (TensorProto.STRING, TensorProto.UNDEFINED)
     )
     existing = {o.name for o in m.graph.output}
     for n in names:
@@ -319,6 +373,17 @@ def run_for_types(
         memory = int(budget.memory_mb * 2**20) + 3 * weight_bytes
         shapes = measure_shapes(path, base_dir, inputs, list(names), memory, budget.seconds)
     return {k: TensorType(shape, elem) for k, (shape, elem) in shapes.items()}
+
+
+def _read_names(graph: onnx.GraphProto) -> set[str]:
+    """Every tensor name a node of ``graph`` or of its subgraphs reads."""
+    names: set[str] = set()
+    for n in graph.node:
+        names.update(n.input)
+        for a in n.attribute:
+            for g in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+                names |= _read_names(g)
+    return names
 
 
 #: Largest tensor (elements) the folder evaluates; shape computations are far smaller.

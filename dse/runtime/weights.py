@@ -14,8 +14,8 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto
 
-from dse.errors import DseError
 from dse.net import Net, zoo
+from dse.net.onnx_load import external_location
 
 #: Field numbers of the protobuf messages read here (onnx.proto).
 MODEL_GRAPH, GRAPH_INITIALIZER, TENSOR_NAME, TENSOR_RAW_DATA = 7, 5, 8, 9
@@ -74,28 +74,14 @@ def inline_offsets(path: Path) -> dict[str, tuple[int, int]]:
 
 
 def external_locations(model: onnx.ModelProto, base: Path) -> dict[str, tuple[Path, int, int]]:
-    """Initializer name -> (file, offset, length) of the weights stored as external data; a
-    location outside ``base`` (absolute, through ``..`` or a symlink) is refused in one line."""
-    out = {}
-    root = Path(base).resolve()
-    for t in model.graph.initializer:
-        if t.data_location != TensorProto.EXTERNAL:
-            continue
-        info = {e.key: e.value for e in t.external_data}
-        if "location" not in info:
-            continue
-        path = Path(base) / info["location"]
-        if Path(info["location"]).is_absolute() or not path.resolve().is_relative_to(root):
-            raise DseError(
-                f"weight '{t.name}' of the model is stored at {info['location']!r}, outside the "
-                f"model's folder {root}: keep a model's external data beside it"
-            )
-        out[t.name] = (
-            path,
-            int(info.get("offset", 0)),
-            int(info.get("length", -1)),
-        )
-    return out
+    """Initializer name -> (file, offset, length) of the weights stored as external data,
+    each checked by the loader's rule (:func:`dse.net.onnx_load.external_location`: inside
+    ``base``, and holding the bytes the weight declares)."""
+    return {
+        t.name: external_location(t, base)
+        for t in model.graph.initializer
+        if t.data_location == TensorProto.EXTERNAL
+    }
 
 
 class MappedFiles:

@@ -262,3 +262,46 @@ def test_layers_name_their_onnx_nodes_across_reloads(tmp_path):
     zoo = load_net({"name": "alexnet"})
     for layer in zoo.graph:
         assert zoo.model.graph.node[layer.node].name == layer.name
+
+
+def _external(name: str, dims: list[int], location: str, length: int | None = None):
+    t = onnx.TensorProto(name=name, data_type=onnx.TensorProto.FLOAT, dims=dims)
+    t.data_location = onnx.TensorProto.EXTERNAL
+    t.external_data.add(key="location", value=location)
+    if length is not None:
+        t.external_data.add(key="length", value=str(length))
+    return t
+
+
+def test_external_weights_must_agree_with_their_shape_and_stay_in_the_folder(tmp_path):
+    node = helper.make_node("Add", ["x", "w"], ["y"], name="add")
+    cases = {
+        "short.onnx": (_external("w", [4], "w.bin", length=8), "declares 16 bytes"),
+        "out.onnx": (_external("w", [4], "../w.bin"), "outside the model's folder"),
+        "abs.onnx": (_external("w", [4], str(tmp_path / "w.bin")), "outside the model's folder"),
+    }
+    (tmp_path / "w.bin").write_bytes(bytes(16))
+    for name, (w, words) in cases.items():
+        onnx.save(f.model([node], {"x": [4]}, ["y"], [w]), tmp_path / name)
+        with pytest.raises(DseError, match=words):
+            read_model(tmp_path / name)
+
+
+def test_an_unused_weight_does_not_lift_the_measuring_budget(tmp_path, monkeypatch):
+    """Shapes measured by running: the child's memory limit is the budget plus 3x the weights
+    nodes read; a weight nobody reads, declaring 4 TiB, adds nothing."""
+    from dse.net import onnx_load
+
+    seen = {}
+
+    def fake_measure(path, base_dir, inputs, names, memory, seconds):
+        seen["memory"] = memory
+        return {n: ([4], onnx.TensorProto.FLOAT) for n in names}
+
+    monkeypatch.setattr(onnx_load, "measure_shapes", fake_measure)
+    used = onnx.numpy_helper.from_array(np.ones(4, np.float32), "w")
+    huge = _external("unused", [2**20, 2**20], "huge.bin")
+    node = helper.make_node("Add", ["x", "w"], ["y"], name="add")
+    model = f.model([node], {"x": [4]}, ["y"], [used, huge])
+    onnx_load.run_for_types(model, tmp_path, ["y"], onnx_load.Budget(memory_mb=64))
+    assert seen["memory"] == 64 * 2**20 + 3 * 16
