@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,46 @@ def save(state: SearchState, directory: Path, ident: dict, config: dict) -> Path
     return path
 
 
+#: Slack of a checkpoint's members over its file's size: np.savez stores them uncompressed, so
+#: a real checkpoint's arrays add up to its size; a member that inflates far beyond is hostile.
+_INFLATION, _SLACK = 2, 1 << 20
+#: The .npy header readers by format version (np.savez writes 1.0; 2.0 for huge headers).
+_HEADERS = {
+    (1, 0): np.lib.format.read_array_header_1_0,
+    (2, 0): np.lib.format.read_array_header_2_0,
+}
+
+
+def _read_members(path: Path, bad: str) -> dict[str, np.ndarray]:
+    """The checkpoint's arrays, each read only after its zip entry and its .npy header say it
+    holds what its shape declares, with every entry within :data:`_INFLATION` x the file's size:
+    a small hostile file cannot make a resume allocate gigabytes."""
+    limit = _INFLATION * path.stat().st_size + _SLACK
+    out = {}
+    with zipfile.ZipFile(path) as z:
+        infos = z.infolist()
+        names = {i.filename for i in infos}
+        if len(names) != len(infos) or not names <= {
+            f"{k}.npy" for k in ("meta", "seen", *_ARRAYS)
+        }:
+            raise DseError(f"{bad}: it holds entries a checkpoint does not have")
+        if sum(i.file_size for i in infos) > limit:
+            raise DseError(f"{bad}: its arrays would take far more memory than its size")
+        for info in infos:
+            with z.open(info) as f:
+                version = np.lib.format.read_magic(f)
+                if version not in _HEADERS:
+                    raise DseError(f"{bad}: array '{info.filename}' has an unknown format")
+                shape, _, dtype = _HEADERS[version](f)
+                if dtype.hasobject or math.prod(shape) * dtype.itemsize > info.file_size:
+                    raise DseError(f"{bad}: array '{info.filename}' declares more than it holds")
+                f.seek(0)
+                out[info.filename.removesuffix(".npy")] = np.lib.format.read_array(
+                    f, allow_pickle=False
+                )
+    return out
+
+
 def read(directory: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """The checkpoint's metadata and arrays, checked for shape and type; never unpickled."""
     path = Path(directory) / CHECKPOINT
@@ -76,8 +117,7 @@ def read(directory: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         raise DseError(f"nothing to resume in {directory}: no {CHECKPOINT} there")
     bad = f"{path} is not a readable dse checkpoint"
     try:
-        with np.load(path, allow_pickle=False) as z:
-            data = {k: z[k] for k in z.files}
+        data = _read_members(path, bad)
         meta = json.loads(data.pop("meta").tobytes().decode())
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, UnicodeDecodeError):
         raise DseError(f"{bad} (truncated or damaged): start a new run") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import pickle
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -125,7 +127,17 @@ class Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
-@pytest.mark.parametrize("form", ["pickle", "object_array", "garbage", "empty"])
+def _npy(shape: tuple[int, ...], payload: bytes) -> bytes:
+    """A .npy file whose header declares ``shape`` (float64), followed by ``payload``."""
+    buf = io.BytesIO()
+    header = {"descr": "<f8", "fortran_order": False, "shape": shape}
+    np.lib.format.write_array_header_1_0(buf, header)
+    return buf.getvalue() + payload
+
+
+@pytest.mark.parametrize(
+    "form", ["pickle", "object_array", "garbage", "empty", "inflated_header", "zip_bomb"]
+)
 def test_crafted_checkpoint_executes_nothing(form, tmp_path):
     out, marker = tmp_path / "run", tmp_path / "pwned"
     out.mkdir()
@@ -139,6 +151,12 @@ def test_crafted_checkpoint_executes_nothing(form, tmp_path):
             np.savez(fh, meta=arr, X=arr)
     elif form == "garbage":
         path.write_bytes(os.urandom(4096))
+    elif form == "inflated_header":  # 80 GB declared, 100 bytes held: never allocated
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("X.npy", _npy((10**10,), bytes(100)))
+    elif form == "zip_bomb":  # 64 MiB of zeros in a 64 KiB file
+        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+            z.writestr("X.npy", _npy((8 << 20,), bytes(64 << 20)))
     else:
         path.write_bytes(b"")
     r = run_module("dse", "progress=false", f"resume={out}")
