@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from dse import app
-from dse.cli import INTERRUPTED, DeferredSignals, guarded, run, say
+from dse.cli import INTERRUPTED, DeferredSignals, fail, guarded, run, say
 from dse.config import check
 from dse.errors import DseError
 from dse.files import remove_stale
@@ -62,6 +62,15 @@ class Progress:
 def resume_args(argv: list[str]) -> list[str]:
     """A resumed run writes into its own directory, not a new one: add hydra.run.dir."""
     given = [a.split("=", 1)[1] for a in argv if a.startswith("resume=")]
+    if given and given[-1]:
+        where = Path(given[-1]).expanduser()
+        if where.exists() and not where.is_dir():
+            fail(
+                f"resume={given[-1]} is a file: give the run's directory (the one holding "
+                "checkpoint.npz)"
+            )
+        if not where.exists():
+            fail(f"resume={given[-1]} does not exist: give the directory of an earlier run")
     if not given or any(a.startswith("hydra.run.dir=") for a in argv):
         return argv
     if "-m" in argv or "--multirun" in argv:

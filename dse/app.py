@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from chromosomes import Chromosome
@@ -42,7 +43,7 @@ def coefficients_path(cfg: DictConfig) -> Path:
     if given and given != "platform":
         return Path(given).expanduser()
     raw = plain(cfg.get("platform")) or {}
-    if not given and isinstance(raw, Mapping) and raw.get("name"):
+    if not given and isinstance(raw, Mapping) and raw.get("name") and not _named(raw):
         calibrated = calibrated_path(str(raw["name"]))
         if calibrated.is_file():
             return calibrated
@@ -52,6 +53,18 @@ def coefficients_path(cfg: DictConfig) -> Path:
         )
     path = Path(str(raw["coefficients"])).expanduser()
     return path if path.is_absolute() else CONF_DIR / "platform" / path
+
+
+def _named(raw: Mapping[str, Any]) -> bool:
+    """Whether the user named the platform's coefficients (``platform.coefficients=FILE``):
+    the value differs from the shipped platform file's. A file named so wins over a
+    calibration, as ``coefficients=PATH`` does."""
+    shipped = CONF_DIR / "platform" / f"{raw['name']}.yaml"
+    try:
+        original = yaml.safe_load(shipped.read_text()) if shipped.is_file() else None
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(original, Mapping) and original.get("coefficients") != raw.get("coefficients")
 
 
 def coefficients_from(cfg: DictConfig, platform: Platform) -> Coefficients:

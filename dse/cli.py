@@ -76,6 +76,15 @@ _FLAGS_WITH_VALUE = frozenset(
 )
 
 
+#: Hydra group values users reach for that are not the ones dse has, with what to use instead.
+_HYDRA_CHOICES = {
+    "hydra/sweeper": {
+        "optuna": "hydra/sweeper=optuna is hydra-optuna-sweeper (pinned to optuna<3, not "
+        "installed): use hydra/sweeper=dse_optuna, dse's sweeper on current Optuna",
+    },
+}
+
+
 def check_overrides(argv: Sequence[str], config_name: str) -> None:
     """Compose the config once for every value the command line lists, so an unknown option,
     a wrong type or a bad value is one line before any job starts."""
@@ -99,6 +108,16 @@ def check_overrides(argv: Sequence[str], config_name: str) -> None:
     base, variants = [], []
     for o in overrides:
         key = o.get_key_element()
+        if (
+            key.lstrip("+~") in _HYDRA_CHOICES
+            and str(o.value()) in _HYDRA_CHOICES[key.lstrip("+~")]
+        ):
+            raise DseError(_HYDRA_CHOICES[key.lstrip("+~")][str(o.value())])
+        if key.lstrip("+~").startswith("hydra.sweeper.params"):
+            raise DseError(
+                "hydra.sweeper.params is for config files; on the command line write each swept "
+                "key itself, e.g. algorithm.pop_size=range(100,501,100) chromosome=naive,advanced"
+            )
         if key.lstrip("+~").startswith("hydra"):
             continue
         if o.is_sweep_override():

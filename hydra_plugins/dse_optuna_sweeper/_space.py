@@ -89,6 +89,8 @@ def distribution(override: Override) -> tuple[BaseDistribution, tuple[str, ...]]
     if tags:
         raise _bad(override, "tags (log, int) apply to interval() only")
     if override.is_range_sweep():
+        if not value.step:
+            raise _bad(override, "a range needs a step other than 0")
         values = list(override.sweep_iterator())
         if not values:
             raise _bad(override, "the range is empty")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from hydra import compose, initialize_config_dir
 
 from dse.calibrate.settings import QUICK, settings_from
@@ -116,3 +117,24 @@ def test_settings_take_the_config_numbers_and_quick_its_own() -> None:
 def test_settings_refuse_bad_numbers_in_one_line(override: str, message: str) -> None:
     with pytest.raises(DseError, match=re.escape(message)):
         settings_from(_compose(override))
+
+
+def test_a_calibration_wins_over_the_shipped_file_not_over_a_named_one(tmp_path, monkeypatch):
+    """The platform's calibration replaces the coefficients its file ships with; a file the
+    user names (platform.coefficients=FILE or coefficients=PATH) replaces the calibration."""
+    from omegaconf import OmegaConf
+
+    from dse.app import coefficients_path
+
+    monkeypatch.setenv("DSE_CALIBRATION_DIR", str(tmp_path))
+    shipped = yaml.safe_load((CONF_DIR / "platform" / "localhost.yaml").read_text())
+    (tmp_path / "localhost.json").write_text((CONF_DIR / "platform" / "localhost.json").read_text())
+
+    def path(**edits):
+        return coefficients_path(OmegaConf.create({"platform": {**shipped, **edits}}))
+
+    assert path() == tmp_path / "localhost.json"
+    named = path(coefficients="jetson_xavier_nx.json")
+    assert named == CONF_DIR / "platform" / "jetson_xavier_nx.json"
+    given = OmegaConf.create({"platform": shipped, "coefficients": str(tmp_path / "c.json")})
+    assert coefficients_path(given) == tmp_path / "c.json"

@@ -199,3 +199,28 @@ def test_bad_settings_are_one_line_each(tmp_path):
         except AssertionError as exc:
             failed.append(f"case '{key}': {exc}")
     assert not failed, "\n".join(failed)
+
+
+def test_command_line_mistakes_around_runs_and_sweeps_are_one_line(tmp_path) -> None:
+    """resume= naming a file or nothing, the sweeper Hydra users know by another name, sweep
+    parameters as a dict on the command line: one line each, naming the fix."""
+    a_file = tmp_path / "summary.json"
+    a_file.write_text("{}")
+    sweep = ["--multirun", "hydra/sweeper=dse_optuna", "+net=alexnet"]
+    cases = {
+        "resume a file": ("dse", [f"resume={a_file}"]),
+        "resume nothing": ("dse", [f"resume={tmp_path / 'gone'}"]),
+        "optuna sweeper": ("dse", ["--multirun", "hydra/sweeper=optuna", "+net=alexnet"]),
+        "params on the command line": (
+            "dse",
+            [*sweep, "hydra.sweeper.params={algorithm.pop_size:range(10,20)}"],
+        ),
+    }
+    words = {
+        "resume a file": ("is a file", "run's directory"),
+        "resume nothing": ("does not exist",),
+        "optuna sweeper": ("hydra/sweeper=dse_optuna",),
+        "params on the command line": ("config files", "range(100,501,100)"),
+    }
+    for case, r in run_all(cases).items():
+        assert_one_line(r, *words[case])

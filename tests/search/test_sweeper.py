@@ -79,6 +79,7 @@ def test_params_from_the_config_yield_to_the_command_line() -> None:
         ("a=tag(log, choice(1,2))", "apply to interval"),
         ("a=range(3,3)", "empty"),
         ("a=choice(1,1)", "twice"),
+        ("a=range(2,6,0)", "step other than 0"),
     ],
 )
 def test_a_bad_sweep_is_one_line(line: str, why: str) -> None:
