@@ -69,8 +69,6 @@ def resume_args(argv: list[str]) -> list[str]:
                 f"resume={given[-1]} is a file: give the run's directory (the one holding "
                 "checkpoint.npz)"
             )
-        if not where.exists():
-            fail(f"resume={given[-1]} does not exist: give the directory of an earlier run")
     if not given or any(a.startswith("hydra.run.dir=") for a in argv):
         return argv
     if "-m" in argv or "--multirun" in argv:

@@ -218,7 +218,7 @@ def test_command_line_mistakes_around_runs_and_sweeps_are_one_line(tmp_path) -> 
     }
     words = {
         "resume a file": ("is a file", "run's directory"),
-        "resume nothing": ("does not exist",),
+        "resume nothing": ("nothing to resume",),
         "optuna sweeper": ("hydra/sweeper=dse_optuna",),
         "params on the command line": ("config files", "range(100,501,100)"),
     }
