@@ -132,8 +132,14 @@ def main(cfg: DictConfig) -> dict[str, Any]:
         save(state)
         interrupted = signals.requested()
         summary = write_outputs(out, state, problem, platform, cfg, started, interrupted)
+        # a signal while the outputs were written: they are complete; stop all the same (no
+        # phase two, no further trial of a sweep)
+        late = signals.requested() and not interrupted
     if crashed:
         raise crashed
+    if late:
+        say(f"interrupted: the outputs of this run are complete in {out}", error=True)
+        sys.exit(INTERRUPTED)
     if not summary["feasible"] and not interrupted:
         genes, _, _ = nsga2.front(state)
         raise DseError(

@@ -189,3 +189,30 @@ def test_resume_refuses_another_network_and_changed_settings(uninterrupted):
         r = run_module("dse", *args, f"resume={uninterrupted}")
         assert r.returncode == 2, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1 and what in r.stderr, r.stderr
+
+
+def test_a_signal_while_outputs_are_written_stops_the_sweep(tmp_path):
+    """Ctrl-C that lands while a run writes its outputs (after its last generation): the
+    outputs are complete, the run exits 130, and a multirun starts no further job."""
+    script = tmp_path / "late_signal.py"
+    script.write_text(
+        "import os, signal, sys\n"
+        "import dse.__main__ as m\n"
+        "original = m.write_outputs\n"
+        "def writing(*args, **kwargs):\n"
+        "    if not kwargs and len(args) == 7:  # the search's outputs, not phase two's\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return original(*args, **kwargs)\n"
+        "m.write_outputs = writing\n"
+        "sys.argv = [sys.argv[0], *sys.argv[1:]]\n"
+        "m.run(m.main)\n"
+    )
+    sweep = tmp_path / "sweep"
+    r = subprocess.run(
+        [sys.executable, str(script), "--multirun", "progress=false", "+net=alexnet",
+         "algorithm.pop_size=10", "algorithm.n_gen=2", "seed=1,2,3", f"hydra.sweep.dir={sweep}"],
+        capture_output=True, text=True, cwd=ROOT, timeout=300, check=False,
+    )  # fmt: skip
+    assert r.returncode == 130, r.stderr[-2000:]
+    assert json.loads((sweep / "0" / "summary.json").read_text())["generations"] == 2
+    assert not (sweep / "1").exists() and not (sweep / "2").exists()
