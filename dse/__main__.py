@@ -22,7 +22,7 @@ from dse import app
 from dse.cli import INTERRUPTED, DeferredSignals, fail, guarded, run, say
 from dse.config import check
 from dse.errors import DseError
-from dse.files import remove_stale
+from dse.files import owned, remove_stale
 from dse.objectives import OBJECTIVES, fmt
 from dse.paths import CONF_DIR
 from dse.results import plot_worker, writers
@@ -88,10 +88,20 @@ def main(cfg: DictConfig) -> dict[str, Any]:
         if HydraConfig.get().mode.name == "MULTIRUN":
             raise DseError("resume one run at a time, without --multirun")
         out = Path(str(cfg.resume)).expanduser()
-        meta, data = checkpoint.read(out)
-        cfg = app.resumed_config(cfg, meta["config"], list(HydraConfig.get().overrides.task))
+        if not (out / checkpoint.CHECKPOINT).is_file():
+            checkpoint.read(out)  # its one line: nothing to resume there
     else:
         out = Path(HydraConfig.get().runtime.output_dir)
+    with owned(out, "run directory"):  # one process writes a run directory
+        return explore(cfg, out, started)
+
+
+def explore(cfg: DictConfig, out: Path, started: float) -> dict[str, Any]:
+    """The search of ``cfg`` (or the resumed run in ``out``), its outputs in ``out``, and phase
+    two when enabled."""
+    if cfg.get("resume"):
+        meta, data = checkpoint.read(out)
+        cfg = app.resumed_config(cfg, meta["config"], list(HydraConfig.get().overrides.task))
     net, platform, model = app.model_from(cfg)
     problem = MappingProblem(app.chromosome_from(cfg, net, model), model, cfg.objectives)
     settings = OmegaConf.to_object(cfg.algorithm)

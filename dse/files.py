@@ -1,12 +1,17 @@
 """Files: written atomically (a reader or a crash sees the old complete file or the new one),
-and JSON read from a user's file with every way it can be wrong named in one line."""
+JSON read from a user's file with every way it can be wrong named in one line, and a directory
+owned by one process at a time (:func:`owned`)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
+import socket
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -111,3 +116,46 @@ def finite(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [finite(v) for v in value]
     return value
+
+
+#: The file in a run or deployment directory that says which process owns it.
+LOCK = ".dse.lock"
+
+
+@contextmanager
+def owned(directory: Path, what: str = "directory") -> Iterator[None]:
+    """Own ``directory`` for the block: a second process asking for it is refused in one line
+    naming the owner (pid, host, since, command) while the owner lives. The kernel's lock on
+    :data:`LOCK` (``flock``) ends with the owner, however it ends, so a directory left by a
+    killed process is taken over with no cleanup; the file stays, naming the last owner."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise DseError(f"cannot use {directory} ({exc.strerror}): choose another {what}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.pread(fd, 4096, 0).decode(errors="replace")
+            try:
+                o = json.loads(owner)
+                who = f"pid {o['pid']} on {o['host']} since {o['since']} ({o['command']})"
+            except (ValueError, KeyError, TypeError):
+                who = "another process"
+            raise DseError(
+                f"{directory} is in use by {who}: wait for it to finish, or choose another {what}"
+            ) from None
+        me = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "command": " ".join(sys.argv)[:300],
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(me).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

@@ -216,3 +216,37 @@ def test_a_signal_while_outputs_are_written_stops_the_sweep(tmp_path):
     assert r.returncode == 130, r.stderr[-2000:]
     assert json.loads((sweep / "0" / "summary.json").read_text())["generations"] == 2
     assert not (sweep / "1").exists() and not (sweep / "2").exists()
+
+
+def test_a_run_directory_has_one_writer(tmp_path):
+    """While a run writes its directory, a second run into it and a resume of it are refused
+    in one line naming the owner; a lock left by a killed run is taken over."""
+    out = tmp_path / "run"
+    args = [sys.executable, "-m", "dse", "progress=false", "+net=alexnet", f"hydra.run.dir={out}"]
+    first = subprocess.Popen(
+        [*args, "algorithm.pop_size=100", "algorithm.n_gen=100000"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.time() + 120
+        while not (out / "checkpoint.npz").exists() and time.time() < deadline:
+            time.sleep(0.2)
+        for extra in (["algorithm.n_gen=2"], []):
+            r = subprocess.run(
+                [*args, *extra] if extra else [*args[:3], f"resume={out}"],
+                cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+            )  # fmt: skip
+            lines = r.stderr.strip().splitlines()
+            assert r.returncode == 2 and len(lines) == 1, r.stderr
+            assert f"is in use by pid {first.pid}" in lines[0]
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=60)
+    # the killed run's lock file is still there; the kernel's lock died with it
+    assert (out / ".dse.lock").is_file()
+    r = subprocess.run(
+        [*args, "algorithm.pop_size=10", "algorithm.n_gen=2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((out / "summary.json").read_text())["generations"] == 2
