@@ -148,7 +148,11 @@ def explore(cfg: DictConfig, out: Path, started: float) -> dict[str, Any]:
     if crashed:
         raise crashed
     if late:
-        say(f"interrupted: the outputs of this run are complete in {out}", error=True)
+        say(
+            f"interrupted while the outputs of generation {state.generation} were written (they "
+            f"are complete); continue with: python -m dse resume={out}",
+            error=True,
+        )
         sys.exit(INTERRUPTED)
     if not summary["feasible"] and not interrupted:
         genes, _, _ = nsga2.front(state)

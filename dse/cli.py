@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dse.errors import DseError
+from dse.files import LOCK
 from dse.paths import CONF_DIR
 
 #: Exit status of a run stopped by Ctrl-C or SIGTERM (its outputs are complete).
@@ -268,7 +269,7 @@ def _quiet_stdout() -> None:
 
 def _remove_empty_run_dir() -> None:
     """A job that failed before writing anything leaves no directory behind (only Hydra's own
-    ``.hydra/`` and an empty log would be in it)."""
+    ``.hydra/``, an empty log and its released lock would be in it)."""
 
     try:
         from hydra.core.hydra_config import HydraConfig
@@ -279,7 +280,10 @@ def _remove_empty_run_dir() -> None:
     if not out.is_dir() or out.resolve() == Path.cwd().resolve():
         return
     entries = list(out.iterdir())
-    if all(p.name == ".hydra" or (p.suffix == ".log" and p.stat().st_size == 0) for p in entries):
+    if all(
+        p.name in (".hydra", LOCK) or (p.suffix == ".log" and p.stat().st_size == 0)
+        for p in entries
+    ):
         shutil.rmtree(out, ignore_errors=True)
 
 

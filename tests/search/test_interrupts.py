@@ -98,7 +98,9 @@ def test_signal_at_any_moment_leaves_complete_outputs_and_resume_is_exact(
             if proc.returncode == 130:
                 assert err.strip().splitlines()[-1].endswith(f"python -m dse resume={out}")
                 summary = assert_complete(out)
-                assert summary is not None and summary["interrupted"]
+                # interrupted, or complete when the signal came while its outputs were written
+                assert summary is not None
+                assert summary["interrupted"] or summary["generations"] == 300
         assert_complete(out, killed=sig == signal.SIGKILL)
         # resume with nothing but the directory: the run's own settings, to its own n_gen
         r = run_module("dse", "progress=false", f"resume={out}")
