@@ -116,3 +116,19 @@ def test_settings_take_the_config_numbers_and_quick_its_own() -> None:
 def test_settings_refuse_bad_numbers_in_one_line(override: str, message: str) -> None:
     with pytest.raises(DseError, match=re.escape(message)):
         settings_from(_compose(override))
+
+
+def test_a_platform_of_device_types_is_refused_in_one_line(tmp_path) -> None:
+    """Calibration fits one entry per device kind so far: edge3_ethernet's devices, of types
+    core100/core60/core40, are refused before anything is measured."""
+    out = run_module(
+        "dse.calibrate",
+        "platform=edge3_ethernet",
+        "quick=true",
+        "deployments=false",
+        env={"DSE_CALIBRATION_DIR": str(tmp_path)},
+    )
+    assert out.returncode == 2, out.stderr[-2000:]
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "device edge0_cpu is of type 'core100'" in lines[0], lines
+    assert not list(tmp_path.iterdir())
