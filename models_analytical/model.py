@@ -161,7 +161,9 @@ def type_power(coefficients: Coefficients, classes: tuple[str, ...]) -> np.ndarr
 
 def link_tables(platform: Platform, coefficients: Coefficients) -> dict[str, np.ndarray]:
     """The measured link tables the platform's device pairs use (``link_table`` -1 where a pair's
-    link class has none), padded to one length by extending each table's last slope."""
+    link class has none), padded to one length by extending each table's last slope. A table is
+    per link class: where one is measured it gives the time of every pair of the class, a
+    switched network's port figures included (its queues stay the ports')."""
     names = sorted(coefficients.links)
     n = len(platform.devices)
     cls = np.full((n, n), -1, dtype=np.int64)
