@@ -2,7 +2,7 @@
 
 Every fit returns a frozen result with named fields and its ``provenance`` (plain figures for
 the calibration file: errors, what it was fitted on); a result that becomes coefficients has
-``apply(kind_coefficients)``, the same coefficients with the fitted fields replaced. Design
+``apply(type_coefficients)``, the same coefficients with the fitted fields replaced. Design
 matrices are built from named columns (a dict of column name -> values) and read back by name.
 
 - layers, from profiled and micro-benchmarked times: :func:`fit_regression`,
@@ -23,7 +23,7 @@ from scipy.optimize import minimize
 from sklearn.linear_model import LinearRegression
 
 from dse.mapping import Mappings
-from models_analytical.coefficients import KindCoefficients
+from models_analytical.coefficients import TypeCoefficients
 from models_analytical.layer_costs import PART_FIXED_MAX
 from models_analytical.model import AnalyticalModel
 
@@ -132,7 +132,7 @@ class PartFixedFit:
     per_family: dict[str, float]
     median_rel_error: float
 
-    def apply(self, k: KindCoefficients) -> KindCoefficients:
+    def apply(self, k: TypeCoefficients) -> TypeCoefficients:
         return replace(k, part_fixed=self.per_layer, part_fixed_channels=self.per_family)
 
     @property
@@ -215,7 +215,7 @@ class SubModelCosts:
     split_work_factor: float
     provenance: dict[str, Any] = field(compare=False)
 
-    def apply(self, k: KindCoefficients) -> KindCoefficients:
+    def apply(self, k: TypeCoefficients) -> TypeCoefficients:
         return replace(
             k,
             segment_run_s=self.segment_run_s,
@@ -315,7 +315,7 @@ class MemoryFit:
     empty_mb: float | None
     provenance: dict[str, Any] = field(compare=False)
 
-    def apply(self, k: KindCoefficients) -> KindCoefficients:
+    def apply(self, k: TypeCoefficients) -> TypeCoefficients:
         return replace(
             k,
             memory_bias_mb=self.bias_mb,
@@ -418,7 +418,7 @@ class SharedHostFit:
     factor: float
     provenance: dict[str, Any] = field(compare=False)
 
-    def apply(self, k: KindCoefficients) -> KindCoefficients:
+    def apply(self, k: TypeCoefficients) -> TypeCoefficients:
         return replace(k, shared_host_factor=self.factor)
 
 
@@ -473,7 +473,7 @@ class CutCosts:
     per_byte_s: float
     provenance: dict[str, Any] = field(compare=False)
 
-    def apply(self, k: KindCoefficients) -> KindCoefficients:
+    def apply(self, k: TypeCoefficients) -> TypeCoefficients:
         return replace(k, transfer_fixed_s=self.fixed_s, transfer_per_byte_s=self.per_byte_s)
 
 

@@ -1,5 +1,12 @@
-"""Fitted model coefficients per device kind: built in memory (calibration, tests) or read
-from a JSON file. The hardware they describe is :mod:`dse.platform`; nothing here knows it."""
+"""Fitted model coefficients per device type: built in memory (calibration, tests) or read
+from a JSON file. The hardware they describe is :mod:`dse.platform`; nothing here knows it.
+
+A coefficients file is a JSON object whose top-level keys are device types (a platform's
+device names its ``type``, by default its kind: ``cpu``, ``gpu``), each the
+:class:`TypeCoefficients` of that type, beside notes (``description``, ``provenance``, ...),
+``calibrated`` and the measured ``links``. A top-level object is a type's when it has any of
+:data:`TYPE_MARKERS`; every other key is a note.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from dse.errors import DseError
-from dse.platform import KINDS, Platform
+from dse.platform import Platform
 from dse.values import number
 
-#: Op classes of the compute model (Eq. 4.7 keeps one coefficient per class and device kind).
+#: Op classes of the compute model (Eq. 4.7 keeps one coefficient per class and device type).
 OP_CLASSES = ("conv_winograd", "conv", "fc", "elementwise")
 #: What a device draws (W) while computing each op class, during per-layer overhead, and idle.
 POWER_CLASSES = (*OP_CLASSES, "overhead", "idle")
@@ -21,6 +28,10 @@ POWER_CLASSES = (*OP_CLASSES, "overhead", "idle")
 REGRESSION_TERMS = ("1", "macs", "activation_bytes", "weight_bytes")
 #: Weights by how onnxruntime holds them: convolutions' (packed for its kernels) and the rest.
 WEIGHT_CLASSES = ("conv", "other")
+#: Keys only a device type's section has: a top-level object with one of them is a type's.
+TYPE_MARKERS = ("frequency_hz", "layer", "layer_overhead_s", "power_w")
+#: Top-level keys of a coefficients file that are never a type.
+RESERVED = ("calibrated", "links")
 
 
 def flag(value: Any, where: str) -> bool:
@@ -48,8 +59,9 @@ def keyed(value: Any, where: str) -> Mapping:
 
 
 @dataclass(frozen=True)
-class KindCoefficients:
-    """Calibrated values for one device kind (section 4.3, extended)."""
+class TypeCoefficients:
+    """Calibrated values for one device type (section 4.3, extended): every device of the type
+    shares them."""
 
     frequency_hz: float
     layer: dict[str, float]  # Eq. 4.7: time = MACs / (frequency * layer[op class])
@@ -97,7 +109,7 @@ class KindCoefficients:
     memory_empty_mb: float | None = None
 
     @classmethod
-    def from_dict(cls, k: Mapping[str, Any], where: str) -> KindCoefficients:
+    def from_dict(cls, k: Mapping[str, Any], where: str) -> TypeCoefficients:
         def need(m: Any, key: str, at: str) -> Any:
             if not isinstance(m, Mapping):
                 raise DseError(f"{at} must be a mapping, not {m!r}")
@@ -209,44 +221,64 @@ class KindCoefficients:
         return d
 
 
+def is_type_section(key: str, value: Any) -> bool:
+    """Whether a coefficients file's top-level ``key`` holds a device type's coefficients."""
+    return (
+        key not in RESERVED and isinstance(value, Mapping) and any(m in value for m in TYPE_MARKERS)
+    )
+
+
 @dataclass(frozen=True)
 class Coefficients:
-    """Coefficients per device kind, and where they came from (file, calibration, ...)."""
+    """Coefficients per device type, and where they came from (file, calibration, ...)."""
 
-    kinds: dict[str, KindCoefficients]
+    types: dict[str, TypeCoefficients]
     source: str = "in memory"
     calibrated: bool = False  # True when measured on the hardware by dse.calibrate
     notes: dict[str, Any] = field(default_factory=dict)  # description, provenance, spreads
     #: link class -> {"bytes": [...], "seconds": [...]}: measured transfer time, piecewise linear
     links: dict[str, dict[str, list[float]]] = field(default_factory=dict)
 
-    def __getitem__(self, kind: str) -> KindCoefficients:
-        return self.kinds[kind]
+    def __getitem__(self, dtype: str) -> TypeCoefficients:
+        return self.types[dtype]
 
-    def __contains__(self, kind: object) -> bool:
-        return kind in self.kinds
+    def __contains__(self, dtype: object) -> bool:
+        return dtype in self.types
+
+    def index(self, dtype: str) -> int:
+        """The type's row in per-type tables (the order of :attr:`types`)."""
+        return list(self.types).index(dtype)
 
     def check_covers(self, platform: Platform) -> None:
-        """Fail in one line when a device kind of ``platform`` has no coefficients."""
-        missing = sorted({d.kind for d in platform.devices} - set(self.kinds))
+        """Fail in one line when a device type of ``platform`` has no coefficients."""
+        missing = [t for t in platform.types if t not in self.types]
         if missing:
+            devices = [d.name for d in platform.devices if d.type == missing[0]]
             raise DseError(
                 f"coefficients {self.source} have no '{missing[0]}' section but platform "
-                f"'{platform.name}' has such devices"
+                f"'{platform.name}' has devices of that type ({', '.join(devices)}): add a "
+                f"'{missing[0]}' section (its types: {', '.join(self.types)}) or calibrate "
+                f"the platform"
             )
 
     @classmethod
     def from_dict(cls, raw: Any, source: str = "in memory") -> Coefficients:
         if not isinstance(raw, Mapping):
-            raise DseError(f"coefficients {source} must be a JSON object with 'cpu'/'gpu' sections")
-        kinds = {
-            k: KindCoefficients.from_dict(raw[k], f"coefficients {source}, '{k}'")
-            for k in KINDS
-            if k in raw
+            raise DseError(
+                f"coefficients {source} must be a JSON object with a section per device type "
+                "(such as 'cpu')"
+            )
+        types = {
+            str(k): TypeCoefficients.from_dict(v, f"coefficients {source}, '{k}'")
+            for k, v in raw.items()
+            if is_type_section(str(k), v)
         }
-        if not kinds:
-            raise DseError(f"coefficients {source} have no 'cpu' or 'gpu' section")
-        notes = {k: v for k, v in raw.items() if k not in (*KINDS, "calibrated", "links")}
+        if not types:
+            raise DseError(
+                f"coefficients {source} have no device type section (such as 'cpu': "
+                "{frequency_hz, layer, ...})"
+            )
+        notes = {k: v for k, v in raw.items() if k not in (*types, *RESERVED)}
         links = {}
         for cls_, tab in dict(raw.get("links") or {}).items():
             where = f"coefficients {source}, links.{cls_}"
@@ -257,12 +289,12 @@ class Coefficients:
             if len(xs) != len(ys) or any(b <= a for a, b in zip(xs, xs[1:], strict=False)):
                 raise DseError(f"{where}: 'bytes' must increase and match 'seconds' in length")
             links[str(cls_)] = {"bytes": xs, "seconds": ys}
-        return cls(kinds, source, bool(raw.get("calibrated", False)), notes, links)
+        return cls(types, source, bool(raw.get("calibrated", False)), notes, links)
 
     def to_dict(self) -> dict[str, Any]:
-        kinds = {k: c.to_dict() for k, c in self.kinds.items()}
+        types = {k: c.to_dict() for k, c in self.types.items()}
         extra = {"links": self.links} if self.links else {}
-        return {**self.notes, "calibrated": self.calibrated, **extra, **kinds}
+        return {**self.notes, "calibrated": self.calibrated, **extra, **types}
 
 
 def load_coefficients(path: str | Path) -> Coefficients:

@@ -1,4 +1,4 @@
-"""Per-layer cost tables: op class, compute time per device kind, and what each layer holds."""
+"""Per-layer cost tables: op class, compute time per device type, and what each layer holds."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import numpy as np
 
 from dse.net.graph import Layer, LayerGraph
 from dse.net.ops import family, products
-from dse.platform import KINDS
-from models_analytical.coefficients import OP_CLASSES, Coefficients, KindCoefficients
+from models_analytical.coefficients import OP_CLASSES, Coefficients, TypeCoefficients
 
 #: Op types whose weights count as convolutions' (packed by onnxruntime: ``WEIGHT_CLASSES``).
 CONV_OPS = frozenset(products.CONV_OPS)
@@ -48,22 +47,23 @@ def regression_terms(layer: Layer) -> np.ndarray:
     return np.array([1.0, float(layer.macs), float(act), float(layer.weight_bytes)])
 
 
-#: Where a layer's time came from, per kind (LayerTables.source).
+#: Where a layer's time came from, per type (LayerTables.source).
 SOURCES = ("rate", "profiled", "regressed")
 
 
 @dataclass(frozen=True)
 class LayerTables:
-    """Arrays the cost kernel reads, indexed [kind, layer] or [layer]."""
+    """Arrays the cost kernel reads, indexed [type, layer] or [layer] (types in the order of
+    :attr:`Coefficients.types <models_analytical.coefficients.Coefficients.types>`)."""
 
     op_class: np.ndarray  # int [L], index into OP_CLASSES
-    t_work: np.ndarray  # [K, L] seconds to compute the whole layer (scales with its share)
-    t_fixed: np.ndarray  # [K, L] seconds per part regardless of share (dispatch, sync)
+    t_work: np.ndarray  # [Y, L] seconds to compute the whole layer (scales with its share)
+    t_fixed: np.ndarray  # [Y, L] seconds per part regardless of share (dispatch, sync)
     out_bytes: np.ndarray  # float64 [L], as the kernel reads them
     weight_bytes: np.ndarray  # float64 [L]
-    source: np.ndarray  # int [K, L] index into SOURCES
-    block: np.ndarray  # float64 [K, L] channels per block of a part (1: any share)
-    part_fixed: np.ndarray  # float64 [K, L] share of the whole layer's time every part pays
+    source: np.ndarray  # int [Y, L] index into SOURCES
+    block: np.ndarray  # float64 [Y, L] channels per block of a part (1: any share)
+    part_fixed: np.ndarray  # float64 [Y, L] share of the whole layer's time every part pays
 
 
 #: The largest fixed share of a part: a timed line's intercept can be most of a small layer,
@@ -71,7 +71,7 @@ class LayerTables:
 PART_FIXED_MAX = 0.9
 
 
-def part_fixed_share(layer: Layer, coeff: KindCoefficients) -> float:
+def part_fixed_share(layer: Layer, coeff: TypeCoefficients) -> float:
     """What every part of ``layer`` pays whatever its channel share, as a share of the whole
     layer's time: timed (``coeff.part_fixed``), else its family's share x channels over its
     output channels, else 0 (a part costs its share)."""
@@ -89,18 +89,15 @@ def part_fixed_share(layer: Layer, coeff: KindCoefficients) -> float:
 
 def layer_tables(graph: LayerGraph, coefficients: Coefficients) -> LayerTables:
     classes = np.array([OP_CLASSES.index(op_class(layer)) for layer in graph], dtype=np.int64)
-    n_kinds = len(KINDS)
-    t_work = np.zeros((n_kinds, len(graph)))
-    t_fixed = np.zeros((n_kinds, len(graph)))
-    source = np.zeros((n_kinds, len(graph)), dtype=np.int64)
-    block = np.ones((n_kinds, len(graph)))
-    part_fixed = np.zeros((n_kinds, len(graph)))
+    n_types = len(coefficients.types)
+    t_work = np.zeros((n_types, len(graph)))
+    t_fixed = np.zeros((n_types, len(graph)))
+    source = np.zeros((n_types, len(graph)), dtype=np.int64)
+    block = np.ones((n_types, len(graph)))
+    part_fixed = np.zeros((n_types, len(graph)))
     macs = graph.macs.astype(np.float64)
     conv = np.array([layer.op in CONV_OPS for layer in graph])
-    for k, kind in enumerate(KINDS):
-        if kind not in coefficients:
-            continue
-        coeff = coefficients[kind]
+    for k, coeff in enumerate(coefficients.types.values()):
         per_class = np.array([coeff.layer[c] for c in OP_CLASSES])
         t_work[k] = macs / (coeff.frequency_hz * per_class[classes])  # Eq. 4.7
         t_fixed[k] = coeff.layer_overhead_s

@@ -17,7 +17,7 @@ import numpy as np
 from dse.mapping import Mappings
 from dse.net.graph import LayerGraph
 from dse.objectives import OBJECTIVES
-from dse.platform import KINDS, Platform
+from dse.platform import Platform
 from models_analytical.coefficients import OP_CLASSES, WEIGHT_CLASSES, Coefficients
 from models_analytical.layer_costs import CONV_OPS, LayerTables, layer_tables
 from models_analytical.schedule import KernelInputs, ScheduleResult, input_csr, simulate
@@ -104,7 +104,9 @@ def kernel_inputs(
     is_output = np.zeros(n, dtype=np.bool_)
     is_output[list(outputs)] = True
     return KernelInputs(
-        kind=np.array([KINDS.index(d.kind) for d in platform.devices], dtype=np.int64),
+        device_type=np.array(
+            [coefficients.index(d.type) for d in platform.devices], dtype=np.int64
+        ),
         host=np.unique([d.host for d in platform.devices], return_inverse=True)[1].astype(np.int64),
         entry=int(platform.entry),
         streamed=platform.weights == "streamed",
@@ -130,47 +132,38 @@ def kernel_inputs(
         link_latency_s=links["latency"],
         link_s_per_byte=links["inv_bw"],
         link_j_per_byte=links["energy"],
-        channel=links["channel"],
-        n_channels=int(links["channel"].max()) + 1,
+        queue_send=links["queue_send"],
+        queue_recv=links["queue_recv"],
+        n_queues=int(max(links["queue_send"].max(), links["queue_recv"].max())) + 1,
         **link_tables(platform, coefficients),
-        power_w=kind_power(coefficients, OP_CLASSES),
-        overhead_power_w=kind_power(coefficients, ("overhead",)).ravel(),
-        transfer_fixed_s=per_kind(coefficients, "transfer_fixed_s"),
-        transfer_per_byte_s=per_kind(coefficients, "transfer_per_byte_s"),
-        split_work_factor=per_kind(coefficients, "split_work_factor", absent=1.0),
-        shared_host_factor=per_kind(coefficients, "shared_host_factor", absent=1.0),
-        segment_run_s=per_kind(coefficients, "segment_run_s"),
-        segment_in_per_byte_s=per_kind(coefficients, "segment_in_per_byte_s"),
-        segment_out_per_byte_s=per_kind(coefficients, "segment_out_per_byte_s"),
-        receive_on_device=per_kind(coefficients, "receive_on_device", False, np.bool_),
+        power_w=type_power(coefficients, OP_CLASSES),
+        overhead_power_w=type_power(coefficients, ("overhead",)).ravel(),
+        transfer_fixed_s=per_type(coefficients, "transfer_fixed_s"),
+        transfer_per_byte_s=per_type(coefficients, "transfer_per_byte_s"),
+        split_work_factor=per_type(coefficients, "split_work_factor"),
+        shared_host_factor=per_type(coefficients, "shared_host_factor"),
+        segment_run_s=per_type(coefficients, "segment_run_s"),
+        segment_in_per_byte_s=per_type(coefficients, "segment_in_per_byte_s"),
+        segment_out_per_byte_s=per_type(coefficients, "segment_out_per_byte_s"),
+        receive_on_device=per_type(coefficients, "receive_on_device", np.bool_),
     )
 
 
-def per_kind(
-    coefficients: Coefficients,
-    name: str,
-    absent: float | bool = 0.0,
-    dtype: type = np.float64,
-) -> np.ndarray:
-    """[K] coefficient ``name`` of each kind (KINDS order), ``absent`` for a kind without
-    coefficients (the platform has no such device)."""
-    return np.array(
-        [getattr(coefficients[k], name) if k in coefficients else absent for k in KINDS],
-        dtype=dtype,
-    )
+def per_type(coefficients: Coefficients, name: str, dtype: type = np.float64) -> np.ndarray:
+    """[Y] coefficient ``name`` of each device type (the order of ``coefficients.types``)."""
+    return np.array([getattr(c, name) for c in coefficients.types.values()], dtype=dtype)
 
 
-def kind_power(coefficients: Coefficients, classes: tuple[str, ...]) -> np.ndarray:
-    """[K, len(classes)] W each kind draws in each of ``classes`` (``power_w`` keys), 0 for a
-    kind without coefficients."""
-    return np.array(
-        [[coefficients[k].power_w[c] if k in coefficients else 0.0 for c in classes] for k in KINDS]
-    )
+def type_power(coefficients: Coefficients, classes: tuple[str, ...]) -> np.ndarray:
+    """[Y, len(classes)] W each device type draws in each of ``classes`` (``power_w`` keys)."""
+    return np.array([[c.power_w[k] for k in classes] for c in coefficients.types.values()])
 
 
 def link_tables(platform: Platform, coefficients: Coefficients) -> dict[str, np.ndarray]:
     """The measured link tables the platform's device pairs use (``link_table`` -1 where a pair's
-    link class has none), padded to one length by extending each table's last slope."""
+    link class has none), padded to one length by extending each table's last slope. A table is
+    per link class: where one is measured it gives the time of every pair of the class, a
+    switched network's port figures included (its queues stay the ports')."""
     names = sorted(coefficients.links)
     n = len(platform.devices)
     cls = np.full((n, n), -1, dtype=np.int64)
@@ -213,7 +206,7 @@ class AnalyticalModel:
         self.graph, self.platform, self.coefficients = graph, platform, coefficients
         self.tables: LayerTables = layer_tables(graph, coefficients)
         self.inputs = kernel_inputs(graph, platform, coefficients, self.tables)
-        coeff = [coefficients[d.kind] for d in platform.devices]
+        coeff = [coefficients[d.type] for d in platform.devices]  # each device's own
         self._idle_w = np.array([c.power_w["idle"] for c in coeff])
         self._mem_coef = np.array([c.memory_coefficient for c in coeff])
         self._mem_bias = np.array([c.memory_bias_mb for c in coeff])
@@ -240,7 +233,7 @@ class AnalyticalModel:
         self._channels = np.asarray(graph.out_channels, dtype=np.int64)
 
     def with_transfer_costs(self, fixed_s: float, per_byte_s: float) -> AnalyticalModel:
-        """This model with another cost of a tensor crossing devices (every kind's
+        """This model with another cost of a tensor crossing devices (every type's
         ``transfer_fixed_s`` and ``transfer_per_byte_s``), built without redoing its tables:
         what calibration tries while it fits those two costs."""
         other = copy.copy(self)
@@ -254,7 +247,7 @@ class AnalyticalModel:
     def device_speed(self) -> np.ndarray:
         """[L, D] relative throughput of each device on each layer: 1 / its modelled work time
         (1 where a layer costs no work), for sizing a split layer's parts to its devices."""
-        work = self.tables.t_work[self.inputs.kind].T  # [L, D]
+        work = self.tables.t_work[self.inputs.device_type].T  # [L, D]: each device's type
         return np.where(work > 0, 1.0 / np.where(work > 0, work, 1.0), 1.0)
 
     def evaluate(self, mappings: Mappings) -> Evaluation:

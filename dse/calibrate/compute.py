@@ -33,7 +33,7 @@ from models_analytical.calibration import (
     fit_part_fixed,
     fit_regression,
 )
-from models_analytical.coefficients import KindCoefficients
+from models_analytical.coefficients import TypeCoefficients
 from models_analytical.layer_costs import family, layer_key, regression_terms
 
 #: A network profiled with a larger whole-run spread than this is profiled once more.
@@ -55,7 +55,7 @@ class ProfileSamples:
 class KindCompute:
     """The compute step's result for one device kind."""
 
-    coefficients: KindCoefficients  # the base with the profiled and fitted compute terms
+    coefficients: TypeCoefficients  # the base with the profiled and fitted compute terms
     provenance: dict[str, Any]
     samples: ProfileSamples
     whole_ms: dict[str, float]  # each network's whole run in the profiler's process
@@ -163,8 +163,8 @@ def calibrate_compute(
 
 
 def anchor_to_runtime(
-    k: KindCoefficients, compute: KindCompute, singles: Sequence[MeasuredRun]
-) -> tuple[KindCoefficients, dict[str, float]]:
+    k: TypeCoefficients, compute: KindCompute, singles: Sequence[MeasuredRun]
+) -> tuple[TypeCoefficients, dict[str, float]]:
     """Scale each network's profiled layer times (``compute``) so they add up to its
     one-device run under the runtime (``singles``, their models with the sub-model costs),
     less what the model adds for running it as one sub-model: the profile runs in this

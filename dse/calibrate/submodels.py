@@ -67,7 +67,7 @@ def features(
     out: dict[str, dict[str, float]] = {}
     for rank in deployment.plan.ranks:
         d = rank.device_index
-        k = int(k_in.kind[d])
+        k = int(k_in.device_type[d])
         for step in rank.steps:
             if not isinstance(step, Run):
                 continue

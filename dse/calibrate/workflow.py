@@ -43,8 +43,10 @@ from dse.calibrate.deployments import (
 from dse.calibrate.links import measure_links
 from dse.calibrate.settings import CalibrationSettings
 from dse.calibrate.submodels import measure_submodels
+from dse.errors import DseError
+from dse.platform import Platform
 from models_analytical.calibration import fit_memory
-from models_analytical.coefficients import Coefficients, KindCoefficients
+from models_analytical.coefficients import Coefficients, TypeCoefficients
 
 #: The source the intermediate coefficients carry (the final file names its own path).
 SOURCE = "calibration"
@@ -83,13 +85,28 @@ class Calibration:
     seconds: float
 
 
-def with_kind(c: Coefficients, kind: str, k: KindCoefficients) -> Coefficients:
-    return replace(c, kinds={**c.kinds, kind: k})
+def with_kind(c: Coefficients, kind: str, k: TypeCoefficients) -> Coefficients:
+    return replace(c, types={**c.types, kind: k})
+
+
+def check_types_are_kinds(platform: Platform) -> None:
+    """Calibration fits one entry per device kind, profiled in this process: a platform whose
+    devices name types other than their kinds is one clear error (each type must be profiled
+    on a device of that type)."""
+    typed = [d for d in platform.devices if d.type != d.kind]
+    if typed:
+        d = typed[0]
+        raise DseError(
+            f"platform '{platform.name}': device {d.name} is of type '{d.type}', and calibration "
+            "profiles one device per kind, not per type, so far: calibrate a platform whose "
+            "devices' types are their kinds (no 'type' key)"
+        )
 
 
 def calibrate(s: CalibrationSettings) -> Calibration:
     """Every step for the platform of ``s``, with its progress bar."""
     started = time.perf_counter()
+    check_types_are_kinds(s.platform)
     kinds = sorted({d.kind for d in s.platform.devices})
     progress = Progress(total_steps(s, kinds))
     computed = {kind: calibrate_compute(s, kind, progress.tick) for kind in kinds}
@@ -159,5 +176,5 @@ def fit_deployments(
     memory = fit_memory(fits)
     cuts = cut_costs(runs, fits)
     prov["memory"], prov["cuts"] = memory.provenance, cuts.provenance
-    kinds = {kind: cuts.apply(memory.apply(k)) for kind, k in coefficients.kinds.items()}
-    return DeploymentFits(replace(coefficients, kinds=kinds), prov, factors)
+    kinds = {kind: cuts.apply(memory.apply(k)) for kind, k in coefficients.types.items()}
+    return DeploymentFits(replace(coefficients, types=kinds), prov, factors)

@@ -2,7 +2,7 @@
 
 Layout (kept as it always was, so older files and ``conf/platform/*.json`` read alike):
 ``description``, ``calibrated``, ``energy``, ``provenance`` (each step's figures, then the
-run's date, host, versions, networks, quick, seconds), then one section per device kind,
+run's date, host, versions, networks, quick, seconds), then one section per device type,
 ``links`` and, where probed, ``speed_reference``. What is written must read back
 (:meth:`~models_analytical.coefficients.Coefficients.from_dict`) before it replaces a file.
 """
@@ -56,7 +56,7 @@ def document(calibration: Calibration, s: CalibrationSettings) -> dict[str, Any]
         "calibrated": True,
         "energy": ENERGY,
         "provenance": prov,
-        **{kind: k.to_dict() for kind, k in c.kinds.items()},
+        **{t: k.to_dict() for t, k in c.types.items()},
         "links": c.links,
         **c.notes,  # speed_reference, where the deployments were probed
     }

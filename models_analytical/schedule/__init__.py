@@ -1,9 +1,11 @@
 """The event-driven schedule of one inference, compiled with numba, over a batch of mappings.
 
-Per mapping, layers are visited in the graph's topological order. Every device runs its parts
-in that order (a FIFO per device); a part starts when its device is free and all its inputs
-have arrived; a transfer starts when its tensor is ready and its link (a FIFO per channel) is
-free, and takes latency + bytes / bandwidth. A tensor crosses to a given device once. A split
+Per mapping, layers are visited in the graph's topological order. Every device runs its parts in
+that order (a FIFO per device); a part starts when its device is free and all its inputs have
+arrived; a transfer starts when its tensor is ready and both its link queues are free (a FIFO
+each: one per device pair, one shared medium, or the sender's egress and the receiver's ingress
+port of a switched network: :meth:`dse.platform.Platform.queues`), takes latency + bytes /
+bandwidth, and holds both queues until it ends. A tensor crosses to a given device once. A split
 layer needs its whole input on every part's device. Its parts are gathered (all-gather): a
 device that computed a part and needs the whole output (it computes a consumer, or a part of
 one) receives the other parts straight from the devices that computed them and concatenates
@@ -15,10 +17,10 @@ follows a split layer (``follows``: Relu, pooling, BatchNormalization) runs on t
 parts with its shares, each part reading the part made on its device; its output is gathered
 instead of the split layer's, by the same rule, to its own device as owner. Memory follows
 allocate-then-free liveness per device over the same order (seed 002), as the runtime
-(:mod:`dse.runtime.worker`) holds tensors: an output is held from the step that makes it to
-its last reader there, or to the end of the inference if the device sends it (sends complete
-there); what a device receives or gathers lands in buffers allocated once and kept, as does
-the input image where it enters: those are ``held`` bytes, apart from the peak.
+(:mod:`dse.runtime.worker`) holds tensors: an output is held from the step that makes it to its
+last reader there, or to the end of the inference if the device sends it (sends complete there);
+what a device receives or gathers lands in buffers allocated once and kept, as does the input
+image where it enters: those are ``held`` bytes, apart from the peak.
 
 Each device's work runs as sub-models, cut as :mod:`dse.runtime.partition` cuts them (before a
 step that receives, after a gather and after a send's deadline). Each costs on its device, on

@@ -12,7 +12,7 @@ from models_analytical.schedule.compiled import stage
 def transfer_s(k_in, a, b, nbytes):
     """Seconds to move ``nbytes`` from device a to b: the link (its measured table, linear
     between points and beyond the last, or latency + bytes / bandwidth) plus the cost of
-    cutting the work into segments on both ends (charged by the receiver's kind)."""
+    cutting the work into segments on both ends (charged by the receiver's type)."""
     c = k_in.link_table[a, b]
     if c >= 0:
         xs = k_in.table_bytes[c]
@@ -23,25 +23,25 @@ def transfer_s(k_in, a, b, nbytes):
         t = max(t, ys[0])
     else:
         t = k_in.link_latency_s[a, b] + nbytes * k_in.link_s_per_byte[a, b]
-    kb = k_in.kind[b]
-    return t + k_in.transfer_fixed_s[kb] + nbytes * k_in.transfer_per_byte_s[kb]
+    tb = k_in.device_type[b]
+    return t + k_in.transfer_fixed_s[tb] + nbytes * k_in.transfer_per_byte_s[tb]
 
 
 @stage
-def part_share(k_in, k, layer, s, n_here):
-    """The share of a layer's work a part of share ``s`` costs on kind ``k``, the layer being
-    cut into ``n_here`` parts. Split, a part pays the layer's fixed share ``f``
+def part_share(k_in, ty, layer, s, n_here):
+    """The share of a layer's work a part of share ``s`` costs on device type ``ty``, the
+    layer being cut into ``n_here`` parts. Split, a part pays the layer's fixed share ``f``
     (``part_fixed``: its input's transform, whatever its channels) and the rest for its whole
     channel blocks, ``f + (1 - f) x blocks``, slower by ``split_work_factor`` (parts of one
     layer run at the same time on the devices of a host, which share its memory bandwidth and
     caches)."""
     if n_here < 2:
         return s
-    b = k_in.channel_block[k, layer]
+    b = k_in.channel_block[ty, layer]
     if b <= 1.0:
         blocks = s
     else:
         c = k_in.channels[layer]
         blocks = min(np.ceil(s * c / b - 1e-9) * b / c, 1.0)
-    f = k_in.part_fixed[k, layer]
-    return (f + (1.0 - f) * blocks) * k_in.split_work_factor[k]
+    f = k_in.part_fixed[ty, layer]
+    return (f + (1.0 - f) * blocks) * k_in.split_work_factor[ty]

@@ -21,7 +21,7 @@ def all_gather(k_in, owner, share, st, layer, r, n_here, finish):
     for i in range(n_here):  # each part leaves its sub-model (to be sent, or gathered here)
         d = st.part_device[r, i]
         c_out = (
-            k_in.segment_out_per_byte_s[k_in.kind[d]]
+            k_in.segment_out_per_byte_s[k_in.device_type[d]]
             * share[r, d]
             * k_in.out_bytes[layer]
             * st.slowdown[d]
@@ -29,7 +29,7 @@ def all_gather(k_in, owner, share, st, layer, r, n_here, finish):
         st.part_end[d] += c_out
         st.dev_free[d] += c_out
         st.busy[d] += c_out
-        st.energy[d] += c_out * k_in.overhead_power_w[k_in.kind[d]]
+        st.energy[d] += c_out * k_in.overhead_power_w[k_in.device_type[d]]
     owner_cats = owner_concatenates(k_in, owner, st, layer, r, n_here)
     n_g, last_part = list_gatherers(owner, st, layer, r, n_here, owner_cats)
     send_parts(k_in, share, st, layer, r, n_here, n_g)
@@ -131,13 +131,13 @@ def concatenate(k_in, owner, st, layer, n_g, finish):
         st.ends_at[e, layer] = True  # a gather step ends e's sub-model
         st.seg_current[e] = -1
         st.gathers_at[e, layer] = True
-        k = k_in.kind[e]
+        ty = k_in.device_type[e]
         start = max(st.dev_free[e], st.gather_in[e])
-        cat = k_in.t_fixed[k, layer] * st.slowdown[e]
+        cat = k_in.t_fixed[ty, layer] * st.slowdown[e]
         end = start + cat
         st.dev_free[e] = end
         st.busy[e] += cat
-        st.energy[e] += cat * k_in.overhead_power_w[k]
+        st.energy[e] += cat * k_in.overhead_power_w[ty]
         if end > finish:
             finish = end
         if e == c:

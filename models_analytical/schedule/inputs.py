@@ -9,25 +9,25 @@ import numpy as np
 
 
 class KernelInputs(NamedTuple):
-    """Read by field name in compiled code (a numba namedtuple). Per-kind arrays are indexed
-    by ``kind[d]`` and named as the coefficient they carry
-    (:class:`~models_analytical.coefficients.KindCoefficients`); shapes use D devices, K kinds,
-    L layers, E input edges, C measured link tables."""
+    """Read by field name in compiled code (a numba namedtuple). Per-type arrays are indexed
+    by ``device_type[d]`` and named as the coefficient they carry
+    (:class:`~models_analytical.coefficients.TypeCoefficients`); shapes use D devices, Y device
+    types, L layers, E input edges, Q link queues, C measured link tables."""
 
     # devices
-    kind: np.ndarray  # int64 [D] each device's index into KINDS
+    device_type: np.ndarray  # int64 [D] each device's type: its row in per-type arrays
     host: np.ndarray  # int64 [D] index of each device's host
     entry: int  # device where the input image enters
     streamed: bool  # weights held only while their layer runs (else for the whole run)
     # layers (models_analytical.layer_costs.LayerTables)
-    t_work: np.ndarray  # [K, L] seconds to compute a whole layer (scales with its share)
-    t_fixed: np.ndarray  # [K, L] seconds per part regardless of share
+    t_work: np.ndarray  # [Y, L] seconds to compute a whole layer (scales with its share)
+    t_fixed: np.ndarray  # [Y, L] seconds per part regardless of share
     op_class: np.ndarray  # int64 [L] index into OP_CLASSES
     out_bytes: np.ndarray  # float64 [L] bytes of each layer's output
     weight_bytes: np.ndarray  # float64 [L] bytes of each layer's weights
     channels: np.ndarray  # float64 [L] output channels
-    channel_block: np.ndarray  # [K, L] a split conv's part computes whole blocks of this many
-    part_fixed: np.ndarray  # [K, L] share of the whole layer's time every part of it pays
+    channel_block: np.ndarray  # [Y, L] a split conv's part computes whole blocks of this many
+    part_fixed: np.ndarray  # [Y, L] share of the whole layer's time every part of it pays
     # the graph
     in_ptr: np.ndarray  # int64 [L+1] CSR of each layer's inputs
     in_src: np.ndarray  # int64 [E] producing layer, -1 for a graph input
@@ -44,23 +44,27 @@ class KernelInputs(NamedTuple):
     link_latency_s: np.ndarray  # [D, D] latency of the link from a to b
     link_s_per_byte: np.ndarray  # [D, D] 1 / its bandwidth
     link_j_per_byte: np.ndarray  # [D, D] energy per byte moved (charged to both ends)
-    channel: np.ndarray  # int64 [D, D] link queue id (a FIFO per channel)
-    n_channels: int
+    # the queues (FIFOs) a transfer from a to b occupies from its start to its end, on the
+    # sender's side and the receiver's: the same one for a device pair or a shared medium, a's
+    # egress and b's ingress port between boards of a switched network (Platform.queues)
+    queue_send: np.ndarray  # int64 [D, D]
+    queue_recv: np.ndarray  # int64 [D, D]
+    n_queues: int
     link_table: np.ndarray  # int64 [D, D] measured link table of each pair, -1: latency + bw
     table_bytes: np.ndarray  # [C, G] message sizes of each table (increasing)
     table_s: np.ndarray  # [C, G] transfer time at those sizes
-    # coefficients of each kind
-    power_w: np.ndarray  # [K, op classes] W while computing
-    overhead_power_w: np.ndarray  # [K] W during per-layer overhead (and sub-model costs)
-    transfer_fixed_s: np.ndarray  # [K] a tensor crossing to a device of this kind (the cut into
-    transfer_per_byte_s: np.ndarray  # [K] segments on both ends): fixed and per byte
-    split_work_factor: np.ndarray  # [K] work factor of a split layer's parts (side by side)
-    shared_host_factor: np.ndarray  # [K] work factor while another device of its host works
-    segment_run_s: np.ndarray  # [K] seconds per sub-model run, on the device (session call)
-    segment_in_per_byte_s: np.ndarray  # [K] seconds per byte of each tensor a sub-model takes
-    segment_out_per_byte_s: np.ndarray  # [K] in (layout conversion, copies) and gives out
-    receive_on_device: np.ndarray  # bool [K] a transfer occupies a receiving device of this
-    # kind: its rank copies the data in (MPI Recv) once it has finished its work before
+    # coefficients of each device type
+    power_w: np.ndarray  # [Y, op classes] W while computing
+    overhead_power_w: np.ndarray  # [Y] W during per-layer overhead (and sub-model costs)
+    transfer_fixed_s: np.ndarray  # [Y] a tensor crossing to a device of this type (the cut into
+    transfer_per_byte_s: np.ndarray  # [Y] segments on both ends): fixed and per byte
+    split_work_factor: np.ndarray  # [Y] work factor of a split layer's parts (side by side)
+    shared_host_factor: np.ndarray  # [Y] work factor while another device of its host works
+    segment_run_s: np.ndarray  # [Y] seconds per sub-model run, on the device (session call)
+    segment_in_per_byte_s: np.ndarray  # [Y] seconds per byte of each tensor a sub-model takes
+    segment_out_per_byte_s: np.ndarray  # [Y] in (layout conversion, copies) and gives out
+    receive_on_device: np.ndarray  # bool [Y] a transfer occupies a receiving device of this
+    # type: its rank copies the data in (MPI Recv) once it has finished its work before
 
 
 def input_csr(

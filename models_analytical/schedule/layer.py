@@ -47,11 +47,11 @@ def run_part(k_in, owner, st, layer, d, s, n_here, t_in):
     """Runs d's part (share ``s``) of ``layer`` in a sub-model once d is free and its inputs
     are in (at ``t_in``): the part's work, its fixed per-layer cost, and its sub-model's costs,
     all slower by d's host slowdown."""
-    k = k_in.kind[d]
+    ty = k_in.device_type[d]
     over = enter_segment(k_in, owner, st, layer, d, n_here)
     slow = st.slowdown[d]
-    work = part_share(k_in, k, layer, s, n_here) * k_in.t_work[k, layer] * slow
-    fixed = k_in.t_fixed[k, layer] * slow
+    work = part_share(k_in, ty, layer, s, n_here) * k_in.t_work[ty, layer] * slow
+    fixed = k_in.t_fixed[ty, layer] * slow
     over *= slow
     start = max(st.dev_free[d], t_in)
     end = start + over + work + fixed
@@ -59,6 +59,6 @@ def run_part(k_in, owner, st, layer, d, s, n_here, t_in):
     st.part_end[d] = end
     st.busy[d] += over + work + fixed
     st.parts[d] += 1
-    st.energy[d] += work * k_in.power_w[k, k_in.op_class[layer]]
-    st.energy[d] += (fixed + over) * k_in.overhead_power_w[k]
+    st.energy[d] += work * k_in.power_w[ty, k_in.op_class[layer]]
+    st.energy[d] += (fixed + over) * k_in.overhead_power_w[ty]
     hold_weights(k_in, st, layer, d, s)

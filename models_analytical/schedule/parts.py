@@ -47,4 +47,4 @@ def host_slowdown(k_in, st):
             st.on_host[k_in.host[d]] += 1
     for d in range(n_dev):
         if st.on_host[k_in.host[d]] > 1:
-            st.slowdown[d] = k_in.shared_host_factor[k_in.kind[d]]
+            st.slowdown[d] = k_in.shared_host_factor[k_in.device_type[d]]

@@ -59,7 +59,7 @@ def receive(k_in, owner, st, layer, e, loc, d, rdy):
         rdy = st.ready[dl]
         if not st.out_charged[src]:  # it leaves its sub-model on loc
             st.out_charged[src] = True
-            c_out = k_in.segment_out_per_byte_s[k_in.kind[loc]] * nbytes * st.slowdown[loc]
+            c_out = k_in.segment_out_per_byte_s[k_in.device_type[loc]] * nbytes * st.slowdown[loc]
             rdy += c_out
             charge(k_in, st, loc, c_out)
     a = transfer(k_in, st, loc, d, nbytes, rdy)

@@ -18,14 +18,14 @@ def enter_segment(k_in, owner, st, layer, d, n_here):
     a cut or where it receives, else d's current one. Returns the seconds (before the host
     slowdown) of what that costs: the run of a new one, what enters it (received, gathered, or
     made by an earlier one here) and what leaves an earlier one here, per byte."""
-    k = k_in.kind[d]
+    ty = k_in.device_type[d]
     seg = st.seg_current[d]
     if seg < 0 or st.receives_at[d, layer]:
         st.seg_last[d] += 1
         seg = st.seg_last[d]
         st.seg_current[d] = seg
         st.seg_starts[d, layer] = True
-        over = k_in.segment_run_s[k]
+        over = k_in.segment_run_s[ty]
     else:
         over = 0.0
     st.seg_of[d, layer] = seg
@@ -39,13 +39,13 @@ def enter_segment(k_in, owner, st, layer, d, n_here):
             continue  # made in this sub-model
         if st.taken_in[t, d] < 0 or st.seg_of[d, st.taken_in[t, d]] != seg:
             st.taken_in[t, d] = layer
-            over += k_in.segment_in_per_byte_s[k] * k_in.in_bytes[e]
+            over += k_in.segment_in_per_byte_s[ty] * k_in.in_bytes[e]
         if loc == d and whole and not st.out_charged[src]:
             st.out_charged[src] = True  # it left an earlier sub-model here
-            over += k_in.segment_out_per_byte_s[k] * k_in.in_bytes[e]
+            over += k_in.segment_out_per_byte_s[ty] * k_in.in_bytes[e]
     if n_here == 1 and k_in.is_output[layer] and not st.out_charged[layer]:
         st.out_charged[layer] = True
-        over += k_in.segment_out_per_byte_s[k] * k_in.out_bytes[layer]
+        over += k_in.segment_out_per_byte_s[ty] * k_in.out_bytes[layer]
     return over
 
 
@@ -97,13 +97,13 @@ def cut_after(k_in, owner, st, d, layer):
     if st.seg_starts[d, y]:
         return 0.0
     st.seg_starts[d, y] = True
-    k = k_in.kind[d]
+    ty = k_in.device_type[d]
     old = st.seg_of[d, y]
     st.seg_last[d] += 1
     new = st.seg_last[d]
     if st.seg_current[d] == old:
         st.seg_current[d] = new
-    cost = k_in.segment_run_s[k]
+    cost = k_in.segment_run_s[ty]
     for j in range(first, n):
         z = st.part_list[d, j]
         if st.seg_of[d, z] != old:
@@ -129,13 +129,13 @@ def cut_after(k_in, owner, st, d, layer):
                 charged = True
                 if not st.out_charged[src]:
                     st.out_charged[src] = True
-                    cost += k_in.segment_out_per_byte_s[k] * k_in.in_bytes[e]
+                    cost += k_in.segment_out_per_byte_s[ty] * k_in.in_bytes[e]
             elif later:  # charged once for the old one: did its first half take it in too?
                 charged = reads(k_in, st, t, d, old, first, -1)
             else:
                 charged = True  # taken in before the cut: the new one takes it in too
             if charged:
-                cost += k_in.segment_in_per_byte_s[k] * k_in.in_bytes[e]
+                cost += k_in.segment_in_per_byte_s[ty] * k_in.in_bytes[e]
             if not later:
                 st.taken_in[t, d] = z
     return cost

@@ -25,7 +25,7 @@ class ScheduleState(NamedTuple):
     # timeline: seconds from the start of the inference
     ready: np.ndarray  # [L] each layer's whole output is ready on its owner
     dev_free: np.ndarray  # [D] the device has done all its work so far
-    link_free: np.ndarray  # [channels] the link queue is free
+    link_free: np.ndarray  # [queues] each link queue is free (KernelInputs.queue_send)
     part_end: np.ndarray  # [D] the device's last part (of the current layer) ended
     arrival: np.ndarray  # [T, D] tensor t is whole on device d (-1: not there yet)
     gather_in: np.ndarray  # [D] every part a gatherer concatenates has arrived
@@ -78,7 +78,7 @@ def new_state(k_in, n_layers, n_dev):
         slowdown=np.ones(D),
         ready=np.zeros(L),
         dev_free=np.zeros(D),
-        link_free=np.zeros(k_in.n_channels),
+        link_free=np.zeros(k_in.n_queues),
         part_end=np.zeros(D),
         arrival=np.full((T, D), -1.0),
         gather_in=np.zeros(D),

@@ -10,16 +10,20 @@ from models_analytical.schedule.costs import transfer_s
 @stage
 def transfer(k_in, st, a, b, nbytes, ready):
     """Moves ``nbytes`` from device a, where they are ready at ``ready``, to b; returns when
-    they are in. The transfer waits for its link (a FIFO per channel) and, where receiving
-    occupies the device (``receive_on_device``), for b to be free, and keeps it busy."""
-    ch = k_in.channel[a, b]
-    on_device = k_in.receive_on_device[k_in.kind[b]]
-    start = max(ready, st.link_free[ch])
+    they are in. The transfer waits for both its queues (FIFOs: the sender's side and the
+    receiver's, one and the same but between boards of a switched network) and, where
+    receiving occupies the device (``receive_on_device``), for b to be free; it keeps them
+    (and b) busy until it is in."""
+    q_send = k_in.queue_send[a, b]
+    q_recv = k_in.queue_recv[a, b]
+    on_device = k_in.receive_on_device[k_in.device_type[b]]
+    start = max(ready, st.link_free[q_send], st.link_free[q_recv])
     if on_device:
         start = max(start, st.dev_free[b])
     dur = transfer_s(k_in, a, b, nbytes)
     arrival = start + dur
-    st.link_free[ch] = arrival
+    st.link_free[q_send] = arrival
+    st.link_free[q_recv] = arrival
     if on_device:
         st.dev_free[b] = arrival
     st.comm[a] += dur
@@ -35,4 +39,4 @@ def charge(k_in, st, d, seconds):
     """``seconds`` of overhead on device d after its work so far (a sub-model's cost)."""
     st.dev_free[d] += seconds
     st.busy[d] += seconds
-    st.energy[d] += seconds * k_in.overhead_power_w[k_in.kind[d]]
+    st.energy[d] += seconds * k_in.overhead_power_w[k_in.device_type[d]]

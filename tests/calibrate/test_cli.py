@@ -138,3 +138,19 @@ def test_a_calibration_wins_over_the_shipped_file_not_over_a_named_one(tmp_path,
     assert named == CONF_DIR / "platform" / "jetson_xavier_nx.json"
     given = OmegaConf.create({"platform": shipped, "coefficients": str(tmp_path / "c.json")})
     assert coefficients_path(given) == tmp_path / "c.json"
+
+
+def test_a_platform_of_device_types_is_refused_in_one_line(tmp_path) -> None:
+    """Calibration fits one entry per device kind so far: edge3_ethernet's devices, of types
+    core100/core60/core40, are refused before anything is measured."""
+    out = run_module(
+        "dse.calibrate",
+        "platform=edge3_ethernet",
+        "quick=true",
+        "deployments=false",
+        env={"DSE_CALIBRATION_DIR": str(tmp_path)},
+    )
+    assert out.returncode == 2, out.stderr[-2000:]
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "device edge0_cpu is of type 'core100'" in lines[0], lines
+    assert not list(tmp_path.iterdir())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dse.net.graph import LayerGraph
 from dse.platform import Device, Link, Platform
-from models_analytical.coefficients import OP_CLASSES, Coefficients, KindCoefficients
+from models_analytical.coefficients import OP_CLASSES, Coefficients, TypeCoefficients
 from models_analytical.model import AnalyticalModel
 
 RATE = 1e6  # MAC/s of every op class: a layer of n MACs takes n/1e6 s
@@ -26,7 +26,7 @@ def coefficients(power: float = 10.0, idle: float = 1.0, rate: float = RATE) -> 
     """Rate 1 MMAC/s for every op class, no per-layer overhead, memory = liveness peak."""
     return Coefficients(
         {
-            "cpu": KindCoefficients(
+            "cpu": TypeCoefficients(
                 frequency_hz=rate,
                 layer={c: 1.0 for c in OP_CLASSES},
                 layer_overhead_s=0.0,

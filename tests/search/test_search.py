@@ -381,15 +381,15 @@ def _jetson(weight_terms: bool) -> tuple:
     coeff = load_coefficients(CONF_DIR / "platform" / cfg["coefficients"])
     if weight_terms:
         plat = dataclasses.replace(plat, weights="resident")
-        kinds = {
+        types = {
             k: dataclasses.replace(
                 c,
                 memory_weights={"conv": 2.0, "other": 1.5},
                 memory_loading={"conv": 2.5 + i, "other": 1.25},
             )
-            for i, (k, c) in enumerate(coeff.kinds.items())
+            for i, (k, c) in enumerate(coeff.types.items())
         }
-        coeff = dataclasses.replace(coeff, kinds=kinds)
+        coeff = dataclasses.replace(coeff, types=types)
     return plat, coeff
 
 
