@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_runtime_partition import RTOL, zoo_like
 
 from dse.errors import DseError
 from dse.mapping import from_device_lists, to_autodice
@@ -25,6 +24,7 @@ from dse.runtime.measurements import read_measurements
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
 from tests.helpers.cli import ROOT, run_module
+from tests.runtime.test_partition import RTOL, zoo_like
 
 
 @pytest.fixture(scope="module")

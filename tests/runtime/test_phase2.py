@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from test_runtime_partition import zoo_like
 
 from dse.config import Phase2Config
 from dse.errors import DseError
@@ -18,6 +17,7 @@ from dse.results import phase2
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
 from tests.helpers.cli import ROOT
+from tests.runtime.test_partition import zoo_like
 
 
 def test_select_bests_then_spread() -> None:

@@ -17,7 +17,6 @@ import numpy as np
 import onnx
 import pytest
 import yaml
-from test_runtime_partition import zoo_like
 
 from dse.errors import DseError
 from dse.mapping import from_device_lists
@@ -30,6 +29,7 @@ from dse.runtime.plan import EXPECTED, PLAN, Plan
 from dse.runtime.reader import read_plan
 from tests.helpers.cli import ROOT
 from tests.helpers.hostile import assert_each_one_line, run_all
+from tests.runtime.test_partition import zoo_like
 
 Edit = Callable[[dict[str, Any]], None]
 
