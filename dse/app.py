@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from chromosomes import Chromosome
@@ -44,7 +45,19 @@ def launcher_from(cfg: DictConfig, required: bool = True) -> Launcher:
     raw = plain(cfg.get("platform"))
     if not isinstance(raw, Mapping):
         raise DseError("no platform given: add platform=NAME (conf/platform/NAME.yaml)")
-    return launcher_for(raw, required)
+    return launcher_for(raw, required, platform_words(str(raw.get("name"))))
+
+
+def platform_words(name: str) -> str:
+    """How the platform named ``name`` was given on the command line: ``platform=FILE``, and
+    ``platform.name=NAME`` when that renamed it (outside a Hydra run: ``platform=NAME``)."""
+    try:
+        choice = HydraConfig.get().runtime.choices.get("platform")
+    except ValueError:  # no Hydra run: a library call
+        choice = None
+    if not choice or choice == name:
+        return f"platform={name}"
+    return f"platform={choice} platform.name={name}"
 
 
 def coefficients_path(cfg: DictConfig) -> Path:

@@ -37,32 +37,36 @@ from dse.runtime.measurements import Measurement
 from dse.runtime.mpirun import Launcher, Placement
 
 
-def launcher_for(platform_cfg: Mapping[str, Any], required: bool = True) -> Launcher:
+def launcher_for(
+    platform_cfg: Mapping[str, Any], required: bool = True, given: str | None = None
+) -> Launcher:
     """How ranks start on the platform ``platform_cfg`` (``conf/platform/NAME.yaml`` as a
     mapping): ``Launcher()`` without ``emulation:``; with it, the running cluster named after
     the platform (:func:`cluster_launcher`), or one line saying how to bring it up (without
-    ``required``: ``Launcher()`` while it is not up, for a deployment that is only written)."""
+    ``required``: ``Launcher()`` while it is not up, for a deployment that is only written).
+    ``given``: the platform's words on the command line, for that line (default
+    ``platform=NAME``)."""
     if not platform_cfg.get("emulation"):
         return Launcher()
     name = str(platform_cfg.get("name"))
+    given = given or f"platform={name}"
     if not (Names(name).state_dir / STATE).is_file():
         if not required:
             return Launcher()
-        raise DseError(f"cluster '{name}' is not up: run python -m dse.cluster up platform={name}")
+        raise DseError(f"cluster '{name}' is not up: run python -m dse.cluster up {given}")
     state = load(name)
     expected = parse_spec(platform_cfg, name, state.spec.cfs_period_us)
     if expected != state.spec:
         raise DseError(
-            f"cluster '{name}' runs another version of platform '{name}' "
-            f"({difference(expected, state.spec)}): run python -m dse.cluster up platform={name} "
-            "again"
+            f"cluster '{name}' runs another version of its platform "
+            f"({difference(expected, state.spec)}): run python -m dse.cluster up {given} again"
         )
     present = set(namespaces())
     gone = [b.name for b in state.spec.boards if state.names.board_ns(b.name) not in present]
     if gone:
         raise DseError(
             f"cluster '{name}' is broken: boards {', '.join(gone)} are gone: run python -m "
-            f"dse.cluster down platform={name}, then up"
+            f"dse.cluster down {given}, then up"
         )
     return cluster_launcher(state)
 

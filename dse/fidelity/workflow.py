@@ -50,8 +50,8 @@ def run_fidelity(cfg: DictConfig, tell: Callable[..., None]) -> FidelityReport:
     error=False)`` says what it starts. Ctrl-C during the rounds writes the report of what
     was measured, then raises KeyboardInterrupt."""
     s = settings_from(cfg)
-    mpiexec_path()
     launcher = app.launcher_from(cfg)  # on an emulated platform: its cluster, which must be up
+    mpiexec_path()
     started = time.perf_counter()
     net, platform, model = app.model_from(cfg)
     coefficients = model.coefficients
