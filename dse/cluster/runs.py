@@ -96,17 +96,25 @@ def cluster_launcher(state: State) -> Launcher:
 
 @dataclass(frozen=True)
 class RunWatch:
-    """Around each run on the cluster (:data:`dse.runtime.mpirun.Watch`): reads the OOM-kill
-    count of every device the run uses before it starts; after a failed run, kills whatever of
-    it is left on the boards (Open MPI's daemons outlive mpiexec's session) and puts its cause
-    before the reason: a device whose cgroup OOM-killed a process during the run, a used
-    board whose link is down."""
+    """Around each run on the cluster (:data:`dse.runtime.mpirun.Watch`). Before it: one line
+    if a board it uses has its link down (the run would wait for its time limit), and the
+    OOM-kill count of every device it uses. After a failed run: kills every process on the
+    cluster's boards (Open MPI's daemons there outlive mpiexec's session; a cluster runs one
+    deployment at a time) and puts the failure's cause before its reason: a device whose
+    cgroup OOM-killed a process during the run, a board it uses whose link is down."""
 
     state: State
 
     def __call__(self, placement: Placement) -> Callable[[Measurement], Measurement]:
         pairs = list(dict.fromkeys(placement))  # (board, device), each once
         boards = list(dict.fromkeys(board for board, _ in pairs))
+        for b in boards:
+            if not link_carrying(self.state, b):
+                raise DseError(
+                    f"cluster '{self.state.name}': board {b}'s link is down, so a run there "
+                    "cannot finish: restore it (dse.cluster.set_link) or bring the cluster up "
+                    "again"
+                )
         names = self.state.names
         before = {pair: oom_kills(names, *pair) for pair in pairs}
 

@@ -359,7 +359,8 @@ def test_an_oom_kill_fails_its_mapping_and_the_others_go_on(capped, tmp_path: Pa
 def test_a_cut_link_fails_within_the_time_limit_and_leaves_nothing(capped, tmp_path: Path):
     """tb1's link goes down while an A -> B -> A mapping runs: the run fails at its time limit
     (the ranks wait for messages that never come), naming the link, and no process of it is
-    left on either board (Open MPI's daemons there outlive mpiexec's session)."""
+    left on either board (Open MPI's daemons there outlive mpiexec's session); a run while it
+    is down is refused in one line."""
     cfg, state = capped
     net = small_net(tmp_path)
     batch = on_devices(net, 3, [[0], [0], [1], [1], [0]])
@@ -380,16 +381,20 @@ def test_a_cut_link_fails_within_the_time_limit_and_leaves_nothing(capped, tmp_p
     try:
         r = launch(out, timeout_s=10, launcher=launcher)
         took = time.monotonic() - started
+        cutter.join()
+        assert cut, "the ranks never started on tb1"
+        assert left_on_boards(state) == []
+        # the link still down: the next run is refused at once rather than left to time out
+        with pytest.raises(DseError, match="board tb1's link is down, so a run there cannot"):
+            launch(out, timeout_s=10, launcher=launcher)
     finally:
         cutter.join()
         set_link(state, "tb1", True)
-    assert cut, "the ranks never started on tb1"
     assert r == {
         "status": "failed",
         "reason": "board tb1's link is down; timed out after 10 s",
     }
     assert took < 10 + 8  # the time limit, then SIGTERM, SIGKILL and the boards emptied
-    assert left_on_boards(state) == []
 
 
 def test_a_cluster_of_another_version_of_the_platform_is_one_line(capped) -> None:
