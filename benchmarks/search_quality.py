@@ -22,14 +22,15 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests' model builders
-import tests.helpers.onnx_factory as f  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests' helpers
+
 from chromosomes import make_chromosome  # noqa: E402
 from dse.config import MUTATIONS, AlgorithmConfig  # noqa: E402
 from dse.net.build import build_graph  # noqa: E402
 from dse.search import nsga2  # noqa: E402
 from dse.search.problem import MappingProblem  # noqa: E402
 from models_analytical.model import AnalyticalModel  # noqa: E402
+from tests.helpers import onnx_factory as f  # noqa: E402
 from tests.helpers.platforms import coefficients, platform  # noqa: E402
 
 

@@ -103,6 +103,9 @@ def explore(cfg: DictConfig, out: Path, started: float) -> dict[str, Any]:
         meta, data = checkpoint.read(out)
         cfg = app.resumed_config(cfg, meta["config"], list(HydraConfig.get().overrides.task))
     net, platform, model = app.model_from(cfg)
+    # phase two's launcher before the search: a cluster that is not up is one line, not a
+    # surprise after the search
+    launcher = app.launcher_from(cfg) if cfg.phase2.enabled else None
     problem = MappingProblem(app.chromosome_from(cfg, net, model), model, cfg.objectives)
     settings = OmegaConf.to_object(cfg.algorithm)
     ident = checkpoint.identity(problem, net.fingerprint, platform.keys)
@@ -174,7 +177,9 @@ def explore(cfg: DictConfig, out: Path, started: float) -> dict[str, Any]:
 
         genes, F, _ = nsga2.front(state)
         phase2 = OmegaConf.to_object(cfg.phase2)
-        rows = phase2_after_search(out, problem, genes, F, net, platform, phase2, cfg.seed)
+        rows = phase2_after_search(
+            out, problem, genes, F, net, platform, phase2, cfg.seed, launcher
+        )
         summary = write_outputs(out, state, problem, platform, cfg, started, False, rows)
         ok = sum(r["status"] == "ok" for r in rows)
         say(f"phase two: {ok} of {len(rows)} mappings measured -> {out / 'phase2.csv'}")

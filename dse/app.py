@@ -1,4 +1,5 @@
-"""The pieces of a run built from its config: network, platform, coefficients, model, chromosome.
+"""The pieces of a run built from its config: network, platform, coefficients, model, chromosome,
+and how the runtime's ranks start on the platform.
 
 Every entry point composes the same config tree (``conf/`` + :mod:`dse.config`) and builds what
 it needs here, so a setting means the same thing everywhere.
@@ -11,14 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from chromosomes import Chromosome
+from dse.cluster import launcher_for
 from dse.config import BaseConfig, target_class
 from dse.errors import DseError
 from dse.net import Net, load_net
 from dse.paths import CONF_DIR, calibrated_path
 from dse.platform import Platform, load_platform
+from dse.runtime.mpirun import Launcher
 from models_analytical.coefficients import Coefficients, load_coefficients
 from models_analytical.model import AnalyticalModel
 
@@ -33,6 +37,28 @@ def platform_from(cfg: DictConfig) -> Platform:
     if raw is None:
         raise DseError("no platform given: add platform=NAME (conf/platform/NAME.yaml)")
     return load_platform(plain(raw))
+
+
+def launcher_from(cfg: DictConfig, required: bool = True) -> Launcher:
+    """How the runtime's ranks start on the platform of ``cfg``: on its emulated cluster when
+    it has an ``emulation:`` section (one line when the cluster is not up, unless not
+    ``required``), else on its hosts by name (:func:`dse.cluster.launcher_for`)."""
+    raw = plain(cfg.get("platform"))
+    if not isinstance(raw, Mapping):
+        raise DseError("no platform given: add platform=NAME (conf/platform/NAME.yaml)")
+    return launcher_for(raw, required, platform_words(str(raw.get("name"))))
+
+
+def platform_words(name: str) -> str:
+    """How the platform named ``name`` was given on the command line: ``platform=FILE``, and
+    ``platform.name=NAME`` when that renamed it (outside a Hydra run: ``platform=NAME``)."""
+    try:
+        choice = HydraConfig.get().runtime.choices.get("platform")
+    except ValueError:  # no Hydra run: a library call
+        choice = None
+    if not choice or choice == name:
+        return f"platform={name}"
+    return f"platform={choice} platform.name={name}"
 
 
 def coefficients_path(cfg: DictConfig) -> Path:

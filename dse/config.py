@@ -251,6 +251,7 @@ class FidelityConfig(BaseConfig):
     keep: bool = False  # keep the sub-models (else only plans and measurements stay)
     probe: bool = True  # time the whole net alone beside each run: the machine's speed drift
     timeout_s: float = TIMEOUT_S
+    stream: int = 0  # then push this many frames back to back: the pipelined period (0: off)
     search_pop_size: int = 100  # the short search whose front gives a third of the mappings
     search_generations: int = 30
     out: str | None = None  # default: runs/fidelity/<net>-<platform>-<time>

@@ -72,6 +72,9 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     if int(cfg.iterations) < 1 or int(cfg.warmup) < 0:
         raise DseError("iterations must be at least 1 and warmup at least 0")
     started = time.perf_counter()
+    # on an emulated platform: its cluster (which a run needs up; a deployment only written
+    # takes it when it is up, else the platform's hosts by name)
+    launcher = app.launcher_from(cfg, required=bool(cfg.measure))
     if cfg.measure:
         net, platform, model = app.model_from(cfg)
     else:
@@ -81,7 +84,9 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     out = Path(str(cfg.get("out") or default)).expanduser()
     seed, warmup, iterations = int(cfg.seed), int(cfg.warmup), int(cfg.iterations)
     if not cfg.measure:
-        plan = deploy(net, platform, mapping, out, seed, warmup, iterations, int(cfg.stream))
+        plan = deploy(
+            net, platform, mapping, out, seed, warmup, iterations, int(cfg.stream), launcher
+        )
         n_seg = sum(len(r.segments) for r in plan.ranks)
         print(
             f"deployed {net.name} on {len(plan.ranks)} ranks ({n_seg} sub-models) to {out} "
@@ -90,7 +95,7 @@ def main(cfg: DictConfig) -> dict[str, Any]:
         return {"status": "ok", "out": str(out), "ranks": len(plan.ranks)}
     result = deploy_and_measure(
         net, platform, model, mapping, out, seed, warmup, iterations, float(cfg.timeout_s),
-        int(cfg.stream),
+        int(cfg.stream), launcher,
     )  # fmt: skip
     print(summary(result))
     if result.get("status") != "ok":

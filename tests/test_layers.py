@@ -20,7 +20,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("networks", ("dse.net",)),
     ("contract", ("dse.platform", "dse.objectives", "dse.mapping", "dse.config")),
     ("encodings and model", ("chromosomes", "models_analytical")),
-    ("search, runtime and assembly", ("dse.search", "dse.runtime", "dse.cluster", "dse.app")),
+    ("search and runtime", ("dse.search", "dse.runtime")),
+    ("emulated cluster", ("dse.cluster",)),  # it gives the runtime a launcher on its boards
+    ("assembly", ("dse.app",)),
     ("results", ("dse.results",)),
     ("workflows", ("dse.calibrate", "dse.fidelity")),
     ("entry plumbing", ("dse.cli",)),

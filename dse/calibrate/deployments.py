@@ -145,13 +145,17 @@ def measure_deployments(
             batch = calibration_mappings(net.graph, times, a, b, len(platform.devices), entry_only)
             dirs = [Path(tmp) / f"{name}-{label}" for label in labels]
             for p, d in enumerate(dirs):
-                deploy(net, platform, batch.take(p), d, s.seed, s.warmup, s.iterations)
+                deploy(
+                    net, platform, batch.take(p), d, s.seed, s.warmup, s.iterations,
+                    launcher=s.launcher,
+                )  # fmt: skip
             # interleaved rounds: a slow spell hits one round of each mapping, and the one-device
             # run the layer times are anchored to is measured beside the cut ones
             probe = speed_probe(dirs[0], platform) if s.probe else None
             results, interrupted = measure_interleaved(
-                dirs, s.rounds, s.warmup, s.iterations, s.timeout_s, rng, probe=probe
-            )
+                dirs, s.rounds, s.warmup, s.iterations, s.timeout_s, rng, probe=probe,
+                launcher=s.launcher,
+            )  # fmt: skip
             if interrupted:
                 raise KeyboardInterrupt
             probes = probe_times(results)

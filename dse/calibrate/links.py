@@ -23,7 +23,8 @@ import numpy as np
 
 from dse.errors import DseError
 from dse.platform import Platform
-from dse.runtime.mpirun import HOSTFILE, RANKFILE, Launcher, mpi_files
+from dse.runtime.measurements import failed
+from dse.runtime.mpirun import HOSTFILE, RANKFILE, Launcher, mpi_files, placement
 
 #: The flag that asks the benchmark for fewer exchanges per size.
 FEW = "--few-repeats"
@@ -105,12 +106,18 @@ def measure_link(
         (d / RANKFILE).write_text(rankfile)
         out = d / "links.json"
         program = [sys.executable, "-m", "mpi4py", "-m", "dse.calibrate.links", str(out)]
-        cmd = launcher.mpiexec_command(2, d, [*program, *([FEW] if few else [])])
+        ranks = placement(platform, [a, b])
+        cmd = launcher.mpiexec_command(2, d, [*program, *([FEW] if few else [])], placement=ranks)
         env = launcher.environment()
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-        if proc.returncode != 0 or not out.is_file():
-            tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
-            raise DseError(f"the link benchmark failed under mpiexec ({proc.returncode}): {tail}")
+        finish = launcher.watch(ranks) if launcher.watch is not None else None
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+            why = f"{proc.returncode}: " + " | ".join(proc.stderr.strip().splitlines()[-3:])
+        except subprocess.TimeoutExpired:
+            proc, why = None, "timed out after 600 s"
+        if proc is None or proc.returncode != 0 or not out.is_file():
+            result = failed(f"the link benchmark failed under mpiexec ({why})")
+            raise DseError((finish(result) if finish is not None else result)["reason"])
         return json.loads(out.read_text())
 
 
@@ -124,10 +131,13 @@ class LinkTables:
 
 
 def measure_links(
-    platform: Platform, few: bool, tick: Callable[[str], None] = lambda _: None
+    platform: Platform,
+    few: bool,
+    tick: Callable[[str], None] = lambda _: None,
+    launcher: Launcher | None = None,
 ) -> LinkTables:
     """One table per link class that a pair of the platform's devices uses (measured between
-    the first such pair); ``tick`` after each."""
+    the first such pair, its ranks started by ``launcher``); ``tick`` after each."""
     pairs: dict[str, tuple[int, int]] = {}
     n = len(platform.devices)
     for a in range(n):
@@ -136,7 +146,7 @@ def measure_links(
                 pairs.setdefault(platform.link_class(a, b), (a, b))
     tables, prov = {}, {}
     for cls, (a, b) in pairs.items():
-        t = measure_link(platform, a, b, few)
+        t = measure_link(platform, a, b, few, launcher)
         tables[cls] = {"bytes": t["bytes"], "seconds": t["one_way_s"]}
         prov[cls] = {"devices": [platform.devices[a].name, platform.devices[b].name], **t}
         tick(f"link {cls}")

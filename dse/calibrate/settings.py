@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -12,6 +12,7 @@ from dse.errors import DseError
 from dse.net import zoo
 from dse.paths import calibrated_path
 from dse.platform import Platform
+from dse.runtime.mpirun import Launcher
 from models_analytical.coefficients import Coefficients, load_coefficients
 
 #: What ``quick=true`` changes (a smoke test of every step, not for predictions): the first
@@ -49,6 +50,8 @@ class CalibrationSettings:
     timeout_s: float  # a deployment's run past this fails the calibration
     submodel_runs: int  # timed rounds of the cut mappings' sub-models alone
     probe: bool  # a speed probe beside each deployment run
+    # how the ranks start: on the platform's hosts by name, or on its emulated cluster
+    launcher: Launcher = field(default_factory=Launcher)
 
 
 def base_coefficients(cfg: DictConfig) -> Coefficients:
@@ -94,6 +97,7 @@ def settings_from(cfg: DictConfig) -> CalibrationSettings:
         timeout_s=float(cfg.timeout_s),
         submodel_runs=int(cfg.submodel_runs),
         probe=bool(cfg.probe),
+        launcher=app.launcher_from(cfg),
     )
     return quick(settings) if cfg.quick else settings
 

@@ -110,7 +110,7 @@ def calibrate(s: CalibrationSettings) -> Calibration:
     kinds = sorted({d.kind for d in s.platform.devices})
     progress = Progress(total_steps(s, kinds))
     computed = {kind: calibrate_compute(s, kind, progress.tick) for kind in kinds}
-    links = measure_links(s.platform, s.link_few_repeats, progress.tick)
+    links = measure_links(s.platform, s.link_few_repeats, progress.tick, s.launcher)
     coefficients = Coefficients(
         {kind: c.coefficients for kind, c in computed.items()}, SOURCE, links=links.tables
     )

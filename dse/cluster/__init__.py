@@ -8,6 +8,9 @@ platform's ``emulation:`` section. The library, for the runtime and the tests:
 * MPI across the boards: :func:`mpiexec_options` (extra arguments and environment),
   :func:`write_mpi_files` (hostfile and rankfile naming the boards), :func:`rank_prefix`
   (each rank into its device's cgroups), :func:`command` (all of it);
+* the runtime on the cluster: :func:`launcher_for` (a platform config -> the runtime's
+  :class:`~dse.runtime.mpirun.Launcher`: on the platform's running cluster, or on its hosts
+  by name without ``emulation:``), :func:`cluster_launcher` (of a running cluster);
 * :func:`oom_kills` (whether a device's cgroup saw an OOM kill), :func:`peak_memory_mb` (the
   most memory charged to a device's cgroup), :func:`stop_processes` (kill whatever still runs
   on the boards after a failed run), :func:`set_link` (cut a board's link), :func:`check`
@@ -16,11 +19,20 @@ platform's ``emulation:`` section. The library, for the runtime and the tests:
 
 from __future__ import annotations
 
-from dse.cluster.build import clusters, down, leftovers, set_link, stop_processes, up
+from dse.cluster.build import (
+    clusters,
+    down,
+    leftovers,
+    link_carrying,
+    set_link,
+    stop_processes,
+    up,
+)
 from dse.cluster.check import CheckSettings, check, format_check
 from dse.cluster.cpu import oom_kills as _oom_kills
 from dse.cluster.cpu import peak_memory_mb as _peak_memory_mb
 from dse.cluster.mpi import MpiFiles, command, mpiexec_options, rank_prefix, write_mpi_files
+from dse.cluster.runs import RunWatch, cluster_launcher, launcher_for
 from dse.cluster.spec import ClusterSpec, parse_spec
 from dse.cluster.state import State, load
 from dse.cluster.system import missing
@@ -29,13 +41,17 @@ __all__ = [
     "CheckSettings",
     "ClusterSpec",
     "MpiFiles",
+    "RunWatch",
     "State",
     "check",
+    "cluster_launcher",
     "clusters",
     "command",
     "down",
     "format_check",
+    "launcher_for",
     "leftovers",
+    "link_carrying",
     "load",
     "missing",
     "mpiexec_options",

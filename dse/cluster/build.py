@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import json
 import shutil
 import socket
 from pathlib import Path
@@ -115,6 +116,17 @@ def set_link(state: State, board: str, carrying: bool) -> None:
     """Cut a board's link (``ip link set eth0 down``), or restore it."""
     state.spec.board(board)  # KeyError for an unknown board
     ip("link", "set", BOARD_IF, "up" if carrying else "down", ns=state.names.board_ns(board))
+
+
+def link_carrying(state: State, board: str) -> bool:
+    """Whether a board's link is up (not cut by :func:`set_link`, its namespace still there)."""
+    state.spec.board(board)  # KeyError for an unknown board
+    proc = ip("-j", "link", "show", BOARD_IF, ns=state.names.board_ns(board), check=False)
+    try:
+        (link,) = json.loads(proc.stdout) if proc.returncode == 0 else [{}]
+    except ValueError:
+        return False
+    return "UP" in link.get("flags", [])
 
 
 def leftovers(name: str) -> list[str]:

@@ -81,13 +81,17 @@ def _write(state: State, boards: Sequence[str], directory: Path) -> MpiFiles:
         counts[b] = counts.get(b, 0) + 1
     hostfile = directory / "hostfile"
     hostfile.write_text("".join(f"{b} slots={n}\n" for b, n in counts.items()))
-    lines = []
-    for rank, b in enumerate(boards):
-        n = len(state.spec.board(b).cpus)
-        lines.append(f"rank {rank}={b} slot={0 if n == 1 else f'0-{n - 1}'}\n")
+    lines = [f"rank {rank}={b} slot={board_slot(state, b)}\n" for rank, b in enumerate(boards)]
     rankfile = directory / "rankfile"
     rankfile.write_text("".join(lines))
     return MpiFiles(hostfile, rankfile)
+
+
+def board_slot(state: State, board: str) -> str:
+    """The cores a rank of ``board`` is bound to, as the board numbers them: all of its CPUs
+    (its devices share them, each under its own CPU quota)."""
+    n = len(state.spec.board(board).cpus)
+    return "0" if n == 1 else f"0-{n - 1}"
 
 
 def write_mpi_files(state: State, devices: Sequence[str], directory: Path) -> MpiFiles:

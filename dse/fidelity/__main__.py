@@ -30,6 +30,7 @@ def main(cfg: DictConfig) -> dict[str, Any]:
         "out": str(report.out),
         "latency": doc["latency"],
         "memory": doc["memory"],
+        "period": doc["period"],
     }
 
 

@@ -17,6 +17,7 @@ from dse.net import Net
 from dse.runtime.comparison import with_prediction, write_comparison
 from dse.runtime.measure import check_gpus, deploy, measure_interleaved
 from dse.runtime.measurements import probe_times, take_out_drift
+from dse.runtime.mpirun import Launcher
 from dse.runtime.package import drop_submodels
 from dse.runtime.probe import probe_threads, speed_probe
 from models_analytical.model import AnalyticalModel
@@ -52,6 +53,7 @@ def measure(
     labels: list[str],
     s: FidelitySettings,
     tick: Callable[[], None],
+    launcher: Launcher | None = None,
 ) -> Measured:
     """Deploy every mapping into ``out/phase2/<label>``, then run them all ``s.rounds`` times,
     each round in a new random order (a slow spell of the machine then hits one round of
@@ -59,8 +61,10 @@ def measure(
     prediction beside them, written to its ``comparison.json``. With ``s.probe`` each run is
     brought to the calibration's probe of the network, or without one to this run's median
     probe (:mod:`dse.runtime.probe`).
-    Sub-models are deleted at the end unless ``s.keep``. ``tick`` after each deployment and
-    each run."""
+    With ``s.stream`` each run then measures the pipelined period too (its median over the
+    rounds). Sub-models are deleted at the end unless ``s.keep``. ``tick`` after each
+    deployment and each run; ``launcher``: how the ranks start (default: on the platform's
+    hosts by name)."""
     platform = model.platform
     dirs: list[tuple[int, Path]] = []
     results: dict[int, dict[str, Any]] = {}
@@ -71,7 +75,10 @@ def measure(
             d = out / "phase2" / label
             try:
                 check_gpus(platform, mappings.take(p))
-                deploy(net, platform, mappings.take(p), d, s.seed, s.warmup, s.iterations)
+                deploy(
+                    net, platform, mappings.take(p), d, s.seed, s.warmup, s.iterations,
+                    s.stream, launcher,
+                )  # fmt: skip
                 dirs.append((p, d))
             except DseError as exc:
                 results[p] = {"status": "failed", "reason": str(exc)}
@@ -86,6 +93,7 @@ def measure(
             np.random.default_rng(s.seed),
             lambda _r, _i: tick(),
             probe,
+            launcher,
         )
         probes = probe_times(merged)
         if probes:

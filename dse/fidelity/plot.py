@@ -14,11 +14,16 @@ from dse.fidelity.statistics import stats
 
 def plot(path: Path, pts: dict[str, Any], title: str) -> None:
     """Predicted against measured, log-log: latency (drift taken out where probed, the raw
-    measurements beside them) and per-device peak memory, by kind of mapping."""
-    fig = Figure(figsize=(11, 5))  # on the Agg canvas, without pyplot (no screen here)
-    axes = fig.subplots(1, 2)
+    measurements beside them), per-device peak memory and, where measured, the pipelined
+    period, by kind of mapping."""
+    panels = [("latency", "ms"), ("memory", "MB")]
+    if pts.get("period"):
+        panels.append(("period", "ms"))
+    # on the Agg canvas, without pyplot (no screen here)
+    fig = Figure(figsize=(5.5 * len(panels), 5))
+    axes = fig.subplots(1, len(panels))
     adjusted = bool(pts.get("latency_adjusted"))
-    for ax, (name, unit) in zip(axes, (("latency", "ms"), ("memory", "MB")), strict=True):
+    for ax, (name, unit) in zip(axes, panels, strict=True):
         data = pts["latency_adjusted"] if name == "latency" and adjusted else pts[name]
         if not data:
             ax.set_title(f"{name}: nothing measured")

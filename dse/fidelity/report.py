@@ -24,14 +24,16 @@ def latency_figures(pts: list[Point]) -> dict[str, Any]:
 
 def figures(pts: dict[str, list[Point]], measured_dir: Path) -> dict[str, Any]:
     """The report's statistics: latency judged with the machine's drift taken out where it
-    was probed (``latency``) and as measured, memory, and how well the measurements in
-    ``measured_dir`` (``<label>/comparison.json``) agree with themselves."""
+    was probed (``latency``) and as measured, memory, the pipelined period as measured (None
+    without ``stream``), and how well the measurements in ``measured_dir``
+    (``<label>/comparison.json``) agree with themselves."""
     lat = latency_figures(pts["latency_adjusted"] or pts["latency"])
     lat["drift_taken_out"] = bool(pts["latency_adjusted"])
     return {
         "latency": lat,
         "latency_as_measured": latency_figures(pts["latency"]),
         "memory": stats([x[0] for x in pts["memory"]], [x[1] for x in pts["memory"]]),
+        "period": latency_figures(pts["period"]) if pts["period"] else None,
         "noise_floor_pct": noise_floor(measured_dir),
         "round_spread_pct": round_spread(measured_dir),
         "repeatability": repeatability(measured_dir),
@@ -98,9 +100,15 @@ def messages(doc: dict[str, Any], out: Path) -> list[str]:
         + " (mean, +: predicted slower): "
         + ", ".join(f"{k} {v['bias_pct']:+.1f} % (n={v['n']})" for k, v in lat["by_kind"].items())
     )
+    period = doc.get("period")
+    of_period = (
+        f"; period MAPE {period['mape_pct']:.1f} %, within 10 % {period['within_10_pct']:.0f} %"
+        if period
+        else ""
+    )
     lines.append(
         f"fidelity {doc['net']}: latency MAPE {lat['mape_pct']:.1f} %, within 10 % "
         f"{lat['within_10_pct']:.0f} %, spearman {lat['spearman']:.2f}; memory MAPE "
-        f"{mem['mape_pct']:.1f} %"
+        f"{mem['mape_pct']:.1f} %{of_period}"
     )
     return lines

@@ -20,6 +20,7 @@ class FidelitySettings:
     warmup: int  # iterations before measuring, per run
     iterations: int  # measured iterations per run
     timeout_s: float  # a run past this is stopped and marked failed
+    stream: int  # frames pushed back to back after each run's iterations: the period (0: off)
     seed: int
     probe: bool  # a speed probe beside each run
     keep: bool  # keep the sub-models
@@ -33,6 +34,8 @@ def settings_from(cfg: DictConfig) -> FidelitySettings:
         raise DseError(f"mappings={cfg.mappings} must be at least 1")
     if int(cfg.rounds) < 1 or int(cfg.iterations) < 1 or int(cfg.warmup) < 0:
         raise DseError("rounds and iterations must be at least 1, warmup 0 or more")
+    if int(cfg.stream) < 0:
+        raise DseError(f"stream={cfg.stream} must be 0 (off) or more frames")
     if not float(cfg.timeout_s) > 0:
         raise DseError(f"timeout_s={cfg.timeout_s} must be positive")
     if int(cfg.search_pop_size) < 2 or int(cfg.search_generations) < 1:
@@ -43,6 +46,7 @@ def settings_from(cfg: DictConfig) -> FidelitySettings:
         warmup=int(cfg.warmup),
         iterations=int(cfg.iterations),
         timeout_s=float(cfg.timeout_s),
+        stream=int(cfg.stream),
         seed=int(cfg.seed),
         probe=bool(cfg.probe),
         keep=bool(cfg.keep),

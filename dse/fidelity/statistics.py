@@ -34,20 +34,28 @@ def stats(predicted: Any, measured: Any) -> dict[str, float]:
 
 def points(rows: list[dict[str, Any]], kinds: list[str]) -> dict[str, list[Point]]:
     """(predicted, measured, kind) per mapping for latency (``latency_adjusted``: with the
-    machine's drift taken out, where probed) and per used device for memory."""
-    lat, adj, mem = [], [], []
+    machine's drift taken out, where probed) and the pipelined period (where measured), and
+    per used device for memory."""
+    lat, adj, mem, period = [], [], [], []
     for row, kind in zip(rows, kinds, strict=True):
         if row["status"] != "ok":
             continue
         lat.append((row["latency_predicted_ms"], row["latency_measured_ms"], kind))
         if row.get("latency_adjusted_ms") is not None:
             adj.append((row["latency_predicted_ms"], row["latency_adjusted_ms"], kind))
+        if row.get("period_measured_ms") and row.get("period_predicted_ms") is not None:
+            period.append((row["period_predicted_ms"], row["period_measured_ms"], kind))
         for key, value in row.items():
             if key.endswith("_memory_mb_predicted") and value:
                 measured = row[key.replace("_predicted", "_measured")]
                 if measured:
                     mem.append((value, measured, kind))
-    return {"latency": lat, "latency_adjusted": adj if len(adj) == len(lat) else [], "memory": mem}
+    return {
+        "latency": lat,
+        "latency_adjusted": adj if len(adj) == len(lat) else [],
+        "memory": mem,
+        "period": period,
+    }
 
 
 def by_kind(points: list[Point]) -> dict[str, dict[str, float]]:

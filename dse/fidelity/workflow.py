@@ -3,8 +3,9 @@
 Deploys and measures N mappings under MPI: the per-objective bests of a short search and points
 spread along its front, then random mappings of every kind (:mod:`dse.fidelity.choose`),
 measured in interleaved rounds (:mod:`dse.fidelity.measure`). Compares predicted against
-measured latency and per-device peak memory (the rank's peak RSS over its life, loading
-included): MAPE, share within +-10 %, Spearman and Kendall rank correlation
+measured latency, per-device peak memory (the rank's peak RSS over its life, loading
+included) and, with ``stream=N``, the pipelined period (the model's ``period`` objective):
+MAPE, share within +-10 %, Spearman and Kendall rank correlation
 (:mod:`dse.fidelity.statistics`). Writes ``fidelity.csv``, ``fidelity.png`` and
 ``fidelity.json`` into the output directory.
 """
@@ -49,6 +50,7 @@ def run_fidelity(cfg: DictConfig, tell: Callable[..., None]) -> FidelityReport:
     error=False)`` says what it starts. Ctrl-C during the rounds writes the report of what
     was measured, then raises KeyboardInterrupt."""
     s = settings_from(cfg)
+    launcher = app.launcher_from(cfg)  # on an emulated platform: its cluster, which must be up
     mpiexec_path()
     started = time.perf_counter()
     net, platform, model = app.model_from(cfg)
@@ -71,7 +73,9 @@ def run_fidelity(cfg: DictConfig, tell: Callable[..., None]) -> FidelityReport:
     chosen = choose(problem, algorithm, s.mappings, s.seed)
     tell(f"measuring {len(chosen.labels)} mappings of {net.name} on {platform.name} into {out}")
     bar = tqdm(total=len(chosen.labels) * (s.rounds + 1), desc="fidelity", unit="run")
-    measured = measure(out, net, model, chosen.mappings, chosen.labels, s, lambda: bar.update(1))
+    measured = measure(
+        out, net, model, chosen.mappings, chosen.labels, s, lambda: bar.update(1), launcher
+    )
     bar.close()
     rows = [
         {**csv_row(label, result), "kind": kind}
@@ -98,6 +102,8 @@ def run_fidelity(cfg: DictConfig, tell: Callable[..., None]) -> FidelityReport:
         "latency_as_measured": f["latency_as_measured"],
         "drift": measured.speed,
         "memory": f["memory"],
+        "period": f["period"],
+        "stream": s.stream,
         "failed": [r["mapping"] for r in rows if r["status"] != "ok"],
         "warmup": s.warmup,
         "iterations": s.iterations,

@@ -27,6 +27,7 @@ from dse.results.plots import plot_predicted_vs_measured
 from dse.runtime.comparison import Compared
 from dse.runtime.measure import deploy_and_measure
 from dse.runtime.measurements import Measurement, failed
+from dse.runtime.mpirun import Launcher
 from dse.runtime.package import drop_submodels
 from models_analytical.model import AnalyticalModel
 
@@ -101,7 +102,8 @@ def write_csv(path: Path, rows: list[Row]) -> None:
 
 
 def plot(path: Path, rows: list[Row], title: str) -> None:
-    """Predicted against measured: latency, and the peak memory of every device."""
+    """Predicted against measured: latency, the peak memory of every device and, where
+    measured (``stream``), the pipelined period."""
     ok = [r for r in rows if r["status"] == "ok"]
     names = [r["mapping"] for r in ok]
     panels = {
@@ -119,6 +121,13 @@ def plot(path: Path, rows: list[Row], title: str) -> None:
     ]
     if mem:
         panels["peak memory per device (MB)"] = tuple(map(list, zip(*mem, strict=True)))
+    streamed = [r for r in ok if r.get("period_measured_ms")]
+    if streamed:
+        panels["pipelined period (ms)"] = (
+            [r["period_measured_ms"] for r in streamed],
+            [r["period_predicted_ms"] for r in streamed],
+            [r["mapping"] for r in streamed],
+        )
     failed = len(rows) - len(ok)
     plot_predicted_vs_measured(
         path, panels, title + (f" ({failed} mapping(s) failed)" if failed else "")
@@ -135,10 +144,12 @@ def measure_mappings(
     settings: Phase2Config | None = None,
     seed: int = 0,
     on_row: Callable[[Row], None] | None = None,
+    launcher: Launcher | None = None,
 ) -> list[Row]:
-    """Deploy and measure every mapping of ``mappings`` (named by ``labels``) into ``out/phase2``;
-    writes ``out/phase2.csv`` after each (and calls ``on_row`` with its row) and
-    ``out/phase2.png``; returns the rows."""
+    """Deploy and measure every mapping of ``mappings`` (named by ``labels``) into ``out/phase2``
+    (its ranks started by ``launcher``, default on the platform's hosts by name); writes
+    ``out/phase2.csv`` after each (and calls ``on_row`` with its row) and ``out/phase2.png``;
+    returns the rows."""
     s = settings or Phase2Config()
     out = Path(out)
     rows: list[Row] = []
@@ -157,6 +168,7 @@ def measure_mappings(
                     s.iterations,
                     s.timeout_s,
                     s.stream,
+                    launcher,
                 )
             except DseError as exc:
                 result = failed(str(exc))
@@ -182,14 +194,16 @@ def phase2_after_search(
     platform: Platform,
     settings: Phase2Config | None = None,
     seed: int = 0,
+    launcher: Launcher | None = None,
 ) -> list[Row]:
     """After a search: measure the best mapping of each objective and ``top_k`` more spread
-    along the front (``genes``, ``F`` from :func:`dse.search.nsga2.front`); returns the rows
-    (the run's summary and report take them)."""
+    along the front (``genes``, ``F`` from :func:`dse.search.nsga2.front`) with ``launcher``;
+    returns the rows (the run's summary and report take them)."""
     s = settings or Phase2Config()
     picks = select(F, list(problem.objectives), s.top_k)
     chosen = problem.chromosome.decode(np.asarray(genes)[[i for i, _ in picks]])
+    labels = [label for _, label in picks]
     rows = measure_mappings(
-        out, net, platform, problem.model, chosen, [label for _, label in picks], s, seed
+        out, net, platform, problem.model, chosen, labels, s, seed, launcher=launcher
     )
     return rows

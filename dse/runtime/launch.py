@@ -57,11 +57,28 @@ def launch(
     """Run the deployment; the measurement its rank 0 wrote (``failed`` with its reason when
     the outputs differ from the whole model's), or a failure naming the exit status and the
     ranks' error line (or the last lines of stderr), or the time limit. The plan is checked
-    first (one line, :func:`dse.runtime.plan.read_plan`). Ctrl-C stops every rank."""
+    first (one line, :func:`dse.runtime.plan.read_plan`). Ctrl-C stops every rank. The
+    launcher's watch (:data:`dse.runtime.mpirun.Watch`) sees the run start and end, and may
+    name a failure's cause."""
     directory = Path(directory).absolute()
     plan = read_plan(directory)
     launcher = launcher or Launcher()
-    cmd = launcher.command(directory, len(plan.ranks), warmup, iterations, rank_args)
+    placement = [(r.host, r.device) for r in plan.ranks]
+    cmd = launcher.command(
+        directory, len(plan.ranks), warmup, iterations, rank_args, placement=placement
+    )
+    finish = launcher.watch(placement) if launcher.watch is not None else None
+    try:
+        result = _run(cmd, directory, timeout_s, launcher)
+    except BaseException:
+        if finish is not None:
+            finish(failed("interrupted"))  # nothing of the run stays behind
+        raise
+    return finish(result) if finish is not None else result
+
+
+def _run(cmd: list[str], directory: Path, timeout_s: float, launcher: Launcher) -> Measurement:
+    """mpiexec ``cmd`` in its own session, at most ``timeout_s``; what the run gave."""
     result_path = directory / MEASUREMENTS
     result_path.unlink(missing_ok=True)
     err_path = directory / "stderr.log"

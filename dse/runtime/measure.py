@@ -109,13 +109,15 @@ def measure_interleaved(
     rng: np.random.Generator,
     on_run: Callable[[int, int], None] | None = None,
     probe: Callable[[], float] | None = None,
+    launcher: Launcher | None = None,
 ) -> tuple[list[Measurement], bool]:
     """Run every deployment ``rounds`` times, each round in a new random order; their merged
     measurements (:func:`merge_runs`) in the order given, and whether Ctrl-C cut the rounds
     short (then each merges the runs it had; one never run is failed, "interrupted"). A
     deployment that failed is not run again. ``on_run(round, index)`` follows each run.
     ``probe`` (:class:`dse.runtime.probe.SpeedProbe`) is timed before the first run and after
-    each one: a run's ``probe_ms`` holds the probes on either side of it."""
+    each one: a run's ``probe_ms`` holds the probes on either side of it. ``launcher``: how
+    the ranks start (default: on the platform's hosts by name)."""
     runs: list[list[Measurement]] = [[] for _ in directories]
     interrupted = False
     try:
@@ -125,7 +127,9 @@ def measure_interleaved(
                 if runs[i] and runs[i][-1].get("status") != "ok":
                     continue
                 try:
-                    result = launch(directories[i], timeout_s, warmup, iterations)
+                    result = launch(
+                        directories[i], timeout_s, warmup, iterations, launcher=launcher
+                    )
                 except DseError as exc:  # a deployment that cannot run: failed, the others go on
                     result = failed(str(exc))
                 runs[i].append(result)  # kept even if Ctrl-C comes during the probe after it

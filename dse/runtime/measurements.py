@@ -67,7 +67,8 @@ class RankFigures(TypedDict):
 
     rank: int
     device: str
-    host: str
+    host: str  # the platform's host of its device
+    hostname: str  # where it ran, as that machine names itself (an emulated board: its name)
     kind: str
     threads: int
     segments: int
@@ -101,9 +102,15 @@ class Equivalence(TypedDict, total=False):
     definition: str
 
 
-class Stream(TypedDict):
+class _Stream(TypedDict):
     frames: int
     period_ms: float  # the steady-state time per frame, frames pushed back to back
+
+
+class Stream(_Stream, total=False):
+    """Merged runs: ``period_ms`` is the median of the runs' periods, each in ``rounds_ms``."""
+
+    rounds_ms: list[float]
 
 
 class _Status(TypedDict):
@@ -214,7 +221,8 @@ def merge_runs(results: list[Measurement]) -> Measurement:
     ``latency_ms.median`` is the median of the runs' medians; p10, p90 and ``all`` pool every
     iteration; ``rounds_ms`` lists each run's median and ``round_spread`` is (max - min) /
     median of them. The other figures (ranks, memory, equivalence) are those of the run whose
-    median is the median run. A deployment with a failed run is failed, with that reason."""
+    median is the median run, but for the pipelined period (``stream``): the median of the
+    runs' periods. A deployment with a failed run is failed, with that reason."""
     failures = [r for r in results if r.get("status") != "ok" or not r.get("latency_ms")]
     if failures or not results:
         return failures[0] if failures else failed("not run")
@@ -236,6 +244,13 @@ def merge_runs(results: list[Measurement]) -> Measurement:
             round(float(np.mean(r["probe_ms"])), 4) for r in results
         ]
     merged.pop("probe_ms", None)
+    periods = [float(r["stream"]["period_ms"]) for r in results if r.get("stream")]
+    if periods and len(periods) == len(results):
+        merged["stream"] = {
+            "frames": mid["stream"]["frames"],
+            "period_ms": round(float(np.median(periods)), 4),
+            "rounds_ms": [round(p, 4) for p in periods],
+        }
     return merged
 
 

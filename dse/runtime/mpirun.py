@@ -1,10 +1,16 @@
 """How a deployment's ranks start: the mpiexec command, its environment, hostfile and rankfile.
 
 Everything that reaches mpiexec is built here, from a :class:`Launcher`: the default runs on
-the platform's hosts by name; an emulated cluster (boards as network namespaces) or a real
-one adds mpiexec arguments (e.g. ``--prtemca plm_ssh_agent LAUNCHER``, ``--mca
-btl_tcp_if_include SUBNET``), environment (``OMPI_MCA_...``) and the name or address each
-platform host has for mpiexec.
+the platform's hosts by name (ssh reaches the other hosts); an emulated cluster (boards as
+network namespaces, :func:`dse.cluster.launcher_for`) or a real one adds mpiexec arguments
+(e.g. ``--prtemca plm_ssh_agent LAUNCHER``, ``--mca btl_tcp_if_include SUBNET``), environment
+(``OMPI_MCA_...``), the name or address each platform host has for mpiexec, the cores a rank
+of each host is bound to, a program each rank starts through (a **rank wrapper**), and a
+:data:`Watch` around each run. The runtime knows nothing more of clusters than this.
+
+A rank wrapper is called as ``WRAPPER HOST/DEVICE,HOST/DEVICE,... PROGRAM...`` (every rank's
+host and device, in rank order): it prepares rank ``OMPI_COMM_WORLD_RANK`` (e.g. moves it into
+its device's CPU and memory cgroups) and execs PROGRAM.
 """
 
 from __future__ import annotations
@@ -13,12 +19,13 @@ import os
 import shlex
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dse.errors import DseError
 from dse.platform import Platform
+from dse.runtime.measurements import Measurement
 
 #: Open MPI refuses to run as root without these.
 ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
@@ -27,6 +34,13 @@ ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"
 #: core has nothing else to run and the wait is as short.
 MPI_ENV = {"OMPI_MCA_mpi_yield_when_idle": "1"}
 HOSTFILE, RANKFILE, RUN_SCRIPT = "hostfile", "rankfile", "run.sh"
+
+#: Each rank's (host, device), in rank order.
+Placement = Sequence[tuple[str, str]]
+#: Around a run: called with its placement before mpiexec starts; what it returns is called
+#: with the run's measurement once mpiexec's session is gone, and returns the measurement to
+#: keep (e.g. a failure with its cause named), after removing whatever of the run is left.
+Watch = Callable[[Placement], Callable[[Measurement], Measurement]]
 
 
 def mpiexec_path() -> str:
@@ -44,13 +58,19 @@ def mpiexec_path() -> str:
 @dataclass(frozen=True)
 class Launcher:
     """How ranks start: ``mpiexec`` (default: found by :func:`mpiexec_path`), extra mpiexec
-    ``args`` and ``env``, and ``hosts``: the name mpiexec knows a platform host by (default:
-    its own; a board of an emulated cluster may differ)."""
+    ``args`` and ``env``, ``hosts``: the name mpiexec knows a platform host by (default: its
+    own; a board of an emulated cluster may differ), ``slots``: the cores every rank of a
+    platform host is bound to (default: :func:`core_slots`; ranks then share them, each under
+    its own quota), ``rank_wrapper``: a program each rank starts through (the module's
+    docstring), and ``watch``: what happens around each run (:data:`Watch`)."""
 
     mpiexec: str | None = None
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     hosts: Mapping[str, str] = field(default_factory=dict)
+    slots: Mapping[str, str] = field(default_factory=dict)
+    rank_wrapper: str | None = None
+    watch: Watch | None = field(default=None, compare=False)
 
     def host(self, name: str) -> str:
         return self.hosts.get(name, name)
@@ -64,14 +84,29 @@ class Launcher:
         return {**MPI_ENV, **(ROOT_ENV if os.geteuid() == 0 else {}), **self.env}
 
     def mpiexec_command(
-        self, n_ranks: int, directory: Path, program: Sequence[str], mpiexec: str | None = None
+        self,
+        n_ranks: int,
+        directory: Path,
+        program: Sequence[str],
+        mpiexec: str | None = None,
+        placement: Placement = (),
     ) -> list[str]:
         """mpiexec running ``program`` as ``n_ranks`` ranks placed by the ``hostfile`` and
-        ``rankfile`` of ``directory`` (:func:`mpi_files`), with this launcher's arguments."""
+        ``rankfile`` of ``directory`` (:func:`mpi_files`), with this launcher's arguments;
+        ``placement`` (each rank's host and device) is needed with a rank wrapper."""
         d = Path(directory).resolve()
         cmd = [mpiexec or self.mpiexec or mpiexec_path(), "-n", str(n_ranks)]
-        cmd += ["--hostfile", str(d / HOSTFILE), "--map-by", f"rankfile:file={d / RANKFILE}"]
-        return [*cmd, *self.args, *program]
+        map_by = f"rankfile:file={d / RANKFILE}" + (":oversubscribe" if self.slots else "")
+        cmd += ["--hostfile", str(d / HOSTFILE), "--map-by", map_by]
+        return [*cmd, *self.args, *self.wrapper(n_ranks, placement), *program]
+
+    def wrapper(self, n_ranks: int, placement: Placement) -> list[str]:
+        """The rank wrapper and its argument (every rank's ``HOST/DEVICE``), or nothing."""
+        if self.rank_wrapper is None:
+            return []
+        if len(placement) != n_ranks:
+            raise ValueError(f"a rank wrapper needs the {n_ranks} ranks' placement")
+        return [self.rank_wrapper, ",".join(f"{h}/{d}" for h, d in placement)]
 
     def command(
         self,
@@ -81,22 +116,25 @@ class Launcher:
         iterations: int | None = None,
         rank_args: Sequence[str] = (),
         mpiexec: str | None = None,
+        placement: Placement = (),
     ) -> list[str]:
         """The exact mpiexec command that runs the deployment in ``directory``; ``rank_args``
-        go to the ranks (``python -m dse.runtime --help``)."""
+        go to the ranks (``python -m dse.runtime --help``); ``placement``: each rank's host
+        and device (the plan's)."""
         program = [sys.executable, "-m", "mpi4py", "-m", "dse.runtime"]
         program.append(str(Path(directory).resolve()))
         if warmup is not None:
             program += ["--warmup", str(warmup)]
         if iterations is not None:
             program += ["--iterations", str(iterations)]
-        return self.mpiexec_command(n_ranks, directory, [*program, *rank_args], mpiexec)
+        cmd = [*program, *rank_args]
+        return self.mpiexec_command(n_ranks, directory, cmd, mpiexec, placement)
 
     def run_script(self, cmd: list[str], directory: Path) -> str:
         """``run.sh``: the environment, the deployment checked (:mod:`dse.runtime.check`: one
         line and status 2 when it is wrong), then ``cmd`` (the ranks take further
         arguments)."""
-        extra = {k: v for k, v in self.env.items() if k not in MPI_ENV}
+        extra = {k: v for k, v in self.env.items() if k not in {**MPI_ENV, **ROOT_ENV}}
         check = [sys.executable, "-m", "dse.runtime.check", str(Path(directory).resolve())]
         lines = [
             "#!/bin/sh",
@@ -137,16 +175,22 @@ def mpi_files(
     platform: Platform, devices: Sequence[int], launcher: Launcher | None = None
 ) -> tuple[str, str]:
     """The hostfile (one line per host, as many slots as its ranks) and rankfile of ranks 0,
-    1, ... on ``devices`` (indices into the platform), bound as :func:`core_slots` says."""
-    host = (launcher or Launcher()).host
-    names = [host(platform.devices[d].host) for d in devices]
+    1, ... on ``devices`` (indices into the platform), bound as :func:`core_slots` says, or
+    as the launcher's ``slots`` say for its hosts."""
+    launcher = launcher or Launcher()
+    names = [launcher.host(platform.devices[d].host) for d in devices]
     hosts: dict[str, int] = {}
     for h in names:
         hosts[h] = hosts.get(h, 0) + 1
     hostfile = "".join(f"{h} slots={n}\n" for h, n in hosts.items())
-    slots = core_slots(platform)
+    cores = core_slots(platform)
+    slots = [launcher.slots.get(platform.devices[d].host, cores[d]) for d in devices]
     rankfile = "".join(
-        f"rank {r}={h} slot={slots[d]}\n"
-        for r, (h, d) in enumerate(zip(names, devices, strict=True))
+        f"rank {r}={h} slot={s}\n" for r, (h, s) in enumerate(zip(names, slots, strict=True))
     )
     return hostfile, rankfile
+
+
+def placement(platform: Platform, devices: Sequence[int]) -> list[tuple[str, str]]:
+    """Each rank's (host, device) for ranks on ``devices`` (indices into the platform)."""
+    return [(platform.devices[d].host, platform.devices[d].name) for d in devices]

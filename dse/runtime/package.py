@@ -87,7 +87,8 @@ def write_deployment(
             mpiexec = launcher.mpiexec or mpiexec_path()
         except DseError:
             mpiexec = "mpiexec"  # deploying needs no MPI; running it does
-        cmd = launcher.command(out, len(plan.ranks), mpiexec=mpiexec)
+        placement = [(r.host, r.device) for r in plan.ranks]
+        cmd = launcher.command(out, len(plan.ranks), mpiexec=mpiexec, placement=placement)
         if run is not None:
             plan.run = run
         plan.command = shlex.join(cmd)

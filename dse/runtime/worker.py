@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -324,6 +325,7 @@ def measure(
         "rank": me.rank,
         "device": me.spec.device,
         "host": me.spec.host,
+        "hostname": socket.gethostname(),
         "kind": me.spec.kind,
         "threads": me.spec.threads,
         "segments": len(me.spec.segments),

@@ -17,6 +17,7 @@ from dse.runtime import measure
 from dse.runtime import probe as probe_mod
 from dse.runtime.measure import deploy
 from dse.runtime.measurements import measured_latency_ms, merge_runs, take_out_drift
+from dse.runtime.mpirun import Launcher
 from dse.runtime.plan import input_arrays
 from dse.runtime.reader import read_plan
 from tests.helpers.calibrate import platform_localhost
@@ -37,6 +38,21 @@ def test_runs_of_one_deployment_merge_into_one_measurement() -> None:
     assert merge_runs([run(10, [10], "a"), bad]) == bad
 
 
+def test_merged_runs_keep_the_median_of_their_periods() -> None:
+    def run(med: float, period: float | None) -> dict:
+        r = {"status": "ok", "latency_ms": {"median": med, "all": [med]}}
+        return r if period is None else {**r, "stream": {"frames": 8, "period_ms": period}}
+
+    # latencies 10, 30, 20 (the median run: 20, period 9); periods 4, 12, 9: median 9, and
+    # the median of the periods even where the median latency's run has another one
+    merged = merge_runs([run(10, 4.0), run(30, 12.0), run(20, 9.0)])
+    assert merged["stream"] == {"frames": 8, "period_ms": 9.0, "rounds_ms": [4.0, 12.0, 9.0]}
+    merged = merge_runs([run(10, 4.0), run(30, 12.0), run(20, 3.0)])
+    assert merged["stream"]["period_ms"] == 4.0  # not the median run's 3.0
+    # a round without a period (streamed in only some runs): the median run's figures as is
+    assert merge_runs([run(10, 4.0), run(20, None), run(30, 12.0)]).get("stream") is None
+
+
 def test_drift_is_taken_out_of_each_round_by_its_probe() -> None:
     def run(med: float, probes: list[float]) -> dict:
         return {"status": "ok", "latency_ms": {"median": med, "all": [med]}, "probe_ms": probes}
@@ -55,9 +71,11 @@ def test_drift_is_taken_out_of_each_round_by_its_probe() -> None:
     assert measured_latency_ms(take_out_drift(partial, 100.0)) == 11
 
 
-def _fake_launch(order: list) -> object:
-    def launch(d, *args):  # noqa: ANN001, ANN002, ANN202
+def _fake_launch(order: list, launchers: list | None = None) -> object:
+    def launch(d, *args, launcher=None):  # noqa: ANN001, ANN002, ANN202
         order.append(d)
+        if launchers is not None:
+            launchers.append(launcher)
         return {"status": "ok", "latency_ms": {"median": 1.0, "all": [1.0]}}
 
     return launch
@@ -67,13 +85,17 @@ def test_interleaved_runs_have_a_probe_on_either_side(monkeypatch, tmp_path) -> 
     """One probe before the first run and one after each: run k's probes are the k-th and
     (k+1)-th, whatever deployment it ran."""
     order: list = []
+    launchers: list = []
     ticks = iter(range(100))
-    monkeypatch.setattr(measure, "launch", _fake_launch(order))
+    monkeypatch.setattr(measure, "launch", _fake_launch(order, launchers))
     dirs = [tmp_path / "a", tmp_path / "b"]
+    boards = Launcher(hosts={"localhost": "board-a"})
     merged, interrupted = measure.measure_interleaved(
-        dirs, 2, 0, 1, 1.0, np.random.default_rng(0), probe=lambda: float(next(ticks))
-    )
+        dirs, 2, 0, 1, 1.0, np.random.default_rng(0), probe=lambda: float(next(ticks)),
+        launcher=boards,
+    )  # fmt: skip
     assert not interrupted and len(order) == 4
+    assert launchers == [boards] * 4  # every run started by the launcher given
     # probes 0 | run | 1 | run | 2 | run | 3 | run | 4: run k sits between probes k and k + 1
     for i, d in enumerate(dirs):
         ks = [k for k, x in enumerate(order) if x == d]

@@ -14,17 +14,13 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
-import uuid
 from pathlib import Path
 
 import pytest
-import yaml
 
 from dse.cluster import (
     CheckSettings,
     check,
-    clusters,
     command,
     down,
     leftovers,
@@ -48,47 +44,7 @@ from dse.cluster.state import State
 from dse.cluster.system import require
 from dse.errors import DseError
 from tests.helpers.cli import run_module
-
-CONF = Path(__file__).resolve().parents[2] / "conf" / "platform"
-TEST_PREFIX = "dsetest-"
-TWO_CPUS = (os.cpu_count() or 1) >= 2
-
-
-def platform_yaml(name: str) -> dict:
-    return yaml.safe_load((CONF / f"{name}.yaml").read_text())
-
-
-def make_platform(name: str = "tplat", network: str = "switched") -> dict:
-    """Two boards: tb0 (a whole CPU, one device of 300 MB) and tb1 (another CPU shared 0.6 /
-    0.4 by two devices); tb0's port 200 Mbit/s, tb1's 100 (a pair gets the slower, 100)."""
-    return {
-        "name": name,
-        "coefficients": "localhost.json",
-        "shared_network": network == "shared",
-        "devices": [
-            {"name": "tb0_cpu", "host": "tb0", "kind": "cpu", "threads": 1, "memory_mb": 300},
-            {"name": "tb1_cpu0", "host": "tb1", "kind": "cpu", "threads": 1, "memory_mb": 512},
-            {"name": "tb1_cpu1", "host": "tb1", "kind": "cpu", "threads": 1, "memory_mb": 512},
-        ],
-        "links": {
-            "same_host": {"latency_s": 5e-6, "bandwidth_Bps": 5e9},
-            "network": {"latency_s": 1.5e-4, "bandwidth_Bps": 1.2e7},
-        },
-        "emulation": {
-            "network": network,
-            "rate_mbit": 200 if network == "switched" else 100,
-            "boards": {
-                "tb0": {"cpus": [0]},
-                "tb1": {"cpus": [1], **({"rate_mbit": 100} if network == "switched" else {})},
-            },
-            "devices": {
-                "tb0_cpu": {"share": 1.0},
-                "tb1_cpu0": {"share": 0.6},
-                "tb1_cpu1": {"share": 0.4},
-            },
-        },
-    }
-
+from tests.helpers.cluster import TWO_CPUS, make_platform, platform_yaml, wait_on_board
 
 # --- the spec: parsed by hand-checked rules (no root needed) --------------------------------
 
@@ -305,44 +261,6 @@ def test_summary_flags_links_off_their_rate() -> None:
 # --- real clusters (root, namespaces, tc, cgroup v1) ---------------------------------------
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-@pytest.fixture(scope="module")
-def cluster_names():
-    """Unique names for this module's clusters; every one is taken down at the end. Clusters of
-    earlier test runs killed before their finalizers (their pid is gone) are removed first."""
-    lacks = missing()
-    if lacks:
-        pytest.skip(f"no emulated cluster here: this machine lacks {'; '.join(lacks)}")
-    if not TWO_CPUS:
-        pytest.skip("the test clusters' boards need CPUs 0 and 1: this machine has one")
-    for name in clusters():
-        parts = name.split("-")
-        if name.startswith(TEST_PREFIX) and parts[1].isdigit() and not _pid_alive(int(parts[1])):
-            down(name)
-    made: list[str] = []
-
-    def new(tag: str) -> str:
-        name = f"{TEST_PREFIX}{os.getpid()}-{tag}-{uuid.uuid4().hex[:6]}"
-        made.append(name)
-        return name
-
-    yield new
-    for name in made:
-        try:
-            down(name)
-        except DseError as exc:  # still try the others; the test of down catches this
-            print(f"cleanup: {exc}", file=sys.stderr)
-
-
 @pytest.fixture(scope="module")
 def cluster(cluster_names) -> State:
     """A two-board switched cluster (ports of 200 and 100 Mbit/s), up for the module."""
@@ -474,15 +392,6 @@ def test_a_device_past_its_memory_cap_is_oom_killed(cluster: State, tmp_path: Pa
                              "import numpy as np; b = np.ones(600 << 20, np.uint8)"])  # fmt: skip
     assert direct.returncode == -9
     assert oom_kills(cluster, "tb0_cpu") == after["tb0_cpu"] + 1
-
-
-def wait_on_board(state: State, proc: subprocess.Popen, board: str) -> None:
-    """Until the launcher has put ``proc`` on ``board`` (in its network namespace)."""
-    deadline = time.monotonic() + 10
-    cmd = ["ip", "netns", "pids", state.names.board_ns(board)]
-    while str(proc.pid) not in subprocess.run(cmd, capture_output=True, text=True).stdout.split():
-        assert time.monotonic() < deadline, f"{proc.args} never reached {board}"
-        time.sleep(0.02)
 
 
 def test_stop_processes_and_cut_links(cluster: State) -> None:

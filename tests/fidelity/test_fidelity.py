@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from dse.fidelity.measure import speed_reference
-from dse.fidelity.statistics import by_kind, repeatability, stats
+from dse.fidelity.report import figures, messages
+from dse.fidelity.statistics import by_kind, points, repeatability, stats
 from dse.mapping import check, random_mappings
 from dse.net import load_net
 from dse.net.build import build_graph
@@ -41,6 +42,34 @@ def test_fidelity_error_by_kind_of_mapping() -> None:
         "single": {"n": 2, "bias_pct": 0.0, "mape_pct": 10.0},
         "split": {"n": 1, "bias_pct": 20.0, "mape_pct": 20.0},
     }
+
+
+def test_the_period_is_judged_beside_the_latency(tmp_path) -> None:
+    """Rows with a pipelined period (stream=N) give period points and statistics; the summary
+    line ends with the period's MAPE; rows without it (or failed) give none."""
+    rows = [
+        {"status": "ok", "latency_predicted_ms": 10.0, "latency_measured_ms": 10.0,
+         "period_predicted_ms": 4.2, "period_measured_ms": 4.0},
+        {"status": "ok", "latency_predicted_ms": 20.0, "latency_measured_ms": 25.0,
+         "period_predicted_ms": 8.0, "period_measured_ms": 10.0},
+        {"status": "ok", "latency_predicted_ms": 30.0, "latency_measured_ms": 30.0},
+        {"status": "failed", "period_predicted_ms": 1.0, "period_measured_ms": None},
+    ]  # fmt: skip
+    pts = points(rows, ["single", "split", "mixed", "mixed"])
+    assert pts["period"] == [(4.2, 4.0, "single"), (8.0, 10.0, "split")]
+    f = figures(pts, tmp_path)
+    # errors +5 % and -20 %: MAPE 12.5, one of two within 10 %; by kind +5 and -20
+    assert f["period"]["mape_pct"] == pytest.approx(12.5)
+    assert f["period"]["within_10_pct"] == pytest.approx(50.0)
+    assert f["period"]["by_kind"]["split"]["bias_pct"] == pytest.approx(-20.0)
+    doc = {
+        "net": "n", "failed": [], "latency": f["latency"], "memory": stats([1.0], [1.0]),
+        "period": f["period"], "seconds": 1.0, "noise_floor_pct": None, "round_spread_pct": None,
+        "rounds": 1, "repeatability": None, "repeatability_adjusted": None,
+    }  # fmt: skip
+    assert messages(doc, tmp_path)[-1].endswith("; period MAPE 12.5 %, within 10 % 50 %")
+    assert figures(points(rows[2:], ["mixed", "mixed"]), tmp_path)["period"] is None
+    assert "period" not in messages({**doc, "period": None}, tmp_path)[-1]
 
 
 def test_repeatability_of_rounds_by_hand(tmp_path) -> None:
@@ -114,6 +143,7 @@ def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> 
         "warmup=0",
         "iterations=1",
         "rounds=2",
+        "stream=3",
         f"coefficients={tmp_path / 'c.json'}",
         f"out={out}",
     )
@@ -121,18 +151,27 @@ def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> 
     last = res.stdout.strip().splitlines()[-1]
     assert re.fullmatch(
         r"fidelity alexnet: latency MAPE [\d.]+ %, within 10 % \d+ %, spearman \S+; "
-        r"memory MAPE [\d.]+ %",
+        r"memory MAPE [\d.]+ %; period MAPE [\d.]+ %, within 10 % \d+ %",
         last,
     ), last
     rows = list(csv.DictReader((out / "fidelity.csv").open()))
     assert len(rows) == 3 and all(r["status"] == "ok" for r in rows)
     doc = json.loads((out / "fidelity.json").read_text())
     assert doc["latency"]["n"] == 3 and not doc["calibrated"]
+    assert doc["stream"] == 3 and doc["period"]["n"] == 3  # every mapping's period judged
+    assert all(float(r["period_measured_ms"]) > 0 for r in rows)
     assert "not calibrated" in res.stderr
     assert (out / "fidelity.png").stat().st_size > 10_000
     for row in rows:  # two interleaved rounds of one iteration each, sub-models dropped
-        lat = json.loads((out / "phase2" / row["mapping"] / "comparison.json").read_text())
-        lat = lat["latency_ms"]
+        compared = json.loads((out / "phase2" / row["mapping"] / "comparison.json").read_text())
+        lat = compared["latency_ms"]
+        # the period: the median of the two rounds' (the model's period objective beside it)
+        assert compared["stream"]["period_ms"] == pytest.approx(
+            np.median(compared["stream"]["rounds_ms"]), abs=1e-3
+        )
+        period = compared["comparison"]["period_ms"]
+        assert period["predicted"] == compared["predicted"]["objectives"]["period_ms"]
+        assert float(row["period_measured_ms"]) == period["measured"]
         assert len(lat["rounds_ms"]) == 2 and len(lat["all"]) == 2
         assert lat["median"] == pytest.approx(np.median(lat["rounds_ms"]), abs=1e-3)
         assert not list((out / "phase2" / row["mapping"]).glob("*.onnx"))

@@ -1,0 +1,138 @@
+"""The runtime's launcher for a platform: on its hosts by name, or on its emulated cluster.
+
+:func:`launcher_for` is where a platform config becomes the runtime's
+:class:`~dse.runtime.mpirun.Launcher`, for every workflow that launches ranks (``dse.deploy``,
+phase two, ``dse.calibrate``, ``dse.fidelity``):
+
+* a platform without ``emulation:`` runs on its hosts by name: ``Launcher()`` (mpiexec reaches
+  hosts other than this one over ssh, as on real boards);
+* a platform with it runs on its cluster, which must be up (:func:`cluster_launcher`): Open MPI
+  reaches the boards through the cluster's launcher (its ssh agent), its daemons and ranks talk
+  over the cluster's subnet only (between boards TCP over the shaped links; within a board
+  shared memory: Open MPI tells them apart by the boards' host names), each rank is bound to its
+  board's CPUs and enters its device's cgroups (the cluster's ``rank`` script as the rank
+  wrapper), and :class:`RunWatch` names the cause of a failed run (a device's OOM kill, a cut
+  link) and leaves nothing of it on the boards.
+
+It lives in the cluster layer, above the runtime: the runtime knows no emulation (a real
+cluster is the same Launcher with ssh), and only the cluster knows its state, scripts and
+subnet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from dse.cluster.build import link_carrying, stop_processes
+from dse.cluster.cpu import oom_kills
+from dse.cluster.mpi import board_slot, mpiexec_options
+from dse.cluster.names import Names
+from dse.cluster.net import namespaces
+from dse.cluster.spec import ClusterSpec, parse_spec
+from dse.cluster.state import STATE, State, load
+from dse.errors import DseError
+from dse.runtime.measurements import Measurement
+from dse.runtime.mpirun import Launcher, Placement
+
+
+def launcher_for(
+    platform_cfg: Mapping[str, Any], required: bool = True, given: str | None = None
+) -> Launcher:
+    """How ranks start on the platform ``platform_cfg`` (``conf/platform/NAME.yaml`` as a
+    mapping): ``Launcher()`` without ``emulation:``; with it, the running cluster named after
+    the platform (:func:`cluster_launcher`), or one line saying how to bring it up (without
+    ``required``: ``Launcher()`` while it is not up, for a deployment that is only written).
+    ``given``: the platform's words on the command line, for that line (default
+    ``platform=NAME``)."""
+    if not platform_cfg.get("emulation"):
+        return Launcher()
+    name = str(platform_cfg.get("name"))
+    given = given or f"platform={name}"
+    if not (Names(name).state_dir / STATE).is_file():
+        if not required:
+            return Launcher()
+        raise DseError(f"cluster '{name}' is not up: run python -m dse.cluster up {given}")
+    state = load(name)
+    expected = parse_spec(platform_cfg, name, state.spec.cfs_period_us)
+    if expected != state.spec:
+        raise DseError(
+            f"cluster '{name}' runs another version of its platform "
+            f"({difference(expected, state.spec)}): run python -m dse.cluster up {given} again"
+        )
+    present = set(namespaces())
+    gone = [b.name for b in state.spec.boards if state.names.board_ns(b.name) not in present]
+    if gone:
+        raise DseError(
+            f"cluster '{name}' is broken: boards {', '.join(gone)} are gone: run python -m "
+            f"dse.cluster down {given}, then up"
+        )
+    return cluster_launcher(state)
+
+
+def difference(here: ClusterSpec, running: ClusterSpec) -> str:
+    """The first field in which the platform's cluster and the running one differ."""
+    for f in fields(ClusterSpec):
+        a, b = getattr(here, f.name), getattr(running, f.name)
+        if a != b:
+            if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
+                a, b = next((x, y) for x, y in zip(a, b, strict=True) if x != y)
+            return f"{f.name}: {a} in the platform, {b} running"
+    return "no difference"
+
+
+def cluster_launcher(state: State) -> Launcher:
+    """The runtime's launcher on the running cluster ``state``."""
+    args, env = mpiexec_options(state)
+    return Launcher(
+        args=tuple(args),
+        env=env,
+        slots={b.name: board_slot(state, b.name) for b in state.spec.boards},
+        rank_wrapper=str(state.rank_script),
+        watch=RunWatch(state),
+    )
+
+
+@dataclass(frozen=True)
+class RunWatch:
+    """Around each run on the cluster (:data:`dse.runtime.mpirun.Watch`). Before it: one line
+    if a board it uses has its link down (the run would wait for its time limit), and the
+    OOM-kill count of every device it uses. After a failed run: kills every process on the
+    cluster's boards (Open MPI's daemons there outlive mpiexec's session; a cluster runs one
+    deployment at a time) and puts the failure's cause before its reason: a device whose
+    cgroup OOM-killed a process during the run, a board it uses whose link is down."""
+
+    state: State
+
+    def __call__(self, placement: Placement) -> Callable[[Measurement], Measurement]:
+        pairs = list(dict.fromkeys(placement))  # (board, device), each once
+        boards = list(dict.fromkeys(board for board, _ in pairs))
+        for b in boards:
+            if not link_carrying(self.state, b):
+                raise DseError(
+                    f"cluster '{self.state.name}': board {b}'s link is down, so a run there "
+                    "cannot finish: restore it (dse.cluster.set_link) or bring the cluster up "
+                    "again"
+                )
+        names = self.state.names
+        before = {pair: oom_kills(names, *pair) for pair in pairs}
+
+        def finish(result: Measurement) -> Measurement:
+            if result.get("status") == "ok":
+                return result
+            stop_processes(self.state)
+            causes = [
+                f"{d} ran out of its {self.state.spec.device(d).memory_mb:g} MB memory cap "
+                "(OOM kill)"
+                for (b, d), count in before.items()
+                if oom_kills(names, b, d) > count
+            ]
+            causes += [
+                f"board {b}'s link is down" for b in boards if not link_carrying(self.state, b)
+            ]
+            if not causes:
+                return result
+            return {**result, "reason": "; ".join([*causes, str(result.get("reason", ""))])}
+
+        return finish

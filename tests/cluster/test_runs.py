@@ -1,0 +1,410 @@
+"""The runtime on an emulated cluster: deployments run their ranks on the boards through
+``dse.cluster.launcher_for``, over TCP between boards and shared memory within one; an OOM kill
+and a cut link fail a mapping with their cause, the other mappings go on, and nothing of a
+failed run stays on the boards.
+
+The launcher's command and files and the one-line errors need no cluster; the runs need root,
+network namespaces, tc and cgroup v1 (the ``cluster_names`` fixture skips, saying what is
+missing) and mpiexec (marked ``mpi``). The networks are small (a few convolutions; a 94 MB
+Gemm for the memory cap), so the module takes well under a minute.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import ipaddress
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from dse.cluster import (
+    cluster_launcher,
+    launcher_for,
+    parse_spec,
+    peak_memory_mb,
+    set_link,
+    up,
+)
+from dse.cluster.names import CGROUP_ROOT, CONTROLLERS
+from dse.cluster.state import State
+from dse.config import Phase2Config
+from dse.errors import DseError
+from dse.fidelity.measure import measure as fidelity_measure
+from dse.fidelity.settings import FidelitySettings
+from dse.mapping import Mappings, from_device_lists, to_autodice
+from dse.net import Net, load_net
+from dse.platform import load_platform
+from dse.results.phase2 import measure_mappings
+from dse.runtime.comparison import read_comparison
+from dse.runtime.launch import launch
+from dse.runtime.measure import deploy, deploy_and_measure
+from dse.runtime.mpirun import Launcher, mpi_files, placement
+from models_analytical.coefficients import load_coefficients
+from models_analytical.model import AnalyticalModel
+from tests.helpers.cli import run_module
+from tests.helpers.cluster import CONF, make_platform, platform_yaml
+from tests.helpers.onnx_factory import model as onnx_model
+from tests.helpers.onnx_factory import weight
+from tests.runtime.test_partition import RTOL
+
+#: The memory cap of the test cluster's tb1_cpu1 (MB): a rank of a small network is charged
+#: ~45 MB in its device's cgroup, one holding the 94 MB Gemm ~140 MB.
+CAP_MB = 100.0
+
+
+# --- networks and what the boards show ------------------------------------------------------
+
+
+def small_net(tmp: Path) -> Net:
+    """conv(3->16) relu conv(16->32) relu conv(32->8) on 32x32: three splittable layers and
+    tensors of 64 and 128 kB between them."""
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        n("Relu", ["c1"], ["r1"], name="relu1"),
+        n("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
+        n("Relu", ["c2"], ["r2"], name="relu2"),
+        n("Conv", ["r2", "w3", "b3"], ["c3"], pads=[1, 1, 1, 1], name="conv3"),
+    ]
+    inits = [weight("w1", [16, 3, 3, 3], 1), weight("b1", [16], 2), weight("w2", [32, 16, 3, 3], 3)]
+    inits += [weight("b2", [32], 4), weight("w3", [8, 32, 3, 3], 5), weight("b3", [8], 6)]
+    path = tmp / "small.onnx"
+    onnx.save(onnx_model(nodes, {"x": [1, 3, 32, 32]}, ["c3"], inits), path)
+    return load_net({"name": "onnx", "path": str(path)})
+
+
+def heavy_net(tmp: Path) -> Net:
+    """conv(3->4) relu flatten, then a Gemm of 6000 x 4096 weights (94 MiB)."""
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        n("Relu", ["c1"], ["r1"], name="relu1"),
+        n("Flatten", ["r1"], ["f"], name="flat"),
+        n("Gemm", ["f", "wg", "bg"], ["g"], transB=1, name="gemm"),
+    ]
+    inits = [weight("w1", [4, 3, 3, 3], 1), weight("b1", [4], 2)]
+    inits += [weight("wg", [6000, 4 * 32 * 32], 3), weight("bg", [6000], 4)]
+    path = tmp / "heavy.onnx"
+    onnx.save(onnx_model(nodes, {"x": [1, 3, 32, 32]}, ["g"], inits), path)
+    return load_net({"name": "onnx", "path": str(path)})
+
+
+def on_devices(net: Net, n_devices: int, *layer_devices: list[list[int]]) -> Mappings:
+    return from_device_lists(net.graph, n_devices, list(layer_devices))
+
+
+def model_of(net: Net, platform_cfg: dict) -> AnalyticalModel:
+    coefficients = load_coefficients(CONF / "localhost.json")
+    return AnalyticalModel(net.graph, load_platform(platform_cfg), coefficients)
+
+
+def tx_bytes(state: State, board: str) -> int:
+    """Bytes the board's port has sent, as the kernel counts them (``ip -s``)."""
+    ns = state.names.board_ns(board)
+    out = subprocess.run(["ip", "-n", ns, "-s", "-j", "link", "show", "eth0"],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return int(json.loads(out)[0]["stats64"]["tx"]["bytes"])
+
+
+def left_on_boards(state: State) -> list[str]:
+    """Processes in the cluster's board namespaces or cgroups (read with ip and the cgroup
+    files, not dse's code)."""
+    found = []
+    for b in state.spec.boards:
+        ns = state.names.board_ns(b.name)
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
+        found += [f"{ns}: {p}" for p in pids.split()]
+    for controller in CONTROLLERS:
+        top = CGROUP_ROOT / controller / f"dse.{state.name}"
+        for procs in top.rglob("cgroup.procs"):
+            found += [f"{procs.parent}: {p}" for p in procs.read_text().split()]
+    return found
+
+
+def wait_for_ranks(state: State, board: str, timeout_s: float = 30.0) -> bool:
+    """Until a rank of the runtime runs in ``board``'s namespace."""
+    ns = state.names.board_ns(board)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
+        for pid in pids.split():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"dse.runtime" in cmd:
+                return True
+        time.sleep(0.05)
+    return False
+
+
+# --- the launcher, without a cluster ---------------------------------------------------------
+
+
+def test_a_platform_without_emulation_runs_on_its_hosts_by_name() -> None:
+    assert launcher_for(platform_yaml("localhost")) == Launcher()
+
+
+def test_the_cluster_launcher_places_each_rank_on_its_board(tmp_path: Path) -> None:
+    """What the runtime's command becomes on edge3_ethernet (a cluster state made by hand,
+    nothing started): mpiexec reaches the boards through the cluster's launcher, talks over
+    its subnet, binds every rank to its board's one CPU (edge1's two devices share it, each
+    under its quota) and starts each rank through the rank script, which moves it into its
+    device's cgroups."""
+    cfg = platform_yaml("edge3_ethernet")
+    state = State(parse_spec(cfg, available=[0, 1]), ipaddress.IPv4Network("198.18.7.0/24"))
+    launcher = cluster_launcher(state)
+    platform = load_platform(cfg)
+    devices = [2, 0, 1]  # edge1_cpu1, edge0_cpu, edge1_cpu0
+    hostfile, rankfile = mpi_files(platform, devices, launcher)
+    assert hostfile == "edge1 slots=2\nedge0 slots=1\n"
+    assert rankfile == "rank 0=edge1 slot=0\nrank 1=edge0 slot=0\nrank 2=edge1 slot=0\n"
+    # on the hosts by name, edge1's second device would take a second core edge1 lacks
+    assert mpi_files(platform, devices)[1].splitlines()[0] == "rank 0=edge1 slot=1"
+    d = tmp_path.resolve()
+    cmd = launcher.command(tmp_path, 3, mpiexec="mpiexec", placement=placement(platform, devices))
+    assert cmd == [
+        "mpiexec", "-n", "3", "--hostfile", f"{d}/hostfile",
+        "--map-by", f"rankfile:file={d}/rankfile:oversubscribe",
+        "--prtemca", "plm_ssh_agent", "/run/dse-cluster/edge3_ethernet/launcher",
+        "--prtemca", "oob_tcp_if_include", "198.18.7.0/24",
+        "--mca", "btl_tcp_if_include", "198.18.7.0/24",
+        "/run/dse-cluster/edge3_ethernet/rank", "edge1/edge1_cpu1,edge0/edge0_cpu,edge1/edge1_cpu0",
+        sys.executable, "-m", "mpi4py", "-m", "dse.runtime", str(d),
+    ]  # fmt: skip
+    assert launcher.environment()["OMPI_MCA_mpi_yield_when_idle"] == "1"
+    with pytest.raises(ValueError, match="needs the 3 ranks' placement"):
+        launcher.command(tmp_path, 3, mpiexec="mpiexec")
+
+
+def test_a_cluster_not_up_is_one_line() -> None:
+    cfg = make_platform(name="dsetest-never-up")
+    with pytest.raises(DseError) as err:
+        launcher_for(cfg)
+    assert str(err.value) == (
+        "cluster 'dsetest-never-up' is not up: run python -m dse.cluster up "
+        "platform=dsetest-never-up"
+    )
+    assert launcher_for(cfg, required=False) == Launcher()  # a deployment only written
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        ["dse.deploy", "+net=alexnet", "mapping=nowhere.json", "measure=true"],
+        ["dse", "+net=alexnet", "phase2.enabled=true", "progress=false"],
+        ["dse.calibrate", "quick=true"],
+        ["dse.fidelity", "+net=alexnet"],
+    ],
+    ids=["deploy", "phase2", "calibrate", "fidelity"],
+)
+def test_every_workflow_says_in_one_line_that_the_cluster_is_not_up(entry: list[str]) -> None:
+    name = "dsetest-never-up"
+    proc = run_module(*entry, "platform=edge3_ethernet", f"platform.name={name}")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"error: cluster '{name}' is not up: run python -m dse.cluster up "
+        f"platform=edge3_ethernet platform.name={name}"
+    ]
+
+
+# --- runs on real clusters (root, namespaces, tc, cgroup v1, mpiexec) -------------------------
+
+
+@pytest.fixture(scope="module")
+def edge3(cluster_names) -> tuple[dict, State]:
+    """edge3_ethernet as shipped, up under a name of its own (platform.name=...)."""
+    cfg = {**platform_yaml("edge3_ethernet"), "name": cluster_names("edge3")}
+    return cfg, up(parse_spec(cfg))
+
+
+@pytest.fixture(scope="module")
+def capped(cluster_names) -> tuple[dict, State]:
+    """The two-board test platform (tb0: one device, 200 Mbit/s; tb1: two, 100 Mbit/s) named
+    after its cluster, with tb1_cpu1's memory capped at :data:`CAP_MB`."""
+    cfg = make_platform(name=cluster_names("runs"))
+    cfg["devices"][2]["memory_mb"] = CAP_MB
+    return cfg, up(parse_spec(cfg))
+
+
+@pytest.mark.mpi
+def test_deploy_cli_runs_a_b_a_across_the_boards(edge3, tmp_path: Path) -> None:
+    """`python -m dse.deploy measure=true` on edge3_ethernet, renamed: conv1 on edge0, conv2
+    on edge1, conv3 back on edge0. The outputs equal the whole model's, each rank sends the
+    model's bytes, ranks ran on their boards and in their devices' cgroups, the tensors
+    crossed the boards' ports, and the pipelined period sits beside its prediction."""
+    cfg, state = edge3
+    net = small_net(tmp_path)
+    batch = on_devices(net, 3, [[0], [0], [1], [1], [0]])
+    mapping, _ = to_autodice(net.graph, [d["name"] for d in cfg["devices"]], batch)
+    (tmp_path / "mapping.json").write_text(json.dumps(mapping))
+    for d in state.spec.devices:
+        peak_memory_mb(state, d.name, reset=True)
+    sent_before = {b: tx_bytes(state, b) for b in ("edge0", "edge1")}
+    out = tmp_path / "aba"
+    proc = run_module(
+        "dse.deploy", "+net=onnx", f"net.path={tmp_path / 'small.onnx'}",
+        "platform=edge3_ethernet", f"platform.name={state.name}",
+        f"mapping={tmp_path / 'mapping.json'}", f"out={out}", "measure=true",
+        "warmup=1", "iterations=3", "stream=4", "timeout_s=120",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    r = read_comparison(out)
+    assert r["status"] == "ok"
+    assert r["equivalence"]["passed"] and r["equivalence"]["max_rel_error"] <= RTOL
+    ranks = {x["device"]: x for x in r["ranks"]}
+    assert {d: x["hostname"] for d, x in ranks.items()} == {
+        "edge0_cpu": "edge0",
+        "edge1_cpu0": "edge1",
+    }
+    model_bytes = model_of(net, cfg).evaluate(batch).bytes_sent[0]  # per device, in order
+    assert {d: x["bytes_sent"] for d, x in ranks.items()} == {
+        "edge0_cpu": int(model_bytes[0]),
+        "edge1_cpu0": int(model_bytes[1]),
+    }
+    # r1 (16 x 32 x 32 floats) to edge1, r2 (32 x 32 x 32) back: by hand
+    assert (ranks["edge0_cpu"]["bytes_sent"], ranks["edge1_cpu0"]["bytes_sent"]) == (65536, 131072)
+    # each board's port sent at least its rank's tensors of the 4 timed iterations
+    for board, device in (("edge0", "edge0_cpu"), ("edge1", "edge1_cpu0")):
+        assert tx_bytes(state, board) - sent_before[board] >= 4 * ranks[device]["bytes_sent"]
+    # each rank ran in its device's memory cgroup (~45 MB charged); edge1_cpu1 ran nothing
+    assert peak_memory_mb(state, "edge0_cpu") > 20 and peak_memory_mb(state, "edge1_cpu0") > 20
+    assert peak_memory_mb(state, "edge1_cpu1") < 5
+    plan = json.loads((out / "plan.json").read_text())
+    assert f"plm_ssh_agent {state.launcher} " in plan["command"]
+    assert f" {state.rank_script} edge0/edge0_cpu,edge1/edge1_cpu0 " in plan["command"]
+    period = r["comparison"]["period_ms"]
+    assert period["measured"] == r["stream"]["period_ms"] > 0
+    assert period["predicted"] == r["predicted"]["objectives"]["period_ms"]
+    assert "stream period" in proc.stdout
+    assert left_on_boards(state) == []
+
+
+@pytest.mark.mpi
+def test_a_lop_mapping_splits_layers_across_two_boards(capped, tmp_path: Path) -> None:
+    """Every conv split over tb0_cpu, tb1_cpu0 and tb1_cpu1 (parts gathered over TCP between
+    the boards and shared memory within tb1), the relus on tb0_cpu."""
+    cfg, state = capped
+    net = small_net(tmp_path)
+    batch = on_devices(net, 3, [[0, 1, 2], [0], [0, 1, 2], [0], [0, 1, 2]])
+    model = model_of(net, cfg)
+    for d in state.spec.devices:
+        peak_memory_mb(state, d.name, reset=True)
+    r = deploy_and_measure(
+        net, load_platform(cfg), model, batch, tmp_path / "lop", warmup=1, iterations=2,
+        timeout_s=120, launcher=launcher_for(cfg),
+    )  # fmt: skip
+    assert r["status"] == "ok", r.get("reason")
+    assert r["equivalence"]["passed"] and r["equivalence"]["max_rel_error"] <= RTOL
+    assert [x["bytes_sent"] for x in r["ranks"]] == [
+        int(b) for b in model.evaluate(batch).bytes_sent[0]
+    ]
+    assert all(x["bytes_sent"] > 0 for x in r["ranks"])
+    assert [x["hostname"] for x in r["ranks"]] == ["tb0", "tb1", "tb1"]
+    assert all(peak_memory_mb(state, d.name) > 20 for d in state.spec.devices)
+    assert left_on_boards(state) == []
+
+
+@pytest.mark.mpi
+def test_an_oom_kill_fails_its_mapping_and_the_others_go_on(capped, tmp_path: Path) -> None:
+    """The Gemm on tb1_cpu1 (capped at 100 MB) is OOM-killed: that mapping is failed, naming
+    the device and its cap, in phase two and in fidelity; the Gemm on tb1_cpu0 (512 MB) is
+    measured, with its pipelined period."""
+    cfg, state = capped
+    net = heavy_net(tmp_path)
+    platform, model = load_platform(cfg), model_of(net, cfg)
+    batch = Mappings.concat(
+        [on_devices(net, 3, [[0], [0], [0], [2]]), on_devices(net, 3, [[0], [0], [0], [1]])]
+    )
+    launcher = launcher_for(cfg)
+    settings = Phase2Config(warmup=1, iterations=2, timeout_s=120, stream=3)
+    rows = measure_mappings(
+        tmp_path, net, platform, model, batch, ["capped", "roomy"], settings, launcher=launcher
+    )
+    cause = f"tb1_cpu1 ran out of its {CAP_MB:g} MB memory cap (OOM kill)"
+    assert rows[0]["status"] == "failed" and rows[0]["reason"].startswith(cause + "; ")
+    assert rows[1]["status"] == "ok" and rows[1]["period_measured_ms"] > 0
+    predicted = model.evaluate(batch.take(1)).as_dict(platform)["objectives"]["period_ms"]
+    assert rows[1]["period_predicted_ms"] == predicted
+    written = list(csv.DictReader((tmp_path / "phase2.csv").open()))
+    assert [(w["mapping"], w["status"]) for w in written] == [("capped", "failed"), ("roomy", "ok")]
+    assert left_on_boards(state) == []
+    s = FidelitySettings(
+        mappings=2, rounds=2, warmup=1, iterations=2, timeout_s=120, stream=3, seed=0,
+        probe=True, keep=False, search_pop_size=2, search_generations=1,
+    )  # fmt: skip
+    measured = fidelity_measure(
+        tmp_path / "fid", net, model, batch, ["capped", "roomy"], s, lambda: None, launcher
+    )
+    first, second = measured.results
+    assert first["status"] == "failed" and first["reason"].startswith(cause + "; ")
+    assert second["status"] == "ok" and len(second["stream"]["rounds_ms"]) == 2
+    assert second["comparison"]["period_ms"]["measured"] == pytest.approx(
+        np.median(second["stream"]["rounds_ms"]), abs=1e-3
+    )
+    assert measured.speed is None  # no cpu device of the boards is this machine's to probe
+    assert left_on_boards(state) == []
+
+
+@pytest.mark.mpi
+def test_a_cut_link_fails_within_the_time_limit_and_leaves_nothing(capped, tmp_path: Path):
+    """tb1's link goes down while an A -> B -> A mapping runs: the run fails at its time limit
+    (the ranks wait for messages that never come), naming the link, and no process of it is
+    left on either board (Open MPI's daemons there outlive mpiexec's session); a run while it
+    is down is refused in one line."""
+    cfg, state = capped
+    net = small_net(tmp_path)
+    batch = on_devices(net, 3, [[0], [0], [1], [1], [0]])
+    launcher = launcher_for(cfg)
+    out = tmp_path / "cut"
+    deploy(net, load_platform(cfg), batch, out, warmup=1, iterations=10**7, launcher=launcher)
+    cut: list[float] = []
+
+    def cut_when_running() -> None:
+        if wait_for_ranks(state, "tb1"):
+            time.sleep(1.0)  # loaded and exchanging tensors
+            set_link(state, "tb1", False)
+            cut.append(time.monotonic())
+
+    cutter = threading.Thread(target=cut_when_running)
+    cutter.start()
+    started = time.monotonic()
+    try:
+        r = launch(out, timeout_s=10, launcher=launcher)
+        took = time.monotonic() - started
+        cutter.join()
+        assert cut, "the ranks never started on tb1"
+        assert left_on_boards(state) == []
+        # the link still down: the next run is refused at once rather than left to time out
+        with pytest.raises(DseError, match="board tb1's link is down, so a run there cannot"):
+            launch(out, timeout_s=10, launcher=launcher)
+    finally:
+        cutter.join()
+        set_link(state, "tb1", True)
+    assert r == {
+        "status": "failed",
+        "reason": "board tb1's link is down; timed out after 10 s",
+    }
+    assert took < 10 + 8  # the time limit, then SIGTERM, SIGKILL and the boards emptied
+
+
+def test_a_cluster_of_another_version_of_the_platform_is_one_line(capped) -> None:
+    cfg, state = capped
+    changed = copy.deepcopy(cfg)
+    changed["devices"][0]["memory_mb"] = 200
+    with pytest.raises(DseError) as err:
+        launcher_for(changed)
+    line = str(err.value)
+    assert line.startswith(f"cluster '{state.name}' runs another version of its platform ")
+    assert "memory_mb=200.0) in the platform" in line and "memory_mb=300.0) running" in line
+    assert line.endswith(f"run python -m dse.cluster up platform={state.name} again")
+    assert "\n" not in line

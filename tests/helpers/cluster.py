@@ -1,0 +1,73 @@
+"""Emulated clusters for tests: a small two-board test platform, the prefix of test clusters'
+names (``tests/cluster/conftest.py`` makes them unique), waiting for a process to reach a
+board."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import yaml
+
+from dse.cluster.state import State
+
+CONF = Path(__file__).resolve().parents[2] / "conf" / "platform"
+TEST_PREFIX = "dsetest-"
+TWO_CPUS = (os.cpu_count() or 1) >= 2
+
+
+def platform_yaml(name: str) -> dict:
+    return yaml.safe_load((CONF / f"{name}.yaml").read_text())
+
+
+def make_platform(name: str = "tplat", network: str = "switched") -> dict:
+    """Two boards: tb0 (a whole CPU, one device of 300 MB) and tb1 (another CPU shared 0.6 /
+    0.4 by two devices); tb0's port 200 Mbit/s, tb1's 100 (a pair gets the slower, 100)."""
+    return {
+        "name": name,
+        "coefficients": "localhost.json",
+        "shared_network": network == "shared",
+        "devices": [
+            {"name": "tb0_cpu", "host": "tb0", "kind": "cpu", "threads": 1, "memory_mb": 300},
+            {"name": "tb1_cpu0", "host": "tb1", "kind": "cpu", "threads": 1, "memory_mb": 512},
+            {"name": "tb1_cpu1", "host": "tb1", "kind": "cpu", "threads": 1, "memory_mb": 512},
+        ],
+        "links": {
+            "same_host": {"latency_s": 5e-6, "bandwidth_Bps": 5e9},
+            "network": {"latency_s": 1.5e-4, "bandwidth_Bps": 1.2e7},
+        },
+        "emulation": {
+            "network": network,
+            "rate_mbit": 200 if network == "switched" else 100,
+            "boards": {
+                "tb0": {"cpus": [0]},
+                "tb1": {"cpus": [1], **({"rate_mbit": 100} if network == "switched" else {})},
+            },
+            "devices": {
+                "tb0_cpu": {"share": 1.0},
+                "tb1_cpu0": {"share": 0.6},
+                "tb1_cpu1": {"share": 0.4},
+            },
+        },
+    }
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def wait_on_board(state: State, proc: subprocess.Popen, board: str) -> None:
+    """Until the launcher has put ``proc`` on ``board`` (in its network namespace)."""
+    deadline = time.monotonic() + 10
+    cmd = ["ip", "netns", "pids", state.names.board_ns(board)]
+    while str(proc.pid) not in subprocess.run(cmd, capture_output=True, text=True).stdout.split():
+        assert time.monotonic() < deadline, f"{proc.args} never reached {board}"
+        time.sleep(0.02)
