@@ -28,6 +28,20 @@ QUICK = {
 }
 
 
+def check_types_are_kinds(platform: Platform) -> None:
+    """Calibration fits one entry per device kind, profiled in this process: a platform whose
+    devices name types other than their kinds is one clear error (each type must be profiled
+    on a device of that type)."""
+    typed = [d for d in platform.devices if d.type != d.kind]
+    if typed:
+        d = typed[0]
+        raise DseError(
+            f"platform '{platform.name}': device {d.name} is of type '{d.type}', and calibration "
+            "profiles one device per kind, not per type, so far: calibrate a platform whose "
+            "devices' types are their kinds (no 'type' key)"
+        )
+
+
 @dataclass(frozen=True)
 class CalibrationSettings:
     """Every number and input a calibration uses (defaults: :class:`dse.config.CalibrateConfig`)."""
@@ -65,6 +79,7 @@ def settings_from(cfg: DictConfig) -> CalibrationSettings:
     """The settings of ``cfg`` (a composed ``calibrate`` config), checked; with ``quick``,
     those of :data:`QUICK` and the first network only."""
     platform = app.platform_from(cfg)
+    check_types_are_kinds(platform)
     nets = tuple(str(n) for n in cfg.nets)
     unknown = [n for n in nets if n not in zoo.NETS]
     if unknown or not nets:

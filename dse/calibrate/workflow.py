@@ -41,10 +41,8 @@ from dse.calibrate.deployments import (
     shared_host,
 )
 from dse.calibrate.links import measure_links
-from dse.calibrate.settings import CalibrationSettings
+from dse.calibrate.settings import CalibrationSettings, check_types_are_kinds
 from dse.calibrate.submodels import measure_submodels
-from dse.errors import DseError
-from dse.platform import Platform
 from models_analytical.calibration import fit_memory
 from models_analytical.coefficients import Coefficients, TypeCoefficients
 
@@ -87,20 +85,6 @@ class Calibration:
 
 def with_kind(c: Coefficients, kind: str, k: TypeCoefficients) -> Coefficients:
     return replace(c, types={**c.types, kind: k})
-
-
-def check_types_are_kinds(platform: Platform) -> None:
-    """Calibration fits one entry per device kind, profiled in this process: a platform whose
-    devices name types other than their kinds is one clear error (each type must be profiled
-    on a device of that type)."""
-    typed = [d for d in platform.devices if d.type != d.kind]
-    if typed:
-        d = typed[0]
-        raise DseError(
-            f"platform '{platform.name}': device {d.name} is of type '{d.type}', and calibration "
-            "profiles one device per kind, not per type, so far: calibrate a platform whose "
-            "devices' types are their kinds (no 'type' key)"
-        )
 
 
 def calibrate(s: CalibrationSettings) -> Calibration:
