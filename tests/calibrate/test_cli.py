@@ -22,6 +22,7 @@ from tests.helpers.calibrate import platform_localhost
 from tests.helpers.cli import run_module
 
 
+@pytest.mark.slow
 def test_quick_calibration_writes_a_file_later_commands_use(tmp_path) -> None:
     """quick=true (one net, few repeats, no MPI deployments) writes a valid calibrated file,
     and dse.evaluate with the same platform then uses it: its single-device prediction is the
@@ -46,6 +47,8 @@ def test_quick_calibration_writes_a_file_later_commands_use(tmp_path) -> None:
     assert m.tables.t_work[0].sum() * 1e3 == pytest.approx(whole_ms, rel=1e-3)
 
 
+@pytest.mark.slow
+@pytest.mark.mpi
 def test_quick_calibration_with_deployments_brings_runs_to_its_probe(tmp_path) -> None:
     """quick=true with the MPI deployments: the file keeps the speed probe of its network,
     and the latencies its cut costs were fitted to are the rounds brought to that speed."""

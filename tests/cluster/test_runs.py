@@ -314,6 +314,7 @@ def test_a_lop_mapping_splits_layers_across_two_boards(capped, tmp_path: Path) -
 
 
 @pytest.mark.mpi
+@pytest.mark.slow
 def test_an_oom_kill_fails_its_mapping_and_the_others_go_on(capped, tmp_path: Path) -> None:
     """The Gemm on tb1_cpu1 (capped at 100 MB) is OOM-killed: that mapping is failed, naming
     the device and its cap, in phase two and in fidelity; the Gemm on tb1_cpu0 (512 MB) is
@@ -355,6 +356,7 @@ def test_an_oom_kill_fails_its_mapping_and_the_others_go_on(capped, tmp_path: Pa
 
 
 @pytest.mark.mpi
+@pytest.mark.slow
 def test_a_cut_link_fails_within_the_time_limit_and_leaves_nothing(capped, tmp_path: Path):
     """tb1's link goes down while an A -> B -> A mapping runs: the run fails at its time limit
     (the ranks wait for messages that never come), naming the link, and no process of it is

@@ -122,6 +122,8 @@ def test_fidelity_reads_the_calibration_probe_of_its_network() -> None:
     assert speed_reference(model, net) is None
 
 
+@pytest.mark.slow
+@pytest.mark.mpi
 def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> None:
     """dse.fidelity end to end on 3 mappings (1 iteration each, uncalibrated coefficients
     with a speed probe of alexnet as calibration keeps it): the CSV has a row per mapping,

@@ -80,6 +80,7 @@ def uninterrupted(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.slow
 def test_signal_at_any_moment_leaves_complete_outputs_and_resume_is_exact(
     sig, tmp_path, uninterrupted
 ):
