@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dse.config import TIMEOUT_S
+from dse.files import owned
 from dse.runtime.measurements import MEASUREMENTS, Measurement, failed, read_measurements
 from dse.runtime.mpirun import Launcher
 from dse.runtime.reader import read_plan
@@ -67,14 +68,15 @@ def launch(
     cmd = launcher.command(
         directory, len(plan.ranks), warmup, iterations, rank_args, placement=placement
     )
-    finish = launcher.watch(placement) if launcher.watch is not None else None
-    try:
-        result = _run(cmd, directory, timeout_s, launcher)
-    except BaseException:
-        if finish is not None:
-            finish(failed("interrupted"))  # nothing of the run stays behind
-        raise
-    return finish(result) if finish is not None else result
+    with owned(directory, "deployment"):  # one run of a deployment at a time
+        finish = launcher.watch(placement) if launcher.watch is not None else None
+        try:
+            result = _run(cmd, directory, timeout_s, launcher)
+        except BaseException:
+            if finish is not None:
+                finish(failed("interrupted"))  # nothing of the run stays behind
+            raise
+        return finish(result) if finish is not None else result
 
 
 def _run(cmd: list[str], directory: Path, timeout_s: float, launcher: Launcher) -> Measurement:

@@ -16,8 +16,11 @@ import tempfile
 from pathlib import Path
 
 from dse.errors import DseError
+from dse.files import LOCK, owned
 from dse.platform import Platform
+from dse.runtime.comparison import COMPARISON
 from dse.runtime.equivalence import write_expected
+from dse.runtime.measurements import MEASUREMENTS
 from dse.runtime.mpirun import (
     HOSTFILE,
     RANKFILE,
@@ -53,7 +56,7 @@ def check_existing(out: Path, fingerprint: str, mapping: str) -> None:
                 f"({ident.get('mapping_hash')}, this one is {mapping}): choose another out= "
                 "directory"
             )
-    elif any(out.iterdir()):
+    elif any(p.name != LOCK for p in out.iterdir()):
         raise DseError(f"out={out} is not empty and holds no deployment: choose another one")
 
 
@@ -68,10 +71,31 @@ def write_deployment(
     runs it; ``launcher``: how, default mpiexec on the platform's hosts); return ``out``."""
     out = Path(out).expanduser().absolute()
     plan = deployment.plan
-    launcher = launcher or Launcher()
-    check_existing(out, plan.fingerprint, plan.mapping_hash)
+    check_existing(out, plan.fingerprint, plan.mapping_hash)  # before a directory is made
     if plan.reference is None or deployment.expected is None:
         raise DseError("a deployment needs the whole model's outputs to check its own")
+    created = not out.exists()
+    try:
+        with owned(out, "out= directory"):  # one writer; checked again now that it is ours
+            check_existing(out, plan.fingerprint, plan.mapping_hash)
+            return _write(deployment, platform, out, run, launcher or Launcher())
+    except BaseException:
+        if created and [p.name for p in out.iterdir()] == [LOCK]:  # a failure leaves nothing
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def _write(
+    deployment: Deployment,
+    platform: Platform,
+    out: Path,
+    run: RunSettings | None,
+    launcher: Launcher,
+) -> Path:
+    """Write the deployment into a directory beside ``out``, then move its files into ``out``
+    (the plan last): the files of an earlier deployment of the same mapping are replaced, its
+    stale measurements removed, and files a deployment does not write (the user's) kept."""
+    plan = deployment.plan
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
@@ -95,14 +119,12 @@ def write_deployment(
         (tmp / RUN_SCRIPT).write_text(launcher.run_script(cmd, out))
         os.chmod(tmp / RUN_SCRIPT, 0o755)
         (tmp / PLAN).write_text(plan.dumps())
-        os.chmod(tmp, 0o755)
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
+        os.chmod(out, 0o755)
+        for stale in (MEASUREMENTS, COMPARISON, "stdout.log", "stderr.log"):
+            (out / stale).unlink(missing_ok=True)  # an earlier run's, of this deployment
+        for f in sorted(tmp.iterdir(), key=lambda f: f.name == PLAN):  # the plan last
+            os.replace(f, out / f.name)
+        tmp.rmdir()
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise DseError(

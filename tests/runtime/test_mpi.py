@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -142,6 +143,35 @@ def test_full_disk_leaves_nothing_behind(monkeypatch, tmp_path: Path, localhost)
     with pytest.raises(DseError, match="No space left on device"):
         deploy(net, localhost, aba_batch(net), tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["zoo_like.onnx"]
+
+
+def test_a_deployment_directory_has_one_writer_and_keeps_the_users_files(
+    tmp_path: Path, localhost
+) -> None:
+    """A redeploy of the same mapping replaces its own files, drops the earlier run's
+    measurements and keeps what the user put beside them; while another process owns out=,
+    a deploy into it is one line naming that process."""
+    net = zoo_like(tmp_path)
+    out = tmp_path / "out"
+    deploy(net, localhost, aba_batch(net), out)
+    (out / "notes.txt").write_text("mine")
+    (out / "measurements.json").write_text("{}")
+    deploy(net, localhost, aba_batch(net), out)
+    assert (out / "notes.txt").read_text() == "mine"
+    assert not (out / "measurements.json").exists() and (out / "plan.json").is_file()
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; from dse.files import owned\n"
+         f"with owned({str(out)!r}):\n    print('held', flush=True); time.sleep(60)"],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(DseError, match=f"is in use by pid {holder.pid}"):
+            deploy(net, localhost, aba_batch(net), out)
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_gpu_without_cuda_is_one_line(tmp_path: Path) -> None:
