@@ -118,6 +118,25 @@ def finite(value: Any) -> Any:
     return value
 
 
+def writable_dir(directory: Path, key: str = "out") -> Path:
+    """``directory``, made if need be, after writing and removing a file in it: a path that is
+    a file, or a place that cannot be written, is one line before any work (``key``: the
+    setting that names it)."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise DseError(f"{key}={directory} is a file: give a directory")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-test.", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise DseError(
+            f"cannot write to {key}={directory} ({exc.strerror or exc}): choose another {key}="
+        ) from None
+    return directory
+
+
 #: The file in a run or deployment directory that says which process owns it.
 LOCK = ".dse.lock"
 

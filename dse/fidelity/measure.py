@@ -3,6 +3,7 @@ brought to one speed of the machine, the model's prediction beside each."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,13 +27,15 @@ from models_analytical.model import AnalyticalModel
 def speed_reference(model: AnalyticalModel, net: Net) -> float | None:
     """The calibration's speed probe of this network (ms): only for the same network (its
     fingerprint) probed at the same thread count."""
-    ref = model.coefficients.notes.get("speed_reference") or {}
-    if ref.get("threads") != probe_threads(model.platform):
+    ref = model.coefficients.notes.get("speed_reference")
+    if not isinstance(ref, dict) or ref.get("threads") != probe_threads(model.platform):
+        return None  # none, or not of this shape (an edited file): this run's own probe then
+    fingerprints, whole = ref.get("fingerprints"), ref.get("whole_ms")
+    if not isinstance(fingerprints, dict) or fingerprints.get(net.name) != net.fingerprint:
         return None
-    if (ref.get("fingerprints") or {}).get(net.name) != net.fingerprint:
-        return None
-    value = (ref.get("whole_ms") or {}).get(net.name)
-    return float(value) if isinstance(value, int | float) and value > 0 else None
+    value = whole.get(net.name) if isinstance(whole, dict) else None
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if ok and math.isfinite(value) and value > 0 else None
 
 
 @dataclass(frozen=True)

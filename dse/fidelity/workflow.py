@@ -30,6 +30,7 @@ from dse.fidelity.plot import plot
 from dse.fidelity.report import figures
 from dse.fidelity.settings import out_dir, settings_from
 from dse.fidelity.statistics import points
+from dse.files import finite, writable_dir, write_text
 
 # the runtime's CSV row of a measured mapping (phase2.csv's columns); private there for now
 from dse.results.phase2 import csv_row, write_csv
@@ -61,8 +62,7 @@ def run_fidelity(cfg: DictConfig, tell: Callable[..., None]) -> FidelityReport:
             f"python -m dse.calibrate platform={platform.name} first",
             error=True,
         )
-    out = out_dir(cfg, net.name, platform.name)
-    out.mkdir(parents=True, exist_ok=True)
+    out = writable_dir(out_dir(cfg, net.name, platform.name))  # before anything is measured
     problem = MappingProblem(app.chromosome_from(cfg, net, model), model, cfg.objectives)
     algorithm = replace(
         OmegaConf.to_object(cfg.algorithm),
@@ -116,7 +116,8 @@ def run_fidelity(cfg: DictConfig, tell: Callable[..., None]) -> FidelityReport:
         "repeatability_adjusted": f["repeatability_adjusted"],
         "interrupted": measured.interrupted,
     }
-    (out / "fidelity.json").write_text(json.dumps(doc, indent=1))
+    # strict JSON (a figure that could not be computed is null, never NaN), written atomically
+    write_text(out / "fidelity.json", json.dumps(finite(doc), indent=1, allow_nan=False))
     if measured.interrupted:
         raise KeyboardInterrupt
     return FidelityReport(out, doc)

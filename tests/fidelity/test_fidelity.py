@@ -199,3 +199,40 @@ def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> 
     for key, against in (("latency", adjusted), ("latency_as_measured", measured)):
         mape = np.mean(np.abs(predicted - against) / against) * 100
         assert doc[key]["mape_pct"] == pytest.approx(mape, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    "reference",
+    [
+        "fast",
+        ["whole_ms"],
+        {"threads": 1, "fingerprints": "f", "whole_ms": {"alexnet": 10.0}},
+        {"threads": 1, "fingerprints": {"alexnet": "f"}, "whole_ms": {"alexnet": float("inf")}},
+        {"threads": 1, "fingerprints": {"alexnet": "f"}, "whole_ms": {"alexnet": True}},
+        {"threads": 1, "fingerprints": {"alexnet": "f"}, "whole_ms": "10"},
+    ],
+)
+def test_a_damaged_speed_reference_is_not_used(reference, monkeypatch) -> None:
+    """A calibration's speed probe of another shape (an edited file) is ignored: the run then
+    drifts against its own probes, and nothing raises after the measurements."""
+    from types import SimpleNamespace
+
+    from dse.fidelity import measure
+
+    monkeypatch.setattr(measure, "probe_threads", lambda platform: 1)
+    model = SimpleNamespace(coefficients=SimpleNamespace(notes={"speed_reference": reference}))
+    model.platform = None
+    net = SimpleNamespace(name="alexnet", fingerprint="f")
+    assert measure.speed_reference(model, net) is None
+    good = {"threads": 1, "fingerprints": {"alexnet": "f"}, "whole_ms": {"alexnet": 10.0}}
+    model.coefficients.notes["speed_reference"] = good
+    assert measure.speed_reference(model, net) == 10.0
+
+
+def test_an_output_that_cannot_be_written_is_one_line_before_measuring(tmp_path) -> None:
+    a_file = tmp_path / "taken"
+    a_file.write_text("")
+    for out, words in ((a_file, "is a file"), (a_file / "sub", "cannot write to out=")):
+        r = run_module("dse.fidelity", "+net=alexnet", "platform=localhost", f"out={out}")
+        lines = [ln for ln in r.stderr.strip().splitlines() if not ln.startswith("warning:")]
+        assert r.returncode == 2 and len(lines) == 1 and words in lines[0], r.stderr[-2000:]
