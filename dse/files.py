@@ -137,6 +137,19 @@ def writable_dir(directory: Path, key: str = "out") -> Path:
     return directory
 
 
+def writable_file(path: Path, key: str = "out") -> Path:
+    """``path`` checked before any work: not a directory, and its folder made and writable
+    (:func:`writable_dir`)."""
+    path = Path(path)
+    if path.is_dir():
+        raise DseError(f"{key}={path} is a directory: give the path of the file to write")
+    folder = next((p for p in path.parents if p.exists()), None)
+    if folder is not None and not folder.is_dir():
+        raise DseError(f"cannot write {key}={path}: {folder} is a file, not a folder")
+    writable_dir(path.parent, key)
+    return path
+
+
 #: The file in a run or deployment directory that says which process owns it.
 LOCK = ".dse.lock"
 

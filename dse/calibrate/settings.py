@@ -9,6 +9,7 @@ from omegaconf import DictConfig
 
 from dse import app
 from dse.errors import DseError
+from dse.files import writable_file
 from dse.net import zoo
 from dse.paths import calibrated_path
 from dse.platform import Platform
@@ -98,7 +99,10 @@ def settings_from(cfg: DictConfig) -> CalibrationSettings:
         base=base_coefficients(cfg),
         nets=nets,
         seed=int(cfg.seed),
-        out=Path(str(given)).expanduser() if given else calibrated_path(platform.name),
+        # checked before minutes of measuring, not when the results are written
+        out=writable_file(
+            Path(str(given)).expanduser() if given else calibrated_path(platform.name)
+        ),
         default_out=not given,
         quick=False,
         profile_runs=int(cfg.runs),

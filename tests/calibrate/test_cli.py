@@ -157,3 +157,13 @@ def test_a_platform_of_device_types_is_refused_in_one_line(tmp_path) -> None:
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "device edge0_cpu is of type 'core100'" in lines[0], lines
     assert not list(tmp_path.iterdir())
+
+
+def test_an_output_that_cannot_be_written_is_one_line_before_measuring(tmp_path) -> None:
+    """out= a directory, or under a file: refused before minutes of measuring are lost."""
+    a_file = tmp_path / "taken"
+    a_file.write_text("")
+    for out, words in ((tmp_path, "is a directory"), (a_file / "c.json", "is a file, not a")):
+        r = run_module("dse.calibrate", "platform=localhost", "quick=true", f"out={out}")
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and words in lines[0], r.stderr[-2000:]
