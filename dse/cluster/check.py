@@ -45,6 +45,7 @@ from dse.cluster.mpi import board_files, mpiexec_options
 from dse.cluster.spec import ClusterSpec, DeviceShare, cpu_list
 from dse.cluster.state import State
 from dse.errors import DseError
+from dse.runtime.launch import session_processes
 
 PAYLOAD = 1448 / 1514
 DEVICE_TOLERANCE = 0.15
@@ -97,21 +98,6 @@ def run_links(state: State, settings: CheckSettings) -> dict[str, Any]:
         cmd += [str(out), str(size), str(settings.reps)]
         run_mpi(cmd, {**os.environ, **env}, settings.timeout_s, Path(tmp))
         return json.loads(out.read_text())
-
-
-def session_processes(sid: int) -> list[int]:
-    """Pids of the live processes of session ``sid`` (mpiexec's: its daemons and ranks stay in
-    it, through the launcher, though Open MPI gives each its own process group)."""
-    pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        fields = text[text.rfind(")") + 2 :].split()  # state, ppid, pgrp, session, ...
-        if len(fields) > 3 and int(fields[3]) == sid and fields[0] != "Z":
-            pids.append(int(stat.parent.name))
-    return pids
 
 
 def run_mpi(cmd: list[str], env: dict[str, str], timeout_s: float, cwd: Path) -> None:
