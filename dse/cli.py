@@ -11,6 +11,7 @@ process exits 2 at the end if any job failed. Interrupted work exits 130.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import logging
@@ -29,6 +30,11 @@ from dse.paths import CONF_DIR
 
 #: Exit status of a run stopped by Ctrl-C or SIGTERM (its outputs are complete).
 INTERRUPTED = 130
+#: The signals that stop a run cleanly: Ctrl-C, SIGTERM and a closed terminal (SIGHUP, unless
+#: the process was started ignoring it, as ``nohup`` does).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM) + (
+    () if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN else (signal.SIGHUP,)
+)
 #: User errors of the Hydra jobs run by this process.
 FAILED_JOBS: list[str] = []
 #: Set by the sweeper (hydra/sweeper=dse_optuna) once every job of a sweep is recorded in its
@@ -156,6 +162,7 @@ class DeferredSignals:
         self._old: dict[int, Any] = {}
 
     def _note(self, signum: int, frame: object) -> None:
+        _hung_up(signum)
         if self.signal is None:
             self.signal = signum
             print(
@@ -169,7 +176,7 @@ class DeferredSignals:
     def __enter__(self) -> DeferredSignals:
 
         if threading.current_thread() is threading.main_thread():
-            for s in (signal.SIGINT, signal.SIGTERM):
+            for s in STOP_SIGNALS:
                 self._old[s] = signal.signal(s, self._note)
         return self
 
@@ -194,10 +201,11 @@ def stop_early_on_signals() -> None:
     interrupted status (nothing is computed yet while modules load)."""
 
     def _now(signum: int, frame: object) -> None:
+        _hung_up(signum)
         print("error: interrupted", file=sys.stderr)
         os._exit(INTERRUPTED)
 
-    for s in (signal.SIGINT, signal.SIGTERM):
+    for s in STOP_SIGNALS:
         signal.signal(s, _now)
 
 
@@ -212,9 +220,11 @@ def run(main: Callable[[], Any], config_name: str = "config") -> None:
     Ctrl-C as exit 130, and exit 2 at the end when any job of a multirun failed."""
 
     def _terminate(signum: int, frame: object) -> None:
+        _hung_up(signum)
         raise KeyboardInterrupt  # SIGTERM is Ctrl-C: the same clean stop and exit status
 
-    signal.signal(signal.SIGTERM, _terminate)
+    for s in STOP_SIGNALS[1:]:
+        signal.signal(s, _terminate)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         try:
@@ -243,7 +253,7 @@ def run(main: Callable[[], Any], config_name: str = "config") -> None:
         # The work is done and its outputs written: a signal now is ignored. Python's teardown
         # puts a Python-level handler back to the OS default, so Ctrl-C in that window killed
         # the process (status -2) after a complete run; an ignored signal stays ignored.
-        for s in (signal.SIGINT, signal.SIGTERM):
+        for s in STOP_SIGNALS:
             signal.signal(s, signal.SIG_IGN)
 
 
@@ -259,6 +269,17 @@ def _job_label() -> str:
     except Exception:  # noqa: BLE001 - not inside a Hydra job
         pass
     return ""
+
+
+def _hung_up(signum: int) -> None:
+    """After SIGHUP (the terminal is gone), output to the terminal goes to /dev/null: writing
+    to a hung-up terminal fails, and the outputs still have to be written."""
+    if signum != signal.SIGHUP:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            if os.isatty(stream.fileno()):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
 
 def _quiet_stdout() -> None:

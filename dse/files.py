@@ -1,6 +1,7 @@
 """Files: written atomically (a reader or a crash sees the old complete file or the new one),
-JSON read from a user's file with every way it can be wrong named in one line, and a directory
-owned by one process at a time (:func:`owned`)."""
+JSON read from a user's file with every way it can be wrong named in one line, a directory
+owned by one process at a time (:func:`owned`), and temporary files that do not outlive their
+owner even when it is killed outright (:func:`scratch`, :func:`temporary_files`)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import fcntl
 import json
 import math
 import os
+import shutil
 import socket
+import stat
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -191,3 +194,127 @@ def owned(directory: Path, what: str = "directory") -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+# --- temporary directories and files of a process, even one killed outright ----------------
+
+#: The temporary directories of dse's processes: ``dse-*`` in the system's temporary folder.
+SCRATCH = "dse-"
+#: In a temporary directory: the files elsewhere that go with it (:func:`temporary_files`).
+LEFTOVERS = "leftovers.json"
+
+
+@contextmanager
+def scratch(prefix: str) -> Iterator[Path]:
+    """A new temporary directory (``dse-<prefix>...``) for the block, owned by this process
+    (:func:`owned`) and removed at the end of the block. One whose owner was killed outright
+    (SIGKILL, the OOM killer: no cleanup ran) is removed by the next :func:`scratch` of any
+    process (:func:`remove_dead_scratch`)."""
+    remove_dead_scratch()
+    try:
+        d = Path(tempfile.mkdtemp(prefix=f"{SCRATCH}{prefix}"))
+    except OSError as exc:
+        raise DseError(
+            f"cannot make a temporary directory in {tempfile.gettempdir()} "
+            f"({exc.strerror or exc}): free space there or set TMPDIR to another folder"
+        ) from None
+    try:
+        with owned(d, "temporary directory"):
+            try:
+                yield d
+            finally:
+                shutil.rmtree(d, ignore_errors=True)  # the lock still held: nobody else removes
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@contextmanager
+def temporary_files(directory: Path, names: Sequence[str]) -> Iterator[None]:
+    """The entries of ``directory`` matching ``names`` (glob patterns of one path component,
+    e.g. ``*.onnx``) live only for the block: removed at its end however it ends (files and
+    directories; links themselves, never what they point at), and, if this process is killed
+    outright, by the next :func:`scratch` of any process (a note in a scratch directory of this
+    process says what to remove)."""
+    directory, names = Path(directory).absolute(), list(names)
+    if any(not n or "/" in n or n in (".", "..") for n in names):
+        raise ValueError(f"not names of entries of one directory: {names}")
+    with ExitStack() as stack:
+        try:
+            d = stack.enter_context(scratch("leftovers-"))
+            (d / LEFTOVERS).write_text(json.dumps({"directory": str(directory), "names": names}))
+        except (DseError, OSError):
+            pass  # no temporary folder: removed at the end all the same, only not if killed
+        try:
+            yield
+        finally:
+            _remove_matching(directory, names)
+
+
+def remove_dead_scratch(root: Path | None = None) -> list[Path]:
+    """Remove the temporary directories of dead owners in ``root`` (default: the system's
+    temporary folder), with the files their notes list (:func:`temporary_files`); the removed
+    directories. Only this user's private ``dse-*`` directories holding an owner lock
+    (:data:`LOCK`) that no process holds any more are touched: the kernel's lock ends with its
+    process, so a live owner's directory is never taken, whatever its age."""
+    removed = []
+    for d in Path(root or tempfile.gettempdir()).glob(f"{SCRATCH}*"):
+        try:
+            st = d.lstat()
+            fd = os.open(d / LOCK, os.O_RDWR | os.O_NOFOLLOW)
+        except OSError:
+            continue  # not a directory of scratch(), or gone meanwhile
+        try:
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+                continue  # mkdtemp makes private directories: this one is not ours
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # its owner lives
+            if not os.pread(fd, 1, 0):
+                continue  # its owner has just made it and has not yet written its name
+            _remove_noted(d / LEFTOVERS)
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _remove_noted(note: Path) -> None:
+    """What a dead owner's note (:func:`temporary_files`) lists, if the note is one."""
+    try:
+        doc = json.loads(note.read_text()) if note.stat().st_size < 2**16 else None
+    except (OSError, ValueError):
+        return
+    if not isinstance(doc, dict) or not isinstance(doc.get("directory"), str):
+        return
+    directory, names = Path(doc["directory"]), doc.get("names")
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        return
+    if _in_use(directory):
+        return  # another process owns that directory now (e.g. a new run of the deployment)
+    _remove_matching(directory, [n for n in names if "/" not in n and n not in (".", "..")])
+
+
+def _in_use(directory: Path) -> bool:
+    """Whether a live process owns ``directory`` (:func:`owned`)."""
+    try:
+        fd = os.open(directory / LOCK, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def _remove_matching(directory: Path, names: Sequence[str]) -> None:
+    for name in names:
+        for p in Path(directory).glob(name):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)

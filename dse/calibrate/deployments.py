@@ -14,7 +14,6 @@ rules live here: :func:`shared_host` and :func:`cut_costs`.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,6 +23,7 @@ import numpy as np
 
 from dse.calibrate.settings import CalibrationSettings
 from dse.errors import DseError
+from dse.files import scratch
 from dse.mapping import Mappings, from_devices, random_mappings, remap, whole
 from dse.net import load_net
 from dse.net.graph import LayerGraph
@@ -136,7 +136,7 @@ def measure_deployments(
     out: list[Deployed] = []
     speed: dict[str, tuple[float, str]] = {}
     rng = np.random.default_rng(s.seed)
-    with tempfile.TemporaryDirectory(prefix="dse-calibrate-") as tmp:
+    with scratch("calibrate-") as tmp:  # removed even after a kill, at the next start
         for i, name in enumerate(s.nets):
             net = load_net({"name": name})
             times = AnalyticalModel(net.graph, platform, coefficients).tables.t_work[0]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +21,9 @@ from typing import Any
 import numpy as np
 
 from dse.errors import DseError
+from dse.files import scratch
 from dse.platform import Platform
+from dse.runtime.lifetime import die_with_parent
 from dse.runtime.measurements import failed
 from dse.runtime.mpirun import HOSTFILE, RANKFILE, Launcher, mpi_files, placement
 
@@ -99,7 +100,7 @@ def measure_link(
     cores, as a deployment binds them, started by ``launcher``; ``few``: a quarter of the
     exchanges per size, at least 3); the table as :func:`bench` returns it."""
     launcher = launcher or Launcher()
-    with tempfile.TemporaryDirectory(prefix="dse-links-") as tmp:
+    with scratch("links-") as tmp:
         d = Path(tmp)
         hostfile, rankfile = mpi_files(platform, [a, b], launcher)
         (d / HOSTFILE).write_text(hostfile)
@@ -111,7 +112,10 @@ def measure_link(
         env = launcher.environment()
         finish = launcher.watch(ranks) if launcher.watch is not None else None
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, env=env, timeout=600,
+                preexec_fn=die_with_parent(),
+            )  # fmt: skip
             why = f"{proc.returncode}: " + " | ".join(proc.stderr.strip().splitlines()[-3:])
         except subprocess.TimeoutExpired:
             proc, why = None, "timed out after 600 s"

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import re
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from dse.files import scratch
 from dse.net import ops
 from dse.net.graph import LayerGraph
 from dse.runtime.sessions import session_options
@@ -172,7 +172,7 @@ def profile_model(
     """Run the whole model ``warmup + runs`` times under the profiler (one session, the
     runtime's settings) and return its per-layer times."""
     opts = session_options("cpu", threads)
-    with tempfile.TemporaryDirectory(prefix="dse-profile-") as tmp:
+    with scratch("profile-") as tmp:
         plain = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
         opts.enable_profiling = True
         opts.profile_file_prefix = str(Path(tmp) / "p")

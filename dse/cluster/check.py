@@ -46,6 +46,7 @@ from dse.cluster.spec import ClusterSpec, DeviceShare, cpu_list
 from dse.cluster.state import State
 from dse.errors import DseError
 from dse.runtime.launch import session_processes
+from dse.runtime.lifetime import die_with_parent
 
 PAYLOAD = 1448 / 1514
 DEVICE_TOLERANCE = 0.15
@@ -105,8 +106,9 @@ def run_mpi(cmd: list[str], env: dict[str, str], timeout_s: float, cwd: Path) ->
     log = cwd / "mpiexec.log"
     with open(log, "wb") as err:
         proc = subprocess.Popen(
-            cmd, stdout=err, stderr=err, env=env, cwd=cwd, start_new_session=True
-        )
+            cmd, stdout=err, stderr=err, env=env, cwd=cwd, start_new_session=True,
+            preexec_fn=die_with_parent(),
+        )  # fmt: skip
         try:
             code = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:

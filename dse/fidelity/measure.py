@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,13 +14,14 @@ import numpy as np
 
 from dse.errors import DseError
 from dse.fidelity.settings import FidelitySettings
+from dse.files import temporary_files
 from dse.mapping import Mappings
 from dse.net import Net
 from dse.runtime.comparison import with_prediction, write_comparison
 from dse.runtime.measure import check_gpus, deploy, measure_interleaved
 from dse.runtime.measurements import probe_times, take_out_drift
 from dse.runtime.mpirun import Launcher
-from dse.runtime.package import drop_submodels
+from dse.runtime.package import SUBMODELS
 from dse.runtime.probe import probe_threads, speed_probe
 from models_analytical.model import AnalyticalModel
 
@@ -73,9 +75,11 @@ def measure(
     results: dict[int, dict[str, Any]] = {}
     interrupted = False
     speed = None
-    try:
+    with ExitStack() as temporary:
         for p, label in enumerate(labels):
             d = out / "phase2" / label
+            if not s.keep:  # removed at the end, or if this process is killed, at the next start
+                temporary.enter_context(temporary_files(d, SUBMODELS))
             try:
                 check_gpus(platform, mappings.take(p))
                 deploy(
@@ -115,8 +119,4 @@ def measure(
                 result = with_prediction(result, model, mappings.take(p))
             write_comparison(d, result)
             results[p] = result
-    finally:
-        if not s.keep:
-            for _, d in dirs:
-                drop_submodels(d)
     return Measured([results[p] for p in range(len(labels))], interrupted, speed)

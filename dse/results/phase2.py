@@ -4,7 +4,9 @@ Each mapping is deployed to ``<run>/phase2/<label>/`` and measured under mpiexec
 ``measurements.json``, and ``comparison.json`` with the prediction beside each figure). A
 mapping that fails (a crash, a hang past the time limit, outputs that differ from the whole
 model) is a row marked failed with its reason, and the others go on. ``phase2.csv`` is
-rewritten after every mapping, so Ctrl-C keeps the rows measured so far.
+rewritten after every mapping, so Ctrl-C keeps the rows measured so far. Unless ``keep``, a
+mapping's sub-models are removed once it is measured, or stopped, or, when the process was
+killed outright, at the next start (:func:`dse.files.temporary_files`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,7 @@ import numpy as np
 
 from dse.config import Phase2Config
 from dse.errors import DseError
-from dse.files import write_text
+from dse.files import temporary_files, write_text
 from dse.mapping import Mappings
 from dse.net import Net
 from dse.platform import Platform
@@ -28,7 +31,7 @@ from dse.runtime.comparison import Compared
 from dse.runtime.measure import deploy_and_measure
 from dse.runtime.measurements import Measurement, failed
 from dse.runtime.mpirun import Launcher
-from dse.runtime.package import drop_submodels
+from dse.runtime.package import SUBMODELS
 from models_analytical.model import AnalyticalModel
 
 #: A row of phase2.csv (and of dse.fidelity's CSV): column -> value.
@@ -156,24 +159,16 @@ def measure_mappings(
     title = f"{net.name} on {platform.name}: predicted vs measured"
     try:
         for p, label in enumerate(labels):
-            try:
-                result = deploy_and_measure(
-                    net,
-                    platform,
-                    model,
-                    mappings.take(p),
-                    out / "phase2" / label,
-                    seed,
-                    s.warmup,
-                    s.iterations,
-                    s.timeout_s,
-                    s.stream,
-                    launcher,
-                )
-            except DseError as exc:
-                result = failed(str(exc))
-            if not s.keep:
-                drop_submodels(out / "phase2" / label)
+            d = out / "phase2" / label
+            # the sub-models go when measured, or stopped, or (at the next start) killed
+            with nullcontext() if s.keep else temporary_files(d, SUBMODELS):
+                try:
+                    result = deploy_and_measure(
+                        net, platform, model, mappings.take(p), d, seed, s.warmup,
+                        s.iterations, s.timeout_s, s.stream, launcher,
+                    )  # fmt: skip
+                except DseError as exc:
+                    result = failed(str(exc))
             rows.append(csv_row(label, result))
             write_csv(out / "phase2.csv", rows)
             if on_row is not None:

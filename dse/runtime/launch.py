@@ -1,4 +1,5 @@
-"""Run a deployment directory under mpiexec with a time limit; no process outlives it."""
+"""Run a deployment directory under mpiexec with a time limit; no process outlives it, nor
+the launching process (:mod:`dse.runtime.lifetime`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from dse.config import TIMEOUT_S
 from dse.files import owned
+from dse.runtime.lifetime import die_with_parent
 from dse.runtime.measurements import MEASUREMENTS, Measurement, failed, read_measurements
 from dse.runtime.mpirun import Launcher
 from dse.runtime.reader import read_plan
@@ -86,7 +88,12 @@ def _run(cmd: list[str], directory: Path, timeout_s: float, launcher: Launcher) 
     err_path = directory / "stderr.log"
     with open(err_path, "wb") as err, open(directory / "stdout.log", "wb") as out:
         proc = subprocess.Popen(
-            cmd, stdout=out, stderr=err, env=launcher.environment(), start_new_session=True
+            cmd,
+            stdout=out,
+            stderr=err,
+            env=launcher.environment(),
+            start_new_session=True,
+            preexec_fn=die_with_parent(),  # and if this process is killed outright, with it
         )
         try:
             code = proc.wait(timeout=timeout_s)

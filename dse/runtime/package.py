@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from dse.errors import DseError
-from dse.files import LOCK, owned
+from dse.files import LOCK, owned, temporary_files
 from dse.platform import Platform
 from dse.runtime.comparison import COMPARISON
 from dse.runtime.equivalence import write_expected
@@ -101,45 +101,47 @@ def _write(
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     except OSError as exc:
         raise DseError(f"cannot write to {out.parent}: {exc.strerror or exc}") from None
-    try:
-        deployment.write_segments(tmp)
-        write_expected(tmp / plan.reference.expected, deployment.expected)
-        hostfile, rankfile = mpi_files(platform, [r.device_index for r in plan.ranks], launcher)
-        (tmp / HOSTFILE).write_text(hostfile)
-        (tmp / RANKFILE).write_text(rankfile)
+    # removed however this ends: a failure, Ctrl-C, or (at the next start) a kill
+    with temporary_files(out.parent, [tmp.name]):
         try:
-            mpiexec = launcher.mpiexec or mpiexec_path()
-        except DseError:
-            mpiexec = "mpiexec"  # deploying needs no MPI; running it does
-        placement = [(r.host, r.device) for r in plan.ranks]
-        cmd = launcher.command(out, len(plan.ranks), mpiexec=mpiexec, placement=placement)
-        if run is not None:
-            plan.run = run
-        plan.command = shlex.join(cmd)
-        (tmp / RUN_SCRIPT).write_text(launcher.run_script(cmd, out))
-        os.chmod(tmp / RUN_SCRIPT, 0o755)
-        (tmp / PLAN).write_text(plan.dumps())
-        os.chmod(out, 0o755)
-        for stale in (MEASUREMENTS, COMPARISON, "stdout.log", "stderr.log"):
-            (out / stale).unlink(missing_ok=True)  # an earlier run's, of this deployment
-        for f in sorted(tmp.iterdir(), key=lambda f: f.name == PLAN):  # the plan last
-            os.replace(f, out / f.name)
-        tmp.rmdir()
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise DseError(
-            f"cannot write the deployment to {out}: {exc.strerror or exc} "
-            "(nothing was left behind; free space or choose another out=)"
-        ) from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            deployment.write_segments(tmp)
+            write_expected(tmp / plan.reference.expected, deployment.expected)
+            devices = [r.device_index for r in plan.ranks]
+            hostfile, rankfile = mpi_files(platform, devices, launcher)
+            (tmp / HOSTFILE).write_text(hostfile)
+            (tmp / RANKFILE).write_text(rankfile)
+            try:
+                mpiexec = launcher.mpiexec or mpiexec_path()
+            except DseError:
+                mpiexec = "mpiexec"  # deploying needs no MPI; running it does
+            placement = [(r.host, r.device) for r in plan.ranks]
+            cmd = launcher.command(out, len(plan.ranks), mpiexec=mpiexec, placement=placement)
+            if run is not None:
+                plan.run = run
+            plan.command = shlex.join(cmd)
+            (tmp / RUN_SCRIPT).write_text(launcher.run_script(cmd, out))
+            os.chmod(tmp / RUN_SCRIPT, 0o755)
+            (tmp / PLAN).write_text(plan.dumps())
+            os.chmod(out, 0o755)
+            for stale in (MEASUREMENTS, COMPARISON, "stdout.log", "stderr.log"):
+                (out / stale).unlink(missing_ok=True)  # an earlier run's, of this deployment
+            for f in sorted(tmp.iterdir(), key=lambda f: f.name == PLAN):  # the plan last
+                os.replace(f, out / f.name)
+        except OSError as exc:
+            raise DseError(
+                f"cannot write the deployment to {out}: {exc.strerror or exc} "
+                "(nothing was left behind; free space or choose another out=)"
+            ) from None
     return out
 
 
+#: A deployment's sub-models and their weights: what a measured deployment need not keep (a
+#: VGG-16 deployment holds all 528 MB of its weights again); plan, logs and figures stay.
+SUBMODELS = ("*.onnx", "*.onnx.data")
+
+
 def drop_submodels(directory: Path) -> None:
-    """Remove a measured deployment's sub-models and weights (plan, logs and figures stay):
-    a VGG-16 deployment holds all 528 MB of its weights again."""
-    for pattern in ("*.onnx", "*.onnx.data"):
+    """Remove a measured deployment's sub-models and weights (:data:`SUBMODELS`)."""
+    for pattern in SUBMODELS:
         for p in Path(directory).glob(pattern):
             p.unlink(missing_ok=True)

@@ -4,7 +4,6 @@ calibration)."""
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from dse.errors import DseError
+from dse.files import scratch
 from dse.runtime.partition import Deployment
 from dse.runtime.plan import Gather, Plan, Recv, Send, Step, WireTensor
 from dse.runtime.sessions import session
@@ -22,7 +22,7 @@ def run_deployment(
     deployment: Deployment, inputs: Mapping[str, np.ndarray], threads: int = 1
 ) -> dict[str, np.ndarray]:
     """:func:`run_sequential` on a deployment written to a temporary directory."""
-    with tempfile.TemporaryDirectory(prefix="dse-deploy-") as tmp:
+    with scratch("deploy-") as tmp:
         deployment.write_segments(Path(tmp))
         return run_sequential(deployment.plan, Path(tmp), inputs, threads)
 
@@ -128,7 +128,7 @@ def time_segments(
     something else alternately). Per sub-model: its device's index in the platform and median
     seconds."""
     device_of = {n: r.device_index for r in deployment.plan.ranks for n in r.segments}
-    with tempfile.TemporaryDirectory(prefix="dse-segments-") as tmp:
+    with scratch("segments-") as tmp:
         deployment.write_segments(Path(tmp))
         sessions = {name: session(Path(tmp) / name, "cpu", threads) for name in deployment.segments}
         feeds = {name: random_feeds(s) for name, s in sessions.items()}
