@@ -63,9 +63,10 @@ def remove_stale(directory: Path) -> None:
 MAX_JSON_BYTES = 64 * 2**20
 
 
-def read_json(path: str, what: str) -> Any:
+def read_json(path: str, what: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
     """A JSON file's content, or one line saying why it cannot be read: missing, not a regular
-    file, too large, not UTF-8, not JSON, nested too deeply, NaN/Infinity, or a key twice."""
+    file, larger than ``max_bytes``, not UTF-8, not JSON, nested too deeply, NaN/Infinity, a
+    number too long, or a key twice."""
     p = Path(str(path)).expanduser()
     try:
         if not p.exists():
@@ -73,10 +74,10 @@ def read_json(path: str, what: str) -> Any:
         if not p.is_file():
             raise DseError(f"{what} file {p} is not a regular file (a directory, device or pipe)")
         size = p.stat().st_size
-        if size > MAX_JSON_BYTES:
+        if size > max_bytes:
             raise DseError(
                 f"{what} file {p} is {size / 2**20:.0f} MB: a {what} file is at most "
-                f"{MAX_JSON_BYTES // 2**20} MB"
+                f"{max_bytes // 2**20} MB"
             )
         text = p.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -94,6 +95,10 @@ def read_json(path: str, what: str) -> Any:
     except RecursionError:
         raise DseError(f"{what} file {p} is nested too deeply to be a {what}") from None
     except ValueError as exc:
+        if "integer string conversion" in str(exc):  # Python refuses over 4300 digits
+            raise DseError(
+                f"{what} file {p} holds an integer of thousands of digits: write a number"
+            ) from None
         raise DseError(f"{what} file {p}: {exc}") from None
 
 

@@ -16,6 +16,8 @@ def number(value: Any, where: str, *, positive: bool = False, integer: bool = Fa
         x = float(value)
     except ValueError:
         raise DseError(f"{where} must be a number, not {value!r}") from None
+    except OverflowError:  # an integer of hundreds of digits
+        raise DseError(f"{where} must be a finite number, not an integer this large") from None
     if not math.isfinite(x):
         raise DseError(f"{where} must be a finite number, not {value!r}")
     if x < 0 or (positive and x == 0):

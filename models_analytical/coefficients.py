@@ -10,15 +10,16 @@ device names its ``type``, by default its kind: ``cpu``, ``gpu``), each the
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dse.errors import DseError
+from dse.files import read_json
 from dse.platform import Platform
 from dse.values import number
+from models_analytical import coefficients_schema as schema
 
 #: Op classes of the compute model (Eq. 4.7 keeps one coefficient per class and device type).
 OP_CLASSES = ("conv_winograd", "conv", "fc", "elementwise")
@@ -268,6 +269,7 @@ class Coefficients:
                 f"coefficients {source} must be a JSON object with a section per device type "
                 "(such as 'cpu')"
             )
+        schema.check(raw, source, [k for k, v in raw.items() if is_type_section(str(k), v)])
         types = {
             str(k): TypeCoefficients.from_dict(v, f"coefficients {source}, '{k}'")
             for k, v in raw.items()
@@ -298,11 +300,11 @@ class Coefficients:
 
 
 def load_coefficients(path: str | Path) -> Coefficients:
+    """A coefficients file, read as a user's JSON (size, nesting, duplicate keys, NaN: one
+    line, :func:`dse.files.read_json`) and checked against its schema
+    (:mod:`models_analytical.coefficients_schema`)."""
     p = Path(path).expanduser()
-    if not p.is_file():
+    if not p.exists():
         raise DseError(f"coefficients file not found: {p} (set coefficients=PATH)")
-    try:
-        raw = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DseError(f"coefficients file {p} is not valid JSON: {exc}") from None
+    raw = read_json(str(p), "coefficients", max_bytes=schema.MAX_BYTES)
     return Coefficients.from_dict(raw, p.name)

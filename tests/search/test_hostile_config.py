@@ -151,7 +151,7 @@ def test_coefficients_that_are_not_an_object_are_refused(tmp_path):
         Coefficients.from_dict({"cpus": {}}, "bad.json")
     path = tmp_path / "bad.json"
     path.write_bytes(b'{"cpu": \xff}')
-    with pytest.raises(DseError, match="not valid JSON"):
+    with pytest.raises(DseError, match="not UTF-8 text"):
         load_coefficients(path)
 
 
