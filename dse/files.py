@@ -26,19 +26,26 @@ from dse.errors import DseError
 @contextmanager
 def staged(path: Path) -> Iterator[Path]:
     """A temporary path beside ``path``; renamed onto it when the block succeeds, removed when
-    it fails."""
+    it fails. A write that fails (a full disk, a read-only place) is one line naming the file,
+    and ``path`` keeps what it held."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
         yield Path(tmp)
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
+    except OSError as exc:
+        raise DseError(
+            f"cannot write {path} ({exc.strerror or exc}): free space there or write elsewhere"
+        ) from None
     finally:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
 
 
 def write_text(path: Path, text: str) -> None:
@@ -156,6 +163,38 @@ def writable_file(path: Path, key: str = "out") -> Path:
         raise DseError(f"cannot write {key}={path}: {folder} is a file, not a folder")
     writable_dir(path.parent, key)
     return path
+
+
+def why_unwritable(path: Path) -> str | None:
+    """Why the directory ``path`` cannot be made and written, or None; nothing is made (a
+    probe file is written and removed in the deepest folder of ``path`` that exists)."""
+    path = Path(path)
+    folder = next((p for p in (path, *path.parents) if p.exists() or p.is_symlink()), Path("/"))
+    if not folder.is_dir():
+        return f"{folder} is a file, not a folder"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-test.", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return f"{folder}: {exc.strerror or exc}"
+    return None
+
+
+def can_write(path: Path, key: str, free_bytes: int = 0) -> None:
+    """One line unless the directory ``path`` can be made and written (:func:`why_unwritable`)
+    with ``free_bytes`` free on its disk; nothing is made. ``key``: the setting naming it."""
+    why = why_unwritable(path)
+    if why is not None:
+        raise DseError(f"cannot write to {key}={path} ({why}): choose another {key}")
+    folder = next(p for p in (Path(path), *Path(path).parents) if p.exists())
+    st = os.statvfs(folder)
+    free = st.f_bavail * st.f_frsize
+    if free < free_bytes:
+        raise DseError(
+            f"{key}={path} is on a full disk ({free / 2**20:.1f} MB free of the "
+            f"{free_bytes / 2**20:.0f} MB it needs): free space or choose another {key}"
+        )
 
 
 #: The file in a run or deployment directory that says which process owns it.

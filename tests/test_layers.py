@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("assembly", ("dse.app",)),
     ("results", ("dse.results",)),
     ("workflows", ("dse.calibrate", "dse.fidelity")),
-    ("entry plumbing", ("dse.cli",)),
+    ("entry plumbing", ("dse.cli", "dse.outdirs")),
     (
         "entry points",
         (

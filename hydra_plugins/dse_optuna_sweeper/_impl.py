@@ -30,7 +30,7 @@ from optuna.trial import Trial, TrialState
 
 from dse.errors import DseError
 from hydra_plugins.dse_optuna_sweeper import _report
-from hydra_plugins.dse_optuna_sweeper._space import SearchSpace, parse
+from hydra_plugins.dse_optuna_sweeper._space import SearchSpace, parse, same_space
 from hydra_plugins.dse_optuna_sweeper._storage import default_url, open_storage, retry
 from hydra_plugins.dse_optuna_sweeper.config import SAMPLERS
 
@@ -248,15 +248,21 @@ class SweeperImpl:
         url = self.storage or default_url(safe_name(name), root)
         storage = open_storage(url)
         sampler = make_sampler(self.sampler_conf)
-        study = retry(
-            lambda: optuna.create_study(
-                storage=storage,
-                sampler=sampler,
-                study_name=name,
-                directions=dirs,
-                load_if_exists=True,
+        try:
+            study = retry(
+                lambda: optuna.create_study(
+                    storage=storage,
+                    sampler=sampler,
+                    study_name=name,
+                    directions=dirs,
+                    load_if_exists=True,
+                )
             )
-        )
+        except Exception as exc:  # noqa: BLE001 - SQLAlchemy and driver errors are many classes
+            raise DseError(
+                f"cannot open study '{name}' in {url}: {one_line(exc)} (give another "
+                "hydra.sweeper.storage)"
+            ) from None
         have = [d.name.lower() for d in study.directions]
         stored = study.user_attrs.get("objectives")
         if have != dirs or (stored is not None and stored != keys):
@@ -267,6 +273,7 @@ class SweeperImpl:
         if stored is None:
             retry(lambda: study.set_user_attr("objectives", keys))
             retry(lambda: study.set_user_attr("directions", dirs))
+        same_space(study, name, url, space)
         return study, url, keys
 
     def _ask(self, study: optuna.Study, space: SearchSpace) -> tuple[Trial, list[str], float]:
@@ -381,8 +388,14 @@ class SweeperImpl:
     def _sweep(self, arguments: list[str]) -> list[Sequence[JobReturn]]:
         space = parse(arguments, self.params)
         study, url, keys = self._open(space)
-        self.sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, self.sweep_dir / "multirun.yaml")
+        try:
+            self.sweep_dir.mkdir(parents=True, exist_ok=True)
+            OmegaConf.save(self.config, self.sweep_dir / "multirun.yaml")
+        except OSError as exc:
+            raise DseError(
+                f"cannot write to hydra.sweep.dir={self.sweep_dir} ({exc.strerror or exc}): "
+                "choose another hydra.sweep.dir"
+            ) from None
         with_metric_names(study, keys)
         watch = "" if url == "memory" else f"; watch it with: optuna-dashboard {url}"
         held = len(study.get_trials(deepcopy=False))

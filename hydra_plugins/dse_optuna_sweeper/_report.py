@@ -11,6 +11,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from dse.files import write_text
 from hydra_plugins.dse_optuna_sweeper._space import SearchSpace
 
 #: Completed trials needed before importances are worth computing.
@@ -161,7 +162,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def write(report: dict[str, Any], directory: Path) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "sweep_report.json").write_text(json.dumps(report, indent=2) + "\n")
-    (directory / "sweep_report.md").write_text(markdown(report))
+    """The report's JSON and Markdown, written whole or not at all (a full disk: one line)."""
+    write_text(directory / "sweep_report.json", json.dumps(report, indent=2) + "\n")
+    write_text(directory / "sweep_report.md", markdown(report))
     print(f"report: {directory / 'sweep_report.md'}")

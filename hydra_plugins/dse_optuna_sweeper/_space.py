@@ -3,7 +3,8 @@
 ``choice(a,b)`` and ``a,b`` -> categorical; ``range(2,7)`` -> integers 2..6 (ordered, so a
 sampler can use the order; float steps -> a stepped float); ``interval(5,40)`` -> a float in
 [5, 40]; ``tag(log, interval(...))`` -> log scale; ``tag(int, interval(...))`` -> integers.
-Overrides that sweep nothing are passed to every trial as given.
+Overrides that sweep nothing are passed to every trial as given. A study keeps the space it
+was made for (:func:`same_space`): another space under its name is refused.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import optuna
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from optuna.distributions import (
@@ -20,9 +22,12 @@ from optuna.distributions import (
     CategoricalDistribution,
     FloatDistribution,
     IntDistribution,
+    distribution_to_json,
+    json_to_distribution,
 )
 
 from dse.errors import DseError
+from hydra_plugins.dse_optuna_sweeper._storage import retry
 
 #: Types Optuna stores as categorical choices as they are.
 PLAIN = (str, int, float, bool)
@@ -129,3 +134,55 @@ def parse(arguments: Sequence[str], params: dict[str, str] | None = None) -> Sea
             fixed[name] = o.input_line
     space.fixed = list(fixed.values())
     return space
+
+
+#: The study's user attribute holding the search space it was made for.
+SPACE = "search_space"
+
+
+def same_space(study: optuna.Study, name: str, url: str, space: SearchSpace) -> None:
+    """Refuse in one line a study that was made for another search space (its trials would
+    be mixed with this command's, or Optuna would fail on a parameter of another kind); a
+    new study records its space. A study without the record (made by hand, or before dse
+    kept it) is judged by the parameters its trials were sampled from."""
+    here = {n: distribution_to_json(d) for n, d in space.distributions.items()}
+    stored = study.user_attrs.get(SPACE)
+    if stored is None:
+        seen: dict[str, str] = {}
+        for t in retry(lambda: study.get_trials(deepcopy=False)):
+            for n, d in t.distributions.items():
+                seen.setdefault(n, distribution_to_json(d))
+        if not seen:
+            retry(lambda: study.set_user_attr(SPACE, here))
+            return
+        stored = seen
+    if stored == here:
+        return
+    diff = []
+    for n in sorted(set(stored) | set(here)):
+        if n not in here:
+            diff.append(f"{n}={describe(stored[n])} in the study, not in this command")
+        elif n not in stored:
+            diff.append(f"{n}={describe(here[n])} in this command, not in the study")
+        elif stored[n] != here[n]:
+            diff.append(f"{n}: {describe(stored[n])} in the study, {describe(here[n])} here")
+    raise DseError(
+        f"study '{name}' in {url} was made for another search space ({'; '.join(diff[:3])}): "
+        "give a new hydra.sweeper.study_name, or sweep the study's own space"
+    )
+
+
+def describe(dist_json: str) -> str:
+    """A distribution as the sweep syntax that makes it (``choice(a,b)``, ``range(2,7)``,
+    ``interval(5,40)``, with ``tag(log, ...)``, ``tag(int, ...)``)."""
+    try:
+        d = json_to_distribution(dist_json)
+    except Exception:  # noqa: BLE001 - a record edited by hand: show it as it is
+        return dist_json
+    if isinstance(d, CategoricalDistribution):
+        return f"choice({','.join(map(str, d.choices))})"
+    if isinstance(d, IntDistribution | FloatDistribution) and d.step is not None and not d.log:
+        return f"range({d.low:g},{d.high + d.step:g},{d.step:g})"
+    text = f"interval({d.low:g},{d.high:g})"
+    tags = [t for t, on in (("log", d.log), ("int", isinstance(d, IntDistribution))) if on]
+    return f"tag({', '.join(tags)}, {text})" if tags else text

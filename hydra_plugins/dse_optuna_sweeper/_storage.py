@@ -11,14 +11,17 @@ local disk: over several hosts use a server database (``postgresql://...``).
 from __future__ import annotations
 
 import random
+import sqlite3
 import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any, TypeVar
 
 import optuna
 
 from dse.errors import DseError
+from dse.files import why_unwritable
 
 T = TypeVar("T")
 #: Seconds a SQLite connection waits for another worker's write.
@@ -74,15 +77,60 @@ def _sqlite_pragmas(connection: Any, record: Any) -> None:
         cursor.close()
 
 
+#: Tables every Optuna database has: a SQLite file with tables but not these is another
+#: application's, and the sweeper does not write into it.
+OPTUNA_TABLES = frozenset({"studies", "version_info"})
+#: What an application stamps a SQLite file with (0 in a database nobody has claimed).
+STAMPS = ("user_version", "application_id")
+
+
+def check_sqlite(url: str) -> None:
+    """Before Optuna opens a SQLite file: its folder is made (one line if it cannot be: under
+    a file, in a place that cannot be written), and an existing file must be a regular file
+    holding Optuna's tables, or an empty database; another application's database (tables of
+    its own, or its own version stamp) or a file that is no database is refused in one line."""
+    path = url.split(":///", 1)[-1]
+    if not path or path == ":memory:" or path.startswith("file:"):
+        return
+    p = Path(path).expanduser()
+    fix = "give a file of its own, e.g. hydra.sweeper.storage=sqlite:///runs/sweeps/NAME.db"
+    why = why_unwritable(p.parent)
+    if why is not None:
+        raise DseError(f"storage {url}: cannot write there ({why}): {fix}")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DseError(f"storage {url}: cannot make {p.parent} ({exc.strerror}): {fix}") from None
+    if not p.exists():
+        return
+    if not p.is_file():
+        raise DseError(f"storage {url}: {p} is not a regular file (a device or folder): {fix}")
+    if p.stat().st_size == 0:
+        return  # a new, empty file: Optuna makes its tables
+    try:
+        with closing(sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True)) as db:
+            rows = db.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+            tables = {r[0] for r in rows}
+            stamps = [db.execute(f"PRAGMA {k}").fetchone()[0] for k in STAMPS]
+    except sqlite3.Error as exc:
+        raise DseError(f"storage {url}: {p} is not a SQLite database ({exc}): {fix}") from None
+    if tables >= OPTUNA_TABLES or (not tables and not any(stamps)):
+        return
+    held = ", ".join(sorted(tables)[:5]) or f"no tables, its own version stamp {stamps}"
+    raise DseError(
+        f"storage {url}: {p} is another application's SQLite database ({held}), not an "
+        f"Optuna study's: {fix}"
+    )
+
+
 def open_storage(url: str) -> Any:
-    """The Optuna storage for ``url`` (None for 'memory'); makes a SQLite file's directory."""
+    """The Optuna storage for ``url`` (None for 'memory'); a SQLite file checked
+    (:func:`check_sqlite`) and its directory made."""
     if url == "memory":
         return None
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite:"):
-        path = url.split(":///", 1)[-1]
-        if path and path != ":memory:":
-            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        check_sqlite(url)
         kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT}}
     from sqlalchemy.exc import IntegrityError
 
