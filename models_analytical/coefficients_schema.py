@@ -12,7 +12,8 @@ A document is a JSON object. A top-level object with one of
 ``calibrated``, ``links`` and ``speed_reference`` are checked as :data:`TOP` says; every other
 key is a note (free JSON: description, provenance, ...). The ranges are generous bounds on what
 any device could show, meant to catch a value in the wrong unit, a typo and an overflow (a
-latency of 2.6e301 ms), not to judge a calibration. Size, nesting and duplicate keys of a file
+latency of 2.6e301 ms, or a clock of 1e-300 Hz that makes every layer take forever), not to
+judge a calibration. Size, nesting and duplicate keys of a file
 are bounded where it is read (:func:`dse.files.read_json`; :data:`MAX_BYTES`, :data:`MAX_DEPTH`).
 """
 
@@ -116,7 +117,7 @@ PER_UNIT_MAX = 1e-3  # seconds per MAC or byte: a device of 1 kMAC/s or 1 kB/s a
 
 
 def _macs_per_cycle(name: str) -> Number:
-    return Number("MAC/cycle", 1e6, f"{name}: MACs per clock cycle", open_low=True)
+    return Number("MAC/cycle", 1e6, f"{name}: MACs per clock cycle", low=1e-6)
 
 
 def _watts(name: str) -> Number:
@@ -125,7 +126,7 @@ def _watts(name: str) -> Number:
 
 TYPE_SECTION = Section(
     {
-        "frequency_hz": Number("Hz", 1e11, "clock frequency", open_low=True),
+        "frequency_hz": Number("Hz", 1e11, "clock frequency", low=1e3),
         "layer": Section(
             {
                 "conv_winograd": _macs_per_cycle("3x3 stride-1 convolutions"),
@@ -260,7 +261,7 @@ TOP: dict[str, Spec] = {
         {
             "whole_ms": Keyed(
                 "network",
-                Number("ms", 1e7, "the whole network alone", open_low=True),
+                Number("ms", 1e7, "the whole network alone", low=1e-3),
                 "speed probe per network",
                 default=REQUIRED,
             ),
