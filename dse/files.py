@@ -86,7 +86,7 @@ def read_json(path: str, what: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
                 f"{what} file {p} is {size / 2**20:.0f} MB: a {what} file is at most "
                 f"{max_bytes // 2**20} MB"
             )
-        text = p.read_bytes().decode("utf-8")
+        text = p.read_bytes().decode("utf-8-sig")  # a byte-order mark (Windows editors) is fine
     except UnicodeDecodeError as exc:
         raise DseError(
             f"{what} file {p} is not UTF-8 text: {exc.reason} at byte {exc.start}"

@@ -285,6 +285,9 @@ def check(doc: Any, source: str, type_keys: list[str]) -> None:
         )
     _depth(doc, f"coefficients {source}")
     for key in type_keys:
+        if not key or len(key) > MAX_KEY:
+            named = f"has a device type named {key!r} (1 to {MAX_KEY} characters)"
+            _fail(f"coefficients {source}", named)
         _value(TYPE_SECTION, doc[key], f"coefficients {source}, '{key}'")
     for key, spec in TOP.items():
         if key in doc:
@@ -309,7 +312,7 @@ def _value(spec: Spec, value: Any, where: str) -> None:
             names = ", ".join(n for n, _ in spec.terms)
             _fail(where, f"must be a list of {len(spec.terms)} numbers ({names}), not {value!r}")
         for (name, term), x in zip(spec.terms, value, strict=True):
-            _number(term, x, f"{where}[{name}]")
+            _number(term, x, f"{where} (term {name})")
     elif isinstance(spec, Curve):
         _curve(spec, value, where)
     elif isinstance(spec, Keyed):

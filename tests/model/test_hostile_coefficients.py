@@ -100,6 +100,11 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         ("frequency_hz must be a number, not the string",),
     ),
     "a boolean number": (e("cpu.memory.bias_mb", True), ("memory.bias_mb must be a number",)),
+    "a boolean in a row": (
+        e("cpu.regression", {"conv": [0, True, 0, 0]}),
+        ("regression.conv (term macs) must be a number",),
+    ),
+    "a nameless type": (json.dumps({"": GOOD["cpu"]}), ("has a device type named ''",)),
     # a fraction where a whole number goes
     "channel_block 0.5": (e("cpu.channel_block", 0.5), ("channel_block must be a whole number",)),
     "channel_block 0": (e("cpu.channel_block", 0), ("channel_block must be positive",)),
@@ -236,3 +241,10 @@ def test_the_manual_holds_the_schema() -> None:
     manual = (ROOT / "docs" / "reference" / "coefficients.md").read_text()
     types, top = schema.reference()
     assert types in manual and top in manual
+
+
+def test_a_byte_order_mark_is_read_as_utf8(tmp_path) -> None:
+    """Windows editors start UTF-8 files with a byte-order mark: the file reads as without."""
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(GOOD).encode())
+    assert load_coefficients(path)["cpu"].frequency_hz == 3e9
