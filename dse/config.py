@@ -11,6 +11,7 @@ back from a run directory (resume) can never name arbitrary code.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -171,8 +172,10 @@ class Phase2Config:
             raise DseError(
                 "phase2: top_k, warmup and stream must be 0 or more, iterations at least 1"
             )
-        if not self.timeout_s > 0:
-            raise DseError(f"phase2.timeout_s={self.timeout_s} must be positive")
+        if not 0 < self.timeout_s < math.inf:
+            raise DseError(
+                f"phase2.timeout_s={self.timeout_s} must be a positive number of seconds"
+            )
 
 
 @dataclass

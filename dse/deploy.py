@@ -19,6 +19,7 @@ from dse.paths import CONF_DIR
 from dse.runtime.comparison import COMPARISON, Compared
 from dse.runtime.measure import deploy, deploy_and_measure
 from dse.runtime.measurements import MEASUREMENTS
+from dse.values import number
 
 #: Where a deployment goes without out=: under runs/, named by net and mapping.
 DEFAULT_OUT = "runs/deploy/{net}-{mapping}"
@@ -71,6 +72,9 @@ def main(cfg: DictConfig) -> dict[str, Any]:
         )
     if int(cfg.iterations) < 1 or int(cfg.warmup) < 0:
         raise DseError("iterations must be at least 1 and warmup at least 0")
+    if int(cfg.stream) < 0:
+        raise DseError(f"stream={cfg.stream} must be 0 (off) or more frames")
+    number(cfg.timeout_s, "timeout_s", positive=True)  # a limit in seconds: finite, above 0
     started = time.perf_counter()
     # on an emulated platform: its cluster (which a run needs up; a deployment only written
     # takes it when it is up, else the platform's hosts by name)

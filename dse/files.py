@@ -208,9 +208,9 @@ def owned(directory: Path, what: str = "directory") -> Iterator[None]:
     :data:`LOCK` (``flock``) ends with the owner, however it ends, so a directory left by a
     killed process is taken over with no cleanup; the file stays, naming the last owner."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     path = directory / LOCK
     try:
+        directory.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
         raise DseError(f"cannot use {directory} ({exc.strerror}): choose another {what}") from None

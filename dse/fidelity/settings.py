@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,8 +37,8 @@ def settings_from(cfg: DictConfig) -> FidelitySettings:
         raise DseError("rounds and iterations must be at least 1, warmup 0 or more")
     if int(cfg.stream) < 0:
         raise DseError(f"stream={cfg.stream} must be 0 (off) or more frames")
-    if not float(cfg.timeout_s) > 0:
-        raise DseError(f"timeout_s={cfg.timeout_s} must be positive")
+    if not 0 < float(cfg.timeout_s) < math.inf:
+        raise DseError(f"timeout_s={cfg.timeout_s} must be a positive number of seconds")
     if int(cfg.search_pop_size) < 2 or int(cfg.search_generations) < 1:
         raise DseError("search_pop_size must be at least 2, search_generations at least 1")
     return FidelitySettings(

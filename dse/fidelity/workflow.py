@@ -56,13 +56,13 @@ def run_fidelity(cfg: DictConfig, tell: Callable[..., None]) -> FidelityReport:
     started = time.perf_counter()
     net, platform, model = app.model_from(cfg)
     coefficients = model.coefficients
+    out = writable_dir(out_dir(cfg, net.name, platform.name))  # before anything is measured
     if not coefficients.calibrated:
         tell(
             f"warning: coefficients {coefficients.source} are not calibrated: run "
             f"python -m dse.calibrate platform={platform.name} first",
             error=True,
         )
-    out = writable_dir(out_dir(cfg, net.name, platform.name))  # before anything is measured
     problem = MappingProblem(app.chromosome_from(cfg, net, model), model, cfg.objectives)
     algorithm = replace(
         OmegaConf.to_object(cfg.algorithm),

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dse.config import TIMEOUT_S
-from dse.files import owned
+from dse.errors import DseError
+from dse.files import owned, why_unwritable
 from dse.runtime.lifetime import die_with_parent
 from dse.runtime.measurements import MEASUREMENTS, Measurement, failed, read_measurements
 from dse.runtime.mpirun import Launcher
@@ -66,6 +67,7 @@ def launch(
     directory = Path(directory).absolute()
     plan = read_plan(directory)
     launcher = launcher or Launcher()
+    check_session_folder(launcher)
     placement = [(r.host, r.device) for r in plan.ranks]
     cmd = launcher.command(
         directory, len(plan.ranks), warmup, iterations, rank_args, placement=placement
@@ -79,6 +81,18 @@ def launch(
                 finish(failed("interrupted"))  # nothing of the run stays behind
             raise
         return finish(result) if finish is not None else result
+
+
+def check_session_folder(launcher: Launcher) -> None:
+    """Open MPI keeps its session files in the temporary folder (``TMPDIR``, else /tmp): one
+    that cannot be written is one line before mpiexec fails with a page of its own."""
+    folder = Path(launcher.environment().get("TMPDIR") or "/tmp")
+    why = why_unwritable(folder)
+    if why is not None:
+        raise DseError(
+            f"mpiexec needs a temporary folder it can write, and TMPDIR={folder} is not "
+            f"({why}): set TMPDIR to another folder"
+        )
 
 
 def _run(cmd: list[str], directory: Path, timeout_s: float, launcher: Launcher) -> Measurement:

@@ -11,6 +11,7 @@ import onnxruntime as ort
 
 from dse.config import ITERATIONS, TIMEOUT_S, WARMUP
 from dse.errors import DseError
+from dse.files import can_write
 from dse.mapping import Mappings
 from dse.net import Net, zoo
 from dse.platform import Platform
@@ -64,6 +65,8 @@ def deploy(
     """Partition mapping 0 of ``mapping`` and write its deployment directory, with the whole
     model's outputs on the plan's input for the ranks to check theirs against; its plan."""
     check_existing(out, net.fingerprint, mapping.ident(0))
+    # before the work: a place that cannot be written, or a disk without room for the weights
+    can_write(Path(out).expanduser(), "out", int(net.graph.weight_bytes.sum()) + 2**20)
     dep: Deployment = partition(net, mapping, platform, seed=seed)
     dep.plan.reference = reference(net, seed)
     names = [o.name for o in dep.plan.outputs]
