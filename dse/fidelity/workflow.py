@@ -84,6 +84,8 @@ def run_fidelity(cfg: DictConfig, tell: Callable[..., None]) -> FidelityReport:
     write_csv(out / "fidelity.csv", rows)
     pts = points(rows, chosen.kinds)
     if not pts["latency"]:
+        if measured.interrupted:  # stopped before the first result: that, not a failure
+            raise KeyboardInterrupt
         raise DseError(f"no mapping was measured (see {out}/phase2/*/stderr.log)")
     calibrated = "calibrated" if coefficients.calibrated else "NOT calibrated"
     plot(

@@ -236,3 +236,30 @@ def test_an_output_that_cannot_be_written_is_one_line_before_measuring(tmp_path)
         r = run_module("dse.fidelity", "+net=alexnet", "platform=localhost", f"out={out}")
         lines = [ln for ln in r.stderr.strip().splitlines() if not ln.startswith("warning:")]
         assert r.returncode == 2 and len(lines) == 1 and words in lines[0], r.stderr[-2000:]
+
+
+def test_stopped_before_the_first_result_is_an_interruption(tmp_path, monkeypatch) -> None:
+    """Ctrl-C (or SIGTERM, SIGHUP) during the first run: the command is interrupted (130), not
+    failed with "no mapping was measured" (2); the CSV of what was deployed is written."""
+    from hydra import compose, initialize_config_dir
+
+    from dse.config import register
+    from dse.fidelity import workflow
+    from dse.fidelity.measure import Measured
+
+    def stopped(out, net, model, mappings, labels, s, tick, launcher=None):  # noqa: ANN001, ANN202
+        return Measured([{"status": "failed", "reason": "interrupted before it ran"}] * len(labels),
+                        interrupted=True, speed=None)  # fmt: skip
+
+    monkeypatch.setattr(workflow, "measure", stopped)
+    monkeypatch.setattr(workflow, "mpiexec_path", lambda: "mpiexec")
+    register()
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("fidelity", overrides=[
+            "+net=alexnet", "platform=localhost", "mappings=2", "search_pop_size=4",
+            "search_generations=1", f"out={tmp_path / 'fid'}",
+        ])  # fmt: skip
+    with pytest.raises(KeyboardInterrupt):
+        workflow.run_fidelity(cfg, lambda *a, **k: None)
+    rows = list(csv.DictReader((tmp_path / "fid" / "fidelity.csv").open()))
+    assert [r["status"] for r in rows] == ["failed", "failed"]

@@ -79,7 +79,7 @@ def uninterrupted(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL])
 @pytest.mark.slow
 def test_signal_at_any_moment_leaves_complete_outputs_and_resume_is_exact(
     sig, tmp_path, uninterrupted
