@@ -223,7 +223,7 @@ def run(main: Callable[[], Any], config_name: str = "config") -> None:
         _hung_up(signum)
         raise KeyboardInterrupt  # SIGTERM is Ctrl-C: the same clean stop and exit status
 
-    for s in STOP_SIGNALS[1:]:
+    for s in STOP_SIGNALS[1:]:  # SIGTERM and SIGHUP; SIGINT raises KeyboardInterrupt itself
         signal.signal(s, _terminate)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:

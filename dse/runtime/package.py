@@ -137,11 +137,5 @@ def _write(
 
 #: A deployment's sub-models and their weights: what a measured deployment need not keep (a
 #: VGG-16 deployment holds all 528 MB of its weights again); plan, logs and figures stay.
+#: Phase two and fidelity mark them temporary (:func:`dse.files.temporary_files`).
 SUBMODELS = ("*.onnx", "*.onnx.data")
-
-
-def drop_submodels(directory: Path) -> None:
-    """Remove a measured deployment's sub-models and weights (:data:`SUBMODELS`)."""
-    for pattern in SUBMODELS:
-        for p in Path(directory).glob(pattern):
-            p.unlink(missing_ok=True)
