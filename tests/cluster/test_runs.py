@@ -15,6 +15,7 @@ import copy
 import csv
 import ipaddress
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -182,6 +183,8 @@ def test_the_cluster_launcher_places_each_rank_on_its_board(tmp_path: Path) -> N
         sys.executable, "-m", "mpi4py", "-m", "dse.runtime", str(d),
     ]  # fmt: skip
     assert launcher.environment()["OMPI_MCA_mpi_yield_when_idle"] == "1"
+    # its ranks poll then sleep while they wait (a spinning rank burns its device's quota)
+    assert launcher.env["DSE_WAIT_SPIN_US"] == os.environ.get("DSE_WAIT_SPIN_US", "50")
     with pytest.raises(ValueError, match="needs the 3 ranks' placement"):
         launcher.command(tmp_path, 3, mpiexec="mpiexec")
 
