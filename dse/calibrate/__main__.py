@@ -28,12 +28,37 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     seconds = doc["provenance"]["seconds"]
     name = settings.platform.name
     say(f"calibrated platform '{name}' in {seconds:.0f} s: {out}")
+    for line in link_lines(doc["provenance"].get("links", {})):
+        say(f"  {line}")
+    for what, why in left_out(doc["provenance"]).items():
+        say(f"  left out {what}: {why}")
     if settings.default_out:
         say(
             f"later commands with platform={name} use it; to go back, delete it or "
             "pass coefficients=platform"
         )
     return {"status": "ok", "out": str(out), "seconds": seconds}
+
+
+def link_lines(links: dict[str, Any]) -> list[str]:
+    """Each link class's and port's fitted latency and bandwidth, one line each."""
+    fits = {f"link {c}": t["fit"] for c, t in links.items() if isinstance(t, dict) and "fit" in t}
+    fits |= {f"port {h}": t["fit"] for h, t in links.get("ports", {}).items() if "fit" in t}
+    return [
+        f"{what}: latency {f['latency_s'] * 1e6:.0f} us, {f['bandwidth_Bps'] / 1e6:.1f} MB/s"
+        for what, f in fits.items()
+    ]
+
+
+def left_out(provenance: dict[str, Any]) -> dict[str, str]:
+    """What the calibration could not measure and went on without (a network a type's device
+    could not hold, ...), with why."""
+    out = {
+        f"{t} {what}": why
+        for t, p in provenance.get("types", {}).items()
+        for what, why in p.get("left_out", {}).items()
+    }
+    return {**out, **provenance.get("left_out", {})}
 
 
 if __name__ == "__main__":

@@ -87,6 +87,13 @@ class Waits:
             request = self.comm.Irecv(buf, source=source, tag=tag)
             until(request.Test, self.spin)
 
+    def send(self, buf: np.ndarray, dest: int, tag: int) -> None:
+        """Send ``buf`` and return once it is sent (its buffer may be reused)."""
+        if self.spin is None:
+            self.comm.Send(buf, dest=dest, tag=tag)
+        else:
+            until(self.comm.Isend(buf, dest=dest, tag=tag).Test, self.spin)
+
     def complete(self, requests: Sequence[Any]) -> None:
         """Return once every request (sends) is complete."""
         from mpi4py import MPI  # initialises MPI: ranks only

@@ -206,8 +206,9 @@ def test_a_cluster_not_up_is_one_line() -> None:
         ["dse.deploy", "+net=alexnet", "mapping=nowhere.json", "measure=true"],
         ["dse", "+net=alexnet", "phase2.enabled=true", "progress=false"],
         ["dse.fidelity", "+net=alexnet"],
+        ["dse.calibrate", "quick=true"],
     ],
-    ids=["deploy", "phase2", "fidelity"],  # calibrate refuses edge3's device types first
+    ids=["deploy", "phase2", "fidelity", "calibrate"],
 )
 def test_every_workflow_says_in_one_line_that_the_cluster_is_not_up(entry: list[str]) -> None:
     name = "dsetest-never-up"
