@@ -1,6 +1,8 @@
 """`python -m dse.calibrate platform=P [nets=[...]] [quick=true] [out=FILE]`: calibrate the model.
 
-The steps are :mod:`dse.calibrate.workflow`'s, the settings :mod:`dse.calibrate.settings`'
+``resume=true`` goes on with an interrupted calibration's measurements, ``refit=true`` fits
+them again without measuring (:mod:`dse.calibrate.journal`). The steps are
+:mod:`dse.calibrate.workflow`'s, the settings :mod:`dse.calibrate.settings`'
 (keys and defaults: :class:`dse.config.CalibrateConfig`), the file :mod:`dse.calibrate.writer`'s.
 By default the file is the platform's calibration (:mod:`dse.paths`), which later
 commands with that platform use.
@@ -13,6 +15,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
+from dse.calibrate.journal import Journal
 from dse.calibrate.settings import settings_from
 from dse.calibrate.workflow import calibrate
 from dse.calibrate.writer import write
@@ -24,7 +27,11 @@ from dse.paths import CONF_DIR
 @guarded
 def main(cfg: DictConfig) -> dict[str, Any]:
     settings = settings_from(cfg)
-    out, doc = write(calibrate(settings), settings)
+    journal = Journal(settings.out, settings.platform, settings.resume, settings.refit)
+    out, doc = write(calibrate(settings, journal), settings)
+    journal.finish()
+    kept = f"{journal.taken} measurements taken, {journal.reused} taken from it"
+    say(f"measurements: {journal.path} ({kept}; refit=true fits them again)")
     seconds = doc["provenance"]["seconds"]
     name = settings.platform.name
     say(f"calibrated platform '{name}' in {seconds:.0f} s: {out}")

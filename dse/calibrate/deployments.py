@@ -14,6 +14,7 @@ rules live here: :func:`shared_host` and :func:`cut_costs`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from dse.calibrate.journal import Journal, NoJournal, key_of
 from dse.calibrate.settings import CalibrationSettings
 from dse.errors import DseError
 from dse.mapping import Mappings, from_devices, random_mappings, remap, whole
@@ -28,7 +30,12 @@ from dse.net import load_net
 from dse.net.graph import LayerGraph
 from dse.platform import Platform
 from dse.runtime.measure import deploy, measure_interleaved
-from dse.runtime.measurements import measured_latency_ms, probe_times, take_out_drift
+from dse.runtime.measurements import (
+    Measurement,
+    measured_latency_ms,
+    probe_times,
+    take_out_drift,
+)
 from dse.runtime.probe import probe_threads, speed_probe
 from models_analytical.calibration import (
     CutCosts,
@@ -157,11 +164,14 @@ def measure_deployments(
     coefficients: Coefficients,
     tick: Callable[[str], None],
     root: Path,
+    journal: Journal | None = None,
 ) -> Deployments:
     """:data:`LABELS` per network (the first network also :data:`ENTRY_ONLY`, where the entry
     is a cpu), placed by the layer times of ``coefficients``, deployed and run in interleaved
     rounds with a speed probe (``probe``) beside them; ``tick`` after each mapping. The
-    deployments are written under ``root`` (the caller removes it)."""
+    deployments are written under ``root`` (the caller removes it), but for a refit; each
+    network's measurements go through ``journal``."""
+    journal = journal or NoJournal()
     platform = s.platform
     a, b = cut_devices(platform)
     out: list[Deployed] = []
@@ -182,19 +192,19 @@ def measure_deployments(
             batch = Mappings.concat([batch, *alone])
         dirs = [root / f"{name}-{label.replace(':', '-')}" for label in labels]
         for p, d in enumerate(dirs):
-            deploy(
-                net, platform, batch.take(p), d, s.seed, s.warmup, s.iterations,
-                launcher=s.launcher,
-            )  # fmt: skip
-        # interleaved rounds: a slow spell hits one round of each mapping, and the one-device
-        # run the layer times are anchored to is measured beside the cut ones
-        probe = speed_probe(dirs[0], platform) if s.probe else None
-        results, interrupted = measure_interleaved(
-            dirs, s.rounds, s.warmup, s.iterations, s.timeout_s, rng, probe=probe,
-            launcher=s.launcher,
-        )  # fmt: skip
-        if interrupted:
-            raise KeyboardInterrupt
+            if not s.refit:  # the sub-models are timed from these
+                deploy(
+                    net, platform, batch.take(p), d, s.seed, s.warmup, s.iterations,
+                    launcher=s.launcher,
+                )  # fmt: skip
+
+        request = {"net": name, "labels": list(labels),
+                   "mappings": [batch.ident(p) for p in range(len(labels))],
+                   "devices": [d.name for d in platform.devices], "seed": s.seed,
+                   "rounds": s.rounds, "warmup": s.warmup, "iterations": s.iterations,
+                   "probe": s.probe}  # fmt: skip
+        measure = functools.partial(run_rounds, s, dirs, rng)
+        results = journal.take(key_of("deployments", request), measure)
         probes = probe_times(results)
         if probes:
             speed[name] = (round(float(np.median(probes)), 4), net.fingerprint)
@@ -213,6 +223,22 @@ def measure_deployments(
             out.append(Deployed(name, label, net.graph, batch.take(p), res, dirs[p]))
             tick(f"ran {name} {label}")
     return Deployments(tuple(out), speed, left_out)
+
+
+def run_rounds(
+    s: CalibrationSettings, dirs: list[Path], rng: np.random.Generator
+) -> list[Measurement]:
+    """The deployments in ``dirs`` run in interleaved rounds (a slow spell hits one round of
+    each mapping, and the one-device run the layer times are anchored to is measured beside
+    the cut ones), a speed probe beside them; Ctrl-C ends the calibration."""
+    probe = speed_probe(dirs[0], s.platform) if s.probe else None
+    results, interrupted = measure_interleaved(
+        dirs, s.rounds, s.warmup, s.iterations, s.timeout_s, rng, probe=probe,
+        launcher=s.launcher,
+    )  # fmt: skip
+    if interrupted:
+        raise KeyboardInterrupt
+    return results
 
 
 def measured(

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from dse.calibrate.journal import key_of
 from dse.errors import DseError
 from dse.platform import Platform
 from dse.runtime.measurements import failed
@@ -208,17 +209,26 @@ def measure_links(
     tick: Callable[[str], None] = lambda _: None,
     launcher: Launcher | None = None,
     max_bytes: int | None = None,
+    take: Callable[[str, Callable[[], dict[str, Any]]], dict[str, Any]] | None = None,
 ) -> LinkTables:
     """One table per link class that a pair of the platform's devices uses (measured between
     the first such pair, its ranks started by ``launcher``, over the links a deployment's
     ranks use: TCP through the boards' ports between boards, shared memory within one); on a
     switched network every pair of boards too, for a table per port (:func:`port_tables`);
-    ``tick`` after each benchmark."""
+    ``tick`` after each benchmark; each benchmark through ``take`` (a calibration's journal,
+    :meth:`dse.calibrate.journal.Journal.take`)."""
     tables, prov = {}, {}
+
+    def bench_pair(a: int, b: int) -> dict[str, Any]:
+        names = [platform.devices[a].name, platform.devices[b].name]
+        key = key_of("link", {"devices": names, "few": few, "max_bytes": max_bytes})
+        measure = lambda: measure_link(platform, a, b, few, launcher, max_bytes)  # noqa: E731
+        return take(key, measure) if take is not None else measure()
+
     pairs = link_pairs(platform)
     measured: dict[tuple[int, int], dict[str, Any]] = {}
     for cls, (a, b) in pairs.items():
-        t = measure_link(platform, a, b, few, launcher, max_bytes)
+        t = bench_pair(a, b)
         tables[cls] = {"bytes": t["bytes"], "seconds": t["one_way_s"]}
         names = [platform.devices[a].name, platform.devices[b].name]
         prov[cls] = {"devices": names, **t, "fit": fit_link(t)}
@@ -227,7 +237,7 @@ def measure_links(
         tick(f"link {cls}")
     for a, b in board_pairs(platform):
         if (a, b) not in measured:
-            measured[a, b] = measure_link(platform, a, b, few, launcher, max_bytes)
+            measured[a, b] = bench_pair(a, b)
             tick(f"link {platform.devices[a].host}-{platform.devices[b].host}")
     ports = port_tables(platform, measured)
     for host, t in ports.items():

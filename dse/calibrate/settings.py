@@ -53,6 +53,8 @@ class CalibrationSettings:
     probe: bool  # a speed probe beside each deployment run
     # how the ranks start: on the platform's hosts by name, or on its emulated cluster
     launcher: Launcher = field(default_factory=Launcher)
+    resume: bool = False  # take the journal's measurements, measure the rest
+    refit: bool = False  # measure nothing: fit the journal's measurements
 
 
 def base_coefficients(cfg: DictConfig) -> Coefficients:
@@ -103,9 +105,25 @@ def settings_from(cfg: DictConfig) -> CalibrationSettings:
         timeout_s=float(cfg.timeout_s),
         submodel_runs=int(cfg.submodel_runs),
         probe=bool(cfg.probe),
-        launcher=app.launcher_from(cfg),
+        # refit measures nothing: no cluster needs to be up
+        launcher=Launcher() if cfg.get("refit") else app.launcher_from(cfg),
+        resume=resume_flag(cfg.get("resume")),
+        refit=bool(cfg.get("refit")),
     )
     return quick(settings) if cfg.quick else settings
+
+
+def resume_flag(value: object) -> bool:
+    """``resume=`` of a calibration: true or false (it resumes its own journal, beside out);
+    anything else (a search's run directory) is one line."""
+    if value is None or str(value).lower() in ("false", "0", "no", ""):
+        return False
+    if str(value).lower() in ("true", "1", "yes"):
+        return True
+    raise DseError(
+        f"resume={value}: a calibration resumes the measurements beside its out= file: give "
+        "resume=true"
+    )
 
 
 def quick(settings: CalibrationSettings) -> CalibrationSettings:

@@ -30,6 +30,7 @@ import numpy as np
 import onnx
 
 from dse.calibrate.deployments import CUTS, Deployed, cut_devices
+from dse.calibrate.journal import Journal, NoJournal
 from dse.calibrate.ondevice import Unit, unit_runner
 from dse.calibrate.settings import CalibrationSettings
 from dse.mapping import Mappings
@@ -119,7 +120,8 @@ def rows(
     for p, directory in enumerate(directories):
         dep = partition(net, mappings.take(p), platform, seed=seed)  # as deployed: its features
         request = {"step": "submodels", "directory": str(directory), "runs": runs,
-                   "warmup": 1, "threads": threads}  # fmt: skip
+                   "warmup": 1, "threads": threads, "net": net.name,
+                   "mapping": mappings.ident(p), "seed": seed}  # fmt: skip
         timed = run(request)
         wholes.append(timed["whole_s"])
         speed = timed["whole_s"] / float(layers.sum())
@@ -134,6 +136,7 @@ def measure_submodels(
     runs: Sequence[Deployed],
     coefficients: Coefficients,
     tick: Callable[[str], None],
+    journal: Journal | None = None,
 ) -> tuple[SubModelCosts, dict[str, float]]:
     """Each network's cut mappings (:data:`~dse.calibrate.deployments.CUTS`) as sub-models
     timed alone on the deployments' first device (in this process where its type is profiled
@@ -143,6 +146,7 @@ def measure_submodels(
     a, _ = cut_devices(s.platform)
     as_type = coefficients.index(s.platform.devices[a].type)
     run, _ = unit_runner(s.platform, a, s.launcher)
+    run = (journal or NoJournal()).unit(f"sub-models on {s.platform.devices[a].name}", run)
     samples: list[SubModelTiming] = []
     whole_s: dict[str, float] = {}
     for name in dict.fromkeys(r.net for r in runs):

@@ -52,6 +52,7 @@ from dse.calibrate.deployments import (
     shared_host,
     single_label,
 )
+from dse.calibrate.journal import Journal, NoJournal
 from dse.calibrate.links import link_runs, measure_links
 from dse.calibrate.ondevice import unit_runner
 from dse.calibrate.settings import CalibrationSettings
@@ -105,23 +106,30 @@ def with_type(c: Coefficients, dtype: str, k: TypeCoefficients) -> Coefficients:
     return replace(c, types={**c.types, dtype: k})
 
 
-def calibrate(s: CalibrationSettings) -> Calibration:
-    """Every step for the platform of ``s``, with its progress bar."""
+def calibrate(s: CalibrationSettings, journal: Journal | None = None) -> Calibration:
+    """Every step for the platform of ``s``, with its progress bar; every measurement
+    through ``journal`` (:mod:`dse.calibrate.journal`: kept as it is taken, or taken from
+    it; default: none kept)."""
     started = time.perf_counter()
+    journal = journal or NoJournal()
     types = s.platform.types
     progress = Progress(total_steps(s, types))
     computed = {}
     for dtype in types:
-        run, here = unit_runner(s.platform, type_device(s, dtype), s.launcher)
+        device = type_device(s, dtype)
+        run, here = unit_runner(s.platform, device, s.launcher)
+        run = journal.unit(f"compute on {s.platform.devices[device].name}", run)
         computed[dtype] = calibrate_compute(s, dtype, progress.tick, run, here)
-    links = measure_links(s.platform, s.link_few_repeats, progress.tick, s.launcher)
+    links = measure_links(
+        s.platform, s.link_few_repeats, progress.tick, s.launcher, take=journal.take
+    )
     coefficients = Coefficients(
         {dtype: c.coefficients for dtype, c in computed.items()}, SOURCE, links=links.tables
     )
     types_prov = {dtype: c.provenance for dtype, c in computed.items()}
     deployed = None
     if s.deployments:
-        deployed = fit_deployments(s, coefficients, computed, progress)
+        deployed = fit_deployments(s, coefficients, computed, progress, journal)
         coefficients = deployed.coefficients
         for dtype, extra in deployed.per_type.items():
             types_prov[dtype] = {**types_prov[dtype], **extra}
@@ -150,11 +158,12 @@ def fit_deployments(
     coefficients: Coefficients,
     computed: dict[str, TypeCompute],
     progress: Progress,
+    journal: Journal,
 ) -> DeploymentFits:
     """Steps 3 to 7 on ``coefficients`` (compute and links calibrated); the deployments
     live in a temporary directory until the sub-models are timed."""
     with tempfile.TemporaryDirectory(prefix="dse-calibrate-") as tmp:
-        return _fit_deployments(s, coefficients, computed, progress, Path(tmp))
+        return _fit_deployments(s, coefficients, computed, progress, journal, Path(tmp))
 
 
 def _fit_deployments(
@@ -162,9 +171,10 @@ def _fit_deployments(
     coefficients: Coefficients,
     computed: dict[str, TypeCompute],
     progress: Progress,
+    journal: Journal,
     root: Path,
 ) -> DeploymentFits:
-    deployments = measure_deployments(s, coefficients, progress.tick, root)
+    deployments = measure_deployments(s, coefficients, progress.tick, root, journal)
     reference = deployments.speed_reference(s.platform)
     if reference is not None:
         coefficients = replace(coefficients, notes={"speed_reference": reference})
@@ -173,7 +183,7 @@ def _fit_deployments(
     per_type: dict[str, dict[str, Any]] = {}
     cpus = cpu_types(s)
     if cpus:  # the deployments run on cpu devices
-        sub, _ = measure_submodels(s, runs, coefficients, progress.tick)
+        sub, _ = measure_submodels(s, runs, coefficients, progress.tick, journal)
         prov["sub_models"] = sub.provenance
         if deployments.left_out:
             prov["left_out"] = deployments.left_out

@@ -114,6 +114,8 @@ def test_settings_take_the_config_numbers_and_quick_its_own() -> None:
         ("nets=[alexnet,lenet]", "nets: unknown network 'lenet': choose from alexnet"),
         ("nets=[]", "nets: unknown network '': choose from"),
         ("runs=0", "runs=0 must be at least 1"),
+        ("rounds=0", "rounds=0 must be at least 1"),
+        ("resume=runs/x", "resume=runs/x: a calibration resumes the measurements beside"),
         ("timeout_s=0", "timeout_s positive"),
     ],
 )
