@@ -241,6 +241,10 @@ class CalibrateConfig(BaseConfig):
     quick: bool = False  # few repeats and only the first net: a smoke test, not for predictions
     probe: bool = True  # time the whole net alone beside each deployment run (dse.runtime.probe)
     out: str | None = None  # default: the platform's calibration file (dse.paths)
+    # the measurements' journal beside out (dse.calibrate.journal): resume=true goes on with
+    # an interrupted calibration's measurements (resume is BaseConfig's key, read as a flag
+    # here), refit=true fits them again without measuring
+    refit: bool = False
 
 
 @dataclass

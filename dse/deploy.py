@@ -47,10 +47,17 @@ def summary(result: Compared) -> str:
         lines.append(
             f"  {r['device']}: compute {r['compute_ms']['median']:.2f} ms, wait "
             f"{r['wait_ms']['median']:.2f} ms, communication {r['communication_ms']['median']:.2f}"
-            f" ms, sent {r['bytes_sent']:,} B, peak RSS {r['peak_rss_loading_mb']} MB loading / "
+            f" ms, CPU {_cpu(r)}, sent {r['bytes_sent']:,} B, peak RSS "
+            f"{r['peak_rss_loading_mb']} MB loading / "
             f"{r['peak_rss_running_mb']} MB running"
         )
     return "\n".join(lines)
+
+
+def _cpu(rank: dict) -> str:
+    """A rank's CPU time per iteration (older measurements have none)."""
+    cpu = rank.get("cpu_ms")
+    return f"{cpu['median']:.2f} ms" if cpu else "not measured"
 
 
 def read_mapping(cfg: DictConfig, net: Net, keys: list[str]) -> Mappings:

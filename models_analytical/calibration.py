@@ -215,6 +215,16 @@ class SubModelCosts:
     split_work_factor: float
     provenance: dict[str, Any] = field(compare=False)
 
+    def scaled(self, ratio: float) -> SubModelCosts:
+        """These costs on a device ``ratio`` times slower (the times; the split factor, a
+        ratio itself, stays)."""
+        return replace(
+            self,
+            segment_run_s=self.segment_run_s * ratio,
+            segment_in_per_byte_s=self.segment_in_per_byte_s * ratio,
+            segment_out_per_byte_s=self.segment_out_per_byte_s * ratio,
+        )
+
     def apply(self, k: TypeCoefficients) -> TypeCoefficients:
         return replace(
             k,

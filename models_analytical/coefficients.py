@@ -33,6 +33,15 @@ WEIGHT_CLASSES = ("conv", "other")
 TYPE_MARKERS = ("frequency_hz", "layer", "layer_overhead_s", "power_w")
 #: Top-level keys of a coefficients file that are never a type.
 RESERVED = ("calibrated", "links")
+#: ``links`` holds a table per link class and, measured on a switched network, one per board's
+#: port under this prefix and the board's name (``port:edge1``): a pair of boards then takes,
+#: for each size, the slower of its two ports' times.
+PORT = "port:"
+
+
+def port_key(board: str) -> str:
+    """The ``links`` key of a board's port table."""
+    return PORT + board
 
 
 def flag(value: Any, where: str) -> bool:

@@ -18,7 +18,7 @@ from dse.mapping import Mappings
 from dse.net.graph import LayerGraph
 from dse.objectives import OBJECTIVES
 from dse.platform import Platform
-from models_analytical.coefficients import OP_CLASSES, WEIGHT_CLASSES, Coefficients
+from models_analytical.coefficients import OP_CLASSES, WEIGHT_CLASSES, Coefficients, port_key
 from models_analytical.layer_costs import CONV_OPS, LayerTables, layer_tables
 from models_analytical.schedule import KernelInputs, ScheduleResult, input_csr, simulate
 from models_analytical.threads import ThreadTuner
@@ -163,20 +163,33 @@ def link_tables(platform: Platform, coefficients: Coefficients) -> dict[str, np.
     """The measured link tables the platform's device pairs use (``link_table`` -1 where a pair's
     link class has none), padded to one length by extending each table's last slope. A table is
     per link class: where one is measured it gives the time of every pair of the class, a
-    switched network's port figures included (its queues stay the ports')."""
-    names = sorted(coefficients.links)
+    switched network's port figures included (its queues stay the ports'). On a switched
+    network whose boards' ports were measured (``port:BOARD``), a pair of boards takes the
+    slower of its two ports' times at each size instead."""
+    tables = {c: (list(t["bytes"]), list(t["seconds"])) for c, t in coefficients.links.items()}
     n = len(platform.devices)
-    cls = np.full((n, n), -1, dtype=np.int64)
+    key = [[""] * n for _ in range(n)]
     for a in range(n):
         for b in range(n):
-            if a != b and platform.link_class(a, b) in coefficients.links:
-                cls[a, b] = names.index(platform.link_class(a, b))
-    g = max((len(coefficients.links[c]["bytes"]) for c in names), default=2)
+            cls = platform.link_class(a, b) if a != b else ""
+            if cls == "network" and platform.network == "switched":
+                ports = sorted({port_key(platform.devices[d].host) for d in (a, b)})
+                if all(p in tables for p in ports):
+                    name = "|".join(ports)
+                    tables.setdefault(name, slower(*(tables[p] for p in ports)))
+                    cls = name
+            key[a][b] = cls if cls in tables else ""
+    names = sorted(tables)
+    cls_of = np.full((n, n), -1, dtype=np.int64)
+    for a in range(n):
+        for b in range(n):
+            if key[a][b]:
+                cls_of[a, b] = names.index(key[a][b])
+    g = max((len(tables[c][0]) for c in names), default=2)
     xs, ys = np.ones((max(len(names), 1), g)), np.zeros((max(len(names), 1), g))
     xs[:, 1] = 2.0
     for i, c in enumerate(names):
-        x = list(coefficients.links[c]["bytes"])
-        y = list(coefficients.links[c]["seconds"])
+        x, y = list(tables[c][0]), list(tables[c][1])
         if len(x) == 1:
             x, y = [x[0], 2 * x[0]], [y[0], y[0]]
         while len(x) < g:
@@ -184,7 +197,15 @@ def link_tables(platform: Platform, coefficients: Coefficients) -> dict[str, np.
             x.append(2 * x[-1])
             y.append(y[-1] + slope * (x[-1] - x[-2]))
         xs[i], ys[i] = x, y
-    return {"link_table": cls, "table_bytes": xs, "table_s": ys}
+    return {"link_table": cls_of, "table_bytes": xs, "table_s": ys}
+
+
+def slower(*tables: tuple[list[float], list[float]]) -> tuple[list[float], list[float]]:
+    """At each size of any of ``tables`` ((bytes, seconds), bytes increasing), the largest of
+    their times (each interpolated on its own sizes; one port: that port's table)."""
+    x = sorted({b for t in tables for b in t[0]})
+    y = np.max([np.interp(x, t[0], t[1]) for t in tables], axis=0)
+    return [float(b) for b in x], [float(t) for t in y]
 
 
 class AnalyticalModel:

@@ -1,6 +1,8 @@
 """`python -m dse.calibrate platform=P [nets=[...]] [quick=true] [out=FILE]`: calibrate the model.
 
-The steps are :mod:`dse.calibrate.workflow`'s, the settings :mod:`dse.calibrate.settings`'
+``resume=true`` goes on with an interrupted calibration's measurements, ``refit=true`` fits
+them again without measuring (:mod:`dse.calibrate.journal`). The steps are
+:mod:`dse.calibrate.workflow`'s, the settings :mod:`dse.calibrate.settings`'
 (keys and defaults: :class:`dse.config.CalibrateConfig`), the file :mod:`dse.calibrate.writer`'s.
 By default the file is the platform's calibration (:mod:`dse.paths`), which later
 commands with that platform use.
@@ -13,6 +15,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
+from dse.calibrate.journal import Journal
 from dse.calibrate.settings import settings_from
 from dse.calibrate.workflow import calibrate
 from dse.calibrate.writer import write
@@ -24,16 +27,45 @@ from dse.paths import CONF_DIR
 @guarded
 def main(cfg: DictConfig) -> dict[str, Any]:
     settings = settings_from(cfg)
-    out, doc = write(calibrate(settings), settings)
+    journal = Journal(settings.out, settings.platform, settings.resume, settings.refit)
+    out, doc = write(calibrate(settings, journal), settings)
+    journal.finish()
+    kept = f"{journal.taken} measurements taken, {journal.reused} taken from it"
+    say(f"measurements: {journal.path} ({kept}; refit=true fits them again)")
     seconds = doc["provenance"]["seconds"]
     name = settings.platform.name
     say(f"calibrated platform '{name}' in {seconds:.0f} s: {out}")
+    for line in link_lines(doc["provenance"].get("links", {})):
+        say(f"  {line}")
+    for what, why in left_out(doc["provenance"]).items():
+        say(f"  left out {what}: {why}")
     if settings.default_out:
         say(
             f"later commands with platform={name} use it; to go back, delete it or "
             "pass coefficients=platform"
         )
     return {"status": "ok", "out": str(out), "seconds": seconds}
+
+
+def link_lines(links: dict[str, Any]) -> list[str]:
+    """Each link class's and port's fitted latency and bandwidth, one line each."""
+    fits = {f"link {c}": t["fit"] for c, t in links.items() if isinstance(t, dict) and "fit" in t}
+    fits |= {f"port {h}": t["fit"] for h, t in links.get("ports", {}).items() if "fit" in t}
+    return [
+        f"{what}: latency {f['latency_s'] * 1e6:.0f} us, {f['bandwidth_Bps'] / 1e6:.1f} MB/s"
+        for what, f in fits.items()
+    ]
+
+
+def left_out(provenance: dict[str, Any]) -> dict[str, str]:
+    """What the calibration could not measure and went on without (a network a type's device
+    could not hold, ...), with why."""
+    out = {
+        f"{t} {what}": why
+        for t, p in provenance.get("types", {}).items()
+        for what, why in p.get("left_out", {}).items()
+    }
+    return {**out, **provenance.get("left_out", {})}
 
 
 if __name__ == "__main__":

@@ -1,20 +1,21 @@
-"""Calibration's compute step for one device kind: layer times, channel block, parts' shares.
+"""Calibration's compute step for one device type: layer times, channel block, parts' shares.
 
-Each calibration network runs whole under onnxruntime's profiler; its kernels are mapped back
-to layers (:mod:`dse.calibrate.profile`) and scaled so they add up to the whole run. A layer's
-time is kept under its :func:`~models_analytical.layer_costs.layer_key` (any network with the
-same layer reuses it), and a linear model per layer family is fitted for layers never
-profiled. One-Conv models give the channel block; every splittable Conv and fully connected
-layer alone, whole and as parts, gives the share of a layer every part pays
-(:mod:`dse.calibrate.channels`). Once the deployments ran, :func:`anchor_to_runtime` brings
-each network's layer times to its one-device run under the runtime.
+Each calibration network runs whole under onnxruntime's profiler, on a device of the type
+(:mod:`dse.calibrate.ondevice`: in this process, or as a rank inside the device's cgroups);
+its kernels are mapped back to layers (:mod:`dse.calibrate.profile`) and scaled so they add
+up to the whole run. A layer's time is kept under its
+:func:`~models_analytical.layer_costs.layer_key` (any network with the same layer reuses it),
+and a linear model per layer family is fitted for layers never profiled. One-Conv models give
+the channel block; every splittable Conv and fully connected layer alone, whole and as parts,
+gives the share of a layer every part pays (:mod:`dse.calibrate.channels`). A network whose
+units fail on the type's device (its memory cap is too small for it, ...) is left out of that
+type's fits, with the reason in the provenance. Once the deployments ran,
+:func:`anchor_to_runtime` brings each network's layer times to its one-device run under the
+runtime.
 """
 
 from __future__ import annotations
 
-import datetime
-import os
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -22,11 +23,10 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from dse.calibrate.channels import measure_channel_scaling, measure_part_costs
-from dse.calibrate.profile import profile_model
+from dse.calibrate.ondevice import Unit, UnitFailed
 from dse.calibrate.settings import CalibrationSettings
 from dse.errors import DseError
-from dse.net import load_net, zoo
+from dse.net import load_net
 from models_analytical.calibration import (
     MeasuredRun,
     fit_channel_block,
@@ -35,9 +35,6 @@ from models_analytical.calibration import (
 )
 from models_analytical.coefficients import TypeCoefficients
 from models_analytical.layer_costs import family, layer_key, regression_terms
-
-#: A network profiled with a larger whole-run spread than this is profiled once more.
-CONTAMINATED = 0.15
 
 
 @dataclass(frozen=True)
@@ -52,22 +49,14 @@ class ProfileSamples:
 
 
 @dataclass(frozen=True)
-class KindCompute:
-    """The compute step's result for one device kind."""
+class TypeCompute:
+    """The compute step's result for one device type."""
 
     coefficients: TypeCoefficients  # the base with the profiled and fitted compute terms
     provenance: dict[str, Any]
     samples: ProfileSamples
-    whole_ms: dict[str, float]  # each network's whole run in the profiler's process
-
-
-def machine_state() -> dict[str, Any]:
-    """The machine's load and this process's CPU time now (kept beside each profile)."""
-    return {
-        "load_avg_1m": round(os.getloadavg()[0], 2),
-        "cpu_s": round(time.process_time(), 2),
-        "wall": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    }
+    whole_ms: dict[str, float]  # each network's whole run on the type's device
+    here: bool  # profiled in this process (not as a rank on the device)
 
 
 def check_kind(kind: str, platform_name: str) -> None:
@@ -82,68 +71,91 @@ def check_kind(kind: str, platform_name: str) -> None:
     raise DseError("profiling gpu devices is not supported yet: calibrate the cpu kinds")
 
 
+def type_device(s: CalibrationSettings, dtype: str) -> int:
+    """The device a type is profiled on: the platform's first of that type."""
+    return next(i for i, d in enumerate(s.platform.devices) if d.type == dtype)
+
+
 def calibrate_compute(
-    s: CalibrationSettings, kind: str, tick: Callable[[str], None]
-) -> KindCompute:
-    """Profiles, regression, channel block and parts' fixed shares for one device kind (at
-    the thread count of its first device); ``tick`` after each network and step."""
-    dev = next(d for d in s.platform.devices if d.kind == kind)
-    check_kind(kind, s.platform.name)
-    prior_model = s.base[kind]
+    s: CalibrationSettings,
+    dtype: str,
+    tick: Callable[[str], None],
+    run: Callable[[Unit], Unit],
+    here: bool = True,
+) -> TypeCompute:
+    """Profiles, regression, channel block and parts' fixed shares for one device type (at
+    the thread count of its first device), each unit done by ``run`` (on that device, or in
+    this process: ``here``); ``tick`` after each network and step."""
+    device = type_device(s, dtype)
+    dev = s.platform.devices[device]
+    check_kind(dev.kind, s.platform.name)
+    prior_model = s.base[dtype]
+    per_class = np.array([prior_model.layer[c] for c in ("conv", "fc", "elementwise")])
+    prior_rate = prior_model.frequency_hz * per_class.mean()
     layer_s: dict[str, float] = {}
     fams, terms, secs, nets_of = [], [], [], []
-    nets_prov = {}
-    whole_ms = {}
+    nets_prov: dict[str, Any] = {}
+    whole_ms: dict[str, float] = {}
+    skipped: dict[str, str] = {}
     for name in s.nets:
         g = load_net({"name": name}).graph
-        per_class = np.array([prior_model.layer[c] for c in ("conv", "fc", "elementwise")])
-        prior = g.macs / (prior_model.frequency_hz * per_class.mean()) + g.output_bytes / 1e10
-        path = zoo.materialize(name, s.seed)
-        for attempt in range(2):
-            before = machine_state()
-            wall0, cpu0 = time.perf_counter(), time.process_time()
-            prof = profile_model(path, g, prior, dev.threads, warmup=s.warmup, runs=s.profile_runs)
-            # below 1 / threads, this process did not get its cores: other work ran beside it
-            cpu_share = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
-            whole = np.median(prof.whole_s)
-            spread = float(np.percentile(prof.whole_s, 90) - np.percentile(prof.whole_s, 10))
-            spread /= whole
-            if spread <= CONTAMINATED or attempt == 1:
-                break
-        scaled = prof.layer_s * (whole / max(prof.layer_s.sum(), 1e-12))
-        for layer, t in zip(g, scaled, strict=True):
+        request = {"step": "profile", "net": name, "seed": s.seed, "threads": dev.threads,
+                   "warmup": s.warmup, "runs": s.profile_runs,
+                   "prior_rate": prior_rate}  # fmt: skip
+        try:
+            prof = run(request)
+        except UnitFailed as exc:
+            skipped[name] = str(exc)
+            tick(f"{dtype}: {name} left out")
+            continue
+        for layer, t in zip(g, prof["layer_s"], strict=True):
             layer_s.setdefault(layer_key(layer), float(t))
             nets_of.append(name)
             fams.append(family(layer))
             terms.append(regression_terms(layer))
             secs.append(float(t))
+        whole = float(np.median(prof["whole_s"]))
         whole_ms[name] = round(whole * 1e3, 3)
         nets_prov[name] = {
             "whole_ms": whole_ms[name],
-            "whole_spread": round(spread, 4),
-            "kernels_per_run": prof.kernels,
-            "layout_kernels_attached": list(prof.unmapped),
-            "profiled_again": attempt == 1,
-            "cpu_over_wall": round(cpu_share, 3),
-            "machine_before": before,
-            "machine_after": machine_state(),
+            "whole_spread": round(prof["spread"], 4),
+            "kernels_per_run": prof["kernels"],
+            "layout_kernels_attached": prof["unmapped"],
+            "profiled_again": prof["profiled_again"],
+            "cpu_over_wall": round(prof["cpu_over_wall"], 3),
+            "machine_before": prof["machine_before"],
+            "machine_after": prof["machine_after"],
         }
-        tick(f"profiled {name} ({whole * 1e3:.1f} ms)")
+        tick(f"{dtype}: profiled {name} ({whole * 1e3:.1f} ms)")
+    if not whole_ms:
+        first = next(iter(skipped.values()))
+        raise DseError(f"type {dtype}: no network could be profiled on {dev.name}: {first}")
     samples = ProfileSamples(tuple(nets_of), tuple(fams), np.array(terms), np.array(secs))
     regression = fit_regression(samples.family, samples.terms, samples.seconds)
-    rows = measure_channel_scaling(dev.threads, s.channel_repeats)
+    rows = run({"step": "channels", "threads": dev.threads, "repeats": s.channel_repeats})["rows"]
     block = fit_channel_block(
         np.array([r["channels"] for r in rows]),
         np.array([r["case"] for r in rows]),
         np.array([r["seconds"] for r in rows]),
     )
-    tick(f"channel block {block.block}")
+    tick(f"{dtype}: channel block {block.block}")
     part_rows: list[dict] = []
-    seen: set[str] = set()
+    seen: list[str] = []
     for name in s.nets:
-        net = load_net({"name": name})
-        part_rows += measure_part_costs(net, block.block, dev.threads, s.part_repeats, seen)
-        tick(f"parts of {name}")
+        if name in skipped:
+            tick(f"{dtype}: parts of {name} left out")
+            continue
+        request = {"step": "parts", "net": name, "block": block.block, "threads": dev.threads,
+                   "repeats": s.part_repeats, "seen": seen}  # fmt: skip
+        try:
+            got = run(request)["rows"]
+        except UnitFailed as exc:
+            skipped[f"{name} (parts)"] = str(exc)
+            tick(f"{dtype}: parts of {name} left out")
+            continue
+        part_rows += got
+        seen += list(dict.fromkeys(r["key"] for r in got))
+        tick(f"{dtype}: parts of {name}")
     parts = fit_part_fixed(part_rows)
     k = replace(
         prior_model,
@@ -153,37 +165,53 @@ def calibrate_compute(
         layer_overhead_s=0.0,
     )
     prov = {
+        "device": dev.name,
+        "where": "this process" if here else f"a rank on {dev.name} ({dev.host})",
         "threads": dev.threads,
         "profiled_networks": nets_prov,
+        **({"left_out": skipped} if skipped else {}),
         "channel_scaling": {**block.provenance, "rows": rows},
         "regression_families": regression.provenance["families"],
         "part_fixed": parts.provenance,
     }
-    return KindCompute(parts.apply(k), prov, samples, whole_ms)
+    return TypeCompute(parts.apply(k), prov, samples, whole_ms, here)
 
 
 def anchor_to_runtime(
-    k: TypeCoefficients, compute: KindCompute, singles: Sequence[MeasuredRun]
+    k: TypeCoefficients,
+    compute: TypeCompute,
+    singles: Sequence[MeasuredRun],
+    row: int = 0,
+    fallback: dict[str, float] | None = None,
 ) -> tuple[TypeCoefficients, dict[str, float]]:
     """Scale each network's profiled layer times (``compute``) so they add up to its
-    one-device run under the runtime (``singles``, their models with the sub-model costs),
-    less what the model adds for running it as one sub-model: the profile runs in this
-    process, the runtime adds its own costs (MPI, the rank's loop). ``k`` with those layer
-    times and the regression refitted on them, and the factor per network."""
-    factors = {}
+    one-device run under the runtime (``singles``, their models with the sub-model costs; the
+    type is row ``row`` of their tables), less what the model adds for running it as one
+    sub-model: the profile runs alone, the runtime adds its own costs (MPI, the rank's loop).
+    A network the type profiled but did not run alone takes its factor from ``fallback``
+    (another type's). ``k`` with those layer times and the regression refitted on them, and
+    the factor per network."""
+    factors: dict[str, float] = {}
     for r in singles:
+        if r.net not in compute.whole_ms:
+            continue
         m = r.model
-        overhead = m.evaluate(r.mapping).busy_s.max() * 1e3 - m.tables.t_work[0].sum() * 1e3
-        overhead -= m.tables.t_fixed[0].sum() * 1e3
+        overhead = m.evaluate(r.mapping).busy_s.max() * 1e3 - m.tables.t_work[row].sum() * 1e3
+        overhead -= m.tables.t_fixed[row].sum() * 1e3
         factors[r.net] = (r.latency_ms - overhead) / compute.whole_ms[r.net]
+    graphs = {r.net: r.model.graph for r in singles if r.net in factors}
+    for n, f in (fallback or {}).items():
+        if n in compute.whole_ms and n not in factors:
+            factors[n] = f
+            graphs[n] = load_net({"name": n}).graph
     samples = compute.samples
     secs = samples.seconds * np.array([factors.get(n, 1.0) for n in samples.net])
     layer_s: dict[str, float] = {}
-    for r in singles:
-        for layer in r.model.graph:
+    for net, graph in graphs.items():
+        for layer in graph:
             key = layer_key(layer)
             if key in k.layer_s and key not in layer_s:
-                layer_s[key] = k.layer_s[key] * factors[r.net]
+                layer_s[key] = k.layer_s[key] * factors[net]
     anchored = replace(
         k,
         layer_s={**k.layer_s, **layer_s},

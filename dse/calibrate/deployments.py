@@ -14,6 +14,7 @@ rules live here: :func:`shared_host` and :func:`cut_costs`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,15 +22,20 @@ from typing import Any
 
 import numpy as np
 
+from dse.calibrate.journal import Journal, NoJournal, key_of
 from dse.calibrate.settings import CalibrationSettings
 from dse.errors import DseError
-from dse.files import scratch
 from dse.mapping import Mappings, from_devices, random_mappings, remap, whole
 from dse.net import load_net
 from dse.net.graph import LayerGraph
 from dse.platform import Platform
 from dse.runtime.measure import deploy, measure_interleaved
-from dse.runtime.measurements import measured_latency_ms, probe_times, take_out_drift
+from dse.runtime.measurements import (
+    Measurement,
+    measured_latency_ms,
+    probe_times,
+    take_out_drift,
+)
 from dse.runtime.probe import probe_threads, speed_probe
 from models_analytical.calibration import (
     CutCosts,
@@ -47,6 +53,31 @@ LABELS = ("single", "vertical", "split", "mixed")
 CUTS = LABELS[1:]
 #: The first network's extra mapping: whole on ``b``, so the entry device ``a`` runs nothing.
 ENTRY_ONLY = "entry-only"
+#: Each network's one-device run on every other cpu type's device (``single:<type>``): what
+#: that type's layer times are anchored to.
+SINGLE = "single"
+
+
+def single_label(dtype: str) -> str:
+    return f"{SINGLE}:{dtype}"
+
+
+def is_single(label: str) -> bool:
+    """A one-device run: the first device's (``single``) or another type's."""
+    return label == SINGLE or label.startswith(f"{SINGLE}:")
+
+
+def other_types(platform: Platform) -> list[tuple[str, int]]:
+    """The cpu types other than the deployments' first device's, each with its first device:
+    each network also runs alone there (:func:`single_label`)."""
+    a, _ = cut_devices(platform)
+    done = {platform.devices[a].type}
+    out = []
+    for i, d in enumerate(platform.devices):
+        if d.kind == "cpu" and d.type not in done:
+            done.add(d.type)
+            out.append((d.type, i))
+    return out
 
 
 def calibration_mappings(
@@ -86,9 +117,10 @@ def cut_devices(platform: Platform) -> tuple[int, int]:
 
 
 def runs_per_calibration(platform: Platform, networks: int) -> int:
-    """How many mappings the deployments measure: :data:`LABELS` per network, and
-    :data:`ENTRY_ONLY` where the entry device can be left idle."""
-    return len(LABELS) * networks + (cut_devices(platform)[0] == platform.entry)
+    """How many mappings the deployments measure: :data:`LABELS` and a single per other type
+    per network, and :data:`ENTRY_ONLY` where the entry device can be left idle."""
+    extra = len(other_types(platform))
+    return (len(LABELS) + extra) * networks + (cut_devices(platform)[0] == platform.entry)
 
 
 @dataclass(frozen=True)
@@ -101,6 +133,7 @@ class Deployed:
     graph: LayerGraph
     mapping: Mappings
     result: dict[str, Any]
+    directory: Path  # its deployment (gone once the calibration ends)
 
 
 @dataclass(frozen=True)
@@ -110,6 +143,7 @@ class Deployments:
 
     runs: tuple[Deployed, ...]
     speed: dict[str, tuple[float, str]]
+    left_out: dict[str, str]  # single:<type> runs that failed (a memory cap too small...)
 
     def speed_reference(self, platform: Platform) -> dict[str, Any] | None:
         """The coefficients' ``speed_reference`` note (:mod:`dse.fidelity` compares with it)."""
@@ -126,52 +160,85 @@ class Deployments:
 
 
 def measure_deployments(
-    s: CalibrationSettings, coefficients: Coefficients, tick: Callable[[str], None]
+    s: CalibrationSettings,
+    coefficients: Coefficients,
+    tick: Callable[[str], None],
+    root: Path,
+    journal: Journal | None = None,
 ) -> Deployments:
     """:data:`LABELS` per network (the first network also :data:`ENTRY_ONLY`, where the entry
     is a cpu), placed by the layer times of ``coefficients``, deployed and run in interleaved
-    rounds with a speed probe (``probe``) beside them; ``tick`` after each mapping."""
+    rounds with a speed probe (``probe``) beside them; ``tick`` after each mapping. The
+    deployments are written under ``root`` (the caller removes it), but for a refit; each
+    network's measurements go through ``journal``."""
+    journal = journal or NoJournal()
     platform = s.platform
     a, b = cut_devices(platform)
     out: list[Deployed] = []
     speed: dict[str, tuple[float, str]] = {}
+    left_out: dict[str, str] = {}
     rng = np.random.default_rng(s.seed)
-    with scratch("calibrate-") as tmp:  # removed even after a kill, at the next start
-        for i, name in enumerate(s.nets):
-            net = load_net({"name": name})
-            times = AnalyticalModel(net.graph, platform, coefficients).tables.t_work[0]
-            entry_only = i == 0 and a == platform.entry
-            labels = (*LABELS, ENTRY_ONLY) if entry_only else LABELS
-            batch = calibration_mappings(net.graph, times, a, b, len(platform.devices), entry_only)
-            dirs = [Path(tmp) / f"{name}-{label}" for label in labels]
-            for p, d in enumerate(dirs):
+    for i, name in enumerate(s.nets):
+        net = load_net({"name": name})
+        times = AnalyticalModel(net.graph, platform, coefficients).tables.t_work[0]
+        entry_only = i == 0 and a == platform.entry
+        others = other_types(platform)
+        labels = (*LABELS, *((ENTRY_ONLY,) if entry_only else ()),
+                  *(single_label(t) for t, _ in others))  # fmt: skip
+        n = len(net.graph)
+        batch = calibration_mappings(net.graph, times, a, b, len(platform.devices), entry_only)
+        if others:
+            alone = [whole(net.graph, len(platform.devices), np.full(n, d)) for _, d in others]
+            batch = Mappings.concat([batch, *alone])
+        dirs = [root / f"{name}-{label.replace(':', '-')}" for label in labels]
+        for p, d in enumerate(dirs):
+            if not s.refit:  # the sub-models are timed from these
                 deploy(
                     net, platform, batch.take(p), d, s.seed, s.warmup, s.iterations,
                     launcher=s.launcher,
                 )  # fmt: skip
-            # interleaved rounds: a slow spell hits one round of each mapping, and the one-device
-            # run the layer times are anchored to is measured beside the cut ones
-            probe = speed_probe(dirs[0], platform) if s.probe else None
-            results, interrupted = measure_interleaved(
-                dirs, s.rounds, s.warmup, s.iterations, s.timeout_s, rng, probe=probe,
-                launcher=s.launcher,
-            )  # fmt: skip
-            if interrupted:
-                raise KeyboardInterrupt
-            probes = probe_times(results)
+
+        request = {"net": name, "labels": list(labels),
+                   "mappings": [batch.ident(p) for p in range(len(labels))],
+                   "devices": [d.name for d in platform.devices], "seed": s.seed,
+                   "rounds": s.rounds, "warmup": s.warmup, "iterations": s.iterations,
+                   "probe": s.probe}  # fmt: skip
+        measure = functools.partial(run_rounds, s, dirs, rng)
+        results = journal.take(key_of("deployments", request), measure)
+        probes = probe_times(results)
+        if probes:
+            speed[name] = (round(float(np.median(probes)), 4), net.fingerprint)
+        for p, (label, res) in enumerate(zip(labels, results, strict=True)):
+            if res.get("status") != "ok" and label != SINGLE and is_single(label):
+                left_out[f"{name}/{label}"] = str(res.get("reason"))
+                tick(f"left out {name} {label}")
+                continue
+            if res.get("status") != "ok":
+                raise DseError(f"calibration run {name}/{label} failed: {res.get('reason')}")
             if probes:
-                speed[name] = (round(float(np.median(probes)), 4), net.fingerprint)
-            for p, (label, res) in enumerate(zip(labels, results, strict=True)):
-                if res.get("status") != "ok":
-                    raise DseError(f"calibration run {name}/{label} failed: {res.get('reason')}")
-                if probes:
-                    res = take_out_drift(res, speed[name][0])
-                lat = res["latency_ms"]
-                res["spread"] = round((lat["p90"] - lat["p10"]) / lat["median"], 4)
-                res["rounds_ms"] = lat.get("rounds_ms", [lat["median"]])
-                out.append(Deployed(name, label, net.graph, batch.take(p), res))
-                tick(f"ran {name} {label}")
-    return Deployments(tuple(out), speed)
+                res = take_out_drift(res, speed[name][0])
+            lat = res["latency_ms"]
+            res["spread"] = round((lat["p90"] - lat["p10"]) / lat["median"], 4)
+            res["rounds_ms"] = lat.get("rounds_ms", [lat["median"]])
+            out.append(Deployed(name, label, net.graph, batch.take(p), res, dirs[p]))
+            tick(f"ran {name} {label}")
+    return Deployments(tuple(out), speed, left_out)
+
+
+def run_rounds(
+    s: CalibrationSettings, dirs: list[Path], rng: np.random.Generator
+) -> list[Measurement]:
+    """The deployments in ``dirs`` run in interleaved rounds (a slow spell hits one round of
+    each mapping, and the one-device run the layer times are anchored to is measured beside
+    the cut ones), a speed probe beside them; Ctrl-C ends the calibration."""
+    probe = speed_probe(dirs[0], s.platform) if s.probe else None
+    results, interrupted = measure_interleaved(
+        dirs, s.rounds, s.warmup, s.iterations, s.timeout_s, rng, probe=probe,
+        launcher=s.launcher,
+    )  # fmt: skip
+    if interrupted:
+        raise KeyboardInterrupt
+    return results
 
 
 def measured(
@@ -214,8 +281,8 @@ def shared_host(runs: Sequence[MeasuredRun], platform: Platform) -> SharedHostFi
 def cut_costs(deployed: Sequence[Deployed], runs: Sequence[MeasuredRun]) -> CutCosts:
     """The cut costs (:func:`~models_analytical.calibration.fit_cuts`) over every mapping but
     the one-device ones; the provenance also keeps each one's rounds as measured."""
-    cut = [d for d in deployed if d.label != "single"]
-    fit = fit_cuts([r for r in runs if r.label != "single"])
+    cut = [d for d in deployed if not is_single(d.label)]
+    fit = fit_cuts([r for r in runs if not is_single(r.label)])
     rest = dict(fit.provenance)
     prov = {
         "mappings": rest.pop("mappings"),

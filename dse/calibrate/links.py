@@ -20,15 +20,20 @@ from typing import Any
 
 import numpy as np
 
+from dse.calibrate.journal import key_of
 from dse.errors import DseError
 from dse.files import scratch
 from dse.platform import Platform
 from dse.runtime.lifetime import die_with_parent
 from dse.runtime.measurements import failed
 from dse.runtime.mpirun import HOSTFILE, RANKFILE, Launcher, mpi_files, placement
+from dse.runtime.waits import Waits, spin_s
+from models_analytical.coefficients import port_key
 
 #: The flag that asks the benchmark for fewer exchanges per size.
 FEW = "--few-repeats"
+#: The flag (with a number of bytes) that leaves out larger messages.
+MAX = "--max-bytes="
 
 #: Message sizes (bytes): 64 B to 64 MiB, every factor of 4.
 SIZES = tuple(64 * 4**k for k in range(11))
@@ -39,37 +44,38 @@ def _repeats(nbytes: int, few: bool) -> int:
     return max(3, n // 4) if few else n
 
 
-def bench(comm: Any, few: bool = False) -> dict[str, Any] | None:
-    """Both ranks call this; rank 0 returns the table."""
-    from mpi4py import MPI  # here only: importing it starts MPI, which the calibration must not
-
+def bench(comm: Any, few: bool = False, max_bytes: int | None = None) -> dict[str, Any] | None:
+    """Both ranks call this; rank 0 returns the table. The ranks wait as the runtime's do
+    (:mod:`dse.runtime.waits`: spinning in MPI's blocking calls, or polling then sleeping
+    where ``DSE_WAIT_SPIN_US`` says so, as on an emulated cluster)."""
     me = comm.Get_rank()
     other = 1 - me
+    w = Waits(comm, spin_s())
     rows = []
-    for size in SIZES:
+    for size in [x for x in SIZES if max_bytes is None or x <= max_bytes]:
         buf = np.ones(size, dtype=np.uint8)
         got = np.empty(size, dtype=np.uint8)
         reps = _repeats(size, few)
         one, two = [], []
         for r in range(reps + 2):  # two warm-up exchanges per size
-            comm.Barrier()
+            w.barrier()
             t0 = time.perf_counter()
             if me == 0:
-                comm.Send(buf, dest=other, tag=1)
-                comm.Probe(source=other, tag=2)
-                comm.Recv(got, source=other, tag=2)
+                w.send(buf, other, 1)
+                w.probe(other, 2)
+                w.recv(got, other, 2)
             else:
-                comm.Probe(source=other, tag=1)
-                comm.Recv(got, source=other, tag=1)
-                comm.Send(buf, dest=other, tag=2)
+                w.probe(other, 1)
+                w.recv(got, other, 1)
+                w.send(buf, other, 2)
             rtt = time.perf_counter() - t0
-            comm.Barrier()
+            w.barrier()
             t0 = time.perf_counter()
             req = comm.Isend(buf, dest=other, tag=3)
-            comm.Probe(source=other, tag=3)
-            comm.Recv(got, source=other, tag=3)
-            MPI.Request.Wait(req)
-            both = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+            w.probe(other, 3)
+            w.recv(got, other, 3)
+            w.complete([req])
+            both = w.max(time.perf_counter() - t0)
             if r >= 2:
                 one.append(rtt / 2)
                 two.append(both)
@@ -94,11 +100,17 @@ def bench(comm: Any, few: bool = False) -> dict[str, Any] | None:
 
 
 def measure_link(
-    platform: Platform, a: int, b: int, few: bool = False, launcher: Launcher | None = None
+    platform: Platform,
+    a: int,
+    b: int,
+    few: bool = False,
+    launcher: Launcher | None = None,
+    max_bytes: int | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark between devices ``a`` and ``b`` of ``platform`` (their hosts and
     cores, as a deployment binds them, started by ``launcher``; ``few``: a quarter of the
-    exchanges per size, at least 3); the table as :func:`bench` returns it."""
+    exchanges per size, at least 3; ``max_bytes``: no larger messages); the table as
+    :func:`bench` returns it."""
     launcher = launcher or Launcher()
     with scratch("links-") as tmp:
         d = Path(tmp)
@@ -108,7 +120,8 @@ def measure_link(
         out = d / "links.json"
         program = [sys.executable, "-m", "mpi4py", "-m", "dse.calibrate.links", str(out)]
         ranks = placement(platform, [a, b])
-        cmd = launcher.mpiexec_command(2, d, [*program, *([FEW] if few else [])], placement=ranks)
+        flags = [*([FEW] if few else []), *([f"{MAX}{max_bytes}"] if max_bytes else [])]
+        cmd = launcher.mpiexec_command(2, d, [*program, *flags], placement=ranks)
         env = launcher.environment()
         finish = launcher.watch(ranks) if launcher.watch is not None else None
         try:
@@ -125,10 +138,70 @@ def measure_link(
         return json.loads(out.read_text())
 
 
+def link_pairs(platform: Platform) -> dict[str, tuple[int, int]]:
+    """Per link class the platform's device pairs use, the first such pair."""
+    pairs: dict[str, tuple[int, int]] = {}
+    n = len(platform.devices)
+    for a in range(n):
+        for b in range(n):
+            if a != b:
+                pairs.setdefault(platform.link_class(a, b), (a, b))
+    return pairs
+
+
+def board_pairs(platform: Platform) -> list[tuple[int, int]]:
+    """On a switched network of several boards, every pair of boards, each by its first
+    device (the ports' benchmark); else none."""
+    if platform.network != "switched":
+        return []
+    first = {h: next(i for i, d in enumerate(platform.devices) if d.host == h)
+             for h in platform.hosts}  # fmt: skip
+    boards = list(first.values())
+    return [(a, b) for i, a in enumerate(boards) for b in boards[i + 1 :]]
+
+
+def link_runs(platform: Platform) -> int:
+    """How many benchmarks :func:`measure_links` runs."""
+    pairs = link_pairs(platform)
+    extra = [p for p in board_pairs(platform) if p != pairs.get("network")]
+    return len(pairs) + len(extra)
+
+
+def fit_link(table: dict[str, Any]) -> dict[str, float]:
+    """Latency and bandwidth of a benchmark's one-way times: the latency is the smallest
+    message's time, the bandwidth one over the least-squares slope of the times of messages
+    of 1 MiB and more (where a size's fixed costs no longer show)."""
+    x = np.asarray(table["bytes"], dtype=np.float64)
+    y = np.asarray(table["one_way_s"], dtype=np.float64)
+    big = x >= 1 << 20
+    slope = np.polyfit(x[big], y[big], 1)[0] if big.sum() >= 2 else y[-1] / x[-1]
+    return {"latency_s": float(y[0]), "bandwidth_Bps": float(1.0 / max(slope, 1e-15))}
+
+
+def port_tables(
+    platform: Platform, measured: dict[tuple[int, int], dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Each board's port from the board pairs ``measured`` (one-way tables on one size grid):
+    a pair runs at its slower port, so a port's time at each size is the least of its pairs'.
+    (The fastest board's port is then known up to the second fastest's: every pair's figures,
+    the slower of two ports, come out right all the same.)"""
+    out = {}
+    for host in platform.hosts:
+        mine = [t for (a, b), t in measured.items()
+                if host in (platform.devices[a].host, platform.devices[b].host)]  # fmt: skip
+        if not mine:
+            continue
+        seconds = np.min([t["one_way_s"] for t in mine], axis=0)
+        table = {"bytes": mine[0]["bytes"], "one_way_s": [float(x) for x in seconds]}
+        out[host] = {**table, "pairs": len(mine), "fit": fit_link(table)}
+    return out
+
+
 @dataclass(frozen=True)
 class LinkTables:
-    """Per link class: the one-way time by message size the model reads, and the benchmark's
-    full table (provenance)."""
+    """Per link class (and, on a switched network, per board's port: ``port:BOARD``): the
+    one-way time by message size the model reads, and the benchmarks' full tables with their
+    fitted latency and bandwidth (provenance)."""
 
     tables: dict[str, dict[str, list[float]]]
     provenance: dict[str, Any]
@@ -139,21 +212,48 @@ def measure_links(
     few: bool,
     tick: Callable[[str], None] = lambda _: None,
     launcher: Launcher | None = None,
+    max_bytes: int | None = None,
+    take: Callable[[str, Callable[[], dict[str, Any]]], dict[str, Any]] | None = None,
 ) -> LinkTables:
     """One table per link class that a pair of the platform's devices uses (measured between
-    the first such pair, its ranks started by ``launcher``); ``tick`` after each."""
-    pairs: dict[str, tuple[int, int]] = {}
-    n = len(platform.devices)
-    for a in range(n):
-        for b in range(n):
-            if a != b:
-                pairs.setdefault(platform.link_class(a, b), (a, b))
+    the first such pair, its ranks started by ``launcher``, over the links a deployment's
+    ranks use: TCP through the boards' ports between boards, shared memory within one); on a
+    switched network every pair of boards too, for a table per port (:func:`port_tables`);
+    ``tick`` after each benchmark; each benchmark through ``take`` (a calibration's journal,
+    :meth:`dse.calibrate.journal.Journal.take`)."""
     tables, prov = {}, {}
+
+    def bench_pair(a: int, b: int) -> dict[str, Any]:
+        names = [platform.devices[a].name, platform.devices[b].name]
+        key = key_of("link", {"devices": names, "few": few, "max_bytes": max_bytes})
+        measure = lambda: measure_link(platform, a, b, few, launcher, max_bytes)  # noqa: E731
+        return take(key, measure) if take is not None else measure()
+
+    pairs = link_pairs(platform)
+    measured: dict[tuple[int, int], dict[str, Any]] = {}
     for cls, (a, b) in pairs.items():
-        t = measure_link(platform, a, b, few, launcher)
+        t = bench_pair(a, b)
         tables[cls] = {"bytes": t["bytes"], "seconds": t["one_way_s"]}
-        prov[cls] = {"devices": [platform.devices[a].name, platform.devices[b].name], **t}
+        names = [platform.devices[a].name, platform.devices[b].name]
+        prov[cls] = {"devices": names, **t, "fit": fit_link(t)}
+        if cls == "network":
+            measured[a, b] = t
         tick(f"link {cls}")
+    for a, b in board_pairs(platform):
+        if (a, b) not in measured:
+            measured[a, b] = bench_pair(a, b)
+            tick(f"link {platform.devices[a].host}-{platform.devices[b].host}")
+    ports = port_tables(platform, measured)
+    for host, t in ports.items():
+        tables[port_key(host)] = {"bytes": t["bytes"], "seconds": t["one_way_s"]}
+    if ports:
+        prov["ports"] = {
+            "pairs": {
+                f"{platform.devices[a].host}-{platform.devices[b].host}": fit_link(t)
+                for (a, b), t in measured.items()
+            },
+            **{host: {"pairs": t["pairs"], "fit": t["fit"]} for host, t in ports.items()},
+        }
     return LinkTables(tables, prov)
 
 
@@ -164,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     comm = MPI.COMM_WORLD
     if comm.Get_size() != 2:
         raise SystemExit("the link benchmark needs exactly 2 ranks (mpiexec -n 2)")
-    table = bench(comm, few=FEW in args)
+    limit = next((int(a[len(MAX) :]) for a in args if a.startswith(MAX)), None)
+    table = bench(comm, few=FEW in args, max_bytes=limit)
     if table is not None:
         Path(args[0]).write_text(json.dumps(table))
     return 0

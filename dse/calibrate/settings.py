@@ -29,26 +29,12 @@ QUICK = {
 }
 
 
-def check_types_are_kinds(platform: Platform) -> None:
-    """Calibration fits one entry per device kind, profiled in this process: a platform whose
-    devices name types other than their kinds is one clear error (each type must be profiled
-    on a device of that type)."""
-    typed = [d for d in platform.devices if d.type != d.kind]
-    if typed:
-        d = typed[0]
-        raise DseError(
-            f"platform '{platform.name}': device {d.name} is of type '{d.type}', and calibration "
-            "profiles one device per kind, not per type, so far: calibrate a platform whose "
-            "devices' types are their kinds (no 'type' key)"
-        )
-
-
 @dataclass(frozen=True)
 class CalibrationSettings:
     """Every number and input a calibration uses (defaults: :class:`dse.config.CalibrateConfig`)."""
 
     platform: Platform
-    base: Coefficients  # the platform's own (uncalibrated) file: the start and the power figures
+    base: Coefficients  # the platform's own (uncalibrated) file: each type's start, its power
     nets: tuple[str, ...]  # profiled and deployed, in order
     seed: int
     out: Path  # the coefficients file written
@@ -67,6 +53,8 @@ class CalibrationSettings:
     probe: bool  # a speed probe beside each deployment run
     # how the ranks start: on the platform's hosts by name, or on its emulated cluster
     launcher: Launcher = field(default_factory=Launcher)
+    resume: bool = False  # take the journal's measurements, measure the rest
+    refit: bool = False  # measure nothing: fit the journal's measurements
 
 
 def base_coefficients(cfg: DictConfig) -> Coefficients:
@@ -80,7 +68,6 @@ def settings_from(cfg: DictConfig) -> CalibrationSettings:
     """The settings of ``cfg`` (a composed ``calibrate`` config), checked; with ``quick``,
     those of :data:`QUICK` and the first network only."""
     platform = app.platform_from(cfg)
-    check_types_are_kinds(platform)
     nets = tuple(str(n) for n in cfg.nets)
     unknown = [n for n in nets if n not in zoo.NETS]
     if unknown or not nets:
@@ -93,10 +80,12 @@ def settings_from(cfg: DictConfig) -> CalibrationSettings:
             raise DseError(f"{key}={cfg[key]} must be at least 1")
     if int(cfg.submodel_runs) < 1 or int(cfg.warmup) < 0 or not float(cfg.timeout_s) > 0:
         raise DseError("submodel_runs must be at least 1, warmup 0 or more, timeout_s positive")
+    base = base_coefficients(cfg)
+    base.check_covers(platform)  # every type starts from its section (and keeps its power)
     given = cfg.get("out")
     settings = CalibrationSettings(
         platform=platform,
-        base=base_coefficients(cfg),
+        base=base,
         nets=nets,
         seed=int(cfg.seed),
         # checked before minutes of measuring, not when the results are written
@@ -116,9 +105,25 @@ def settings_from(cfg: DictConfig) -> CalibrationSettings:
         timeout_s=float(cfg.timeout_s),
         submodel_runs=int(cfg.submodel_runs),
         probe=bool(cfg.probe),
-        launcher=app.launcher_from(cfg),
+        # refit measures nothing: no cluster needs to be up
+        launcher=Launcher() if cfg.get("refit") else app.launcher_from(cfg),
+        resume=resume_flag(cfg.get("resume")),
+        refit=bool(cfg.get("refit")),
     )
     return quick(settings) if cfg.quick else settings
+
+
+def resume_flag(value: object) -> bool:
+    """``resume=`` of a calibration: true or false (it resumes its own journal, beside out);
+    anything else (a search's run directory) is one line."""
+    if value is None or str(value).lower() in ("false", "0", "no", ""):
+        return False
+    if str(value).lower() in ("true", "1", "yes"):
+        return True
+    raise DseError(
+        f"resume={value}: a calibration resumes the measurements beside its out= file: give "
+        "resume=true"
+    )
 
 
 def quick(settings: CalibrationSettings) -> CalibrationSettings:

@@ -1,4 +1,4 @@
-"""What running a network as sub-models costs beyond their layers, measured in one process.
+"""What running a network as sub-models costs beyond their layers, measured on one device.
 
 The runtime runs each device's work as sub-models (one onnxruntime session each). A sub-model
 costs more than its layers did inside the whole network: a session call, and at its edges the
@@ -6,10 +6,11 @@ tensors it takes in and gives out are converted and copied (onnxruntime keeps a 
 activations in its blocked layout; a sub-model converts at every input and output). Measured
 here, on ResNet-50's split mappings, its sub-models alone took 14 % longer than their layers.
 
-For each cut mapping ``dse.calibrate`` deploys, the partitioner writes the sub-models and each
-is timed alone in this process (:func:`dse.runtime.sequential.time_segments_beside`), in
-rounds that also run the whole network once, so the process's speed against the model's layer
-times is measured beside them. Per sub-model (:func:`rows`)::
+For each cut mapping ``dse.calibrate`` deploys, each of its sub-models is timed alone on the
+deployments' first device (:mod:`dse.calibrate.ondevice`: in this process on ``localhost``, as
+a rank in the device's cgroups on an emulated cluster; :func:`dse.runtime.sequential.
+time_files`), in rounds that also run the whole network once, so the device's speed against
+the model's layer times is measured beside them. Per sub-model (:func:`rows`)::
 
     alone = speed x compute + run + in x bytes in + out x bytes out + (split - 1) x speed x split
 
@@ -23,20 +24,21 @@ of the parts of split layers, ``speed`` the whole network alone over the model's
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import onnx
 
 from dse.calibrate.deployments import CUTS, Deployed, cut_devices
+from dse.calibrate.journal import Journal, NoJournal
+from dse.calibrate.ondevice import Unit, unit_runner
 from dse.calibrate.settings import CalibrationSettings
 from dse.mapping import Mappings
-from dse.net import Net, load_net, zoo
+from dse.net import Net, load_net
 from dse.platform import Platform
 from dse.runtime.partition import Deployment, partition
 from dse.runtime.plan import Run
 from dse.runtime.programs import part_rows
-from dse.runtime.sequential import time_segments_beside
-from dse.runtime.sessions import session
 from models_analytical.calibration import SubModelCosts, SubModelTiming, fit_submodel_costs
 from models_analytical.coefficients import Coefficients
 from models_analytical.model import AnalyticalModel
@@ -54,11 +56,12 @@ def _bytes(values: list[onnx.ValueInfoProto]) -> int:
 
 
 def features(
-    deployment: Deployment, mapping: Mappings, model: AnalyticalModel
+    deployment: Deployment, mapping: Mappings, model: AnalyticalModel, as_type: int | None = None
 ) -> dict[str, dict[str, float]]:
     """Per sub-model of ``deployment`` (mapping 0 of ``mapping``): its device, the model's
-    compute of its layers (``compute_s``, split factor 1) and of its split parts (``split_s``),
-    and the bytes it takes in and gives out."""
+    compute of its layers (``compute_s``, split factor 1; of the device type in row
+    ``as_type`` of the model's tables, default its device's own) and of its split parts
+    (``split_s``), and the bytes it takes in and gives out."""
     graph = model.graph
     share = mapping.dense(graph)[0][0]
     row = part_rows(graph, share)
@@ -67,7 +70,7 @@ def features(
     out: dict[str, dict[str, float]] = {}
     for rank in deployment.plan.ranks:
         d = rank.device_index
-        k = int(k_in.device_type[d])
+        k = int(k_in.device_type[d]) if as_type is None else as_type
         for step in rank.steps:
             if not isinstance(step, Run):
                 continue
@@ -96,26 +99,36 @@ def rows(
     model: AnalyticalModel,
     platform: Platform,
     mappings: Mappings,
+    directories: Sequence[Path],
+    run: Callable[[Unit], Unit],
     runs: int,
     threads: int = 1,
     seed: int = 0,
-) -> list[SubModelTiming]:
-    """Every sub-model of each of ``mappings`` (of a zoo network, on cpu devices), timed alone
-    at ``threads`` (``runs`` rounds, one warm-up, each round also running the whole network
-    once): :func:`features` and ``alone_s`` (median seconds), ``speed`` (the whole network's
-    median against the model's whole compute), the network and the mapping's index."""
-    whole = session(zoo.materialize(net.name, seed), "cpu", threads)
-    layers = model.tables.t_work[0] + model.tables.t_fixed[0]  # the whole network on a cpu
+    as_type: int = 0,
+) -> tuple[list[SubModelTiming], float]:
+    """Every sub-model of each of ``mappings`` (of a zoo network, on cpu devices; deployed in
+    ``directories``), timed alone at ``threads`` (``runs`` rounds, one warm-up, each round
+    also running the whole network once) by ``run`` (in this process or on a device,
+    :mod:`dse.calibrate.ondevice`): :func:`features` and ``alone_s`` (median seconds),
+    ``speed`` (the whole network's median against the model's whole compute), the network and
+    the mapping's index; and the whole network's median over the mappings (s). Every
+    sub-model runs in one place: its model compute is that of the device type in row
+    ``as_type`` of the model's tables, whatever device the mapping gives it."""
+    layers = model.tables.t_work[as_type] + model.tables.t_fixed[as_type]  # the whole network
     out = []
-    for p in range(len(mappings)):
-        dep = partition(net, mappings.take(p), platform, seed=seed)
-        timed, whole_s = time_segments_beside(dep, whole, runs, warmup=1, threads=threads)
-        speed = whole_s / float(layers.sum())
-        for name, f in features(dep, mappings.take(p), model).items():
-            out.append(
-                SubModelTiming(net=net.name, mapping=p, alone_s=timed[name][1], speed=speed, **f)
-            )
-    return out
+    wholes = []
+    for p, directory in enumerate(directories):
+        dep = partition(net, mappings.take(p), platform, seed=seed)  # as deployed: its features
+        request = {"step": "submodels", "directory": str(directory), "runs": runs,
+                   "warmup": 1, "threads": threads, "net": net.name,
+                   "mapping": mappings.ident(p), "seed": seed}  # fmt: skip
+        timed = run(request)
+        wholes.append(timed["whole_s"])
+        speed = timed["whole_s"] / float(layers.sum())
+        for name, f in features(dep, mappings.take(p), model, as_type).items():
+            alone = timed["segments"][name]
+            out.append(SubModelTiming(net=net.name, mapping=p, alone_s=alone, speed=speed, **f))
+    return out, float(np.median(wholes))
 
 
 def measure_submodels(
@@ -123,22 +136,33 @@ def measure_submodels(
     runs: Sequence[Deployed],
     coefficients: Coefficients,
     tick: Callable[[str], None],
-) -> SubModelCosts:
+    journal: Journal | None = None,
+) -> tuple[SubModelCosts, dict[str, float]]:
     """Each network's cut mappings (:data:`~dse.calibrate.deployments.CUTS`) as sub-models
-    timed alone, beside the model of ``coefficients``, at the thread count of the deployments'
-    first device; the sub-model costs fitted on them; ``tick`` after each network."""
+    timed alone on the deployments' first device (in this process where its type is profiled
+    here), beside the model of ``coefficients`` (every sub-model as that device's type), at
+    its thread count; the sub-model costs fitted on them, and each network's whole run timed
+    beside them (s); ``tick`` after each network."""
     a, _ = cut_devices(s.platform)
+    as_type = coefficients.index(s.platform.devices[a].type)
+    run, _ = unit_runner(s.platform, a, s.launcher)
+    run = (journal or NoJournal()).unit(f"sub-models on {s.platform.devices[a].name}", run)
     samples: list[SubModelTiming] = []
+    whole_s: dict[str, float] = {}
     for name in dict.fromkeys(r.net for r in runs):
         cut = [r for r in runs if r.net == name and r.label in CUTS]
-        samples += rows(
+        got, whole_s[name] = rows(
             load_net({"name": name}),
             AnalyticalModel(cut[0].graph, s.platform, coefficients),
             s.platform,
             Mappings.concat([r.mapping for r in cut]),
+            [r.directory for r in cut],
+            run,
             runs=s.submodel_runs,
             threads=s.platform.devices[a].threads,
             seed=s.seed,
+            as_type=as_type,
         )
+        samples += got
         tick(f"sub-models of {name}")
-    return fit_submodel_costs(samples)
+    return fit_submodel_costs(samples), whole_s

@@ -7,7 +7,8 @@ nothing else:
 * :func:`mpiexec_options`: Open MPI reaches the boards through the cluster's launcher instead
   of ssh, and its daemons (``oob``) and ranks (``btl tcp``) talk over the cluster's subnet
   only; ranks blocked in a receive yield their core (a spinning rank starves the veth's
-  receive work: every small message then waits a scheduler tick);
+  receive work: every small message then waits a scheduler tick), and the runtime's ranks
+  poll then sleep while they wait (:data:`WAIT_US`);
 * :func:`write_mpi_files`: the hostfile and rankfile name the boards; a rank's slot is its
   board's CPUs as the board sees them (numbered from 0, as on a real board of that many cores);
 * :func:`rank_prefix`: put before the program, it moves each rank into its device's cgroups
@@ -32,6 +33,14 @@ ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"
 #: A rank blocked in a receive yields its core: 1 byte between boards then takes ~15 us
 #: instead of a 4 ms scheduler tick.
 YIELD_ENV = {"OMPI_MCA_mpi_yield_when_idle": "1"}
+#: A rank that waits polls for 50 us, then sleeps between polls (:mod:`dse.runtime.waits`): a
+#: device is a CPU share and a board's devices share its CPUs, so a rank spinning while it
+#: waits burns its device's quota and holds the core its board's other device needs. On
+#: edge3_ethernet's MobileNetV2 mapping over all three devices (a loaded machine) edge1_cpu0
+#: spent 20-36 ms of CPU per inference spinning and 13-15 ms polling then sleeping, and the
+#: latency's median over 3 interleaved rounds was 40.4 ms against 34.3 ms. Set
+#: DSE_WAIT_SPIN_US before the command to choose another (``spin``: MPI's blocking calls).
+WAIT_US = "50"
 
 
 def mpiexec_options(state: State) -> tuple[list[str], dict[str, str]]:
@@ -43,7 +52,8 @@ def mpiexec_options(state: State) -> tuple[list[str], dict[str, str]]:
         ("--mca", "btl_tcp_if_include", subnet),
     ]
     args = [word for option in options for word in option]
-    env = {**YIELD_ENV, **(ROOT_ENV if os.geteuid() == 0 else {})}
+    wait = {"DSE_WAIT_SPIN_US": os.environ.get("DSE_WAIT_SPIN_US", WAIT_US)}
+    env = {**YIELD_ENV, **wait, **(ROOT_ENV if os.geteuid() == 0 else {})}
     return args, env
 
 

@@ -76,6 +76,12 @@ class RankFigures(TypedDict):
     compute_ms: Stats
     communication_ms: Stats
     wait_ms: Stats
+    # CPU time of the rank's process per iteration (every thread): against its wall time,
+    # what waiting cost (a rank that spins while it waits burns its device's CPU share)
+    cpu_ms: Stats
+    # how long its main thread was ready to run but not running per iteration (its CPU taken
+    # by other work, or its device's CPU quota spent; 0 where the kernel does not say)
+    runnable_ms: Stats
     bytes_sent: int
     peak_rss_loading_mb: float | None
     peak_rss_running_mb: float | None

@@ -130,26 +130,37 @@ def time_segments(
     device_of = {n: r.device_index for r in deployment.plan.ranks for n in r.segments}
     with scratch("segments-") as tmp:
         deployment.write_segments(Path(tmp))
-        sessions = {name: session(Path(tmp) / name, "cpu", threads) for name in deployment.segments}
-        feeds = {name: random_feeds(s) for name, s in sessions.items()}
-        times: dict[str, list[float]] = {name: [] for name in sessions}
-        for r in range(warmup + runs):
-            if r >= warmup and each_round is not None:
-                each_round()
-            for name, s in sessions.items():
-                t0 = time.perf_counter()
-                s.run(None, feeds[name])
-                if r >= warmup:
-                    times[name].append(time.perf_counter() - t0)
-    return {name: (device_of[name], float(np.median(v))) for name, v in times.items()}
+        timed = time_files(Path(tmp), list(deployment.segments), runs, warmup, threads, each_round)
+    return {name: (device_of[name], t) for name, t in timed.items()}
 
 
-def time_segments_beside(
-    deployment: Deployment, whole: Any, runs: int, warmup: int = 1, threads: int = 1
-) -> tuple[dict[str, tuple[int, float]], float]:
-    """:func:`time_segments`, each timed round also running ``whole`` (an onnxruntime session,
-    the whole network) once on :func:`random_feeds`, so a slow spell of the machine hits both:
-    per sub-model its device and median seconds, and the whole network's median seconds."""
+def time_files(
+    directory: Path,
+    names: list[str],
+    runs: int,
+    warmup: int = 1,
+    threads: int = 1,
+    each_round: Callable[[], None] | None = None,
+) -> dict[str, float]:
+    """:func:`time_segments` of the sub-model files ``names`` in ``directory``: median
+    seconds of each."""
+    sessions = {name: session(Path(directory) / name, "cpu", threads) for name in names}
+    feeds = {name: random_feeds(s) for name, s in sessions.items()}
+    times: dict[str, list[float]] = {name: [] for name in sessions}
+    for r in range(warmup + runs):
+        if r >= warmup and each_round is not None:
+            each_round()
+        for name, s in sessions.items():
+            t0 = time.perf_counter()
+            s.run(None, feeds[name])
+            if r >= warmup:
+                times[name].append(time.perf_counter() - t0)
+    return {name: float(np.median(v)) for name, v in times.items()}
+
+
+def beside(whole: Any) -> tuple[Callable[[], None], list[float]]:
+    """A call that runs ``whole`` (an onnxruntime session) once on :func:`random_feeds`, and
+    the list its times (s) go to."""
     feeds = random_feeds(whole)
     whole_s: list[float] = []
 
@@ -158,5 +169,15 @@ def time_segments_beside(
         whole.run(None, feeds)
         whole_s.append(time.perf_counter() - t0)
 
+    return run_whole, whole_s
+
+
+def time_segments_beside(
+    deployment: Deployment, whole: Any, runs: int, warmup: int = 1, threads: int = 1
+) -> tuple[dict[str, tuple[int, float]], float]:
+    """:func:`time_segments`, each timed round also running ``whole`` (an onnxruntime session,
+    the whole network) once on :func:`random_feeds`, so a slow spell of the machine hits both:
+    per sub-model its device and median seconds, and the whole network's median seconds."""
+    run_whole, whole_s = beside(whole)
     timed = time_segments(deployment, runs, warmup, threads, each_round=run_whole)
     return timed, float(np.median(whole_s))

@@ -44,41 +44,30 @@ from dse.runtime.plan import Gather, Plan, Recv, RunSettings, Send, input_arrays
 from dse.runtime.reader import host_memory_bytes, read_plan
 from dse.runtime.sessions import session
 from dse.runtime.validate import OUTPUT_TAG
+from dse.runtime.waits import Waits, spin_s
 
 # mpi4py.MPI is imported where a rank needs it: importing it initialises MPI (1.1 s here), and
 # Rank's helpers and whole_model_session are used outside ranks too.
 
 
-def _spin_s() -> float | None:
-    """How long a rank waiting for a message polls before it sleeps between polls, from
-    ``DSE_WAIT_SPIN_US`` (microseconds; ``spin``: it spins in ``Probe`` as long as it waits)."""
-    raw = os.environ.get("DSE_WAIT_SPIN_US", "spin").strip()
-    if raw == "spin":
-        return None
-    try:
-        return max(float(raw), 0.0) * 1e-6
-    except ValueError:
-        raise DseError(f"DSE_WAIT_SPIN_US={raw!r} must be microseconds or 'spin'") from None
+class RunQueue:
+    """How long this rank's main thread has been ready to run but not running (s, Linux
+    ``/proc/self/schedstat``: its CPU taken by other work, or its device's CPU quota spent);
+    0 where the file is not readable. A read costs ~3 us (the file stays open)."""
 
+    def __init__(self) -> None:
+        try:
+            self.fd: int | None = os.open("/proc/self/schedstat", os.O_RDONLY)
+        except OSError:
+            self.fd = None
 
-SPIN_S = _spin_s()
-SLEEP_S = 20e-6  # between polls once past SPIN_S
-
-
-def probe(comm: Any, source: int, tag: int) -> None:
-    """Return once a message from ``source`` with ``tag`` is there."""
-    if SPIN_S is None:
-        comm.Probe(source=source, tag=tag)
-        return
-    if comm.Iprobe(source=source, tag=tag):
-        return
-    clock = time.perf_counter
-    end = clock() + SPIN_S
-    while clock() < end:
-        if comm.Iprobe(source=source, tag=tag):
-            return
-    while not comm.Iprobe(source=source, tag=tag):
-        time.sleep(SLEEP_S)
+    def __call__(self) -> float:
+        if self.fd is None:
+            return 0.0
+        try:
+            return int(os.pread(self.fd, 128, 0).split()[1]) * 1e-9
+        except (OSError, IndexError, ValueError):
+            return 0.0
 
 
 def peak_rss_mb() -> float | None:
@@ -129,11 +118,12 @@ class Rank:
         self.inputs = input_arrays(plan) if self.rank == plan.entry_rank else {}
         self.local: dict[str, np.ndarray] = {}
         self.held: list[list[np.ndarray]] = []
+        self.run_queue = RunQueue()
+        self.waits = Waits(comm, spin_s())  # every wait of the rank (dse.runtime.waits)
 
     def stream(self, frames: int, window: int = 4) -> float:
         """Push ``frames`` inferences through back to back, at most ``window`` frames of sends
         in flight; this rank's steady-state period (s per frame, after the first ``window``)."""
-        from mpi4py import MPI
 
         in_flight: list[list[Any]] = []
         ends = []
@@ -142,11 +132,11 @@ class Rank:
             self.run_once(reqs)
             in_flight.append(reqs)
             if len(in_flight) > window:
-                MPI.Request.Waitall(in_flight.pop(0))
+                self.waits.complete(in_flight.pop(0))
                 self.held.pop(0)
             ends.append(time.perf_counter())
         for reqs in in_flight:
-            MPI.Request.Waitall(reqs)
+            self.waits.complete(reqs)
         self.held.clear()
         skip = min(window, frames // 4)
         return (ends[-1] - ends[skip]) / max(frames - 1 - skip, 1)
@@ -165,6 +155,7 @@ class Rank:
         compute = wait = communication = 0.0
         sent = 0
         clock = time.perf_counter
+        cpu0, queued0 = time.process_time(), self.run_queue()
         for s in self.spec.steps:
             op = s.op
             if op == "run":
@@ -192,11 +183,11 @@ class Rank:
                         view[...] = local[part.tensor]
                         continue
                     t1 = clock()
-                    probe(comm, part.source, part.tag)
+                    self.waits.probe(part.source, part.tag)
                     waited += clock() - t1
                     stage = self.staging.get((s.tensor, part.tag))
                     into = view if stage is None else stage
-                    comm.Recv(into, source=part.source, tag=part.tag)
+                    self.waits.recv(into, part.source, part.tag)
                     if stage is not None:
                         view[...] = stage
                 wait += waited
@@ -204,10 +195,10 @@ class Rank:
                 local[s.tensor] = whole
             else:
                 t0 = clock()
-                probe(comm, s.source, s.tag)
+                self.waits.probe(s.source, s.tag)
                 t1 = clock()
                 buf = self.buffers[s.tensor]
-                comm.Recv(buf, source=s.source, tag=s.tag)
+                self.waits.recv(buf, s.source, s.tag)
                 wait += t1 - t0
                 communication += clock() - t1
                 local[s.tensor] = buf
@@ -217,9 +208,17 @@ class Rank:
             self.held.append(held)
         else:
             t0 = clock()
-            MPI.Request.Waitall(pending)
+            self.waits.complete(pending)
             communication += clock() - t0
-        return {"compute": compute, "wait": wait, "communication": communication, "sent": sent}
+        cpu = time.process_time() - cpu0  # every thread of the rank, waiting included
+        return {
+            "compute": compute,
+            "wait": wait,
+            "communication": communication,
+            "cpu": cpu,
+            "runnable": self.run_queue() - queued0,
+            "sent": sent,
+        }
 
 
 def _part_view(whole: np.ndarray, axis: int, bounds: list[int]) -> np.ndarray:
@@ -305,11 +304,11 @@ def measure(
     for it in range(warmup + iterations):
         if it == warmup:
             energy_start = meter.read() if meter.available else None
-        comm.Barrier()
+        me.waits.barrier()
         start = time.perf_counter()
         t = me.run_once()
         mine = time.perf_counter() - start
-        longest = comm.allreduce(mine, op=MPI.MAX)
+        longest = me.waits.max(mine)
         if it >= warmup:
             latencies.append(longest)
             timers.append(t)
@@ -318,8 +317,8 @@ def measure(
     energy = meter.per_iteration(energy_start, iterations) if meter.available else None
     period = None
     if stream > 1:  # frames back to back, several in flight: the pipelined period
-        comm.Barrier()
-        period = comm.allreduce(me.stream(stream), op=MPI.MAX)
+        me.waits.barrier()
+        period = me.waits.max(me.stream(stream))
     peak_run = peak_rss_mb()
     figures: RankFigures = {
         "rank": me.rank,
@@ -333,6 +332,8 @@ def measure(
         "compute_ms": stats([t["compute"] for t in timers]),
         "communication_ms": stats([t["communication"] for t in timers]),
         "wait_ms": stats([t["wait"] for t in timers]),
+        "cpu_ms": stats([t["cpu"] for t in timers]),
+        "runnable_ms": stats([t["runnable"] for t in timers]),
         "bytes_sent": int(timers[-1]["sent"]) if timers else 0,
         "peak_rss_loading_mb": None if peak_load is None else round(peak_load, 1),
         "peak_rss_running_mb": None if peak_run is None else round(peak_run, 1),

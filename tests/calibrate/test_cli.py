@@ -40,7 +40,7 @@ def test_quick_calibration_writes_a_file_later_commands_use(tmp_path) -> None:
     c = load_coefficients(path)
     assert c.calibrated and c.links["same_host"]["seconds"]
     doc = json.loads(path.read_text())
-    whole_ms = doc["provenance"]["kinds"]["cpu"]["profiled_networks"]["alexnet"]["whole_ms"]
+    whole_ms = doc["provenance"]["types"]["cpu"]["profiled_networks"]["alexnet"]["whole_ms"]
     net = load_net({"name": "alexnet"})
     m = AnalyticalModel(net.graph, platform_localhost(), c)
     assert m.tables.source[0].min() == 1  # every layer profiled
@@ -114,6 +114,8 @@ def test_settings_take_the_config_numbers_and_quick_its_own() -> None:
         ("nets=[alexnet,lenet]", "nets: unknown network 'lenet': choose from alexnet"),
         ("nets=[]", "nets: unknown network '': choose from"),
         ("runs=0", "runs=0 must be at least 1"),
+        ("rounds=0", "rounds=0 must be at least 1"),
+        ("resume=runs/x", "resume=runs/x: a calibration resumes the measurements beside"),
         ("timeout_s=0", "timeout_s positive"),
     ],
 )
@@ -143,19 +145,20 @@ def test_a_calibration_wins_over_the_shipped_file_not_over_a_named_one(tmp_path,
     assert coefficients_path(given) == tmp_path / "c.json"
 
 
-def test_a_platform_of_device_types_is_refused_in_one_line(tmp_path) -> None:
-    """Calibration fits one entry per device kind so far: edge3_ethernet's devices, of types
-    core100/core60/core40, are refused before anything is measured."""
+def test_a_type_the_platforms_file_lacks_is_one_line_before_measuring(tmp_path) -> None:
+    """Each device type starts from its section of the platform's own coefficients (its power
+    figures stay): edge3_ethernet with localhost.json, which has only 'cpu', is refused before
+    anything is measured (or any cluster looked for)."""
     out = run_module(
         "dse.calibrate",
         "platform=edge3_ethernet",
+        "platform.coefficients=localhost.json",
         "quick=true",
-        "deployments=false",
         env={"DSE_CALIBRATION_DIR": str(tmp_path)},
     )
     assert out.returncode == 2, out.stderr[-2000:]
     lines = [line for line in out.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "device edge0_cpu is of type 'core100'" in lines[0], lines
+    assert len(lines) == 1 and "have no 'core100' section but platform" in lines[0], lines
     assert not list(tmp_path.iterdir())
 
 

@@ -299,6 +299,12 @@ def test_cluster_is_built_as_specified(cluster: State) -> None:
     group = CGROUP_ROOT / "cpu" / f"dse.{cluster.name}" / "tb1" / "tb1_cpu1"
     assert (group / "cpu.cfs_quota_us").read_text().strip() == "4000"  # 0.4 x 1 CPU x 10 ms
     assert (group / "cpu.cfs_period_us").read_text().strip() == str(spec.cfs_period_us)
+    # the cluster weighs the most against the machine's other work; a board's devices weigh
+    # as their shares do
+    top = CGROUP_ROOT / "cpu" / f"dse.{cluster.name}"
+    assert (top / "cpu.shares").read_text().strip() == "262144"
+    assert (group / "cpu.shares").read_text().strip() == str(round(0.4 * 1024))
+    assert (top / "tb1" / "tb1_cpu0" / "cpu.shares").read_text().strip() == str(round(0.6 * 1024))
     mem = CGROUP_ROOT / "memory" / f"dse.{cluster.name}" / "tb0" / "tb0_cpu"
     assert int((mem / "memory.limit_in_bytes").read_text()) == 300 * 2**20
     assert load(cluster.name) == cluster

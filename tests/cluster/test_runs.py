@@ -15,6 +15,7 @@ import copy
 import csv
 import ipaddress
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -182,6 +183,8 @@ def test_the_cluster_launcher_places_each_rank_on_its_board(tmp_path: Path) -> N
         sys.executable, "-m", "mpi4py", "-m", "dse.runtime", str(d),
     ]  # fmt: skip
     assert launcher.environment()["OMPI_MCA_mpi_yield_when_idle"] == "1"
+    # its ranks poll then sleep while they wait (a spinning rank burns its device's quota)
+    assert launcher.env["DSE_WAIT_SPIN_US"] == os.environ.get("DSE_WAIT_SPIN_US", "50")
     with pytest.raises(ValueError, match="needs the 3 ranks' placement"):
         launcher.command(tmp_path, 3, mpiexec="mpiexec")
 
@@ -203,8 +206,9 @@ def test_a_cluster_not_up_is_one_line() -> None:
         ["dse.deploy", "+net=alexnet", "mapping=nowhere.json", "measure=true"],
         ["dse", "+net=alexnet", "phase2.enabled=true", "progress=false"],
         ["dse.fidelity", "+net=alexnet"],
+        ["dse.calibrate", "quick=true"],
     ],
-    ids=["deploy", "phase2", "fidelity"],  # calibrate refuses edge3's device types first
+    ids=["deploy", "phase2", "fidelity", "calibrate"],
 )
 def test_every_workflow_says_in_one_line_that_the_cluster_is_not_up(entry: list[str]) -> None:
     name = "dsetest-never-up"

@@ -3,16 +3,20 @@ shared medium, against schedules worked out by hand; and the platform keys that 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import yaml
 from onnx import helper
 
 import tests.helpers.onnx_factory as f
+from dse.calibrate.links import port_tables
 from dse.errors import DseError
 from dse.mapping import from_device_lists
 from dse.net.build import build_graph
 from dse.paths import CONF_DIR
 from dse.platform import Device, Link, Platform, load_platform
+from models_analytical.coefficients import port_key
 from models_analytical.model import AnalyticalModel
 from tests.helpers.platforms import coefficients
 
@@ -105,6 +109,57 @@ def test_a_slow_port_sets_the_pair_rate_and_its_latency():
     # the same ports on pairs' network are not read: every pair has the class's figures
     pairs = boards([1, 1, 1], links=links)
     assert latency(g, pairs, [[0], [1]]) == pytest.approx(1 + 0.25 + 4 + 1)
+
+
+def test_measured_ports_give_each_pair_its_slower_ports_times():
+    # calibrated tables (one-way s by bytes): h0's port 1 MB/s, h1's 0.5 MB/s, h2's 0.25 MB/s
+    # beyond 1 s of latency (h2: 2 s); the network class table says 10 MB/s and is not read
+    # for pairs of measured ports. r0 on h0 (1 s), its 4 MB to another board, r1 there (1 s).
+    g = relus([("r0", ["x"]), ("r1", ["r0"])], ["r1"])
+    sizes = [1e3, 4e6, 8e6]
+
+    def table(latency_s: float, bandwidth: float) -> dict[str, list[float]]:
+        return {"bytes": sizes, "seconds": [latency_s + b / bandwidth for b in sizes]}
+
+    links = {
+        "network": table(0.0, 10 * MB),
+        port_key("h0"): table(1.0, MB),
+        port_key("h1"): table(1.0, MB / 2),
+        port_key("h2"): table(2.0, MB / 4),
+    }
+    coeff = replace(coefficients(), links=links)
+    plat = boards([1, 1, 1], "switched")
+
+    def lat(devices):
+        model = AnalyticalModel(g, plat, coeff)
+        return float(model.evaluate(from_device_lists(g, 3, [devices])).latency_s[0])
+
+    assert lat([[0], [1]]) == pytest.approx(1 + (1 + 8) + 1)  # h1's port, the slower
+    assert lat([[0], [2]]) == pytest.approx(1 + (2 + 16) + 1)  # h2's
+    # without the ports' tables, the class's: 0.4 s
+    plain = replace(coeff, links={"network": links["network"]})
+    model = AnalyticalModel(g, plat, plain)
+    assert float(
+        model.evaluate(from_device_lists(g, 3, [[[0], [1]]])).latency_s[0]
+    ) == pytest.approx(1 + 0.4 + 1)
+
+
+def test_each_port_is_the_fastest_pair_it_is_in():
+    """Calibration's ports from board pairs (each pair at its slower port): h0 200, h1 100,
+    h2 50 (MB/s-like units); h0's port shows as h1's, the fastest partner it has."""
+    plat = boards([1, 1, 1], "switched")
+    sizes = [64, 1 << 20, 1 << 22]
+
+    def bench(rate: float) -> dict:
+        return {"bytes": sizes, "one_way_s": [1e-5 + b / rate for b in sizes]}
+
+    measured = {(0, 1): bench(100e6), (0, 2): bench(50e6), (1, 2): bench(50e6)}
+    ports = port_tables(plat, measured)
+    assert ports["h0"]["one_way_s"] == bench(100e6)["one_way_s"]
+    assert ports["h1"]["one_way_s"] == bench(100e6)["one_way_s"]
+    assert ports["h2"]["one_way_s"] == bench(50e6)["one_way_s"]
+    assert ports["h2"]["fit"]["bandwidth_Bps"] == pytest.approx(50e6)
+    assert ports["h2"]["fit"]["latency_s"] == pytest.approx(1e-5 + 64 / 50e6)
 
 
 def test_a_shared_medium_serialises_transfers_between_disjoint_pairs():

@@ -1,0 +1,175 @@
+"""A calibration's measurements as they come: a journal beside its output, to resume or refit.
+
+Every measurement a calibration takes (a unit of the compute step on a device, a link
+benchmark, a network's deployments over their rounds, the sub-models of a mapping) is a JSON
+result under a **key** that says what was measured (what, where, with which settings). The
+journal ``OUT.measurements.jsonl``, beside the coefficients file ``OUT``, gets each result as
+one line the moment it is taken (flushed to the disk), after a first line naming the platform;
+a last line ``{"done": true}`` follows once ``OUT`` is written. So:
+
+* an interrupted or failed calibration keeps everything it measured;
+* ``resume=true`` takes every result whose key the journal has and measures only the rest
+  (a changed setting changes the keys it touches: those are measured again);
+* ``refit=true`` measures nothing: it fits the journal's results (after a change to the
+  fits, or to see them again); a result the journal lacks is one line saying so;
+* a calibration into ``OUT`` whose journal stopped before its end refuses to start afresh
+  (its measurements would be lost): one line says to resume, refit or delete the journal.
+  A finished journal is replaced by the next calibration's.
+
+The design is written down in ``docs/reference/calibration-journal.md``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from dse.errors import DseError
+from dse.platform import Platform
+
+#: The journal of ``OUT`` is ``OUT`` with this suffix in place of its own.
+SUFFIX = ".measurements.jsonl"
+#: The largest journal read (a full calibration's is a few MB).
+MAX_BYTES = 256 * 2**20
+
+T = TypeVar("T")
+
+
+def journal_path(out: Path) -> Path:
+    return Path(out).with_suffix(SUFFIX)
+
+
+def platform_id(platform: Platform) -> str:
+    """What the journal's measurements depend on of the platform: its devices and links."""
+    devices = [[d.name, d.host, d.kind, d.type, d.threads, d.memory_mb] for d in platform.devices]
+    return json.dumps({"name": platform.name, "devices": devices, "network": platform.network})
+
+
+def key_of(what: str, request: dict[str, Any]) -> str:
+    """A measurement's key: ``what`` and its request (a ``directory``, temporary, left out)."""
+    return json.dumps({"what": what, **{k: v for k, v in request.items() if k != "directory"}},
+                      sort_keys=True)  # fmt: skip
+
+
+class Journal:
+    """The journal of one calibration (the module's docstring): ``take`` a measurement."""
+
+    def __init__(self, out: Path, platform: Platform, resume: bool, refit: bool) -> None:
+        """The journal of the coefficients file ``out``, for a calibration of ``platform``
+        that resumes, refits or neither."""
+        if resume and refit:
+            raise DseError("resume=true and refit=true: choose one (refit measures nothing)")
+        self.out, self.path, self.refit = Path(out), journal_path(out), refit
+        self.results: dict[str, Any] = {}
+        self.taken = self.reused = 0
+        ident = platform_id(platform)
+        old = self._read(ident) if self.path.exists() else None
+        if old is None and (resume or refit):
+            raise DseError(
+                f"{'resume' if resume else 'refit'}=true: no measurements to "
+                f"{'go on with' if resume else 'fit'} ({self.path} does not exist): calibrate "
+                "without it"
+            )
+        if old is not None and not old["done"] and not (resume or refit):
+            raise DseError(
+                f"a calibration into {self.out} stopped before its end; "
+                f"its {len(old['results'])} measurements are in {self.path}: resume=true "
+                "measures only what is missing, refit=true fits what is there, or delete it "
+                "to start again"
+            )
+        if old is not None and (resume or refit):
+            self.results = old["results"]
+        if refit:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        header = {"journal": 1, "platform": ident, "started": now()}
+        lines = [header, *({"key": k, "result": v} for k, v in self.results.items())]
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(x) + "\n" for x in lines))
+        tmp.replace(self.path)
+        self.file = open(self.path, "a")  # noqa: SIM115 - kept open for the calibration
+
+    def _read(self, ident: str) -> dict[str, Any]:
+        """The journal's results, and whether it was finished; one line when it is not ours."""
+        if self.path.stat().st_size > MAX_BYTES:
+            raise DseError(f"{self.path} is larger than a calibration's journal can be")
+        results: dict[str, Any] = {}
+        done = False
+        try:
+            lines = self.path.read_text().splitlines()
+            header = json.loads(lines[0]) if lines else {}
+            for line in lines[1:]:
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError:  # a line cut short by a kill: the rest is good
+                    continue
+                if entry.get("done"):
+                    done = True
+                elif isinstance(entry.get("key"), str) and "result" in entry:
+                    results[entry["key"]] = entry["result"]
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise DseError(f"{self.path} is not a calibration's journal ({exc})") from None
+        if not isinstance(header, dict) or header.get("journal") != 1:
+            raise DseError(f"{self.path} is not a calibration's journal: delete it or move it")
+        if header.get("platform") != ident:
+            raise DseError(
+                f"{self.path} holds measurements of another platform (or another version of "
+                "it): delete it to calibrate this one"
+            )
+        return {"results": results, "done": done}
+
+    def take(self, key: str, measure: Callable[[], T]) -> T:
+        """The result under ``key``: the journal's, else ``measure()``'s, written at once."""
+        if key in self.results:
+            self.reused += 1
+            return self.results[key]
+        if self.refit:
+            what = json.loads(key).get("what", "a measurement")
+            raise DseError(
+                f"refit=true: {self.path} has no measurement of {what} ({key}): resume=true "
+                "measures it"
+            )
+        result = measure()
+        self.taken += 1
+        self._write({"key": key, "result": result})
+        self.results[key] = result
+        return result
+
+    def unit(self, what: str, run: Callable[[dict], T]) -> Callable[[dict], T]:
+        """``run`` (a request -> its result) through the journal, keyed by ``what`` and the
+        request."""
+        return lambda request: self.take(key_of(what, request), lambda: run(request))
+
+    def finish(self) -> None:
+        """The coefficients are written: the journal is complete."""
+        if not self.refit:
+            self._write({"done": True, "ended": now()})
+            self.file.close()
+
+    def _write(self, entry: dict[str, Any]) -> None:
+        self.file.write(json.dumps(entry) + "\n")
+        self.file.flush()
+        os.fsync(self.file.fileno())
+
+
+class NoJournal(Journal):
+    """Measures everything and keeps nothing (a calibration called as a library)."""
+
+    def __init__(self) -> None:
+        self.refit = False
+        self.results = {}
+        self.taken = self.reused = 0
+
+    def take(self, key: str, measure: Callable[[], T]) -> T:
+        return measure()
+
+    def finish(self) -> None:
+        pass
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,217 @@
+"""The compute step's measurements of one device type, taken on a device of that type.
+
+A calibration profiles each device type on a device of it (:mod:`dse.calibrate.compute` fits
+what is measured here). A measurement is a **unit** of work, a JSON request answered by a
+JSON result, so it runs the same in this process or as a rank on the device:
+
+``profile``
+    one network run whole under onnxruntime's profiler (:func:`dse.calibrate.profile.
+    profile_model`), profiled once more when its runs spread more than :data:`CONTAMINATED`:
+    its per-layer times (scaled to add up to the whole run), the whole runs, and the process's
+    CPU time against its wall time;
+``channels``
+    the one-Conv models of :func:`dse.calibrate.channels.measure_channel_scaling`;
+``parts``
+    each splittable layer of one network alone, whole and as parts
+    (:func:`dse.calibrate.channels.measure_part_costs`), skipping the layer keys of ``seen``;
+``submodels``
+    each sub-model of a deployment directory alone, every round also the whole network
+    (:func:`dse.runtime.sequential.time_files`): what running work as sub-models costs.
+
+:func:`unit_runner` says where a type's units run: in this process when its device is this
+machine and ranks start without a rank wrapper (``localhost``: as calibration always did),
+else as one rank on the device (``mpiexec -n 1`` through the platform's launcher: on an
+emulated cluster inside the device's cgroups and its board's namespace, its CPU share and
+memory cap; on real boards over ssh). The rank prints its result as one line of its stdout
+(which mpiexec brings back from any board) after :data:`MARK`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dse.calibrate.channels import measure_channel_scaling, measure_part_costs
+from dse.calibrate.profile import profile_model
+from dse.errors import DseError
+from dse.files import scratch
+from dse.net import load_net, zoo
+from dse.platform import Platform
+from dse.runtime.lifetime import die_with_parent
+from dse.runtime.measurements import failed
+from dse.runtime.mpirun import HOSTFILE, RANKFILE, Launcher, mpi_files, placement
+from dse.runtime.probe import LOCAL_HOSTS
+from dse.runtime.reader import read_plan
+from dse.runtime.sequential import beside, time_files
+from dse.runtime.sessions import session
+
+#: A network profiled with a larger whole-run spread than this is profiled once more.
+CONTAMINATED = 0.15
+#: What precedes the result on the rank's stdout.
+MARK = "dse-calibrate-unit: "
+#: A unit's run on a device is stopped after this long (VGG-16's parts take minutes).
+UNIT_TIMEOUT_S = 3600.0
+
+#: A unit's request in, its result out (JSON-shaped).
+Unit = dict[str, Any]
+
+
+def machine_state() -> dict[str, Any]:
+    """The machine's load and this process's CPU time now (kept beside each profile)."""
+    return {
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+        "cpu_s": round(time.process_time(), 2),
+        "wall": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def profile_unit(r: Unit) -> Unit:
+    """``profile``: ``net``, ``seed``, ``threads``, ``warmup``, ``runs`` and ``prior_rate``
+    (MACs per second of the prior that shares a fused kernel's time among its layers)."""
+    g = load_net({"name": r["net"]}).graph
+    prior = g.macs / float(r["prior_rate"]) + g.output_bytes / 1e10
+    path = zoo.materialize(r["net"], int(r["seed"]))
+    for attempt in range(2):
+        before = machine_state()
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        prof = profile_model(path, g, prior, int(r["threads"]), warmup=r["warmup"], runs=r["runs"])
+        # below 1 / threads, this process did not get its cores: other work ran beside it
+        cpu_share = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
+        whole = float(np.median(prof.whole_s))
+        spread = float(np.percentile(prof.whole_s, 90) - np.percentile(prof.whole_s, 10)) / whole
+        if spread <= CONTAMINATED or attempt == 1:
+            break
+    scaled = prof.layer_s * (whole / max(prof.layer_s.sum(), 1e-12))
+    return {
+        "layer_s": [float(t) for t in scaled],
+        "whole_s": [float(t) for t in prof.whole_s],
+        "spread": spread,
+        "kernels": prof.kernels,
+        "unmapped": list(prof.unmapped),
+        "profiled_again": attempt == 1,
+        "cpu_over_wall": cpu_share,
+        "machine_before": before,
+        "machine_after": machine_state(),
+    }
+
+
+def channels_unit(r: Unit) -> Unit:
+    """``channels``: ``threads``, ``repeats``."""
+    return {"rows": measure_channel_scaling(int(r["threads"]), int(r["repeats"]))}
+
+
+def parts_unit(r: Unit) -> Unit:
+    """``parts``: ``net``, ``block``, ``threads``, ``repeats``, ``seen`` (layer keys)."""
+    seen = set(r.get("seen", []))
+    net = load_net({"name": r["net"]})
+    rows = measure_part_costs(net, int(r["block"]), int(r["threads"]), int(r["repeats"]), seen)
+    return {"rows": rows}
+
+
+def submodels_unit(r: Unit) -> Unit:
+    """``submodels``: ``directory`` (a deployment's), ``runs``, ``warmup``, ``threads``."""
+    directory = Path(r["directory"])
+    plan = read_plan(directory)
+    assert plan.reference is not None  # read_plan refuses a plan without one
+    whole = session(Path(plan.reference.path), "cpu", int(r["threads"]))
+    run_whole, whole_s = beside(whole)
+    names = [n for rank in plan.ranks for n in rank.segments]
+    timed = time_files(
+        directory, names, int(r["runs"]), int(r["warmup"]), int(r["threads"]), run_whole
+    )
+    return {"segments": timed, "whole_s": float(np.median(whole_s))}
+
+
+UNITS: dict[str, Callable[[Unit], Unit]] = {
+    "profile": profile_unit,
+    "channels": channels_unit,
+    "parts": parts_unit,
+    "submodels": submodels_unit,
+}
+
+
+def measure_unit(request: Unit) -> Unit:
+    """Do the unit ``request`` here: its result."""
+    return UNITS[request["step"]](request)
+
+
+class UnitFailed(DseError):
+    """A unit that failed on its device, with the run's reason (its device's OOM kill, ...)."""
+
+
+def profiles_here(platform: Platform, device: int, launcher: Launcher) -> bool:
+    """Whether the units of ``device``'s type run in this process (see the module)."""
+    return launcher.rank_wrapper is None and platform.devices[device].host in LOCAL_HOSTS
+
+
+def unit_runner(
+    platform: Platform, device: int, launcher: Launcher
+) -> tuple[Callable[[Unit], Unit], bool]:
+    """How units of ``device``'s type run, and whether that is in this process."""
+    if profiles_here(platform, device, launcher):
+        return measure_unit, True
+    return (lambda request: run_on_device(platform, device, launcher, request)), False
+
+
+def run_on_device(
+    platform: Platform,
+    device: int,
+    launcher: Launcher,
+    request: Unit,
+    timeout_s: float = UNIT_TIMEOUT_S,
+) -> Unit:
+    """The unit ``request`` run as one rank on ``device`` (its host and cores, as a
+    deployment binds them, started by ``launcher``); a :class:`UnitFailed` naming the cause
+    when it fails."""
+    dev = platform.devices[device]
+    with scratch("unit-") as d:  # removed even after a kill, at the next start
+        hostfile, rankfile = mpi_files(platform, [device], launcher)
+        (d / HOSTFILE).write_text(hostfile)
+        (d / RANKFILE).write_text(rankfile)
+        program = [sys.executable, "-m", "dse.calibrate.ondevice", json.dumps(request)]
+        ranks = placement(platform, [device])
+        cmd = launcher.mpiexec_command(1, d, program, placement=ranks)
+        finish = launcher.watch(ranks) if launcher.watch is not None else None
+        try:
+            proc = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                env=launcher.environment(),
+                timeout=timeout_s,
+                preexec_fn=die_with_parent(),  # mpiexec dies with this process
+            )
+            lines = [x for x in proc.stdout.splitlines() if x.startswith(MARK)]
+            if proc.returncode == 0 and lines:
+                return json.loads(lines[-1][len(MARK) :])
+            tail = [x for x in proc.stderr.strip().splitlines() if x.strip()][-3:]
+            why = f"exit status {proc.returncode}: " + (" | ".join(tail) or "no stderr")
+        except subprocess.TimeoutExpired:
+            why = f"timed out after {timeout_s:g} s"
+        result = failed(why)
+        reason = (finish(result) if finish is not None else result)["reason"]
+        raise UnitFailed(f"{request['step']} on {dev.name}: {reason}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dse.calibrate.ondevice REQUEST``: do the unit (a JSON request) and print
+    its result after :data:`MARK`."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        raise SystemExit("usage: python -m dse.calibrate.ondevice REQUEST (one JSON object)")
+    result = measure_unit(json.loads(args[0]))
+    print(MARK + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
