@@ -21,8 +21,8 @@ from dse.config import AlgorithmConfig
 from dse.errors import DseError
 from dse.files import write_bytes
 from dse.search.hypervolume import Reference
-from dse.search.nsga2 import Population, SearchState
 from dse.search.problem import MappingProblem
+from dse.search.state import Population, SearchState
 
 CHECKPOINT = "checkpoint.npz"
 FORMAT = 2  # 2: mapping keys by dse.mapping.keys (1: blake2b of key bytes)
