@@ -3,14 +3,29 @@
 The steps are pymoo's NSGA-II (Deb et al. 2002) as pymoo runs it: binary tournament on
 constraint violation, then rank, then crowding distance; the configured crossover and mutation
 (pymoo operators, called on gene arrays, then rounded: genes are integers); rank-and-crowding
-survival with feasible individuals first and infeasible ones by violation. Two departures,
-both for mapping search:
+survival with feasible individuals first and infeasible ones by violation. Three departures,
+all for mapping search:
 
 * duplicates are mappings, not gene vectors: offspring that decode to a mapping the run has
-  already evaluated (or twice among themselves) are dropped and replaced, so every evaluation
-  is a new mapping, and a run whose encoding has no new mapping left stops;
+  already evaluated (or twice among themselves) are dropped, so every evaluation is a new
+  mapping;
+* the slots they leave are refilled (:mod:`dse.search.refill`, ``algorithm.refill``), round
+  after round, so a generation evaluates a full population of new mappings while the encoding
+  has them (each generation's count is history.csv's ``new_offspring``, the refill's share
+  ``refilled``); a run whose refill finds no new mapping at all stops (``exhausted``);
 * the whole state is arrays and the generator's state (:class:`SearchState`), so checkpoints
   are plain data (:mod:`dse.search.checkpoint`) and a resumed run continues exactly.
+
+Why escalating mutation refills (the default): the rule before it mated again and again
+(``mating``), and late in a run a converged population breeds only copies of itself: on the
+enumerable cases of tests/helpers/cases.py at 20,000 evaluations it stalled (generations with
+0 % new offspring, runs ending "exhausted" with most of the space unexplored). Random
+immigrants and a partial restart never stall either, but spend the slots on random mappings,
+far from the front: at 1,000-5,000 evaluations they reach less of the true front's
+hypervolume than escalating mutation, which mutates the very copies (1, 2, 4, ... genes) and
+so stays near the parents that bred them. benchmarks/search_quality.py prints the figures
+(``--refill mutation immigrants restart mating``); the README has them. A refill round costs a
+decode and a hash of its candidates (numpy and numba, no loop over the population).
 """
 
 from __future__ import annotations

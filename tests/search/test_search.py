@@ -97,6 +97,33 @@ def test_resume_continues_exactly(tmp_path, refill):
     assert resumed.history == full.history and resumed.stop_reason == full.stop_reason
 
 
+def test_resume_of_a_checkpoint_without_the_new_history_columns(tmp_path):
+    """A checkpoint written before history.csv counted new offspring: its rows get the
+    generation's evaluations as new offspring (each evaluation is a new mapping) and an empty
+    refilled count, so the resumed run's history.csv has one set of columns."""
+    from dse.results import writers
+
+    full = search.run(search.new_search(small_problem(), settings(n_gen=5), 3))
+    half = search.run(search.new_search(small_problem(), settings(n_gen=3), 3))
+    problem = small_problem()
+    ident = checkpoint.identity(problem, "fp", ["a", "b", "c"])
+    for row in half.history:
+        del row["new_offspring"], row["refilled"]
+    checkpoint.save(half, tmp_path, ident, {})
+    meta, data = checkpoint.read(tmp_path)
+    resumed = checkpoint.restore(meta, data, problem, settings(n_gen=3), ident)
+    search.extend(resumed, 5, None)
+    search.run(resumed)
+    writers.write_history(tmp_path / "history.csv", resumed.history)
+    lines = (tmp_path / "history.csv").read_text().splitlines()
+    assert lines[0].endswith(",new_offspring,refilled") and len(lines) == 6
+    new = [r["new_offspring"] for r in resumed.history]
+    assert new == [r["new_offspring"] for r in full.history] and new[0] < 40  # copies dropped
+    assert [r["refilled"] for r in resumed.history[:3]] == [None] * 3
+    assert resumed.history[3:] == full.history[3:]
+    assert lines[1].endswith(f",{new[0]},") and not lines[-1].endswith(",")
+
+
 def dse(*args: str):
     return run_module("dse", "progress=false", *args)
 
