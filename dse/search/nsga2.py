@@ -56,6 +56,11 @@ MAX_REFILL_ROUNDS = 64
 #: Candidates a refill round tries: 2 per missing offspring plus 8, doubled every 8 rounds
 #: without success, at most this many populations (rare new mappings, late in a small space).
 REFILL_MAX_POPULATIONS = 16
+#: An encoding with at most this many gene vectors is enumerated when the refill rounds fall
+#: short: the last mappings of a small space can be too rare for sampling to meet, and
+#: enumerating finds them all (or shows that none is left).
+ENUMERATE_MAX = 1 << 20
+_CHUNK = 1 << 16
 
 
 # --- mappings as keys ------------------------------------------------------------------------
@@ -202,9 +207,47 @@ def _offspring(state: SearchState, budget: int) -> tuple[np.ndarray, Mappings, l
         missing -= len(kn)
         if len(rest):
             pool = rest
+    if missing > 0:
+        Xn, mn, kn = _enumerate(state, missing)
+        found_x.append(Xn)
+        found_m.append(mn)
+        keys.extend(kn)
     X = np.concatenate(found_x)
     mappings = found_m[0] if len(found_m) == 1 else Mappings.concat(found_m)
     return X, mappings, keys, len(keys) - len(found_x[0])
+
+
+def _enumerate(state: SearchState, missing: int) -> tuple[np.ndarray, Mappings, list[int]]:
+    """Up to ``missing`` new mappings found by walking every gene vector of a small encoding
+    (:data:`ENUMERATE_MAX`) in index order from a random one; none for a larger encoding."""
+    problem = state.problem
+    radix = (problem.chromosome.upper + 1).astype(np.int64)
+    if float(np.prod(radix.astype(np.float64))) > ENUMERATE_MAX:
+        return (
+            np.zeros((0, problem.n_var), np.int64),
+            problem.chromosome.decode(np.zeros((0, problem.n_var), np.int64)),
+            [],
+        )
+    total = int(np.prod(radix))
+    start = int(state.rng.integers(total))
+    found_x, found_m, keys = [], [], []
+    for lo in range(0, total, _CHUNK):
+        if missing <= 0:
+            break
+        idx = (start + np.arange(lo, min(lo + _CHUNK, total), dtype=np.int64)) % total
+        genes = np.empty((len(idx), problem.n_var), dtype=np.int64)
+        for j in range(problem.n_var - 1, -1, -1):  # mixed radix, the last gene fastest
+            genes[:, j] = idx % radix[j]
+            idx //= radix[j]
+        Xn, mn, kn, _ = _distinct(problem, genes, missing, state.seen)
+        found_x.append(Xn)
+        found_m.append(mn)
+        keys.extend(kn)
+        missing -= len(kn)
+    if not found_x:
+        empty = np.zeros((0, problem.n_var), np.int64)
+        return empty, problem.chromosome.decode(empty), []
+    return np.concatenate(found_x), Mappings.concat(found_m), keys
 
 
 def step(state: SearchState) -> None:
