@@ -12,7 +12,8 @@ all for mapping search:
 * the slots they leave are refilled (:mod:`dse.search.refill`, ``algorithm.refill``), round
   after round, so a generation evaluates a full population of new mappings while the encoding
   has them (each generation's count is history.csv's ``new_offspring``, the refill's share
-  ``refilled``); a run whose refill finds no new mapping at all stops (``exhausted``);
+  ``refilled``); an encoding of at most :data:`ENUMERATE_MAX` gene vectors is walked for the
+  last, rare ones; a run that finds no new mapping at all stops (``exhausted``);
 * the whole state is arrays and the generator's state (:class:`SearchState`), so checkpoints
   are plain data (:mod:`dse.search.checkpoint`) and a resumed run continues exactly.
 
