@@ -122,6 +122,11 @@ MUTATIONS = {
 }
 
 
+#: algorithm.refill options: what fills the offspring slots breeding leaves without a new mapping
+#: (dse.search.refill, where each is described and measured).
+REFILLS = ("mutation", "immigrants", "restart", "mating")
+
+
 @dataclass
 class AlgorithmConfig:
     defaults: list[Any] = field(
@@ -134,6 +139,10 @@ class AlgorithmConfig:
     seed_single_device: bool = True  # the first population includes every one-device mapping
     # ... and every splittable layer over the fastest 2, 3, ... devices (chromosomes.seeds)
     seed_structured: bool = False
+    # what fills the offspring breeding leaves without a new mapping: escalating mutation of
+    # the copies (mutation), random immigrants, a partial restart, or mating again (dse.search
+    # .refill; benchmarks/search_quality.py --refill compares them)
+    refill: str = "mutation"
     checkpoint_every: int = 10  # generations between checkpoints (resume=<run dir>)
     crossover: OperatorConfig = field(default_factory=lambda: CROSSOVERS["sbx"])
     mutation: OperatorConfig = field(default_factory=lambda: MUTATIONS["pm"])
@@ -152,6 +161,8 @@ class AlgorithmConfig:
             )
         if self.checkpoint_every < 1:
             raise DseError(f"algorithm.checkpoint_every={self.checkpoint_every} must be at least 1")
+        if self.refill not in REFILLS:
+            raise DseError(f"algorithm.refill={self.refill!r} is not one of {', '.join(REFILLS)}")
 
 
 @dataclass

@@ -52,6 +52,7 @@ def write_outputs(
         "objectives": problem.objectives,
         "generations": state.generation,
         "evaluations": state.evaluations,
+        "stopped": state.stop_reason,  # why (dse.search.state.STOP_REASONS)
         "search_seconds": round(state.seconds, 3),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "pareto_points": len(rows),

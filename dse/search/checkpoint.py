@@ -21,8 +21,8 @@ from dse.config import AlgorithmConfig
 from dse.errors import DseError
 from dse.files import write_bytes
 from dse.search.hypervolume import Reference
-from dse.search.nsga2 import Population, SearchState
 from dse.search.problem import MappingProblem
+from dse.search.state import Population, SearchState
 
 CHECKPOINT = "checkpoint.npz"
 FORMAT = 2  # 2: mapping keys by dse.mapping.keys (1: blake2b of key bytes)
@@ -138,6 +138,21 @@ def read(directory: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     return meta, data
 
 
+def _history(rows: list) -> list[dict]:
+    """The checkpoint's history, its rows given the columns a search records now: a checkpoint
+    of an earlier dse lacks ``new_offspring`` (the generation's evaluations: each is a new
+    mapping) and ``refilled`` (not known then: left empty)."""
+    out, before = [], 0
+    for row in rows:
+        row = dict(row)
+        if "new_offspring" not in row and isinstance(row.get("evaluations"), int):
+            row["new_offspring"] = row["evaluations"] - before
+        row.setdefault("refilled", None)
+        before = row.get("evaluations", before)
+        out.append(row)
+    return out
+
+
 def restore(
     meta: dict[str, Any],
     data: dict[str, np.ndarray],
@@ -182,7 +197,7 @@ def restore(
         ),
         generation=int(meta["generation"]),
         evaluations=int(meta["evaluations"]),
-        history=list(meta["history"]),
+        history=_history(meta["history"]),
         seconds=float(meta["seconds"]),
         seen=set(data["seen"].tolist()),
         exhausted=bool(meta.get("exhausted", False)),

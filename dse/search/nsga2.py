@@ -3,22 +3,37 @@
 The steps are pymoo's NSGA-II (Deb et al. 2002) as pymoo runs it: binary tournament on
 constraint violation, then rank, then crowding distance; the configured crossover and mutation
 (pymoo operators, called on gene arrays, then rounded: genes are integers); rank-and-crowding
-survival with feasible individuals first and infeasible ones by violation. Two departures,
-both for mapping search:
+survival with feasible individuals first and infeasible ones by violation. Three departures,
+all for mapping search:
 
 * duplicates are mappings, not gene vectors: offspring that decode to a mapping the run has
-  already evaluated (or twice among themselves) are dropped and replaced, so every evaluation
-  is a new mapping, and a run whose encoding has no new mapping left stops;
+  already evaluated (or twice among themselves) are dropped, so every evaluation is a new
+  mapping;
+* the slots they leave are refilled (:mod:`dse.search.refill`, ``algorithm.refill``), round
+  after round, so a generation evaluates a full population of new mappings while the encoding
+  has them (each generation's count is history.csv's ``new_offspring``, the refill's share
+  ``refilled``); an encoding of at most :data:`ENUMERATE_MAX` gene vectors is walked for the
+  last, rare ones; a run that finds no new mapping at all stops (``exhausted``);
 * the whole state is arrays and the generator's state (:class:`SearchState`), so checkpoints
   are plain data (:mod:`dse.search.checkpoint`) and a resumed run continues exactly.
+
+Why escalating mutation refills (the default): the rule before it mated again and again
+(``mating``), and late in a run a converged population breeds only copies of itself: on the
+enumerable cases of tests/helpers/cases.py at 20,000 evaluations it stalled (generations with
+0 % new offspring, runs ending "exhausted" with most of the space unexplored). Random
+immigrants and a partial restart never stall either, but spend the slots on random mappings,
+far from the front: at 1,000-5,000 evaluations they reach less of the true front's
+hypervolume than escalating mutation, which mutates the very copies (1, 2, 4, ... genes) and
+so stays near the parents that bred them. benchmarks/search_quality.py prints the figures
+(``--refill mutation immigrants restart mating``); the README has them. A refill round costs a
+decode and a hash of its candidates (numpy and numba, no loop over the population).
 """
 
 from __future__ import annotations
 
-import math
+import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
@@ -29,77 +44,24 @@ from chromosomes.seeds import seed_population
 from dse.config import AlgorithmConfig
 from dse.errors import DseError
 from dse.mapping import Mappings
-from dse.search import operators
+from dse.search.breeding import offspring
 from dse.search.hypervolume import Reference
 from dse.search.problem import MappingProblem
+from dse.search.refill import REFILLS
+from dse.search.state import STOP_REASONS, Population, SearchState, concat
 
 _NDS = NonDominatedSorting()
-_ARRAY_FIELDS = ("X", "F", "G", "rank", "crowding")
-#: Attempts to fill a generation with new mappings before it goes on with fewer offspring.
-MAX_MATING_ROUNDS = 100
-
-
-@dataclass
-class Population:
-    """Genes, objectives (display units), constraint, rank and crowding of N individuals."""
-
-    X: np.ndarray  # int64 [N, n_var]
-    F: np.ndarray  # float64 [N, n_obj]
-    G: np.ndarray  # float64 [N, 1]: fullest device's memory / capacity - 1
-    rank: np.ndarray  # int64 [N], -1 for infeasible individuals
-    crowding: np.ndarray  # float64 [N]
-    keys: list[int]  # [N] the mapping of each individual (:meth:`dse.mapping.Mappings.keys`)
-
-    def __len__(self) -> int:
-        return len(self.X)
-
-    @property
-    def cv(self) -> np.ndarray:
-        return np.maximum(self.G[:, 0], 0.0)
-
-    def take(self, idx: np.ndarray) -> Population:
-        return Population(
-            self.X[idx],
-            self.F[idx],
-            self.G[idx],
-            self.rank[idx],
-            self.crowding[idx],
-            [self.keys[i] for i in idx.tolist()],
-        )
-
-
-@dataclass
-class SearchState:
-    """Everything a search carries from one generation to the next."""
-
-    problem: MappingProblem
-    settings: AlgorithmConfig
-    seed: int
-    rng: np.random.Generator
-    reference: Reference  # fixed hypervolume normalisation of this problem
-    pop: Population | None = None
-    generation: int = 0  # generations completed; the initial population is generation 1
-    evaluations: int = 0  # distinct mappings evaluated
-    history: list[dict] = field(default_factory=list)
-    seconds: float = 0.0
-    seen: set[int] = field(default_factory=set)  # every mapping evaluated so far
-    exhausted: bool = False  # no new mapping could be bred
-
-    def __post_init__(self) -> None:
-        self.crossover = self.settings.crossover.build()
-        self.mutation = self.settings.mutation.build()
-        # pymoo's SBX and PM are run by their compiled copies (same draws, same numbers)
-        self.fast_crossover = operators.fast_path(self.crossover)
-        self.fast_mutation = operators.fast_path(self.mutation)
-
-    @property
-    def done(self) -> bool:
-        cap = self.settings.max_evaluations
-        return (
-            self.exhausted
-            or self.generation >= self.settings.n_gen
-            or (cap is not None and self.evaluations >= cap)
-        )
+#: Refill rounds (:mod:`dse.search.refill`) to fill a generation with new mappings before it
+#: goes on with fewer offspring (none: the search stops, exhausted).
+MAX_REFILL_ROUNDS = 64
+#: Candidates a refill round tries: 2 per missing offspring plus 8, doubled every 8 rounds
+#: without success, at most this many populations (rare new mappings, late in a small space).
+REFILL_MAX_POPULATIONS = 16
+#: An encoding with at most this many gene vectors is enumerated when the refill rounds fall
+#: short: the last mappings of a small space can be too rare for sampling to meet, and
+#: enumerating finds them all (or shows that none is left).
+ENUMERATE_MAX = 1 << 20
+_CHUNK = 1 << 16
 
 
 # --- mappings as keys ------------------------------------------------------------------------
@@ -183,56 +145,6 @@ def survive(pop: Population, n: int, rng: np.random.Generator) -> Population:
     return out
 
 
-def tournament(pop: Population, n_select: int, rng: np.random.Generator) -> np.ndarray:
-    """Winners of ``n_select`` binary tournaments: lower violation, else lower rank, else
-    larger crowding, else a coin flip (pymoo's comp_by_rank_and_crowding)."""
-    n = len(pop)
-    perms = [rng.permutation(n) for _ in range(math.ceil(2 * n_select / n))]
-    pairs = np.concatenate(perms)[: 2 * n_select].reshape(n_select, 2)
-    a, b = pairs[:, 0], pairs[:, 1]
-    cv, rank, cd = pop.cv, pop.rank, pop.crowding
-    coin = rng.random(n_select) < 0.5
-    either_infeasible = (cv[a] > 0) | (cv[b] > 0)
-    by_cv = np.where(cv[a] < cv[b], a, np.where(cv[b] < cv[a], b, np.where(coin, a, b)))
-    by_rank = np.where(
-        rank[a] < rank[b],
-        a,
-        np.where(
-            rank[b] < rank[a],
-            b,
-            np.where(cd[a] > cd[b], a, np.where(cd[b] > cd[a], b, np.where(coin, a, b))),
-        ),
-    )
-    return np.where(either_infeasible, by_cv, by_rank)
-
-
-def offspring(state: SearchState, n_off: int) -> np.ndarray:
-    """``n_off`` new gene vectors: tournament, crossover (with its probability), mutation
-    (with its probability per individual), rounded to integer genes within the bounds."""
-    problem, pop, rng = state.problem, state.pop, state.rng
-    assert pop is not None
-    cx, mut = state.crossover, state.mutation
-    n_matings = math.ceil(n_off / cx.n_offsprings)
-    parents = tournament(pop, n_matings * cx.n_parents, rng).reshape(n_matings, cx.n_parents)
-    X = np.swapaxes(pop.X[parents], 0, 1).astype(np.float64)  # [n_parents, n_matings, n_var]
-    Xp = X[: cx.n_offsprings].copy()
-    cross = rng.random(n_matings) < cx.prob.value
-    if cross.any():
-        if state.fast_crossover:
-            Q = operators.sbx(cx, X, problem.xl, problem.xu, rng)
-        else:
-            Q = cx._do(problem, X, random_state=rng)
-        Xp[:, cross] = Q[:, cross]
-    Xp = Xp.reshape(-1, problem.n_var)
-    if state.fast_mutation:
-        Xm = operators.pm(mut, Xp, problem.xl, problem.xu, problem.n_var, rng)
-    else:
-        Xm = mut._do(problem, Xp, random_state=rng)
-    mutate = rng.random(len(Xp)) <= mut.prob.value
-    Xp[mutate] = Xm[mutate]
-    return np.clip(np.rint(Xp), problem.xl, problem.xu).astype(np.int64)
-
-
 # --- the loop ------------------------------------------------------------------------------------
 
 
@@ -253,65 +165,138 @@ def new_search(problem: MappingProblem, settings: AlgorithmConfig, seed: int) ->
 
 def _distinct(
     problem: MappingProblem, X: np.ndarray, limit: int, taken: set[int]
-) -> tuple[np.ndarray, Mappings, list[int]]:
+) -> tuple[np.ndarray, Mappings, list[int], np.ndarray]:
     """The first ``limit`` gene vectors of X whose mappings are not in ``taken`` (nor twice in
-    X), with their mappings; their keys are added to ``taken``."""
+    X), with their mappings; their keys are added to ``taken``. Last, the gene vectors of X
+    that were not new (a mapping seen before, or one earlier in X)."""
     mappings = problem.chromosome.decode(X)
     arr = mappings.keys()
     _, first = np.unique(arr, return_index=True)  # each mapping's first gene vector in X
     first.sort()
-    keep = [i for i, k in zip(first.tolist(), arr[first].tolist(), strict=True) if k not in taken]
-    del keep[limit:]
+    fresh = first[[k not in taken for k in arr[first].tolist()]]
+    keep = fresh[:limit]
     keys = arr[keep].tolist()
     taken.update(keys)
     if len(keep) == len(X):
-        return X, mappings, keys
-    idx = np.array(keep, dtype=np.int64)
-    return X[idx], mappings.take(idx), keys
+        return X, mappings, keys, X[:0]
+    old = np.ones(len(X), dtype=bool)
+    old[fresh] = False
+    return X[keep], mappings.take(keep), keys, X[old]
+
+
+def _offspring(state: SearchState, budget: int) -> tuple[np.ndarray, Mappings, list[int], int]:
+    """Up to ``budget`` offspring that are new mappings, their mappings and keys, and how many
+    of them the refill supplied (:mod:`dse.search.refill`): one mating, then refill rounds on
+    the slots it could not fill."""
+    problem, settings = state.problem, state.settings
+    X, mappings, keys, pool = _distinct(problem, offspring(state, budget), budget, state.seen)
+    found_x, found_m = [X], [mappings]
+    refill = REFILLS[settings.refill]
+    missing = budget - len(keys)
+    if len(pool) == 0:
+        pool = state.pop.X
+    for attempt in range(MAX_REFILL_ROUNDS):
+        if missing <= 0:
+            break
+        n_try = min((2 * missing + 8) << (attempt // 8), REFILL_MAX_POPULATIONS * settings.pop_size)
+        Xn, mn, kn, rest = _distinct(
+            problem, refill(state, pool, n_try, attempt), missing, state.seen
+        )
+        found_x.append(Xn)
+        found_m.append(mn)
+        keys.extend(kn)
+        missing -= len(kn)
+        if len(rest):
+            pool = rest
+    if missing > 0:
+        Xn, mn, kn = _enumerate(state, missing)
+        found_x.append(Xn)
+        found_m.append(mn)
+        keys.extend(kn)
+    X = np.concatenate(found_x)
+    mappings = found_m[0] if len(found_m) == 1 else Mappings.concat(found_m)
+    return X, mappings, keys, len(keys) - len(found_x[0])
+
+
+def _enumerate(state: SearchState, missing: int) -> tuple[np.ndarray, Mappings, list[int]]:
+    """Up to ``missing`` new mappings found by walking every gene vector of a small encoding
+    (:data:`ENUMERATE_MAX`) in index order from a random one; none for a larger encoding."""
+    problem = state.problem
+    radix = (problem.chromosome.upper + 1).astype(np.int64)
+    if float(np.prod(radix.astype(np.float64))) > ENUMERATE_MAX:
+        return (
+            np.zeros((0, problem.n_var), np.int64),
+            problem.chromosome.decode(np.zeros((0, problem.n_var), np.int64)),
+            [],
+        )
+    total = int(np.prod(radix))
+    start = int(state.rng.integers(total))
+    found_x, found_m, keys = [], [], []
+    for lo in range(0, total, _CHUNK):
+        if missing <= 0:
+            break
+        idx = (start + np.arange(lo, min(lo + _CHUNK, total), dtype=np.int64)) % total
+        genes = np.empty((len(idx), problem.n_var), dtype=np.int64)
+        for j in range(problem.n_var - 1, -1, -1):  # mixed radix, the last gene fastest
+            genes[:, j] = idx % radix[j]
+            idx //= radix[j]
+        Xn, mn, kn, _ = _distinct(problem, genes, missing, state.seen)
+        found_x.append(Xn)
+        found_m.append(mn)
+        keys.extend(kn)
+        missing -= len(kn)
+    if not found_x:
+        empty = np.zeros((0, problem.n_var), np.int64)
+        return empty, problem.chromosome.decode(empty), []
+    return np.concatenate(found_x), Mappings.concat(found_m), keys
 
 
 def step(state: SearchState) -> None:
     """One generation: the initial population, or offspring + survival."""
     problem, settings = state.problem, state.settings
+    refilled = 0
     if state.pop is None:
         X0 = initial_population(problem, settings, state.seed)
-        X, mappings, keys = _distinct(problem, X0, len(X0), state.seen)
+        X, mappings, keys, _ = _distinct(problem, X0, len(X0), state.seen)
         parents = None
     else:
         budget = settings.pop_size
         if settings.max_evaluations is not None:
             budget = min(budget, settings.max_evaluations - state.evaluations)
-        found_x: list[np.ndarray] = []
-        found_m: list[Mappings] = []
-        keys: list[int] = []
-        for attempt in range(MAX_MATING_ROUNDS):
-            missing = budget - len(keys)
-            if missing <= 0:
-                break
-            # after the first round most candidates are copies: ask for more at once
-            n_try = missing if attempt == 0 else min(settings.pop_size, 2 * missing + 8)
-            Xn, bn, kn = _distinct(problem, offspring(state, n_try), missing, state.seen)
-            found_x.append(Xn)
-            found_m.append(bn)
-            keys.extend(kn)
-        X = np.concatenate(found_x)
+        X, mappings, keys, refilled = _offspring(state, budget)
         state.exhausted = len(X) == 0
-        mappings = found_m[0] if len(found_m) == 1 else Mappings.concat(found_m)
         parents = state.pop
     if len(X):
         F, G = evaluate(problem, mappings)
     else:
         F, G = np.zeros((0, problem.n_obj)), np.zeros((0, 1))
     state.evaluations += len(X)
+    state.new, state.refilled = len(X), refilled
     new = Population(X, F, G, np.zeros(len(X), np.int64), np.zeros(len(X)), keys)
-    merged = new if parents is None else _concat(parents, new)
-    state.pop = survive(merged, min(settings.pop_size, len(merged)), state.rng)
+    if parents is None:
+        state.pop = survive(new, min(settings.pop_size, len(new)), state.rng)
+    elif settings.refill == "restart" and refilled:
+        state.pop = _restart(parents, new, refilled, settings.pop_size, state.rng)
+    else:
+        merged = concat(parents, new)
+        state.pop = survive(merged, min(settings.pop_size, len(merged)), state.rng)
     state.generation += 1
 
 
-def _concat(a: Population, b: Population) -> Population:
-    arrays = (np.concatenate([getattr(a, f), getattr(b, f)]) for f in _ARRAY_FIELDS)
-    return Population(*arrays, a.keys + b.keys)
+def _restart(
+    parents: Population, new: Population, n_immigrants: int, size: int, rng: np.random.Generator
+) -> Population:
+    """Survival with a partial restart: the last ``n_immigrants`` of ``new`` (the refill's
+    uniform samples) join the population whatever their rank, in place of the weakest
+    survivors of parents and bred offspring; their feasible first front stays whole."""
+    n_bred = len(new) - n_immigrants
+    merged = concat(parents, new.take(np.arange(n_bred)))
+    ranked = survive(merged, min(size, len(merged)), rng)  # first front first
+    n_first = int(((ranked.rank == 0) & (ranked.cv <= 0)).sum())
+    n_in = min(n_immigrants, max(size - n_first, 0))
+    kept = ranked.take(np.arange(min(len(ranked), size - n_in)))
+    joined = concat(kept, new.take(np.arange(n_bred, n_bred + n_in)))
+    return survive(joined, len(joined), rng)
 
 
 def front(state: SearchState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -342,6 +327,8 @@ def record(state: SearchState) -> dict:
         row[f"best_{n}"] = float(pop.F[feasible, i].min()) if feasible.any() else float("nan")
     _, f, g = front(state)
     row["hypervolume"] = state.reference.hypervolume(f[g[:, 0] <= 0])
+    row["new_offspring"] = state.new  # new mappings evaluated (the whole first population)
+    row["refilled"] = state.refilled  # ... of them supplied by the refill, not bred
     state.history.append(row)
     return row
 
@@ -352,9 +339,12 @@ def run(
     on_checkpoint: Callable[[SearchState], None] | None = None,
     stop: Callable[[], bool] | None = None,
 ) -> SearchState:
-    """Advance until done or until ``stop()`` says so (checked between generations only)."""
+    """Advance until done or until ``stop()`` says so (checked between generations only);
+    ``state.stop_reason`` says which (:data:`~dse.search.state.STOP_REASONS`)."""
+    state.stop_reason = ""
     while not state.done:
         if stop is not None and stop():
+            state.stop_reason = "interrupted"
             break
         t0 = time.perf_counter()
         step(state)
@@ -364,6 +354,12 @@ def run(
             on_generation(row)
         if on_checkpoint and state.generation % state.settings.checkpoint_every == 0:
             on_checkpoint(state)
+    state.stop_reason = state.stop_reason or state.limit()
+    if state.stop_reason == "exhausted":
+        logging.getLogger("dse").warning(
+            f"search stopped after generation {state.generation} of {state.settings.n_gen}: "
+            f"{STOP_REASONS['exhausted']} ({state.evaluations} evaluated)"
+        )
     return state
 
 

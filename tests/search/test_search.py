@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import sys
 
 import numpy as np
 import pytest
@@ -12,13 +11,13 @@ from onnx import helper
 
 import tests.helpers.onnx_factory as f
 from chromosomes import make_chromosome
-from dse.config import AlgorithmConfig
+from dse.config import REFILLS, AlgorithmConfig
 from dse.net.build import build_graph
 from dse.search import checkpoint
 from dse.search import nsga2 as search
 from dse.search.problem import MappingProblem
 from models_analytical.model import AnalyticalModel
-from tests.helpers.cli import ROOT, run_module
+from tests.helpers.cli import run_module
 from tests.helpers.platforms import coefficients, platform
 
 
@@ -79,14 +78,15 @@ def test_same_seed_same_front():
     assert np.array_equal(fronts[0], fronts[1])
 
 
-def test_resume_continues_exactly(tmp_path):
-    full = search.run(search.new_search(small_problem(), settings(n_gen=12), 3))
-    half = search.run(search.new_search(small_problem(), settings(n_gen=6), 3))
+@pytest.mark.parametrize("refill", REFILLS)
+def test_resume_continues_exactly(tmp_path, refill):
+    full = search.run(search.new_search(small_problem(), settings(n_gen=12, refill=refill), 3))
+    half = search.run(search.new_search(small_problem(), settings(n_gen=6, refill=refill), 3))
     problem = small_problem()
     ident = checkpoint.identity(problem, "fp", ["a", "b", "c"])
     checkpoint.save(half, tmp_path, ident, {})
     meta, data = checkpoint.read(tmp_path)
-    resumed = checkpoint.restore(meta, data, problem, settings(n_gen=6), ident)
+    resumed = checkpoint.restore(meta, data, problem, settings(n_gen=6, refill=refill), ident)
     search.extend(resumed, 12, None)
     search.run(resumed)
     assert resumed.generation == full.generation  # 12, or fewer if no new mapping was left
@@ -94,6 +94,34 @@ def test_resume_continues_exactly(tmp_path):
     assert np.array_equal(resumed.pop.X, full.pop.X)
     assert resumed.evaluations == full.evaluations
     assert [h["generation"] for h in resumed.history] == list(range(1, full.generation + 1))
+    assert resumed.history == full.history and resumed.stop_reason == full.stop_reason
+
+
+def test_resume_of_a_checkpoint_without_the_new_history_columns(tmp_path):
+    """A checkpoint written before history.csv counted new offspring: its rows get the
+    generation's evaluations as new offspring (each evaluation is a new mapping) and an empty
+    refilled count, so the resumed run's history.csv has one set of columns."""
+    from dse.results import writers
+
+    full = search.run(search.new_search(small_problem(), settings(n_gen=5), 3))
+    half = search.run(search.new_search(small_problem(), settings(n_gen=3), 3))
+    problem = small_problem()
+    ident = checkpoint.identity(problem, "fp", ["a", "b", "c"])
+    for row in half.history:
+        del row["new_offspring"], row["refilled"]
+    checkpoint.save(half, tmp_path, ident, {})
+    meta, data = checkpoint.read(tmp_path)
+    resumed = checkpoint.restore(meta, data, problem, settings(n_gen=3), ident)
+    search.extend(resumed, 5, None)
+    search.run(resumed)
+    writers.write_history(tmp_path / "history.csv", resumed.history)
+    lines = (tmp_path / "history.csv").read_text().splitlines()
+    assert lines[0].endswith(",new_offspring,refilled") and len(lines) == 6
+    new = [r["new_offspring"] for r in resumed.history]
+    assert new == [r["new_offspring"] for r in full.history] and new[0] < 40  # copies dropped
+    assert [r["refilled"] for r in resumed.history[:3]] == [None] * 3
+    assert resumed.history[3:] == full.history[3:]
+    assert lines[1].endswith(f",{new[0]},") and not lines[-1].endswith(",")
 
 
 def dse(*args: str):
@@ -119,6 +147,10 @@ def test_app_writes_its_outputs(tmp_path):
     assert summary["generations"] == 5 and summary["evaluations"] == 200
     history = (out / "history.csv").read_text().splitlines()
     assert len(history) == 6 and history[0].startswith("generation,evaluations")
+    columns = history[0].split(",")
+    new = [int(row.split(",")[columns.index("new_offspring")]) for row in history[1:]]
+    assert new == [40] * 5 and "refilled" in columns  # every generation new mappings only
+    assert summary["stopped"] == "generations"
     mapping = json.loads((out / "best_latency" / "mapping.json").read_text())
     assert sum(len(v) for v in mapping.values()) >= 24  # every layer somewhere
 
@@ -138,6 +170,7 @@ def test_app_writes_its_outputs(tmp_path):
         (["+net=alexnet", "resume=/nonexistent"], "nothing to resume in /nonexistent"),
         (["+net=alexnet", "algorithm.pop_size=abc"], "'abc' of type 'str' could not be converted"),
         (["+net=alexnet", "algorithm/mutation=gauss"], "unknown algorithm/mutation 'gauss'"),
+        (["+net=alexnet", "algorithm.refill=retry"], "algorithm.refill='retry' is not one of"),
         (["+net=alexnet", "chromosome._target_=os.system"], "is not one of dse's classes"),
     ],
 )
@@ -183,21 +216,6 @@ def test_run_where_nothing_fits_says_so_and_exits_non_zero(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["feasible"] is False and summary["feasible_points"] == 0
     assert "INFEASIBLE" in (out / "best_latency" / "mapping.md").read_text()
-
-
-@pytest.mark.parametrize("capacity", [3.0, 1e9])  # memory binds (20 % feasible), or not
-def test_enumerated_front_recovered_with_fewer_evaluations_than_mappings(capacity):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import search_quality as q
-
-    p = q.problem("naive", capacity)
-    front, n_distinct, _ = q.truth(p)
-    state = search.run(search.new_search(p, settings(pop_size=100, n_gen=40), 0))
-    _, f_found, g_found = search.front(state)
-    ref = state.reference
-    assert ref.hypervolume(f_found[g_found[:, 0] <= 0]) >= 0.99 * ref.hypervolume(front)
-    assert state.evaluations < n_distinct / 2
-    assert len(set(state.pop.keys)) == len(state.pop)  # every individual a distinct mapping
 
 
 def test_operator_groups_build_the_operators_they_name():
