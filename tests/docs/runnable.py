@@ -171,8 +171,13 @@ def unmarked(page: Path) -> list[str]:
     return out
 
 
+#: The commands that take Hydra's ``key=value`` settings: ``python -m dse`` and the entry points
+#: configured by ``conf/<name>.yaml`` (not dse.compare, whose arguments are paths).
+HYDRA = re.compile(r"^python -m dse(\.(inspect|evaluate|deploy|calibrate|fidelity|cluster))?( |$)")
+
+
 def with_settings(command: str, settings: list[str]) -> str:
-    """``command`` with the block's small settings appended when it runs a dse entry point."""
-    if not settings or not re.match(r"^python -m dse(\.\w+)?\b", command):
+    """``command`` with the block's small settings appended when it runs a Hydra entry point."""
+    if not settings or not HYDRA.match(command):
         return command
     return command + " " + " ".join(f"'{s}'" for s in settings)
