@@ -38,6 +38,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dse",  # the package itself (dse/__init__.py)
         ),
     ),
+    # the configuration reference's generator reads the sweeper's config beside dse's
+    ("documentation", ("dse.config_reference",)),
 ]
 #: Imports between packages of one layer that the architecture allows (importer, imported).
 SIDEWAYS = {
