@@ -29,6 +29,7 @@ from numba import njit
 from numba.core import caching
 
 import dse.mapping.rules
+from models_analytical.schedule.pipeline import KernelCompiler
 
 PACKAGE = Path(__file__).resolve().parent
 
@@ -83,8 +84,9 @@ if KernelCacheLocator not in LOCATORS:
 
 def compiled(func: Callable | None = None, **options: Any) -> Any:
     """``numba.njit(cache=True, nogil=True, **options)``: a function of the kernel called as a
-    function (``@compiled`` or ``@compiled(parallel=True)``)."""
-    jit = njit(cache=True, **{"nogil": True, **options})
+    function (``@compiled`` or ``@compiled(parallel=True)``), through the kernel's pipeline
+    (:class:`~models_analytical.schedule.pipeline.KernelCompiler`)."""
+    jit = njit(cache=True, **{"nogil": True, "pipeline_class": KernelCompiler, **options})
     return jit if func is None else jit(func)
 
 
