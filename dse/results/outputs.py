@@ -16,6 +16,24 @@ from dse.search import nsga2
 from dse.search.problem import MappingProblem
 
 
+def stop_reason(state: nsga2.SearchState, interrupted: bool) -> str | None:
+    """Why the search ended before its planned generations (None: it ran them all)."""
+    s, done = state.settings, f"{state.generation} of {state.settings.n_gen} generations"
+    if interrupted:
+        return f"interrupted after {done}"
+    if state.generation >= s.n_gen:
+        return None
+    cap = s.max_evaluations
+    if cap is not None and state.evaluations >= cap:
+        return f"max_evaluations reached: {state.evaluations} of {cap} after {done}"
+    if getattr(state, "exhausted", False):
+        return (
+            f"no new mapping left to breed after {done} ({state.evaluations} distinct mappings "
+            f"evaluated of {s.pop_size} x {s.n_gen} planned)"
+        )
+    return f"stopped after {done}"
+
+
 def write_outputs(
     out: Path,
     state: nsga2.SearchState,
@@ -64,6 +82,7 @@ def write_outputs(
         "energy": "modelled, not measured",
         "best": {n: b["values"] for n, b in best.items()},
         "interrupted": interrupted,
+        "stopped_early": stop_reason(state, interrupted),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     if phase2 is not None:

@@ -94,3 +94,17 @@ def stage(func: Callable) -> Any:
     """A stage of the schedule: compiled as :func:`compiled`, inlined into every compiled
     caller (``inline="always"``); still callable from Python."""
     return compiled(func, inline="always")
+
+
+def in_cache(func: Any) -> bool | None:
+    """Whether numba's cache holds compiled code of ``func`` (compiled here) for its current
+    sources: a cold cache means the first call compiles. Reads one small index file; None
+    where numba's cache internals (``_cache._cache_file._load_index``) have moved."""
+    try:
+        load = func._cache._cache_file._load_index
+    except AttributeError:
+        return None
+    try:
+        return bool(load())
+    except Exception:  # noqa: BLE001 - an unreadable index: numba compiles again
+        return False

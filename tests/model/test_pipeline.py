@@ -55,3 +55,31 @@ def test_same_numbers_as_numbas_own_pipeline():
     p1, p2 = Pair(a.copy(), b.copy()), Pair(a.copy(), b.copy())
     assert ours(p1, 50) == plain(p2, 50)
     assert p1.b.tolist() == p2.b.tolist()
+
+
+def test_in_cache_says_whether_a_first_call_compiles(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "kernel_here.py").write_text(
+        "from models_analytical.schedule.compiled import compiled\n\n"
+        "@compiled\ndef twice(x):\n    return 2 * x\n"
+    )
+    script = (
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from kernel_here import twice\n"
+        "from models_analytical.schedule.compiled import in_cache\n"
+        "before = in_cache(twice); twice(3); print(before, in_cache(twice))\n"
+    )
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+
+    def run() -> str:
+        out = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=False
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert run() == "False True"  # cold: the first call compiles, then it is cached
+    assert run() == "True True"  # a later process finds it
