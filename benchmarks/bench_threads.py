@@ -37,7 +37,6 @@ def spin(stop) -> None:  # noqa: ANN001
 
 
 def rate(model: AnalyticalModel, batch, threads: int, seconds: float) -> float:
-    numba.set_num_threads(threads)
     model.tuner = ThreadTuner([threads])  # this count, not the model's own choice
     done, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:

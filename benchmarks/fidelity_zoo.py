@@ -1,7 +1,7 @@
 """Calibrate, then measure the model's fidelity on the zoo and on a network left out of
 calibration; print one table (run on a quiet machine: it measures).
 
-    python benchmarks/fidelity_zoo.py --out /work/fidelity_runs            # ~55 min on localhost
+    python benchmarks/fidelity_zoo.py              # ~55 min on localhost, into runs/fidelity_zoo
     python benchmarks/fidelity_zoo.py --out DIR --skip-calibrate --nets alexnet   # reuse, one net
     python benchmarks/fidelity_zoo.py --out DIR --rounds 3   # quicker, noisier medians
     python benchmarks/fidelity_zoo.py --out DIR --platform edge3_ethernet --stream 8
@@ -28,6 +28,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
 ZOO = ("alexnet", "vgg16", "resnet50", "densenet121", "mobilenetv2", "googlenet")
 
 
@@ -44,7 +45,7 @@ def period_mape(f: dict) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path, default=ROOT / "runs" / "fidelity_zoo")
     ap.add_argument("--platform", default="localhost")
     ap.add_argument("--nets", nargs="+", default=["alexnet", "vgg16", "resnet50", "densenet121"])
     ap.add_argument("--held-out", default="googlenet")

@@ -57,7 +57,8 @@ def advanced_counts(genes, splits, anchor, is_split, device, counts):
         for r in range(splits):
             _cover_row(genes[p, r * n_devices : (r + 1) * n_devices], n_split, r == 0, cov)
             if r == 0:
-                first[:] = cov
+                for s in range(n_split):  # not first[:] = cov: a slice copy compiles its
+                    first[s] = cov[s]  # shape check's error message (3 s, cold cache)
             for s in range(n_split):
                 if cov[s] >= 0:
                     counts[p, s, cov[s]] += 1
@@ -76,7 +77,8 @@ def vertical_counts(genes, is_split, device, counts):
     pop, n_layers = device.shape
     cov = np.empty(n_layers, dtype=np.int64)
     for p in range(pop):
-        _cover_row(genes[p], n_layers, True, cov)
+        # extend a bool, not the literal True: the one _cover_row advanced_counts compiles
+        _cover_row(genes[p], n_layers, np.bool_(True), cov)
         s = 0
         for layer in range(n_layers):
             if is_split[layer]:

@@ -24,11 +24,16 @@ from dse.config import check
 from dse.errors import DseError
 from dse.files import owned, remove_stale
 from dse.objectives import OBJECTIVES, fmt
-from dse.paths import CONF_DIR
+from dse.paths import CONF_DIR, shown
 from dse.results import plot_worker, writers
 from dse.results.outputs import write_outputs
 from dse.search import checkpoint, nsga2
 from dse.search.problem import MappingProblem
+from models_analytical.schedule.compiled import in_cache
+from models_analytical.schedule.kernel import simulate_chunk
+
+#: What the first run's compilation costs (benchmarks/bench_first_run.py).
+FIRST_COMPILE = "20 s"
 
 
 class Progress:
@@ -96,6 +101,18 @@ def main(cfg: DictConfig) -> dict[str, Any]:
         return explore(cfg, out, started)
 
 
+def first_run_notice() -> None:
+    """With numba's cache cold (a first run, or the kernel's sources changed), say why the
+    first generation takes long, before it starts (stderr; reads one index file)."""
+    if in_cache(simulate_chunk) is False:
+        print(
+            "compiling the model's kernels once (numba, into its cache): about "
+            f"{FIRST_COMPILE} on an idle 2-core machine; later runs start in a few seconds",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def explore(cfg: DictConfig, out: Path, started: float) -> dict[str, Any]:
     """The search of ``cfg`` (or the resumed run in ``out``), its outputs in ``out``, and phase
     two when enabled."""
@@ -113,18 +130,22 @@ def explore(cfg: DictConfig, out: Path, started: float) -> dict[str, Any]:
     if cfg.get("resume"):
         state = checkpoint.restore(meta, data, problem, settings, ident)
         nsga2.extend(state, settings.n_gen, settings.max_evaluations)
-    else:
-        state = nsga2.new_search(problem, settings, int(cfg.seed))
     remove_stale(out)
+    # before the first generation (a new search's first step is the hypervolume reference's
+    # mappings): what runs, on what, with which coefficients
     say(
         f"{net.name} ({len(net.graph)} layers) on {platform.name} ({len(platform)} devices), "
         f"{cfg.chromosome.name} encoding ({problem.n_var} genes), objectives "
         f"{', '.join(problem.objectives)}; population {settings.pop_size} x "
-        f"{settings.n_gen} generations, seed {state.seed}"
+        f"{settings.n_gen} generations"
+        + (f", at most {settings.max_evaluations} evaluations" if settings.max_evaluations else "")
+        + f", seed {state.seed if cfg.get('resume') else int(cfg.seed)}"
         + (f", resumed at generation {state.generation}" if cfg.get("resume") else "")
-        + f"; coefficients {model.coefficients.source}"
-        + ("" if model.coefficients.calibrated else " (not calibrated on this hardware)")
+        + f"\ncoefficients: {app.coefficients_origin(cfg, model.coefficients)}"
     )
+    first_run_notice()  # after every check of the input: an error stays one line
+    if not cfg.get("resume"):
+        state = nsga2.new_search(problem, settings, int(cfg.seed))
 
     def save(s: nsga2.SearchState) -> None:
         checkpoint.save(s, out, ident, stored)
@@ -150,10 +171,11 @@ def explore(cfg: DictConfig, out: Path, started: float) -> dict[str, Any]:
         late = signals.requested() and not interrupted
     if crashed:
         raise crashed
+    report = shown(out / "report.html")
     if late:
         say(
             f"interrupted while the outputs of generation {state.generation} were written (they "
-            f"are complete); continue with: python -m dse resume={out}",
+            f"are complete; report: {report}); continue with: python -m dse resume={out}",
             error=True,
         )
         sys.exit(INTERRUPTED)
@@ -162,12 +184,13 @@ def explore(cfg: DictConfig, out: Path, started: float) -> dict[str, Any]:
         raise DseError(
             f"no mapping fits in memory: the best attempt has "
             f"{writers.overflow(problem, platform, genes[0])}; its outputs in {out} are marked "
-            "infeasible (add devices, raise memory_mb, or choose a smaller network)"
+            f"infeasible, see {report} (add devices, raise memory_mb, or choose a smaller "
+            "network)"
         )
     if interrupted:
         say(
             f"interrupted after generation {state.generation}: the front and a checkpoint are "
-            f"in {out}; continue with: python -m dse resume={out}",
+            f"in {out} (report: {report}); continue with: python -m dse resume={out}",
             error=True,
         )
         sys.exit(INTERRUPTED)
@@ -182,15 +205,17 @@ def explore(cfg: DictConfig, out: Path, started: float) -> dict[str, Any]:
         )
         summary = write_outputs(out, state, problem, platform, cfg, started, False, rows)
         ok = sum(r["status"] == "ok" for r in rows)
-        say(f"phase two: {ok} of {len(rows)} mappings measured -> {out / 'phase2.csv'}")
+        say(f"phase two: {ok} of {len(rows)} mappings measured -> {shown(out / 'phase2.csv')}")
     bests = "; ".join(
         f"best {n}: " + ", ".join(fmt(k, v) for k, v in b.items())
         for n, b in summary["best"].items()
     )
+    stopped = f"\nstopped early: {summary['stopped_early']}" if summary["stopped_early"] else ""
     say(
         f"{summary['net']} / {summary['chromosome']}: {summary['generations']} generations, "
         f"{summary['evaluations']} evaluations in {summary['wall_seconds']:.1f} s, "
-        f"{summary['pareto_points']} Pareto points -> {out}\n{bests}"
+        f"{summary['pareto_points']} Pareto points -> {shown(out)}\n{bests}{stopped}\n"
+        f"report: {report}"
     )
     return {
         "status": "ok",

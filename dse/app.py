@@ -7,6 +7,7 @@ it needs here, so a setting means the same thing everywhere.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from dse.cluster import launcher_for
 from dse.config import BaseConfig, target_class
 from dse.errors import DseError
 from dse.net import Net, load_net
-from dse.paths import CONF_DIR, calibrated_path
+from dse.paths import CONF_DIR, calibrated_path, shown
 from dse.platform import Platform, load_platform
 from dse.runtime.mpirun import Launcher
 from models_analytical.coefficients import Coefficients, load_coefficients
@@ -97,6 +98,39 @@ def coefficients_from(cfg: DictConfig, platform: Platform) -> Coefficients:
     coefficients = load_coefficients(coefficients_path(cfg))
     coefficients.check_covers(platform)
     return coefficients
+
+
+def coefficients_origin(cfg: DictConfig, coefficients: Coefficients) -> str:
+    """Which coefficients a run uses, for its header: the file by its path, calibrated (how
+    and when, as the file records it) or not, and the file's date where it records none."""
+    path = coefficients_path(cfg)
+    prov = coefficients.notes.get("provenance")
+    prov = prov if isinstance(prov, dict) else {}
+    when = _local_time(prov.get("date"))
+    if when is None:
+        try:
+            stamp = datetime.datetime.fromtimestamp(path.stat().st_mtime)
+            when = f"file of {stamp:%Y-%m-%d %H:%M}"
+        except OSError:
+            when = "file date unknown"
+    if coefficients.calibrated:
+        host = f" on {prov['host']}" if prov.get("host") else ""
+        quick = ", quick: a smoke test, not for predictions" if prov.get("quick") else ""
+        kind = f"calibrated{host} {when}{quick}"
+    elif path.resolve().is_relative_to(CONF_DIR.resolve()):
+        kind = f"shipped with dse, not calibrated on this hardware; {when}"
+    else:
+        kind = f"not calibrated; {when}"
+    return f"{shown(path)} ({kind})"
+
+
+def _local_time(iso: Any) -> str | None:
+    """``2026-05-09 14:02`` (local time) of an ISO 8601 date, None if it is not one."""
+    try:
+        stamp = datetime.datetime.fromisoformat(str(iso))
+    except ValueError:
+        return None
+    return f"{stamp.astimezone():%Y-%m-%d %H:%M}" if stamp.tzinfo else f"{stamp:%Y-%m-%d %H:%M}"
 
 
 def model_from(cfg: DictConfig) -> tuple[Net, Platform, AnalyticalModel]:

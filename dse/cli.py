@@ -12,6 +12,7 @@ process exits 2 at the end if any job failed. Interrupted work exits 130.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import gc
 import logging
@@ -26,7 +27,7 @@ from typing import Any
 
 from dse.errors import DseError
 from dse.files import LOCK
-from dse.paths import CONF_DIR
+from dse.paths import CONF_DIR, shown
 
 #: Exit status of a run stopped by Ctrl-C or SIGTERM (its outputs are complete).
 INTERRUPTED = 130
@@ -40,6 +41,8 @@ FAILED_JOBS: list[str] = []
 #: Set by the sweeper (hydra/sweeper=dse_optuna) once every job of a sweep is recorded in its
 #: study: a failed trial is a result of the sweep, not a failure of the command.
 FAILURES_RECORDED = False
+#: The directory of each multirun (sweep) whose jobs ran in this process, with their count.
+SWEEP_DIRS: dict[str, int] = {}
 
 
 def group_choices(group: str) -> list[str]:
@@ -49,8 +52,8 @@ def group_choices(group: str) -> list[str]:
     from dse.config import register
 
     register()
-    try:
-        stored = [n.removesuffix(".yaml") for n in ConfigStore.instance().list(group)]
+    try:  # options are NAME.yaml; other entries are the group's own groups
+        stored = [n[:-5] for n in ConfigStore.instance().list(group) if n.endswith(".yaml")]
     except OSError:
         stored = []
     files = [p.stem for p in (CONF_DIR / group).glob("*.yaml")]
@@ -140,16 +143,143 @@ def check_overrides(argv: Sequence[str], config_name: str) -> None:
             continue
         choices = group_choices(group)
         if choices and str(o.value()) not in choices:
-            raise DseError(f"unknown {group} '{o.value()}': choose one of {', '.join(choices)}")
+            close = difflib.get_close_matches(str(o.value()), choices, n=1)
+            plus = "+" if key.startswith("+") else ""
+            hint = f"did you mean {plus}{group}={close[0]}? " if close else ""
+            raise DseError(
+                f"unknown {group} '{o.value()}': {hint}choose one of {', '.join(choices)}"
+            )
     tries = [base] + [[*base, v] for vs in variants for v in vs]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         for ov in tries:
             try:
-                check(compose(config_name, overrides=ov))
+                cfg = compose(config_name, overrides=ov)
+            except Exception as exc:  # noqa: BLE001 - composition errors are many classes
+                raise DseError(mistake(exc, ov, config_name, args) or one_line(exc)) from None
+            added = unknown_added_key(ov, config_name)
+            if added:
+                raise DseError(added)
+            try:
+                check(cfg)
             except DseError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - composition errors are many classes
+            except Exception as exc:  # noqa: BLE001 - validation errors are many classes
                 raise DseError(one_line(exc)) from None
+
+
+# --- hints for the likeliest mistakes --------------------------------------------------------
+
+
+def config_keys(config_name: str, overrides: Sequence[str]) -> list[str]:
+    """Every dotted key of the config ``overrides`` compose (those that do), the network's
+    among them even when no network is chosen."""
+    from hydra import compose
+    from omegaconf import OmegaConf
+
+    from dse.config import NetConfig
+
+    def flatten(node: Any, prefix: str) -> list[str]:
+        if not isinstance(node, dict):
+            return []
+        out = []
+        for k, v in node.items():
+            out.append(f"{prefix}{k}")
+            out += flatten(v, f"{prefix}{k}.")
+        return out
+
+    try:
+        cfg = compose(config_name, overrides=list(overrides))
+    except Exception:  # noqa: BLE001 - the overrides were the problem: the defaults then
+        cfg = compose(config_name, overrides=[])
+    keys = flatten(OmegaConf.to_container(cfg, resolve=False), "")
+    keys += [f"net.{k}" for k in NetConfig.__dataclass_fields__ if f"net.{k}" not in keys]
+    return [k for k in keys if not k.startswith("hydra") and "._" not in f".{k}"]
+
+
+def did_you_mean(key: str, keys: Sequence[str]) -> str | None:
+    """The key of ``keys`` closest to ``key`` (whole, or by its last part: ``popsize`` gives
+    ``algorithm.pop_size``), if one is close."""
+    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.75)
+    if close:
+        return close[0]
+    leaf = key.rsplit(".", 1)[-1]
+    by_leaf: dict[str, str] = {}
+    for k in keys:
+        by_leaf.setdefault(k.rsplit(".", 1)[-1], k)
+    close = difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.75)
+    return by_leaf[close[0]] if close else None
+
+
+def _unknown_key(key: str, line: str, keys: Sequence[str], config_name: str) -> str:
+    group = "/" in line.split("=", 1)[0]  # a group given by path: algorithm/crossover=...
+    near = did_you_mean(key.replace("/", "."), keys)
+    if near and group:
+        near = near.replace(".", "/")
+    head = f"{line}: there is no {'group' if group else 'key'} {key}"
+    module = "dse" if config_name == "config" else f"dse.{config_name}"
+    if near:
+        return f"{head}: did you mean {near}?"
+    return f"{head} (every key and its default: python -m {module} --cfg job)"
+
+
+def mistake(
+    exc: BaseException, overrides: Sequence[str], config_name: str, given: Sequence[str] = ()
+) -> str | None:
+    """One line naming the fix for a composition error of ``overrides`` (from the command
+    line ``given``) that a hint covers: a group without a default given without ``+``
+    (``net=vgg16``), a key given ``+`` that is there already, a misspelled key; None for the
+    others."""
+    import re
+
+    text = str(exc)
+    found = (
+        re.search(r"Could not (?:override|delete) '([^']+)'", text)
+        or re.search(r"An item is already at '([^']+)'", text)
+        or re.search(r"Multiple values for ([\w/.]+)\.", text)
+    )
+    if not found:
+        return None
+    key = found.group(1)
+
+    def named(o: str) -> bool:
+        return o.lstrip("+~").split("=", 1)[0] == key
+
+    line = next((o for o in (*given, *overrides) if named(o)), key)
+    value = line.split("=", 1)[1] if "=" in line else ""
+    if "An item is already at" in text or "Multiple values for" in text:
+        return f"{line}: {key} is in the config already; drop the plus: {line.lstrip('+')}"
+    if "No match in the defaults list" in text:
+        if line.startswith("~"):
+            return f"{line}: no {key} is chosen, so there is none to remove"
+        module = "dse" if config_name == "config" else f"dse.{config_name}"
+        return (
+            f"{line}: {key} has no default to override; add it with a plus: did you mean "
+            f"+{key}={value or 'NAME'}? (python -m {module} --help lists the options)"
+        )
+    others = [o for o in overrides if not named(o)]
+    return _unknown_key(key, line, config_keys(config_name, others), config_name)
+
+
+def unknown_added_key(overrides: Sequence[str], config_name: str) -> str | None:
+    """``+key=value`` adds a key Hydra accepts and dse never reads (``+popsize=3``): one line
+    with the nearest key. Keys of a platform (free-form YAML) and Hydra's are left alone."""
+    from dse.config import register
+
+    register()
+    added = [
+        o
+        for o in overrides
+        if o.startswith("+") and not o.startswith("++") and "=" in o and not o.startswith("+hydra")
+    ]
+    for line in added:
+        key = line[1:].split("=", 1)[0]
+        if group_choices(key) or key.startswith("platform."):
+            continue
+        others = [o for o in overrides if o != line]
+        keys = config_keys(config_name, others)
+        if key not in keys:
+            return _unknown_key(key, line, keys, config_name)
+    return None
 
 
 class DeferredSignals:
@@ -215,6 +345,22 @@ def fail(message: str, status: int = 2) -> None:
     sys.exit(status)
 
 
+def info_flags(argv: Sequence[str], main: Callable[..., Any], config_name: str) -> None:
+    """``--help`` / ``-h`` and ``--version``: printed, exit 0 (before Hydra, whose own pages
+    are ``--hydra-help`` and a 90-line config dump)."""
+    from dse.usage import GROUPS, usage, version
+
+    if "--version" in argv:
+        print(version())
+        sys.exit(0)
+    if "--help" in argv or "-h" in argv:
+        module = sys.modules.get(getattr(main, "__module__", ""), None)
+        groups = ("platform",) if config_name == "cluster" else GROUPS
+        choices = {g: group_choices(g) for g in groups}
+        print(usage(getattr(module, "__doc__", None), config_name, choices))
+        sys.exit(0)
+
+
 def run(main: Callable[[], Any], config_name: str = "config") -> None:
     """Run a Hydra main function: overrides checked first, user errors as one line (exit 2),
     Ctrl-C as exit 130, and exit 2 at the end when any job of a multirun failed."""
@@ -236,9 +382,15 @@ def run(main: Callable[[], Any], config_name: str = "config") -> None:
             from dse.config import register  # after the signal handlers: it imports Hydra
 
             register()
+            info_flags(sys.argv[1:], main, config_name)
             check_overrides(sys.argv[1:], config_name)
             main()
             gc.freeze()
+            for where, jobs in SWEEP_DIRS.items():
+                print(
+                    f"multirun: {jobs} job{'s' if jobs > 1 else ''} in {shown(where)} (compare "
+                    f"them: python -m dse.compare {shown(where)})"
+                )
         except DseError as exc:
             fail(str(exc))
         except KeyboardInterrupt:
@@ -282,6 +434,20 @@ def _hung_up(signum: int) -> None:
                 os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
 
+def _count_sweep_job() -> None:
+    """Inside a multirun: one more job in its directory (:data:`SWEEP_DIRS`)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hc = HydraConfig.get()
+        if hc.mode == RunMode.MULTIRUN:
+            where = str(Path(hc.sweep.dir).absolute())
+            SWEEP_DIRS[where] = SWEEP_DIRS.get(where, 0) + 1
+    except Exception:  # noqa: BLE001 - not inside a Hydra job
+        pass
+
+
 def _quiet_stdout() -> None:
     """Send further output to /dev/null (the pipe we printed to was closed)."""
 
@@ -314,6 +480,7 @@ def guarded(task: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(task)
     def wrapper(*args: object, **kwargs: object) -> Any:
+        _count_sweep_job()
         try:
             return task(*args, **kwargs)
         except DseError as exc:

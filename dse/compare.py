@@ -1,7 +1,8 @@
 """`python -m dse.compare RUN_DIR [RUN_DIR ...] [-o comparison.png]`: the convergence of several
 runs of one problem overlaid, like the thesis's Figures 12-14.
 
-A multirun or sweep directory (``runs/multirun/<date>/<time>``) stands for its numbered runs.
+A multirun or sweep directory (``runs/multirun/<date>/<time>``) stands for its numbered runs;
+files among the arguments (``multirun.yaml``, a plot: what ``DIR/*`` lists) are left out.
 Runs are labelled by the settings that differ between them (encoding, splits, seed, ...). Runs
 of different networks, platforms, coefficients or objectives measure different things and are
 refused; the hypervolume of runs of one problem shares one normalisation, so they compare. A

@@ -29,6 +29,7 @@ class Objective:
     scale: float  # display value = figure x scale
     label: str  # what the number is, for tables, axes and reports
     of: Callable[[Any], np.ndarray]  # figures -> [P] in SI-like units
+    decimals: int = 2  # shown in tables (report.html): 0.01 ms, 0.1 MB, 1 mJ
 
     @property
     def column(self) -> str:
@@ -47,9 +48,9 @@ def _register(*objectives: Objective) -> dict[str, Objective]:
 #: Objectives the search can minimise; the thesis's three come first.
 OBJECTIVES: dict[str, Objective] = _register(
     Objective("latency", "ms", 1e3, "end-to-end latency", lambda f: f.latency_s),
-    Objective("memory", "MB", 1.0, "peak memory, fullest device", lambda f: f.memory_mb.max(1)),
-    Objective("energy", "J", 1.0, "energy, busiest device", lambda f: f.energy_j.max(1)),
-    Objective("total_energy", "J", 1.0, "energy, all devices", lambda f: f.energy_j.sum(1)),
+    Objective("memory", "MB", 1.0, "peak memory, fullest device", lambda f: f.memory_mb.max(1), 1),
+    Objective("energy", "J", 1.0, "energy, busiest device", lambda f: f.energy_j.max(1), 3),
+    Objective("total_energy", "J", 1.0, "energy, all devices", lambda f: f.energy_j.sum(1), 3),
     Objective("bytes", "MB", 1e-6, "data sent, all links", lambda f: f.bytes_sent.sum(1)),
     Objective(
         "period",
@@ -79,6 +80,11 @@ def check_objectives(names: Any) -> list[str]:
 def values(names: Sequence[str], figures: Any) -> np.ndarray:
     """[P, len(names)] objective values in display units."""
     return np.column_stack([OBJECTIVES[n].values(figures) for n in names])
+
+
+def rounded(name: str, value: float) -> str:
+    """``71.23``: a value in display units to the objective's table precision."""
+    return f"{value:.{OBJECTIVES[name].decimals}f}"
 
 
 def fmt(name: str, value: float) -> str:

@@ -1,4 +1,5 @@
-"""Where dse's files live: its config tree, and a platform's calibrated coefficients.
+"""Where dse's files live: its config tree, a platform's calibrated coefficients, and how a path
+is shown to a user.
 
 ``dse.calibrate`` keeps a platform's calibration where later commands with that platform find
 it: ``$DSE_CALIBRATION_DIR/<platform>.json``, by default
@@ -25,3 +26,17 @@ def calibration_dir() -> Path:
 def calibrated_path(platform_name: str) -> Path:
     """The calibrated coefficients of platform ``platform_name``."""
     return calibration_dir() / f"{platform_name}.json"
+
+
+def shown(path: str | Path) -> str:
+    """``path`` as a user would type it here: relative to the current directory when inside it,
+    else from ``~`` when under the home directory, else absolute."""
+    p = Path(path).expanduser().absolute()
+    for base, prefix in ((Path.cwd(), ""), (Path.home(), "~/")):
+        try:
+            rel = p.relative_to(base.absolute())
+        except ValueError:
+            continue
+        text = f"{prefix}{rel}" if str(rel) != "." else (prefix.rstrip("/") or ".")
+        return text
+    return str(p)

@@ -298,7 +298,6 @@ class AnalyticalModel:
         size = len(device)
         large = size >= PARALLEL_MIN_BATCH
         threads = self.tuner.choose() if large else 1
-        numba.set_num_threads(threads)
         t0 = time.perf_counter()
         result = simulate(
             device,
@@ -309,7 +308,7 @@ class AnalyticalModel:
             self._w_class,
             self._need_weights if with_weights is None else with_weights,
             self.inputs,
-            4 * threads,  # chunks: a few per thread balance uneven mappings
+            threads,
         )
         if large:
             self.tuner.record(threads, size, time.perf_counter() - t0)

@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("assembly", ("dse.app",)),
     ("results", ("dse.results",)),
     ("workflows", ("dse.calibrate", "dse.fidelity")),
-    ("entry plumbing", ("dse.cli", "dse.outdirs")),
+    ("entry plumbing", ("dse.cli", "dse.outdirs", "dse.usage")),
     (
         "entry points",
         (
@@ -48,6 +48,7 @@ SIDEWAYS = {
     ("dse.config", "dse.objectives"),  # a config checks objective names
     ("dse.mapping", "dse.platform"),
     ("models_analytical", "chromosomes"),
+    ("dse.cli", "dse.usage"),  # --help and --version
 }
 
 

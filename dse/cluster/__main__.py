@@ -152,7 +152,10 @@ def main(cfg: DictConfig) -> dict:
 ACTION = ""
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2 or sys.argv[1] not in ACTIONS:
+    if sys.argv[1:2] and sys.argv[1] in ("-h", "--help", "--version"):
+        ACTION = ""  # run() prints the page and exits before any action
+    elif len(sys.argv) < 2 or sys.argv[1] not in ACTIONS:
         fail(USAGE)
-    ACTION = sys.argv.pop(1)
+    else:
+        ACTION = sys.argv.pop(1)
     run(main, "cluster")

@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 
 from dse.fidelity.choose import KINDS
 from dse.fidelity.statistics import stats
+from dse.results.plots import plain_log_ticks
 
 
 def plot(path: Path, pts: dict[str, Any], title: str) -> None:
@@ -46,6 +47,7 @@ def plot(path: Path, pts: dict[str, Any], title: str) -> None:
         ax.set_yscale("log")
         ax.set_xlim(lo, hi)
         ax.set_ylim(lo, hi)
+        plain_log_ticks(ax)
         s = stats(p, m)
         ax.set_title(
             f"{name} ({unit}): MAPE {s['mape_pct']:.1f} %, {s['within_10_pct']:.0f} % within "

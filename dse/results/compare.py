@@ -72,12 +72,16 @@ def labels(summaries: list[dict]) -> list[str]:
 
 def expand(paths: list[Path]) -> list[Path]:
     """The run directories among ``paths``: a run directory as it is; a directory holding no
-    run of its own but numbered run directories (a multirun or a sweep) as those runs, in
-    order; anything else as it is (reading it then says why it is skipped)."""
+    run of its own but run directories (a multirun or a sweep: numbered jobs) as those runs,
+    in order; a file beside the runs (``multirun.yaml``, a plot, a report: what a shell's
+    ``DIR/*`` also lists) left out without a word; anything else as it is (reading it then
+    says why it is skipped)."""
     out: list[Path] = []
     for p in paths:
+        if p.is_file():
+            continue
         if p.is_dir() and not (p / "summary.json").exists():
-            runs = [c for c in p.iterdir() if c.is_dir() and (c / "summary.json").exists()]
+            runs = [c for c in p.iterdir() if c.is_dir() and _run_like(c)]
             if runs:
                 out += sorted(
                     runs,
@@ -90,6 +94,12 @@ def expand(paths: list[Path]) -> list[Path]:
                 continue
         out.append(p)
     return out
+
+
+def _run_like(d: Path) -> bool:
+    """A directory a run wrote (complete or not): its summary, Hydra's record of its config,
+    or a job's number in a multirun."""
+    return (d / "summary.json").exists() or (d / ".hydra").is_dir() or d.name.isdigit()
 
 
 def same_problem(found: list[tuple[Path, tuple[dict, list[dict]]]]) -> None:

@@ -16,6 +16,23 @@ from dse.search import nsga2
 from dse.search.problem import MappingProblem
 
 
+def stop_reason(state: nsga2.SearchState, interrupted: bool) -> str | None:
+    """Why the search ended before its planned generations, in a sentence (None: it ran them
+    all); ``state.stop_reason`` is the word for it (summary.json's ``stopped``)."""
+    s, done = state.settings, f"{state.generation} of {state.settings.n_gen} generations"
+    why = "interrupted" if interrupted else state.stop_reason
+    if why == "interrupted":
+        return f"interrupted after {done}"
+    if why == "evaluations":
+        return f"max_evaluations reached: {state.evaluations} of {s.max_evaluations} after {done}"
+    if why == "exhausted":
+        return (
+            f"no new mapping left to breed after {done} ({state.evaluations} distinct mappings "
+            f"evaluated of {s.pop_size} x {s.n_gen} planned)"
+        )
+    return None if state.generation >= s.n_gen else f"stopped after {done}"
+
+
 def write_outputs(
     out: Path,
     state: nsga2.SearchState,
@@ -65,6 +82,7 @@ def write_outputs(
         "energy": "modelled, not measured",
         "best": {n: b["values"] for n, b in best.items()},
         "interrupted": interrupted,
+        "stopped_early": stop_reason(state, interrupted),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     if phase2 is not None:

@@ -11,8 +11,13 @@ import numpy as np
 from dse.files import staged
 from dse.objectives import OBJECTIVES
 
-#: Marker of each objective's best point on the front.
+#: Marker and colour of each objective's best mapping, the same in every panel (the front's
+#: other points are C0, matplotlib's first colour).
 BEST_MARKERS = ("*", "D", "P", "X", "s", "^")
+BEST_COLORS = ("C1", "C2", "C3", "C4", "C5", "C6")
+#: Size of each best's marker in the scatter panels: decreasing, so bests that are one mapping
+#: all show.
+BEST_SIZES = (220, 150, 95, 60, 40, 25)
 
 
 def axis_label(name: str) -> str:
@@ -95,42 +100,57 @@ def plot_convergence(
     _save(fig, path, title)
 
 
-def plot_pareto(
-    path: Path,
-    f: np.ndarray,
-    feasible: np.ndarray,
-    objectives: Sequence[str],
-    title: str,
-) -> None:
+def _pareto_columns(n_pairs: int) -> int:
+    """Scatter panels a row: a divisor of the pair count where one fits (1, 3, 6, 10 and 15
+    pairs for 2 to 6 objectives), so no panel is left blank."""
+    return next((c for c in (3, 5, 4, 2) if n_pairs % c == 0), 1) if n_pairs > 1 else 1
+
+
+def pareto_figure(f: np.ndarray, feasible: np.ndarray, objectives: Sequence[str]):
     """The final front: pairwise scatter of the objectives with each objective's best marked,
-    and, for 3 or more objectives, parallel coordinates (one line per mapping, each axis
-    scaled from its best to its worst), where no point looks dominated that is not."""
+    and, for 3 or more objectives, parallel coordinates below them across the figure (one
+    line per mapping, each axis scaled from its best to its worst), where no point looks
+    dominated that is not. Each best has one marker and one colour in every panel."""
     k = len(objectives)
     pairs = [(i, j) for i in range(k) for j in range(i + 1, k)] or [(0, 0)]
-    fig, axes = _grid(len(pairs) + (1 if k >= 3 else 0), ncols=3, bottom=0.75)
+    ncols = _pareto_columns(len(pairs))
+    rows = math.ceil(len(pairs) / ncols) + (1 if k >= 3 else 0)
+    fig, axes = _grid(rows * ncols, ncols=ncols, bottom=0.75)
     ok = feasible if feasible.any() else np.ones(len(f), dtype=bool)
     bests = {n: int(np.flatnonzero(ok)[np.argmin(f[ok, i])]) for i, n in enumerate(objectives)}
+    style = [
+        {"marker": m, "color": c, "label": f"best {n}"}
+        for m, c, n in zip(BEST_MARKERS, BEST_COLORS, bests, strict=False)
+    ]
     for ax, (i, j) in zip(axes, pairs, strict=False):
-        ax.scatter(f[feasible, i], f[feasible, j], s=10, alpha=0.6, label="Pareto mapping")
+        ax.scatter(
+            f[feasible, i], f[feasible, j], s=10, alpha=0.6, color="C0", label="Pareto mapping"
+        )
         if (~feasible).any():
-            ax.scatter(f[~feasible, i], f[~feasible, j], s=14, marker="x", label="over capacity")
-        for m, (n, b) in zip(BEST_MARKERS, bests.items(), strict=False):
-            ax.scatter(f[b, i], f[b, j], s=90, marker=m, edgecolor="k", label=f"best {n}")
+            over = f[~feasible]
+            ax.scatter(over[:, i], over[:, j], s=14, marker="x", color="C7", label="over capacity")
+        for st, size, b in zip(style, BEST_SIZES, bests.values(), strict=False):
+            ax.scatter(f[b, i], f[b, j], s=size, edgecolor="k", **st)
         ax.set_xlabel(axis_label(objectives[i]), fontsize=8)
         ax.set_ylabel(axis_label(objectives[j]), fontsize=8)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7, loc="upper right")  # "best" is slow with many points
     if k >= 3:
-        ax = axes[-1]
+        # one panel across the last row
+        row = axes[-ncols:]
+        left, right = row[0].get_position(), row[-1].get_position()
+        for a in row:
+            a.set_visible(False)
+        ax = fig.add_axes((left.x0, left.y0, right.x1 - left.x0, left.height))
         lo, hi = f.min(axis=0), f.max(axis=0)
         norm = (f - lo) / np.where(hi > lo, hi - lo, 1.0)
         xs = np.arange(k)
         from matplotlib.collections import LineCollection  # one artist for the whole front
 
         lines = np.stack([np.broadcast_to(xs, norm.shape), norm], axis=2)[feasible]
-        ax.add_collection(LineCollection(lines, colors="tab:blue", alpha=0.15, lw=0.8))
-        for m, (n, b) in zip(BEST_MARKERS, bests.items(), strict=False):
-            ax.plot(xs, norm[b], lw=2, marker=m, label=f"best {n}")
+        ax.add_collection(LineCollection(lines, colors="C0", alpha=0.15, lw=0.8))
+        for st, b in zip(style, bests.values(), strict=False):
+            ax.plot(xs, norm[b], lw=2, ms=8, **st)
         ax.set_xticks(
             xs,
             [
@@ -139,10 +159,41 @@ def plot_pareto(
             ],
             fontsize=7,
         )
-        ax.set_ylabel("best (0) to worst (1) on the front", fontsize=8)
+        ax.set_xlim(-0.05 * (k - 1), 1.05 * (k - 1))
+        ax.set_ylabel("best (0) to worst (1)\non the front", fontsize=8)
         ax.set_title("parallel coordinates", fontsize=8)
         ax.legend(fontsize=7, loc="upper right")
-    _save(fig, path, title)
+        ax.grid(alpha=0.3)
+    return fig
+
+
+def plot_pareto(
+    path: Path,
+    f: np.ndarray,
+    feasible: np.ndarray,
+    objectives: Sequence[str],
+    title: str,
+) -> None:
+    """:func:`pareto_figure`, titled, as a PNG."""
+    _save(pareto_figure(f, feasible, objectives), path, title)
+
+
+def plain_log_ticks(ax) -> None:  # noqa: ANN001 - a matplotlib Axes
+    """Log axes labelled 20, 50, 100 (not 2x10^1): ticks at 1, 2 and 5 of each decade, more
+    where the axis spans less than a decade, printed as plain numbers."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    for axis in (ax.xaxis, ax.yaxis):
+        lo, hi = sorted(axis.get_view_interval())
+        if hi > 10 * lo:
+            subs: tuple[float, ...] = (1.0, 2.0, 5.0)
+        elif hi > 3 * lo:
+            subs = (1.0, 2.0, 3.0, 5.0)
+        else:
+            subs = (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)
+        axis.set_major_locator(LogLocator(base=10, subs=subs))
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(NullFormatter())
 
 
 def plot_predicted_vs_measured(
@@ -152,8 +203,6 @@ def plot_predicted_vs_measured(
 ) -> None:
     """Predicted against measured, one panel per figure (``label -> (measured, predicted,
     point names)``), with y = x and the +-10 % band; points with no value are left out."""
-    from matplotlib.ticker import NullFormatter
-
     fig, axes = _grid(max(1, len(panels)), ncols=3, size=(4.4, 4.0))
     for ax, (label, (measured, predicted, names)) in zip(axes, panels.items(), strict=False):
         pts = [
@@ -187,10 +236,10 @@ def plot_predicted_vs_measured(
         if log:
             ax.set_xscale("log")
             ax.set_yscale("log")
-            for axis in (ax.xaxis, ax.yaxis):
-                axis.set_minor_formatter(NullFormatter())
         ax.set_xlim(lo, hi)
         ax.set_ylim(lo, hi)
+        if log:
+            plain_log_ticks(ax)
         ax.set_xlabel(f"measured {label}", fontsize=8)
         ax.set_ylabel(f"predicted {label}", fontsize=8)
         ax.grid(alpha=0.3, which="both")

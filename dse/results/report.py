@@ -7,7 +7,7 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dse.objectives import OBJECTIVES
+from dse.objectives import OBJECTIVES, rounded
 
 _STYLE = """
 body { font-family: sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }
@@ -46,6 +46,8 @@ def warnings(summary: Mapping[str, Any], calibrated: bool) -> list[tuple[str, bo
                 True,
             )
         )
+    if summary.get("stopped_early") and not summary.get("interrupted"):
+        out.append((f"Stopped early: {summary['stopped_early']}.", False))
     if not calibrated:
         out.append(
             (
@@ -107,7 +109,7 @@ def render(
     parts.append("<h2>Settings</h2>" + _table(("", "value"), settings))
     parts.append("<h2>Best mappings</h2>")
     head = ["best of", *cols]
-    rows = [[n, *(f"{b['values'][m]:.4g}" for m in objectives)] for n, b in best.items()]
+    rows = [[n, *(rounded(m, b["values"][m]) for m in objectives)] for n, b in best.items()]
     parts.append(_table(head, rows))
     parts.append('<img src="pareto.png" alt="Pareto front">')
     parts.append("<h2>Pareto front</h2>")
@@ -121,7 +123,14 @@ def render(
         "sent_MB",
         "same_cost_mappings",
     ]
-    parts.append(_table(keys, [[r[k] for k in keys] for r in shown]))
+    shown_as = {OBJECTIVES[n].column: n for n in objectives}
+
+    def cell(key: str, value: Any) -> Any:  # objectives to their precision, data to 10 kB
+        if key in shown_as:
+            return rounded(shown_as[key], float(value))
+        return f"{float(value):.2f}" if key == "sent_MB" else value
+
+    parts.append(_table(keys, [[cell(k, r[k]) for k in keys] for r in shown]))
     if len(pareto_rows) > max_rows:
         parts.append(f"<p>{len(pareto_rows) - max_rows} more rows in <code>pareto.csv</code>.</p>")
     if summary.get("phase2"):

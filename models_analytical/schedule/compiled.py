@@ -29,6 +29,7 @@ from numba import njit
 from numba.core import caching
 
 import dse.mapping.rules
+from models_analytical.schedule.pipeline import KernelCompiler
 
 PACKAGE = Path(__file__).resolve().parent
 
@@ -83,8 +84,9 @@ if KernelCacheLocator not in LOCATORS:
 
 def compiled(func: Callable | None = None, **options: Any) -> Any:
     """``numba.njit(cache=True, nogil=True, **options)``: a function of the kernel called as a
-    function (``@compiled`` or ``@compiled(parallel=True)``)."""
-    jit = njit(cache=True, **{"nogil": True, **options})
+    function (``@compiled`` or ``@compiled(parallel=True)``), through the kernel's pipeline
+    (:class:`~models_analytical.schedule.pipeline.KernelCompiler`)."""
+    jit = njit(cache=True, **{"nogil": True, "pipeline_class": KernelCompiler, **options})
     return jit if func is None else jit(func)
 
 
@@ -92,3 +94,17 @@ def stage(func: Callable) -> Any:
     """A stage of the schedule: compiled as :func:`compiled`, inlined into every compiled
     caller (``inline="always"``); still callable from Python."""
     return compiled(func, inline="always")
+
+
+def in_cache(func: Any) -> bool | None:
+    """Whether numba's cache holds compiled code of ``func`` (compiled here) for its current
+    sources: a cold cache means the first call compiles. Reads one small index file; None
+    where numba's cache internals (``_cache._cache_file._load_index``) have moved."""
+    try:
+        load = func._cache._cache_file._load_index
+    except AttributeError:
+        return None
+    try:
+        return bool(load())
+    except Exception:  # noqa: BLE001 - an unreadable index: numba compiles again
+        return False

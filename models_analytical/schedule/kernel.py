@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from itertools import pairwise
 from typing import NamedTuple
 
 import numpy as np
-from numba import prange
 
 from dse.mapping.rules import dense_one
-from models_analytical.schedule.compiled import compiled
+from models_analytical.schedule.compiled import compiled, stage
 from models_analytical.schedule.layer import run_layer
 from models_analytical.schedule.memory import held_buffers, memory_peaks
 from models_analytical.schedule.parts import assign_parts, host_slowdown
@@ -33,12 +34,11 @@ class ScheduleResult(NamedTuple):
     weights_mb: np.ndarray  # [P, D, weight classes] weights each device holds, by class
 
 
-@compiled(_nrt=False)
+@stage
 def simulate_one(k_in, share, owner, st):
     """The schedule of one mapping (``share[L, D]``, ``owner[L]``) in ``st``, which holds its
-    figures after; returns its latency. Its stages are inlined into it, and it allocates
-    nothing: compiled without reference counting (``_nrt=False``; numba would otherwise count
-    references to every array of the inputs and state at each inlined stage)."""
+    figures after; returns its latency. Its stages are inlined into it, and it into
+    :func:`simulate_chunk`."""
     reset_state(st)
     assign_parts(k_in, share, st)
     host_slowdown(k_in, st)
@@ -51,60 +51,106 @@ def simulate_one(k_in, share, owner, st):
     return finish
 
 
-@compiled(parallel=True, nogil=False)
-def simulate(device, sizes, channels, consumer, producer, w_class, with_weights, k_in, n_chunks):
-    """The schedule of every mapping (:class:`dse.mapping.Mappings`: ``device[P, L]``, -1 for
-    splittable layers, and ``sizes[P, S, D]``); ``channels[L]`` the layers' output channels,
+@compiled(_nrt=False)
+def simulate_chunk(
+    device, sizes, channels, consumer, producer, w_class, with_weights, k_in, out, lo, hi, scratch
+):
+    """The schedule of mappings ``lo`` to ``hi`` of the batch (:class:`dse.mapping.Mappings`:
+    ``device[P, L]``, -1 for splittable layers, and ``sizes[P, S, D]``) into their rows of
+    ``out`` (a :class:`ScheduleResult` of zeros); ``channels[L]`` the layers' output channels,
     ``consumer`` / ``producer`` [L] the graph's ``first_consumer`` / ``first_producer``. Each
-    mapping's share [L, D] and owner [L] are built in per-chunk scratch
-    (:func:`dse.mapping.rules.dense_one`) and scheduled by :func:`simulate_one`. The weights
+    mapping's share [L, D] and owner [L] are built in ``scratch`` (:func:`new_scratch`, one per
+    chunk: share zeros, owner, anchor, the state) by :func:`dse.mapping.rules.dense_one` and
+    scheduled by :func:`simulate_one`. The weights
     each device holds by class are the sum over layers of share x ``w_class[L, C]`` (zeros
-    unless ``with_weights``). The mappings run in ``n_chunks`` contiguous chunks (a few per
-    thread), each allocating its scratch and state once."""
-    n_pop, n_layers = device.shape
+    unless ``with_weights``). Runs without the GIL: chunks of a batch run on threads.
+
+    It allocates nothing (its caller does) and is compiled without reference counting
+    (``_nrt=False``; numba would otherwise count references to every array of the inputs and
+    state at each inlined stage). One compiled function: with :func:`simulate_one` compiled
+    apart, LLVM optimised and generated its code twice, alone and again linked into this."""
+    n_layers = device.shape[1]
     n_dev = sizes.shape[2]
     n_cls = w_class.shape[1]
-    # plain arrays while the chunks fill them (numba's parallel loops lose writes made through
-    # a namedtuple's fields), named once done
-    latency = np.zeros(n_pop)
-    busy = np.zeros((n_pop, n_dev))
-    comm = np.zeros((n_pop, n_dev))
-    peak = np.zeros((n_pop, n_dev))
-    energy = np.zeros((n_pop, n_dev))
-    parts = np.zeros((n_pop, n_dev), dtype=np.int64)
-    sent = np.zeros((n_pop, n_dev))
-    segments = np.zeros((n_pop, n_dev), dtype=np.int64)
-    held = np.zeros((n_pop, n_dev))
-    weights = np.zeros((n_pop, n_dev, n_cls))
-    n_chunks = max(min(n_chunks, n_pop), 1)
-    for chunk in prange(n_chunks):
-        lo = chunk * n_pop // n_chunks
-        hi = (chunk + 1) * n_pop // n_chunks
-        share = np.zeros((n_layers, n_dev))
-        owner = np.empty(n_layers, dtype=np.int64)
-        anchor = np.empty(n_layers, dtype=np.int64)
-        st = new_state(k_in, n_layers, n_dev)
-        for p in range(lo, hi):
-            dense_one(device[p], sizes[p], channels, consumer, producer, share, owner, anchor)
-            latency[p] = simulate_one(k_in, share, owner, st)
-            busy[p] = st.busy
-            comm[p] = st.comm
-            peak[p] = st.peak
-            energy[p] = st.energy
-            parts[p] = st.parts
-            sent[p] = st.bytes_sent
-            segments[p] = st.segments
-            held[p] = st.held
-            # weights by class (layer by layer, leaving out the zero shares einsum adds), then
-            # the scratch back to zeros: only the entries this mapping set
-            for layer in range(n_layers):
-                d0 = device[p, layer]
-                lo_d, hi_d = (d0, d0 + 1) if d0 >= 0 else (0, n_dev)
-                for d in range(lo_d, hi_d):
-                    sh = share[layer, d]
-                    if sh > 0.0:
-                        if with_weights:
-                            for c in range(n_cls):
-                                weights[p, d, c] += sh * w_class[layer, c]
-                        share[layer, d] = 0.0
-    return ScheduleResult(latency, busy, comm, peak, energy, parts, sent, segments, held, weights)
+    share, owner, anchor, st = scratch
+    for p in range(lo, hi):
+        dense_one(device[p], sizes[p], channels, consumer, producer, share, owner, anchor)
+        out.latency_s[p] = simulate_one(k_in, share, owner, st)
+        for d in range(n_dev):  # element by element: a row copy compiles its shape checks
+            out.busy_s[p, d] = st.busy[d]
+            out.comm_s[p, d] = st.comm[d]
+            out.peak_bytes[p, d] = st.peak[d]
+            out.energy_j[p, d] = st.energy[d]
+            out.parts[p, d] = st.parts[d]
+            out.bytes_sent[p, d] = st.bytes_sent[d]
+            out.segments[p, d] = st.segments[d]
+            out.held_bytes[p, d] = st.held[d]
+        # weights by class (layer by layer, leaving out the zero shares einsum adds), then the
+        # scratch back to zeros: only the entries this mapping set
+        for layer in range(n_layers):
+            d0 = device[p, layer]
+            lo_d, hi_d = (d0, d0 + 1) if d0 >= 0 else (0, n_dev)
+            for d in range(lo_d, hi_d):
+                sh = share[layer, d]
+                if sh > 0.0:
+                    if with_weights:
+                        for c in range(n_cls):
+                            out.weights_mb[p, d, c] += sh * w_class[layer, c]
+                    share[layer, d] = 0.0
+
+
+def new_scratch(k_in, n_layers: int, n_dev: int) -> tuple:
+    """What :func:`simulate_chunk` works in: share [L, D] zeros, owner and anchor [L], a
+    state. Allocated by numpy: compiled, its allocations took seconds of numba's first
+    compilation, for no speed (once per chunk)."""
+    return (
+        np.zeros((n_layers, n_dev)),
+        np.empty(n_layers, dtype=np.int64),
+        np.empty(n_layers, dtype=np.int64),
+        new_state(k_in, n_layers, n_dev),
+    )
+
+
+#: Thread pools running a batch's chunks, by thread count (made when first needed).
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+
+
+def simulate(device, sizes, channels, consumer, producer, w_class, with_weights, k_in, threads):
+    """The schedule of every mapping of the batch (arguments as :func:`simulate_chunk`'s) on
+    ``threads`` threads: the batch in contiguous chunks, a few per thread (mappings differ in
+    cost), each chunk on a pool thread while the compiled code has released the GIL.
+
+    Threads of this process rather than numba's parallel loops: the same figures (each mapping
+    is scheduled alone, by the same compiled code), and no parallel loop to compile: the
+    kernel's first compilation took a third less CPU time without one."""
+    n_pop = device.shape[0]
+    n_dev = sizes.shape[2]
+    out = ScheduleResult(
+        np.zeros(n_pop),
+        np.zeros((n_pop, n_dev)),
+        np.zeros((n_pop, n_dev)),
+        np.zeros((n_pop, n_dev)),
+        np.zeros((n_pop, n_dev)),
+        np.zeros((n_pop, n_dev), dtype=np.int64),
+        np.zeros((n_pop, n_dev)),
+        np.zeros((n_pop, n_dev), dtype=np.int64),
+        np.zeros((n_pop, n_dev)),
+        np.zeros((n_pop, n_dev, w_class.shape[1])),
+    )
+    args = (device, sizes, channels, consumer, producer, w_class, with_weights, k_in, out)
+    n_layers = device.shape[1]
+    n_chunks = max(min(4 * threads, n_pop), 1) if threads > 1 else 1
+    if n_chunks == 1:
+        simulate_chunk(*args, 0, n_pop, new_scratch(k_in, n_layers, n_dev))
+        return out
+    pool = _POOLS.get(threads)
+    if pool is None:
+        pool = _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="dse-model")
+    bounds = [c * n_pop // n_chunks for c in range(n_chunks + 1)]
+    jobs = [
+        pool.submit(simulate_chunk, *args, lo, hi, new_scratch(k_in, n_layers, n_dev))
+        for lo, hi in pairwise(bounds)
+    ]
+    for job in jobs:
+        job.result()
+    return out

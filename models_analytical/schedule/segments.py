@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models_analytical.schedule.compiled import compiled, stage
+from models_analytical.schedule.compiled import stage
 from models_analytical.schedule.parts import inputs_end
 from models_analytical.schedule.timeline import charge
 
@@ -84,7 +84,7 @@ def end_after_send(k_in, owner, st, loc, dl):
         charge(k_in, st, loc, late)
 
 
-@compiled
+@stage
 def cut_after(k_in, owner, st, d, layer):
     """The runtime ends device d's sub-model after ``layer``, a send's deadline found only
     now: d already ran parts after it in the same sub-model. Those become one of their own,
@@ -131,7 +131,8 @@ def cut_after(k_in, owner, st, d, layer):
                     st.out_charged[src] = True
                     cost += k_in.segment_out_per_byte_s[ty] * k_in.in_bytes[e]
             elif later:  # charged once for the old one: did its first half take it in too?
-                charged = reads(k_in, st, t, d, old, first, -1)
+                # stop an int64, not the literal -1: one compiled reads, not two
+                charged = reads(k_in, st, t, d, old, first, np.int64(-1))
             else:
                 charged = True  # taken in before the cut: the new one takes it in too
             if charged:
@@ -141,7 +142,7 @@ def cut_after(k_in, owner, st, d, layer):
     return cost
 
 
-@compiled
+@stage
 def reads(k_in, st, t, d, seg, start, stop):
     """Whether a part of device d in sub-model ``seg`` reads tensor t: its parts from index
     ``start`` back while they are in ``seg`` (``stop`` -1), or those in [start, stop)."""

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from models_analytical.schedule.compiled import compiled, stage
+from models_analytical.schedule.compiled import stage
 
 
 class ScheduleState(NamedTuple):
@@ -63,10 +63,11 @@ class ScheduleState(NamedTuple):
     held: np.ndarray  # [D] bytes of the buffers the runtime keeps for good
 
 
-@compiled
-def new_state(k_in, n_layers, n_dev):
-    """A state for mappings of ``n_layers`` layers on ``n_dev`` devices (reset it before use)."""
-    n_tensors = k_in.in_tensor.max() + 1 if k_in.in_tensor.size else 0
+def new_state(k_in, n_layers: int, n_dev: int) -> ScheduleState:
+    """A state for mappings of ``n_layers`` layers on ``n_dev`` devices (reset it before use).
+    Allocated by numpy, not compiled: compiled, its 37 arrays of 5 kinds took 5 s of numba's
+    first compilation (CPU time, loaded machine), for no speed: it runs once per chunk."""
+    n_tensors = int(k_in.in_tensor.max()) + 1 if k_in.in_tensor.size else 0
     L, D, T = n_layers, n_dev, n_tensors
     i64, b = np.int64, np.bool_
     return ScheduleState(

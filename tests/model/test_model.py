@@ -442,3 +442,33 @@ def test_model_threads_fixed_or_tuned_and_small_batches_on_one():
     large = tuned.evaluate(batch(PARALLEL_MIN_BATCH))
     assert tuned.tuner.batches == 1
     assert large.latency_s[0] == small.latency_s[0]  # threads change the speed, not the numbers
+
+
+def test_a_batch_on_threads_gives_each_mappings_numbers_alone():
+    """Chunks of a batch run on pool threads: every figure of every mapping is what the
+    mapping scheduled alone gives, bit for bit (VGG-16, 300 random advanced mappings)."""
+    import yaml
+
+    from chromosomes import AdvancedChromosome
+    from dse.paths import CONF_DIR
+    from models_analytical.coefficients import load_coefficients
+    from models_analytical.schedule import simulate
+
+    cfg = yaml.safe_load((CONF_DIR / "platform" / "jetson_xavier_nx_x8.yaml").read_text())
+    plat = load_platform(cfg)
+    coeff = load_coefficients(CONF_DIR / "platform" / cfg["coefficients"])
+    g = load_net({"name": "vgg16"}).graph
+    chrom = AdvancedChromosome(g, len(plat))
+    rng = np.random.default_rng(3)
+    batch = chrom.decode(chrom.sample(300, rng))
+    model = AnalyticalModel(g, plat, coeff, threads=1)
+    one = model._simulate(batch, with_weights=True)
+    args = (g.first_consumer, g.first_producer, model._w_class, True, model.inputs)
+    # three threads, 12 chunks of 25 mappings
+    both = simulate(batch.device, batch.sizes, model._channels, *args, 3)
+    for k in (0, 150, 299):
+        single = AnalyticalModel(g, plat, coeff)._simulate(batch.take(k), with_weights=True)
+        for name in ScheduleResult._fields:
+            assert getattr(single, name)[0].tolist() == getattr(one, name)[k].tolist(), name
+    for name in ScheduleResult._fields:
+        assert np.array_equal(getattr(one, name), getattr(both, name)), name

@@ -1,0 +1,210 @@
+"""The kernel's numba pipeline: numba's own, made cheaper to compile where inlining is.
+
+Neither change alters the code numba generates, only what compiling it costs (figures: a cold
+cache, VGG-16, CPU seconds on the loaded 2-core machine):
+
+* :class:`InlineStages` inlines stages (:func:`~models_analytical.schedule.compiled.stage`) as
+  numba does, without copying every variable of a stage once per block of it: numba copies a
+  callee's IR block by block before inlining it, twice, and each block's copy copies the whole
+  variable scope, which is quadratic in the stage's size (5.9 s). The callee's IR is built
+  afresh for each call site and dropped after, so its blocks are copied sharing its scope
+  (0.6 s).
+* :class:`ForwardCopies`: inlining binds each parameter of a stage to the caller's variable
+  by a copy (``st.5 = st``), so the kernel's inputs and state, namedtuples of some 80 arrays,
+  had one copy per inlined stage, 44 in ``simulate_one``. numba gives each a stack slot and
+  LLVM splits every slot back into its ~330 scalars (SROA): 19 s of LLVM's function passes on
+  ``simulate_one``, 5 s once the copies are forwarded. After numba's SSA pass every variable
+  is assigned once, so a variable copied from another is that other: each use is renamed.
+
+This uses numba's compiler-pass API (``numba.core.compiler_machinery``, documented for custom
+pipelines, not a stable public API) and, for :class:`InlineStages`, replaces the ``copy``
+module that ``numba.core.inline_closurecall`` sees while the pass runs (under numba's compiler
+lock); where numba no longer has that name, inlining copies as numba does. ``tests/model``
+compiles the kernel through this pipeline.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numba.core.inline_closurecall as inline_closurecall
+from numba.core import ir, types
+from numba.core.compiler import CompilerBase, DefaultPassBuilder
+from numba.core.compiler_machinery import FunctionPass, register_pass
+from numba.core.ir_utils import build_definitions, mk_unique_var, replace_var_names
+from numba.core.typed_passes import NopythonTypeInference
+from numba.core.untyped_passes import InlineInlinables, ReconstructSSA
+
+
+class _ScopeSharingCopy:
+    """The ``copy`` module, but a block's deep copy shares its variable scope."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(copy, name)
+
+    @staticmethod
+    def deepcopy(x: Any, memo: dict | None = None) -> Any:
+        if isinstance(x, ir.Block) and memo is None:
+            memo = {id(x.scope): x.scope}
+        return copy.deepcopy(x, memo)
+
+
+@contextmanager
+def _blocks_share_scope() -> Iterator[None]:
+    """While inside, numba's inliner copies blocks sharing their scope (see the module)."""
+    if getattr(inline_closurecall, "copy", None) is not copy:
+        yield  # numba changed: copy as it does
+        return
+    inline_closurecall.copy = _ScopeSharingCopy()
+    try:
+        yield
+    finally:
+        inline_closurecall.copy = copy
+
+
+@register_pass(mutates_CFG=True, analysis_only=False)
+class InlineStages(InlineInlinables):
+    """numba's ``InlineInlinables``, its callees' blocks copied sharing their scope."""
+
+    _name = "dse_inline_stages"
+
+    def run_pass(self, state: Any) -> bool:
+        with _blocks_share_scope():
+            return super().run_pass(state)
+
+
+def forward_copies(func_ir: ir.FunctionIR) -> int:
+    """Replace every variable assigned once from another variable assigned once by that
+    other, and drop the copies; returns how many went."""
+    defined: Counter[str] = Counter()
+    for block in func_ir.blocks.values():
+        for stmt in block.body:
+            if isinstance(stmt, ir.Assign):
+                defined[stmt.target.name] += 1
+    rename = {}
+    for block in func_ir.blocks.values():
+        for stmt in block.body:
+            if (
+                isinstance(stmt, ir.Assign)
+                and isinstance(stmt.value, ir.Var)
+                and defined[stmt.target.name] == 1
+                and defined[stmt.value.name] == 1
+                and stmt.target.name not in func_ir.arg_names
+            ):
+                rename[stmt.target.name] = stmt.value.name
+    if not rename:
+        return 0
+    replace_var_names(func_ir.blocks, rename)  # follows chains: a = b, b = c gives c
+    for block in func_ir.blocks.values():
+        block.body = [
+            s
+            for s in block.body
+            if not (
+                isinstance(s, ir.Assign)
+                and isinstance(s.value, ir.Var)
+                and s.target.name == s.value.name
+            )
+        ]
+    func_ir._definitions = build_definitions(func_ir.blocks)
+    return len(rename)
+
+
+@register_pass(mutates_CFG=False, analysis_only=False)
+class ForwardCopies(FunctionPass):
+    """:func:`forward_copies` as a numba compiler pass."""
+
+    _name = "dse_forward_copies"
+
+    def __init__(self) -> None:
+        FunctionPass.__init__(self)
+
+    def run_pass(self, state: Any) -> bool:
+        n = forward_copies(state.func_ir)
+        state.metadata.setdefault("dse_pipeline", {})["copies_forwarded"] = n
+        return n > 0
+
+
+def hoist_field_reads(func_ir: ir.FunctionIR, typemap: dict) -> int:
+    """Read each field of a namedtuple variable once, right after the variable is defined,
+    and rename every other read of it to that one; returns how many reads went. For SSA IR
+    (every variable assigned once), typed: a namedtuple's fields never change."""
+    where: dict[str, list] = {}
+    for label, block in func_ir.blocks.items():
+        for i, stmt in enumerate(block.body):
+            if isinstance(stmt, ir.Assign):
+                where.setdefault(stmt.target.name, []).append((label, i, stmt))
+    hoisted: dict[tuple[str, str], str] = {}
+    rename: dict[str, str] = {}
+    inserts: dict[tuple[int, int], list] = {}
+    for block in func_ir.blocks.values():
+        for stmt in block.body:
+            if not (
+                isinstance(stmt, ir.Assign)
+                and isinstance(stmt.value, ir.Expr)
+                and stmt.value.op == "getattr"
+            ):
+                continue
+            var = stmt.value.value
+            defs = where.get(var.name, [])
+            if (
+                not isinstance(typemap.get(var.name), types.BaseNamedTuple)
+                or len(defs) != 1
+                or len(where[stmt.target.name]) != 1
+                or (isinstance(defs[0][2].value, ir.Expr) and defs[0][2].value.op == "phi")
+            ):
+                continue
+            key = (var.name, stmt.value.attr)
+            if key not in hoisted:
+                label, i, _ = defs[0]
+                new = ir.Var(var.scope, mk_unique_var(f"{var.name}.{stmt.value.attr}"), stmt.loc)
+                typemap[new.name] = typemap[stmt.target.name]
+                read = ir.Expr.getattr(var, stmt.value.attr, stmt.loc)
+                inserts.setdefault((label, i), []).append(ir.Assign(read, new, stmt.loc))
+                hoisted[key] = new.name
+            rename[stmt.target.name] = hoisted[key]
+    if not rename:
+        return 0
+    for (label, i), stmts in sorted(inserts.items(), key=lambda kv: -kv[0][1]):
+        body = func_ir.blocks[label].body
+        body[i + 1 : i + 1] = stmts
+    gone = set(rename)
+    for block in func_ir.blocks.values():
+        block.body = [
+            s for s in block.body if not (isinstance(s, ir.Assign) and s.target.name in gone)
+        ]
+    replace_var_names(func_ir.blocks, rename)
+    func_ir._definitions = build_definitions(func_ir.blocks)
+    return len(rename)
+
+
+@register_pass(mutates_CFG=False, analysis_only=False)
+class HoistFieldReads(FunctionPass):
+    """:func:`hoist_field_reads` as a numba compiler pass (after type inference)."""
+
+    _name = "dse_hoist_field_reads"
+
+    def __init__(self) -> None:
+        FunctionPass.__init__(self)
+
+    def run_pass(self, state: Any) -> bool:
+        n = hoist_field_reads(state.func_ir, state.typemap)
+        state.metadata.setdefault("dse_pipeline", {})["field_reads_hoisted"] = n
+        return n > 0
+
+
+class KernelCompiler(CompilerBase):
+    """numba's nopython pipeline, its inlining pass :class:`InlineStages`, with
+    :class:`ForwardCopies` after its SSA pass."""
+
+    def define_pipelines(self) -> list:
+        pm = DefaultPassBuilder.define_nopython_pipeline(self.state)
+        pm.passes = [(InlineStages if p is InlineInlinables else p, d) for p, d in pm.passes]
+        if self.state.flags.enable_ssa:
+            pm.add_pass_after(ForwardCopies, ReconstructSSA)
+            pm.add_pass_after(HoistFieldReads, NopythonTypeInference)
+        pm.finalize()
+        return [pm]

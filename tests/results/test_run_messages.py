@@ -1,0 +1,105 @@
+"""What a run tells its user: the coefficients it uses (path, calibrated or shipped, date), why
+it stopped before its planned generations (log and summary.json), and where report.html is
+(its last line); the notice of a first compilation."""
+
+from __future__ import annotations
+
+import json
+import re
+from types import SimpleNamespace
+
+from dse.paths import shown
+from dse.results.outputs import stop_reason
+from tests.helpers.cli import ROOT, run_module
+
+SMALL = ("progress=false", "+net=alexnet", "algorithm.pop_size=20")
+
+
+def state(generation: int, evaluations: int, exhausted: bool = False, cap: int | None = None):
+    settings = SimpleNamespace(n_gen=100, max_evaluations=cap, pop_size=1000)
+    return SimpleNamespace(
+        settings=settings, generation=generation, evaluations=evaluations, exhausted=exhausted
+    )
+
+
+def test_stop_reason_names_what_ended_the_search_early():
+    assert stop_reason(state(100, 90_000), False) is None
+    assert stop_reason(state(3, 592, exhausted=True), False) == (
+        "no new mapping left to breed after 3 of 100 generations (592 distinct mappings "
+        "evaluated of 1000 x 100 planned)"
+    )
+    assert stop_reason(state(5, 5000, cap=5000), False) == (
+        "max_evaluations reached: 5000 of 5000 after 5 of 100 generations"
+    )
+    assert stop_reason(state(7, 7000), True) == "interrupted after 7 of 100 generations"
+
+
+def test_a_run_stopped_early_says_why_and_names_its_report_last(tmp_path):
+    out = tmp_path / "run"
+    args = ("algorithm.n_gen=10", "algorithm.max_evaluations=50", f"hydra.run.dir={out}")
+    r = run_module("dse", *SMALL, *args)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    summary = json.loads((out / "summary.json").read_text())
+    # 20 mappings a generation: 20, 40, then the last 10 of the budget in generation 3
+    assert summary["evaluations"] == 50 and summary["generations"] == 3
+    why = "max_evaluations reached: 50 of 50 after 3 of 10 generations"
+    assert summary["stopped_early"] == why
+    assert lines[-2:] == [f"stopped early: {why}", f"report: {shown(out / 'report.html')}"]
+    assert "population 20 x 10 generations, at most 50 evaluations, seed 0" in lines[0]
+    assert re.fullmatch(
+        r"coefficients: conf/platform/jetson_xavier_nx\.json \(shipped with dse, not "
+        r"calibrated on this hardware; file of \d{4}-\d\d-\d\d \d\d:\d\d\)",
+        lines[1],
+    ), lines[1]
+    log = (out / "__main__.log").read_text()
+    assert f"stopped early: {why}" in log and f"report: {shown(out / 'report.html')}" in log
+    assert f"Stopped early: {why}." in (out / "report.html").read_text()
+
+
+def test_a_complete_run_with_calibrated_coefficients(tmp_path):
+    doc = json.loads((ROOT / "conf" / "platform" / "jetson_xavier_nx.json").read_text())
+    doc |= {"calibrated": True, "provenance": {"date": "2026-05-09T12:00:00+00:00"}}
+    doc["provenance"]["host"] = "board7"
+    coefficients = tmp_path / "xavier.json"
+    coefficients.write_text(json.dumps(doc))
+    out = tmp_path / "run"
+    r = run_module(
+        "dse",
+        *SMALL,
+        "algorithm.n_gen=2",
+        f"coefficients={coefficients}",
+        f"hydra.run.dir={out}",
+        env={"TZ": "UTC"},
+    )
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    when = "calibrated on board7 2026-05-09 12:00"
+    assert lines[1] == f"coefficients: {shown(coefficients)} ({when})"
+    assert json.loads((out / "summary.json").read_text())["stopped_early"] is None
+    assert not any(ln.startswith("stopped early") for ln in lines)
+    assert lines[-1] == f"report: {shown(out / 'report.html')}"
+
+
+def test_a_multirun_names_its_directory_at_the_end(tmp_path):
+    sweep = tmp_path / "sweep"
+    r = run_module(
+        "dse", "--multirun", *SMALL, "algorithm.n_gen=1", "seed=1,2", f"hydra.sweep.dir={sweep}"
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == (
+        f"multirun: 2 jobs in {shown(sweep)} (compare them: python -m dse.compare {shown(sweep)})"
+    )
+
+
+def test_the_first_run_notice_only_with_a_cold_cache(monkeypatch, capsys):
+    import dse.__main__ as entry
+
+    monkeypatch.setattr(entry, "in_cache", lambda func: False)
+    entry.first_run_notice()
+    err = capsys.readouterr().err
+    assert err.startswith("compiling the model's kernels once") and err.count("\n") == 1
+    for cached in (True, None):  # compiled already, or numba's cache internals moved
+        monkeypatch.setattr(entry, "in_cache", lambda func, c=cached: c)
+        entry.first_run_notice()
+        assert capsys.readouterr().err == ""
