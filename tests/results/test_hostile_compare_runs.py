@@ -53,7 +53,7 @@ def damaged(run_dir, parent, name: str):
     elif name == "nan_in_history":
         lines = rows.splitlines()
         cells = lines[-1].split(",")
-        cells[-1] = "nan"
+        cells[lines[0].split(",").index("hypervolume")] = "nan"
         history.write_text("\n".join([*lines[:-1], ",".join(cells)]) + "\n")
     elif name == "binary_history":
         history.write_bytes(b"\xff\xfe\x00garbage")

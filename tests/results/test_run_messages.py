@@ -15,23 +15,25 @@ from tests.helpers.cli import ROOT, run_module
 SMALL = ("progress=false", "+net=alexnet", "algorithm.pop_size=20")
 
 
-def state(generation: int, evaluations: int, exhausted: bool = False, cap: int | None = None):
+def state(generation: int, evaluations: int, why: str = "generations", cap: int | None = None):
+    """A search's end as dse.search.nsga2.run leaves it (its stop_reason: STOP_REASONS)."""
     settings = SimpleNamespace(n_gen=100, max_evaluations=cap, pop_size=1000)
     return SimpleNamespace(
-        settings=settings, generation=generation, evaluations=evaluations, exhausted=exhausted
+        settings=settings, generation=generation, evaluations=evaluations, stop_reason=why
     )
 
 
 def test_stop_reason_names_what_ended_the_search_early():
     assert stop_reason(state(100, 90_000), False) is None
-    assert stop_reason(state(3, 592, exhausted=True), False) == (
+    assert stop_reason(state(3, 592, "exhausted"), False) == (
         "no new mapping left to breed after 3 of 100 generations (592 distinct mappings "
         "evaluated of 1000 x 100 planned)"
     )
-    assert stop_reason(state(5, 5000, cap=5000), False) == (
+    assert stop_reason(state(5, 5000, "evaluations", cap=5000), False) == (
         "max_evaluations reached: 5000 of 5000 after 5 of 100 generations"
     )
-    assert stop_reason(state(7, 7000), True) == "interrupted after 7 of 100 generations"
+    interrupted = state(7, 7000, "interrupted")
+    assert stop_reason(interrupted, True) == "interrupted after 7 of 100 generations"
 
 
 def test_a_run_stopped_early_says_why_and_names_its_report_last(tmp_path):
