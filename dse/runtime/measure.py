@@ -23,7 +23,7 @@ from dse.runtime.measurements import (
     failed,
     merge_runs,
 )
-from dse.runtime.mpirun import Launcher, mpiexec_path
+from dse.runtime.mpirun import Launcher, check_directory, mpiexec_path
 from dse.runtime.package import check_existing, write_deployment
 from dse.runtime.partition import Deployment, partition
 from dse.runtime.plan import Plan, Reference, RunSettings
@@ -64,6 +64,7 @@ def deploy(
 ) -> Plan:
     """Partition mapping 0 of ``mapping`` and write its deployment directory, with the whole
     model's outputs on the plan's input for the ranks to check theirs against; its plan."""
+    check_directory(out)
     check_existing(out, net.fingerprint, mapping.ident(0))
     # before the work: a place that cannot be written, or a disk without room for the weights
     can_write(Path(out).expanduser(), "out", int(net.graph.weight_bytes.sum()) + 2**20)

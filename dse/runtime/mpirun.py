@@ -43,6 +43,22 @@ Placement = Sequence[tuple[str, str]]
 Watch = Callable[[Placement], Callable[[Measurement], Measurement]]
 
 
+#: Characters Open MPI's launcher cannot take in the hostfile's and rankfile's paths: it splits
+#: ``--map-by rankfile:file=PATH`` at colons and ``--hostfile`` at commas (Open MPI 5.0).
+MPI_PATH_UNSAFE = ":,"
+
+
+def check_directory(directory: Path, key: str = "out") -> None:
+    """A deployment directory whose absolute path mpiexec can take (one line otherwise)."""
+    path = str(Path(directory).expanduser().absolute())
+    bad = sorted({c for c in path if c in MPI_PATH_UNSAFE})
+    if bad:
+        raise DseError(
+            f"{key}={path} has {' and '.join(repr(c) for c in bad)} in its path, which mpiexec "
+            f"cannot take in its hostfile's and rankfile's paths: choose a {key}= without them"
+        )
+
+
 def mpiexec_path() -> str:
     """mpiexec on PATH or beside this Python (a virtual environment's bin), else one line."""
     beside = Path(sys.executable).parent / "mpiexec"
@@ -95,10 +111,22 @@ class Launcher:
         ``rankfile`` of ``directory`` (:func:`mpi_files`), with this launcher's arguments;
         ``placement`` (each rank's host and device) is needed with a rank wrapper."""
         d = Path(directory).resolve()
+        check_directory(d)
         cmd = [mpiexec or self.mpiexec or mpiexec_path(), "-n", str(n_ranks)]
         map_by = f"rankfile:file={d / RANKFILE}" + (":oversubscribe" if self.slots else "")
         cmd += ["--hostfile", str(d / HOSTFILE), "--map-by", map_by]
-        return [*cmd, *self.args, *self.wrapper(n_ranks, placement), *program]
+        forward = [word for name in self.forwarded() for word in ("-x", name)]
+        return [*cmd, *forward, *self.args, *self.wrapper(n_ranks, placement), *program]
+
+    def forwarded(self) -> list[str]:
+        """The variables mpiexec passes to ranks on other hosts (``-x``): those this launcher
+        adds and dse's own (``DSE_*``, e.g. ``DSE_WAIT_SPIN_US``) from this environment. A
+        remote daemon starts over ssh with a clean environment, and Open MPI forwards only its
+        own ``OMPI_*`` variables by itself."""
+        own = ("OMPI_", "PRTE_", "PMIX_")
+        names = {k for k in self.env if not k.startswith(own)}
+        names |= {k for k in os.environ if k.startswith("DSE_")}
+        return sorted(names)
 
     def wrapper(self, n_ranks: int, placement: Placement) -> list[str]:
         """The rank wrapper and its argument (every rank's ``HOST/DEVICE``), or nothing."""

@@ -1,6 +1,7 @@
 """Hostile settings of a deploy, each one line with exit status 2 before any work: an out=
-that cannot be written, a time limit that is no limit, a negative stream; mpiexec's temporary
-folder that cannot be written."""
+that cannot be written or that mpiexec cannot take (a colon or comma in its path), a time
+limit that is no limit, a negative stream; mpiexec's temporary folder that cannot be
+written."""
 
 from __future__ import annotations
 
@@ -36,6 +37,11 @@ def test_bad_deploy_settings_are_one_line_before_any_work(tmp_path: Path) -> Non
         "timeout inf": ([*common, out, "measure=true", "timeout_s=inf"], ("timeout_s", "finite")),
         "timeout 0": ([*common, out, "measure=true", "timeout_s=0"], ("timeout_s", "positive")),
         "stream -1": ([*common, out, "stream=-1"], ("stream=-1 must be 0 (off) or more",)),
+        "colon in out": (
+            [*common, f"out={tmp_path / 'a:b'}"],
+            ("':' in its path", "mpiexec cannot take", "choose a out="),
+        ),
+        "comma in out": ([*common, f"out='{tmp_path / 'a,b'}'"], ("',' in its path",)),
     }
     results = run_all({k: ("dse.deploy", a) for k, (a, _) in cases.items()})
     assert_each_one_line(results, {k: w for k, (_, w) in cases.items()})

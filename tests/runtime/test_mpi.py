@@ -266,9 +266,13 @@ def test_rankfile_binds_cpu_threads_and_gpu_host_threads() -> None:
     assert rankfile == "rank 0=board-a slot=0-5\nrank 1=board-a slot=5\nrank 2=10.0.0.4 slot=0-5\n"
 
 
-def test_the_launcher_takes_mpiexec_arguments_environment_and_boards(tmp_path: Path) -> None:
+def test_the_launcher_takes_mpiexec_arguments_environment_and_boards(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """What an emulated cluster adds (a launch agent, a TCP interface, boards by name) reaches
     the command, its environment and run.sh; the default command is as before."""
+    for name in [k for k in os.environ if k.startswith("DSE_")]:
+        monkeypatch.delenv(name)
     agent = mpirun.Launcher(
         mpiexec="/opt/mpi/bin/mpiexec",
         args=("--prtemca", "plm_ssh_agent", "/opt/enter-board"),
@@ -300,3 +304,20 @@ def test_the_launcher_takes_mpiexec_arguments_environment_and_boards(tmp_path: P
     assert script.endswith(f'exec {" ".join(cmd)} "$@"\n')
     plain = mpirun.Launcher(mpiexec="mpiexec").command(tmp_path, 2)
     assert plain == ["mpiexec", "-n", "2", *placed, *rank]
+
+
+def test_the_launcher_forwards_dses_variables_to_other_hosts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank on another host gets the variables the launcher adds and dse's own (``-x``), not
+    Open MPI's (which it forwards itself) nor the rest of this environment."""
+    for name in [k for k in os.environ if k.startswith("DSE_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("DSE_WAIT_SPIN_US", "50")
+    monkeypatch.setenv("UNRELATED_VARIABLE", "1")
+    env = {"OMPI_MCA_btl": "tcp,self", "LD_LIBRARY_PATH": "/opt/lib"}
+    launcher = mpirun.Launcher(mpiexec="mpiexec", env=env)
+    assert launcher.forwarded() == ["DSE_WAIT_SPIN_US", "LD_LIBRARY_PATH"]
+    cmd = launcher.mpiexec_command(2, tmp_path, ["prog"])
+    assert cmd[:3] == ["mpiexec", "-n", "2"] and cmd[-1] == "prog"
+    assert cmd[7:11] == ["-x", "DSE_WAIT_SPIN_US", "-x", "LD_LIBRARY_PATH"]
