@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def as_from_a_terminal() -> None:
+    """A child's SIGHUP as a terminal's shell leaves it (a preexec_fn), even when the tests run
+    under nohup: nohup ignores SIGHUP, the child inherits that, and dse then keeps ignoring it
+    by design, so a test of SIGHUP would test nothing."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def _limit(memory_bytes: int | None):  # noqa: ANN202 - a preexec_fn

@@ -22,7 +22,7 @@ import pytest
 from dse.errors import DseError
 from dse.files import LEFTOVERS, remove_dead_scratch
 from dse.mapping import to_autodice
-from tests.helpers.cli import ROOT
+from tests.helpers.cli import ROOT, as_from_a_terminal
 from tests.runtime.test_mpi import aba_batch
 from tests.runtime.test_partition import zoo_like
 
@@ -62,6 +62,7 @@ def start_deploy(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
          "platform=localhost", f"mapping={tmp_path / 'mapping.json'}", f"out={out}",
          "measure=true", "warmup=0", "iterations=100000000", "timeout_s=600"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=as_from_a_terminal,
     )  # fmt: skip
     ranks = f"dse.runtime {out}"
     if not wait_until(lambda: len(processes_naming(ranks)) >= 2 or proc.poll() is not None, 240):

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers.cli import ROOT, run_module
+from tests.helpers.cli import ROOT, as_from_a_terminal, run_module
 
 #: A run long enough to be interrupted: about 3 s of search after start-up.
 LONG = ["+net=alexnet", "algorithm.pop_size=60", "algorithm.n_gen=300", "seed=5"]
@@ -31,6 +31,7 @@ def start(out: Path, *args: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=as_from_a_terminal,
     )
 
 
