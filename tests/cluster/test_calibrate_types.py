@@ -20,7 +20,7 @@ from models_analytical.coefficients import load_coefficients
 from models_analytical.layer_costs import layer_key
 from models_analytical.model import AnalyticalModel, link_tables
 from tests.helpers.cli import run_module
-from tests.helpers.cluster import CONF, platform_yaml
+from tests.helpers.cluster import CONF, edge3_up
 
 TYPES = {"core100": "edge0_cpu", "core60": "edge1_cpu0", "core40": "edge1_cpu1"}
 
@@ -28,8 +28,7 @@ TYPES = {"core100": "edge0_cpu", "core60": "edge1_cpu0", "core40": "edge1_cpu1"}
 @pytest.fixture(scope="module")
 def edge3(cluster_names):
     """edge3_ethernet as shipped, up under a name of its own (platform.name=...)."""
-    cfg = {**platform_yaml("edge3_ethernet"), "name": cluster_names("caltypes")}
-    return cfg, up(parse_spec(cfg))
+    return edge3_up(cluster_names("caltypes"))
 
 
 @pytest.mark.mpi

@@ -12,19 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from dse.cluster import parse_spec, up
 from dse.cluster.state import State
 from dse.mapping import to_autodice
 from tests.cluster.test_runs import left_on_boards, on_devices, small_net, wait_for_ranks
 from tests.helpers.cli import ROOT
-from tests.helpers.cluster import platform_yaml
+from tests.helpers.cluster import edge3_up
 
 
 @pytest.fixture(scope="module")
 def edge3(cluster_names) -> tuple[dict, State]:
     """edge3_ethernet as shipped, up under a name of its own (platform.name=...)."""
-    cfg = {**platform_yaml("edge3_ethernet"), "name": cluster_names("life")}
-    return cfg, up(parse_spec(cfg))
+    return edge3_up(cluster_names("life"))
 
 
 @pytest.mark.mpi

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from dse.cluster import parse_spec, up
 from dse.cluster.state import State
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "platform"
@@ -20,6 +21,13 @@ TWO_CPUS = (os.cpu_count() or 1) >= 2
 
 def platform_yaml(name: str) -> dict:
     return yaml.safe_load((CONF / f"{name}.yaml").read_text())
+
+
+def edge3_up(name: str) -> tuple[dict, State]:
+    """edge3_ethernet as shipped, up under the name ``name`` (a test's own, from its
+    ``cluster_names`` fixture, which takes it down): its platform file and state."""
+    cfg = {**platform_yaml("edge3_ethernet"), "name": name}
+    return cfg, up(parse_spec(cfg))
 
 
 def make_platform(name: str = "tplat", network: str = "switched") -> dict:
