@@ -155,12 +155,16 @@ def test_a_platform_without_emulation_runs_on_its_hosts_by_name() -> None:
     assert launcher_for(platform_yaml("localhost")) == Launcher()
 
 
-def test_the_cluster_launcher_places_each_rank_on_its_board(tmp_path: Path) -> None:
+def test_the_cluster_launcher_places_each_rank_on_its_board(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """What the runtime's command becomes on edge3_ethernet (a cluster state made by hand,
     nothing started): mpiexec reaches the boards through the cluster's launcher, talks over
-    its subnet, binds every rank to its board's one CPU (edge1's two devices share it, each
-    under its quota) and starts each rank through the rank script, which moves it into its
-    device's cgroups."""
+    its subnet, passes the ranks their wait setting, binds every rank to its board's one CPU
+    (edge1's two devices share it, each under its quota) and starts each rank through the rank
+    script, which moves it into its device's cgroups."""
+    for name in [k for k in os.environ if k.startswith("DSE_")]:
+        monkeypatch.delenv(name)
     cfg = platform_yaml("edge3_ethernet")
     state = State(parse_spec(cfg, available=[0, 1]), ipaddress.IPv4Network("198.18.7.0/24"))
     launcher = cluster_launcher(state)
@@ -176,6 +180,7 @@ def test_the_cluster_launcher_places_each_rank_on_its_board(tmp_path: Path) -> N
     assert cmd == [
         "mpiexec", "-n", "3", "--hostfile", f"{d}/hostfile",
         "--map-by", f"rankfile:file={d}/rankfile:oversubscribe",
+        "-x", "DSE_WAIT_SPIN_US",
         "--prtemca", "plm_ssh_agent", "/run/dse-cluster/edge3_ethernet/launcher",
         "--prtemca", "oob_tcp_if_include", "198.18.7.0/24",
         "--mca", "btl_tcp_if_include", "198.18.7.0/24",
@@ -184,7 +189,7 @@ def test_the_cluster_launcher_places_each_rank_on_its_board(tmp_path: Path) -> N
     ]  # fmt: skip
     assert launcher.environment()["OMPI_MCA_mpi_yield_when_idle"] == "1"
     # its ranks poll then sleep while they wait (a spinning rank burns its device's quota)
-    assert launcher.env["DSE_WAIT_SPIN_US"] == os.environ.get("DSE_WAIT_SPIN_US", "50")
+    assert launcher.env["DSE_WAIT_SPIN_US"] == "50"
     with pytest.raises(ValueError, match="needs the 3 ranks' placement"):
         launcher.command(tmp_path, 3, mpiexec="mpiexec")
 
