@@ -224,6 +224,7 @@ class AnalyticalModel:
         coefficients.check_covers(platform)
         cores = numba.config.NUMBA_NUM_THREADS
         self.tuner = ThreadTuner([1, cores] if threads is None else [min(threads, cores)])
+        self._scratch: list = []  # the kernel's working arrays, kept from batch to batch
         self.graph, self.platform, self.coefficients = graph, platform, coefficients
         self.tables: LayerTables = layer_tables(graph, coefficients)
         self.inputs = kernel_inputs(graph, platform, coefficients, self.tables)
@@ -309,6 +310,7 @@ class AnalyticalModel:
             self._need_weights if with_weights is None else with_weights,
             self.inputs,
             threads,
+            self._scratch,
         )
         if large:
             self.tuner.record(threads, size, time.perf_counter() - t0)

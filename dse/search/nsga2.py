@@ -45,6 +45,7 @@ from dse.config import AlgorithmConfig
 from dse.errors import DseError
 from dse.mapping import Mappings
 from dse.search.breeding import offspring
+from dse.search.heap import keep_freed_memory
 from dse.search.hypervolume import Reference
 from dse.search.problem import MappingProblem
 from dse.search.refill import REFILLS
@@ -341,6 +342,7 @@ def run(
 ) -> SearchState:
     """Advance until done or until ``stop()`` says so (checked between generations only);
     ``state.stop_reason`` says which (:data:`~dse.search.state.STOP_REASONS`)."""
+    keep_freed_memory()  # generations reuse their arrays' pages (dse.search.heap)
     state.stop_reason = ""
     while not state.done:
         if stop is not None and stop():

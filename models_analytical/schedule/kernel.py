@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+import itertools
 from concurrent.futures import ThreadPoolExecutor
-from itertools import pairwise
 from typing import NamedTuple
 
 import numpy as np
@@ -53,17 +53,18 @@ def simulate_one(k_in, share, owner, st):
 
 @compiled(_nrt=False)
 def simulate_chunk(
-    device, sizes, channels, consumer, producer, w_class, with_weights, k_in, out, lo, hi, scratch
+    device, sizes, channels, consumer, producer, w_class, with_weights, k_in, out, lo, hi, step,
+    scratch,
 ):
-    """The schedule of mappings ``lo`` to ``hi`` of the batch (:class:`dse.mapping.Mappings`:
+    """The schedule of mappings ``lo``, ``lo + step``, ... before ``hi`` of the batch (:class:`dse.mapping.Mappings`:
     ``device[P, L]``, -1 for splittable layers, and ``sizes[P, S, D]``) into their rows of
     ``out`` (a :class:`ScheduleResult` of zeros); ``channels[L]`` the layers' output channels,
     ``consumer`` / ``producer`` [L] the graph's ``first_consumer`` / ``first_producer``. Each
     mapping's share [L, D] and owner [L] are built in ``scratch`` (:func:`new_scratch`, one per
-    chunk: share zeros, owner, anchor, the state) by :func:`dse.mapping.rules.dense_one` and
+    thread: share zeros, owner, anchor, the state) by :func:`dse.mapping.rules.dense_one` and
     scheduled by :func:`simulate_one`. The weights
     each device holds by class are the sum over layers of share x ``w_class[L, C]`` (zeros
-    unless ``with_weights``). Runs without the GIL: chunks of a batch run on threads.
+    unless ``with_weights``). Runs without the GIL: the shares of a batch run on threads.
 
     It allocates nothing (its caller does) and is compiled without reference counting
     (``_nrt=False``; numba would otherwise count references to every array of the inputs and
@@ -73,7 +74,7 @@ def simulate_chunk(
     n_dev = sizes.shape[2]
     n_cls = w_class.shape[1]
     share, owner, anchor, st = scratch
-    for p in range(lo, hi):
+    for p in range(lo, hi, step):
         dense_one(device[p], sizes[p], channels, consumer, producer, share, owner, anchor)
         out.latency_s[p] = simulate_one(k_in, share, owner, st)
         for d in range(n_dev):  # element by element: a row copy compiles its shape checks
@@ -102,7 +103,7 @@ def simulate_chunk(
 def new_scratch(k_in, n_layers: int, n_dev: int) -> tuple:
     """What :func:`simulate_chunk` works in: share [L, D] zeros, owner and anchor [L], a
     state. Allocated by numpy: compiled, its allocations took seconds of numba's first
-    compilation, for no speed (once per chunk)."""
+    compilation, for no speed (once per thread)."""
     return (
         np.zeros((n_layers, n_dev)),
         np.empty(n_layers, dtype=np.int64),
@@ -111,18 +112,31 @@ def new_scratch(k_in, n_layers: int, n_dev: int) -> tuple:
     )
 
 
-#: Thread pools running a batch's chunks, by thread count (made when first needed).
+#: Thread pools working on a batch beside the calling thread, by size (made when first needed).
 _POOLS: dict[int, ThreadPoolExecutor] = {}
+#: Chunks of a batch per thread: enough that a thread that starts late takes fewer.
+CHUNKS_PER_THREAD = 4
 
 
-def simulate(device, sizes, channels, consumer, producer, w_class, with_weights, k_in, threads):
+def simulate(
+    device, sizes, channels, consumer, producer, w_class, with_weights, k_in, threads, scratch=None
+):
     """The schedule of every mapping of the batch (arguments as :func:`simulate_chunk`'s) on
-    ``threads`` threads: the batch in contiguous chunks, a few per thread (mappings differ in
-    cost), each chunk on a pool thread while the compiled code has released the GIL.
+    ``threads`` threads: the batch in chunks of interleaved mappings (chunk c of n: mappings
+    c, c + n, c + 2n, ..., so mappings of unequal cost spread evenly), taken one after another
+    by the calling thread and by pool threads while the compiled code has released the GIL.
+
+    ``scratch``: a list of :func:`new_scratch` results for mappings of this shape and
+    ``k_in``, one per thread, kept by the caller from batch to batch (grown here when short):
+    a chunk leaves its scratch as it found it (share zeros; the state is reset before each
+    mapping). Batches that share a list must not run at the same time.
 
     Threads of this process rather than numba's parallel loops: the same figures (each mapping
     is scheduled alone, by the same compiled code), and no parallel loop to compile: the
-    kernel's first compilation took a third less CPU time without one."""
+    kernel's first compilation took a third less CPU time without one. The calling thread
+    starts at once and the chunks go to whichever thread is free: a pool thread asleep
+    between generations wakes milliseconds late on this VM, and with every chunk waiting for
+    the pool a DenseNet-121 search spent 5-10 % more in the model (benchmarks/bench_dse.py)."""
     n_pop = device.shape[0]
     n_dev = sizes.shape[2]
     out = ScheduleResult(
@@ -138,19 +152,30 @@ def simulate(device, sizes, channels, consumer, producer, w_class, with_weights,
         np.zeros((n_pop, n_dev, w_class.shape[1])),
     )
     args = (device, sizes, channels, consumer, producer, w_class, with_weights, k_in, out)
-    n_layers = device.shape[1]
-    n_chunks = max(min(4 * threads, n_pop), 1) if threads > 1 else 1
-    if n_chunks == 1:
-        simulate_chunk(*args, 0, n_pop, new_scratch(k_in, n_layers, n_dev))
+    n_threads = max(min(threads, n_pop), 1)
+    if scratch is None:
+        scratch = []
+    while len(scratch) < n_threads:
+        scratch.append(new_scratch(k_in, device.shape[1], n_dev))
+    if n_threads == 1:
+        simulate_chunk(*args, 0, n_pop, 1, scratch[0])
         return out
-    pool = _POOLS.get(threads)
+    n_chunks = min(CHUNKS_PER_THREAD * n_threads, n_pop)
+    taken = itertools.count()  # next() is atomic under the GIL: each chunk runs once
+
+    def work(own: tuple) -> None:
+        while (c := next(taken)) < n_chunks:
+            simulate_chunk(*args, c, n_pop, n_chunks, own)
+
+    pool = _POOLS.get(n_threads - 1)
     if pool is None:
-        pool = _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="dse-model")
-    bounds = [c * n_pop // n_chunks for c in range(n_chunks + 1)]
-    jobs = [
-        pool.submit(simulate_chunk, *args, lo, hi, new_scratch(k_in, n_layers, n_dev))
-        for lo, hi in pairwise(bounds)
-    ]
-    for job in jobs:
-        job.result()
+        pool = _POOLS[n_threads - 1] = ThreadPoolExecutor(
+            n_threads - 1, thread_name_prefix="dse-model"
+        )
+    jobs = [pool.submit(work, scratch[t]) for t in range(1, n_threads)]
+    try:
+        work(scratch[0])
+    finally:
+        for job in jobs:
+            job.result()
     return out

@@ -445,8 +445,10 @@ def test_model_threads_fixed_or_tuned_and_small_batches_on_one():
 
 
 def test_a_batch_on_threads_gives_each_mappings_numbers_alone():
-    """Chunks of a batch run on pool threads: every figure of every mapping is what the
-    mapping scheduled alone gives, bit for bit (VGG-16, 300 random advanced mappings)."""
+    """Chunks of a batch run on the calling thread and pool threads: every figure of every
+    mapping is what the mapping scheduled alone gives, bit for bit (VGG-16, 300 random
+    advanced mappings); the threads' scratch, kept for the next batch, gives that batch the
+    figures of fresh scratch."""
     import yaml
 
     from chromosomes import AdvancedChromosome
@@ -465,7 +467,14 @@ def test_a_batch_on_threads_gives_each_mappings_numbers_alone():
     one = model._simulate(batch, with_weights=True)
     args = (g.first_consumer, g.first_producer, model._w_class, True, model.inputs)
     # three threads, 12 chunks of 25 mappings
-    both = simulate(batch.device, batch.sizes, model._channels, *args, 3)
+    kept: list = []
+    both = simulate(batch.device, batch.sizes, model._channels, *args, 3, kept)
+    assert len(kept) == 3
+    other = chrom.decode(chrom.sample(200, rng))
+    again = simulate(other.device, other.sizes, model._channels, *args, 3, kept)
+    fresh = simulate(other.device, other.sizes, model._channels, *args, 1)
+    for name in ScheduleResult._fields:
+        assert np.array_equal(getattr(again, name), getattr(fresh, name)), name
     for k in (0, 150, 299):
         single = AnalyticalModel(g, plat, coeff)._simulate(batch.take(k), with_weights=True)
         for name in ScheduleResult._fields:
