@@ -16,23 +16,25 @@ from chromosomes.base import Chromosome
 class NaiveChromosome(Chromosome):
     name = "naive"
 
-    def __init__(self, graph, n_devices: int, splits: int | None = None, speed=None) -> None:
-        super().__init__(graph, n_devices, splits, speed)
+    def __init__(
+        self, graph, n_devices: int, splits: int | None = None, speed=None, spatial=False
+    ) -> None:
+        super().__init__(graph, n_devices, splits, speed, spatial)
         width = np.where(graph.splittable, n_devices if splits is None else splits, 1)
         self.start = np.concatenate([[0], np.cumsum(width)[:-1]])  # first gene of each layer
         self.width = width
         self.layer_of_gene = np.repeat(np.arange(len(graph)), width)
 
     @property
-    def n_genes(self) -> int:
+    def n_place(self) -> int:
         return int(self.width.sum())
 
     @property
-    def upper(self) -> np.ndarray:
-        return np.full(self.n_genes, self.n_devices - 1, dtype=np.int64)
+    def place_upper(self) -> np.ndarray:
+        return np.full(self.n_place, self.n_devices - 1, dtype=np.int64)
 
-    def single_device(self, device: int) -> np.ndarray:
-        return np.full(self.n_genes, device, dtype=np.int64)
+    def _place_single(self, device: int) -> np.ndarray:
+        return np.full(self.n_place, device, dtype=np.int64)
 
     def _counts(self, genes: np.ndarray, device: np.ndarray, counts: np.ndarray) -> None:
         kernels.naive_counts(genes, self.layer_of_gene, self.graph.splittable, device, counts)

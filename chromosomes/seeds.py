@@ -34,12 +34,16 @@ def device_order(speed: np.ndarray, hosts: Sequence[str] | None = None) -> np.nd
 
 
 def spread(
-    chrom: Chromosome, devices: np.ndarray, first: int = 0, last: int | None = None
+    chrom: Chromosome,
+    devices: np.ndarray,
+    first: int = 0,
+    last: int | None = None,
+    rows: bool = False,
 ) -> np.ndarray | None:
     """Genes of the mapping that gives splittable layers ``first`` .. ``last`` (indices among
-    the splittable layers, inclusive; default all) one part on each of ``devices``, and every
-    other layer whole to the first device; None when the encoding cannot give a layer that
-    many parts (or splits no layer)."""
+    the splittable layers, inclusive; default all) one part on each of ``devices`` (by rows
+    where they can and ``rows``), and every other layer whole to the first device; None when
+    the encoding cannot give a layer that many parts (or splits no layer)."""
     devices = np.asarray(devices, dtype=np.int64)
     k = len(devices)
     last = len(chrom.split_layers) - 1 if last is None else last
@@ -52,15 +56,15 @@ def spread(
         genes[0, devices[0]] = len(chrom.split_layers)
         genes[1:k, devices[0]] = first
         genes[np.arange(1, k), devices[1:]] = last + 1
-        return genes.ravel()
+        return chrom.with_axes(genes.ravel(), rows)
     if isinstance(chrom, NaiveChromosome):
         if k > int(chrom.width.max()):
             return None
-        genes = np.full(chrom.n_genes, devices[0], dtype=np.int64)
+        genes = np.full(chrom.n_place, devices[0], dtype=np.int64)
         for layer in chrom.split_layers[first : last + 1]:
             start, width = chrom.start[layer], chrom.width[layer]
             genes[start : start + width] = devices[np.arange(width) % k]
-        return genes
+        return chrom.with_axes(genes, rows)
     return None
 
 
@@ -68,8 +72,9 @@ def structured_seeds(
     chrom: Chromosome, speed: np.ndarray, hosts: Sequence[str] | None = None
 ) -> np.ndarray:
     """Gene vectors [n, n_genes] of :func:`spread` over the fastest 2, 3, ... devices
-    (:func:`device_order`), as many as the encoding allows; none for the vertical one (whose
-    one-device mappings are seeded already)."""
+    (:func:`device_order`), as many as the encoding allows, by channels and, where the
+    encoding splits by rows too, by rows; none for the vertical one (whose one-device
+    mappings are seeded already)."""
     order = device_order(speed, hosts)
     rows = []
     for k in range(2, chrom.n_devices + 1):
@@ -77,6 +82,8 @@ def structured_seeds(
         if genes is None:
             break
         rows.append(genes)
+        if chrom.spatial:
+            rows.append(spread(chrom, order[:k], rows=True))
     if not rows:
         return np.zeros((0, chrom.n_genes), dtype=np.int64)
     return np.stack(rows)

@@ -27,9 +27,11 @@ class AdvancedChromosome(Chromosome):
 
     name = "advanced"
 
-    def __init__(self, graph, n_devices: int, splits: int | None = None, speed=None) -> None:
+    def __init__(
+        self, graph, n_devices: int, splits: int | None = None, speed=None, spatial=False
+    ) -> None:
         splits = min(ADVANCED_SPLITS, n_devices) if splits is None else splits
-        super().__init__(graph, n_devices, splits, speed)
+        super().__init__(graph, n_devices, splits, speed, spatial)
         if len(self.split_layers) == 0:
             raise DseError(
                 f"network '{graph.name}' has no splittable layer: the hybrid "
@@ -41,14 +43,14 @@ class AdvancedChromosome(Chromosome):
         self.anchor = np.maximum(prev, 0)
 
     @property
-    def n_genes(self) -> int:
+    def n_place(self) -> int:
         return self.splits * self.n_devices
 
     @property
-    def upper(self) -> np.ndarray:
-        return np.full(self.n_genes, len(self.split_layers), dtype=np.int64)
+    def place_upper(self) -> np.ndarray:
+        return np.full(self.n_place, len(self.split_layers), dtype=np.int64)
 
-    def single_device(self, device: int) -> np.ndarray:
+    def _place_single(self, device: int) -> np.ndarray:
         genes = np.zeros((self.splits, self.n_devices), dtype=np.int64)
         genes[0, device] = len(self.split_layers)
         return genes.ravel()
@@ -65,16 +67,17 @@ class VerticalChromosome(Chromosome):
     ``splits`` is accepted (so sweeps over it run) and ignored: no layer is split."""
 
     name = "vertical"
+    splits_layers = False  # no axis genes, whatever ``spatial`` says
 
     @property
-    def n_genes(self) -> int:
+    def n_place(self) -> int:
         return self.n_devices
 
     @property
-    def upper(self) -> np.ndarray:
-        return np.full(self.n_genes, len(self.graph), dtype=np.int64)
+    def place_upper(self) -> np.ndarray:
+        return np.full(self.n_place, len(self.graph), dtype=np.int64)
 
-    def single_device(self, device: int) -> np.ndarray:
+    def _place_single(self, device: int) -> np.ndarray:
         genes = np.zeros(self.n_devices, dtype=np.int64)
         genes[device] = len(self.graph)
         return genes

@@ -144,11 +144,18 @@ def model_from(cfg: DictConfig) -> tuple[Net, Platform, AnalyticalModel]:
 
 def chromosome_from(cfg: DictConfig, net: Net, model: AnalyticalModel) -> Chromosome:
     """The encoding ``cfg.chromosome`` names (its ``_target_``), over this net and the model's
-    platform; with ``chromosome.shares=speed`` split layers are sized to the devices."""
+    platform; with ``chromosome.shares=speed`` split layers are sized to the devices, with
+    ``chromosome.spatial=true`` they may split by rows too."""
     c = cfg.chromosome
     cls = target_class(str(c._target_), "chromosome")
     speed = model.device_speed() if c.get("shares", "equal") == "speed" else None
-    return cls(net.graph, len(model.platform), splits=c.get("splits"), speed=speed)
+    return cls(
+        net.graph,
+        len(model.platform),
+        splits=c.get("splits"),
+        speed=speed,
+        spatial=bool(c.get("spatial", False)),
+    )
 
 
 #: Settings a resumed run takes from the command line: how far it goes and how it reports.

@@ -78,6 +78,10 @@ class ChromosomeConfig:
     # equal (the thesis's rule). speed: lower latency and a larger hypervolume on VGG-16 and
     # AlexNet over the default platform (benchmarks/uneven_splits.py)
     shares: str = "speed"
+    # split layers by rows too (spatial partitioning): one more gene per layer that can split
+    # both ways (a convolution), choosing its axis: output channels or output rows. The
+    # vertical encoding splits no layer and ignores it
+    spatial: bool = False
 
     def __post_init__(self) -> None:
         if self.splits is not None and self.splits < 1:

@@ -1,9 +1,12 @@
 """Mappings as AutoDiCE's files: ``mapping.json`` and ``horizontal.json``.
 
 * ``mapping.json``: ``{"<host>_<resource>": [node names]}``; a node on several devices is split.
-* ``horizontal.json``: ``{node: ["lop", [split points], [resources]]}`` for each split node, the
-  split points being the output-channel boundaries between consecutive parts, the resources
-  listed in part order.
+* ``horizontal.json``: ``{node: ["lop", [split points], [resources]]}`` for each node split by
+  output channels (AutoDiCE's Layer-Output-Partitioning), the split points being the
+  output-channel boundaries between consecutive parts, the resources listed in part order;
+  and ``{node: ["spatial", [split points], [resources]]}`` for a node split by output rows
+  (dse's own kind: the split points are output-row boundaries between consecutive bands). A
+  mapping without row splits writes only ``"lop"`` entries: files AutoDiCE can read.
 
 Parts are ordered by device index, so a mapping round-trips through the files.
 """
@@ -20,6 +23,9 @@ from dse.mapping.build import from_devices
 from dse.mapping.mappings import Mappings
 from dse.net.graph import LayerGraph
 
+#: horizontal.json's kind of each split axis.
+KINDS = ("lop", "spatial")
+
 
 def to_autodice(
     graph: LayerGraph, keys: Sequence[str], m: Mappings, index: int = 0
@@ -33,7 +39,8 @@ def to_autodice(
             mapping.setdefault(keys[d], []).append(name)
         if len(devs) > 1:
             ends = [b for _, b in m.bounds(graph, layer, index)]
-            horizontal[name] = ["lop", ends[:-1], [keys[d] for d in devs]]
+            kind = KINDS[m.split_axis(graph, layer, index)]
+            horizontal[name] = [kind, ends[:-1], [keys[d] for d in devs]]
     return mapping, horizontal
 
 
@@ -42,8 +49,9 @@ def from_autodice(
 ) -> Mappings:
     """Read an AutoDiCE mapping, failing loudly in one line on wrong types (a string or a
     number where a list belongs), unknown devices and nodes, unmapped nodes, splits of layers
-    that cannot be split, and split points that are not increasing whole channel indices.
-    Split layers without a ``horizontal.json`` entry get equal parts."""
+    that cannot be split (by rows: only convolutions), and split points that are not
+    increasing whole channel (or row) indices. Split layers without a ``horizontal.json``
+    entry get equal parts by channels."""
     mapping = _object(mapping, "mapping.json", '{"<host>_<resource>": [node names]}')
     key_index = {k: i for i, k in enumerate(keys)}
     on = np.zeros((1, len(graph), len(keys)), dtype=bool)
@@ -70,21 +78,33 @@ def from_autodice(
         return m
     horizontal = _object(horizontal, "horizontal.json", '{layer: ["lop", [points], [devices]]}')
     sizes = m.sizes.copy()
+    axis = m.axis.copy()
     s_of = {int(layer): s for s, layer in enumerate(graph.split_layers)}
     for name, spec in horizontal.items():
         if name not in graph.index:
             raise DseError(f"horizontal.json names unknown node '{name}'")
         layer = graph.index[name]
-        form = f"horizontal.json entry '{name}' must be [\"lop\", [split points], [devices]]"
-        if not isinstance(spec, list) or len(spec) != 3 or spec[0] != "lop":
+        form = (
+            f"horizontal.json entry '{name}' must be [\"lop\" or \"spatial\", "
+            "[split points], [devices]]"
+        )
+        if not isinstance(spec, list) or len(spec) != 3 or spec[0] not in KINDS:
             raise DseError(f"{form}, not {_short(spec)}")
+        by_rows = spec[0] == "spatial"
+        what = "row" if by_rows else "channel"
+        if by_rows and not graph.row_splittable[layer]:
+            raise DseError(
+                f"horizontal.json entry '{name}' ({graph.ops[layer]}) is \"spatial\", but this "
+                "layer cannot be split by rows: only convolutions over NCHW images can; use "
+                "\"lop\""
+            )
         if not isinstance(spec[1], list) or not isinstance(spec[2], list):
             raise DseError(f"{form}: the split points and the devices are lists")
         points = spec[1]
         if not all(isinstance(p, int) and not isinstance(p, bool) for p in points):
             raise DseError(
                 f"horizontal.json entry '{name}': split points {_short(points)} must be whole "
-                "channel indices"
+                f"{what} indices"
             )
         devs = _names(spec[2], f"horizontal.json entry '{name}'", "devices")
         unknown = [d for d in devs if d not in key_index]
@@ -98,19 +118,20 @@ def from_autodice(
                 f"horizontal.json entry '{name}' must list the {len(placed)} devices "
                 f"mapping.json gives it and {len(placed) - 1} split points"
             )
-        channels = int(graph.out_channels[layer])
-        bounds = np.array([0, *points, channels], dtype=np.int64)
+        units = int(graph.out_rows[layer] if by_rows else graph.out_channels[layer])
+        bounds = np.array([0, *points, units], dtype=np.int64)
         if (np.diff(bounds) <= 0).any():
             raise DseError(
                 f"horizontal.json entry '{name}': split points {points} must be "
-                f"increasing inside (0, {channels})"
+                f"increasing inside (0, {units}), the layer's output {what}s"
             )
         if layer not in s_of:  # one device: the entry says nothing more than mapping.json
             continue
         s = s_of[layer]
         sizes[0, s] = 0
         sizes[0, s, [key_index[d] for d in devs]] = np.diff(bounds)
-    return Mappings(m.device, sizes)
+        axis[0, s] = 1 if by_rows and len(devs) > 1 else 0
+    return Mappings(m.device, sizes, axis)
 
 
 def _object(value: Any, what: str, form: str) -> Mapping[str, Any]:

@@ -2,8 +2,10 @@
 it has seen, and a deployment names its mapping by its key.
 
 A mapping in whole numbers (:class:`dse.mapping.Mappings`) is the device of every layer that
-is not splittable and the units each device computes of every splittable layer. The key sums
-splitmix64 hashes of each number with its position (non-zero channel counts only), so two
+is not splittable, the units each device computes of every splittable layer and the axis each
+is split along. The key sums splitmix64 hashes of each number with its position (non-zero
+unit counts and axes only: a mapping split by channels alone keeps the key it had before
+rows could be split), so two
 mappings share a key only when their numbers are equal or by a 64-bit collision (about 1 in
 10^8 for a run of a million mappings). One pass over each mapping, no bytes built, no
 per-mapping Python.
@@ -29,9 +31,9 @@ def _mix(h, v):
 
 
 @njit(cache=True, nogil=True)
-def hash_mappings(device, sizes, out):
-    """``out[p]`` (uint64) = the key of mapping p: ``device[P, L]`` (-1 for splittable layers)
-    and ``sizes[P, S, D]``. Each (position, value) is hashed on its own and the hashes are
+def hash_mappings(device, sizes, axis, out):
+    """``out[p]`` (uint64) = the key of mapping p: ``device[P, L]`` (-1 for splittable layers),
+    ``sizes[P, S, D]`` and ``axis[P, S]``. Each (position, value) is hashed on its own and the hashes are
     summed (Zobrist-style): no chain from one number to the next, so the CPU overlaps them."""
     pop, n_layers = device.shape
     n_split, n_devices = sizes.shape[1], sizes.shape[2]
@@ -46,4 +48,8 @@ def hash_mappings(device, sizes, out):
             c = flat[p, i]
             if c != 0:
                 h += _mix(np.uint64(n_layers + i) * _GOLDEN, np.uint64(c & 0xFFFFFFFF))
+        for s in range(n_split):
+            if axis[p, s] != 0:
+                pos = np.uint64(n_layers + n_split * n_devices + s)
+                h += _mix(pos * _GOLDEN, np.uint64(axis[p, s]))
         out[p] = h

@@ -1,8 +1,10 @@
 """The mapping's rules, compiled once for the encodings, the model and the runtime alike.
 
 A mapping (:class:`dse.mapping.Mappings`) gives every layer that cannot be split one device,
-and every splittable layer s a whole number of output channels per device, ``sizes[s, d]``.
-Its other forms follow from these rules, written here and nowhere else:
+and every splittable layer s an axis (``axis[s]``: 0 output channels, 1 output rows) and a
+whole number of units along it per device, ``sizes[s, d]``; ``units[axis, s]`` is what the
+layer has along each axis (its output channels, its output rows). Its other forms follow from
+these rules, written here and nowhere else:
 
 * **Sizes from part counts.** An encoding says how many parts of a layer each device computes
   (``counts[s, d]``). With equal shares the layer is cut into ``sum(counts)`` near-equal
@@ -12,7 +14,8 @@ Its other forms follow from these rules, written here and nowhere else:
   over go one each to the largest remainders, ties to the lower device (:func:`speed_sizes`).
   A layer never has more parts than units; a device whose part would be empty takes no part.
 * **Share.** Device d computes ``sizes[s, d] / units`` of layer s (``units``: the layer's
-  output channels, at least 1); parts are contiguous ranges in device order.
+  output channels or rows, at least 1); parts are contiguous ranges in device order (channels,
+  or bands of rows).
 * **Owner.** Every layer has one device holding its whole output: the device that runs it
   whole, or, for a split layer, where its parts are concatenated. Following the thesis
   (section 4.2) that is the device of the first part of its first consumer; for a layer
@@ -30,10 +33,11 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
-def equal_sizes(counts, units, out):
+def equal_sizes(counts, units, axis, out):
     """``out[p, s, d]``: units of layer s device d computes when the layer is cut into
     ``sum(counts[p, s])`` near-equal contiguous parts in device order, the first ``units %
-    parts`` one larger. ``counts`` and ``out`` are [P, S, D], ``units`` [S]."""
+    parts`` one larger. ``counts`` and ``out`` are [P, S, D], ``units`` [2, S] (channels,
+    rows), ``axis`` [P, S]."""
     pop, n_layers, n_devices = counts.shape
     for p in range(pop):
         for layer in range(n_layers):
@@ -41,7 +45,7 @@ def equal_sizes(counts, units, out):
             for d in range(n_devices):
                 parts += counts[p, layer, d]
             safe = max(parts, 1)
-            ch = max(units[layer], 1)
+            ch = max(units[axis[p, layer], layer], 1)
             base, extra = ch // safe, ch % safe
             before = 0
             for d in range(n_devices):
@@ -52,12 +56,12 @@ def equal_sizes(counts, units, out):
 
 
 @njit(cache=True, nogil=True)
-def speed_sizes(counts, units, speed, out):
+def speed_sizes(counts, units, axis, speed, out):
     """``out[p, s, d]``: units of layer s device d computes when the layer's parts are sized to
     their devices' speeds: the floor of ``units x counts[d] x speed[s, d] / sum(counts x
     speed[s])``, then the units left over one each to the largest remainders (ties to the lower
     device; a device with no part never gets one). ``speed[S, D]``; ``counts``, ``out``
-    [P, S, D]."""
+    [P, S, D]; ``units`` [2, S], ``axis`` [P, S] as :func:`equal_sizes`'s."""
     pop, n_layers, n_devices = counts.shape
     w = np.empty(n_devices)
     base = np.empty(n_devices)
@@ -70,8 +74,9 @@ def speed_sizes(counts, units, speed, out):
                 if counts[p, layer, d] > 0:
                     used += 1
                     last = d
+            u = max(units[axis[p, layer], layer], 1)
             if used == 1:  # the whole layer on one device (the rule gives exactly this)
-                out[p, layer, last] = max(units[layer], 1)
+                out[p, layer, last] = u
                 continue
             total = 0.0
             for d in range(n_devices):
@@ -79,7 +84,7 @@ def speed_sizes(counts, units, speed, out):
                 total += w[d]
             if not total > 0:
                 total = 1.0
-            ch = float(max(units[layer], 1))
+            ch = float(u)
             given = 0.0
             for d in range(n_devices):
                 ideal = ch * w[d] / total
@@ -99,11 +104,11 @@ def speed_sizes(counts, units, speed, out):
 
 
 @njit(cache=True, nogil=True)
-def dense_one(device, sizes, units, consumer, producer, share, owner, anchor):
+def dense_one(device, sizes, axis, units, consumer, producer, share, owner, anchor):
     """One mapping's ``share[L, D]`` (zeros on entry) and ``owner[L]`` from its whole numbers
-    ``device[L]`` (-1 for splittable layers) and ``sizes[S, D]``; ``units[L]`` the layers'
-    output channels, ``consumer`` / ``producer`` [L] the graph's ``first_consumer`` /
-    ``first_producer``; ``anchor[L]`` scratch."""
+    ``device[L]`` (-1 for splittable layers), ``sizes[S, D]`` and ``axis[S]``; ``units[2, L]``
+    the layers' output channels and rows, ``consumer`` / ``producer`` [L] the graph's
+    ``first_consumer`` / ``first_producer``; ``anchor[L]`` scratch."""
     n_layers, n_devices = share.shape
     s = 0
     for layer in range(n_layers):
@@ -112,7 +117,7 @@ def dense_one(device, sizes, units, consumer, producer, share, owner, anchor):
             anchor[layer] = device[layer]
             owner[layer] = -1  # not split: its anchor
             continue
-        ch = float(max(units[layer], 1))
+        ch = float(max(units[axis[s], layer], 1))
         first, used = -1, 0
         for d in range(n_devices):
             c = sizes[s, d]
@@ -135,8 +140,10 @@ def dense_one(device, sizes, units, consumer, producer, share, owner, anchor):
 
 
 @njit(cache=True, nogil=True)
-def dense(device, sizes, units, consumer, producer, share, owner):
+def dense(device, sizes, axis, units, consumer, producer, share, owner):
     """:func:`dense_one` of every mapping: ``share[P, L, D]`` (zeros on entry), ``owner[P, L]``."""
     anchor = np.empty(device.shape[1], dtype=np.int64)
     for p in range(device.shape[0]):
-        dense_one(device[p], sizes[p], units, consumer, producer, share[p], owner[p], anchor)
+        dense_one(
+            device[p], sizes[p], axis[p], units, consumer, producer, share[p], owner[p], anchor
+        )

@@ -169,6 +169,79 @@ class LayerGraph:
         return follower
 
     @cached_property
+    def _rows(self) -> tuple[np.ndarray, ...]:
+        """Each layer's row window (:func:`dse.net.ops.row_window`) as arrays: row-local,
+        stride, span, top pad, input rows and output rows (0 where not 4-D)."""
+        n = len(self.layers)
+        local = np.zeros(n, dtype=bool)
+        stride, span, pad = np.ones(n, np.int64), np.ones(n, np.int64), np.zeros(n, np.int64)
+        in_rows, out_rows = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        for i, layer in enumerate(self.layers):
+            if len(layer.output_shape) == 4:
+                out_rows[i] = layer.output_shape[2]
+            if layer.inputs and len(layer.inputs[0].shape) == 4:
+                in_rows[i] = layer.inputs[0].shape[2]
+            w = ops.row_window(layer)
+            if w is not None and out_rows[i] > 0 and in_rows[i] > 0:
+                local[i] = True
+                stride[i], span[i], pad[i] = w.stride, w.span, w.pad
+        arrays = (local, stride, span, pad, in_rows, out_rows)
+        for a in arrays:
+            a.setflags(write=False)
+        return arrays
+
+    @property
+    def row_local(self) -> np.ndarray:
+        """bool [L]: the layer computes a band of its output rows (axis 2 of NCHW) from a band
+        of its first input's rows (:func:`dse.net.ops.row_window`)."""
+        return self._rows[0]
+
+    @property
+    def row_stride(self) -> np.ndarray:
+        """int64 [L]: output row o reads input rows from ``o * row_stride - row_pad``, ..."""
+        return self._rows[1]
+
+    @property
+    def row_span(self) -> np.ndarray:
+        """int64 [L]: ... ``row_span`` of them (kernel rows x dilation), clipped to the input."""
+        return self._rows[2]
+
+    @property
+    def row_pad(self) -> np.ndarray:
+        """int64 [L]: the top padding of the row window."""
+        return self._rows[3]
+
+    @property
+    def in_rows(self) -> np.ndarray:
+        """int64 [L]: rows of the first activation input (axis 2; 0 where not 4-D)."""
+        return self._rows[4]
+
+    @property
+    def out_rows(self) -> np.ndarray:
+        """int64 [L]: rows of the output (axis 2; 0 where not 4-D)."""
+        return self._rows[5]
+
+    @cached_property
+    def row_splittable(self) -> np.ndarray:
+        """bool [L]: a splittable layer that can also split by output rows (a Conv)."""
+        out = self.splittable & self.row_local & (self.out_rows >= 1)
+        out.setflags(write=False)
+        return out
+
+    @cached_property
+    def row_chain(self) -> np.ndarray:
+        """bool [L]: where the layer's root (the split layer it :attr:`follows`, through its
+        chain) splits by rows, the layer runs on the root's bands: it and every layer of the
+        chain before it are row-local. A root itself: :attr:`row_splittable`."""
+        chain = self.row_splittable.copy()
+        for c in range(len(self.layers)):  # topological: a layer's root comes first
+            p = int(self.follows[c])
+            if p >= 0:
+                chain[c] = bool(chain[p] and self.row_local[c])
+        chain.setflags(write=False)
+        return chain
+
+    @cached_property
     def split_layers(self) -> np.ndarray:
         """int64 [S]: the splittable layers, in graph order (index s of a mapping's sizes)."""
         out = np.flatnonzero(self.splittable).astype(np.int64)

@@ -32,8 +32,12 @@ An entry (:class:`Op`) says, for the op types of one family:
   parameters (counted in weight bytes, not in parameters).
 * ``fused``: onnxruntime's CPU provider fuses it into the layer producing its input, so a
   profile times it inside that layer.
-
-Row (spatial) splits will join the entries as their own field.
+* ``rows``: how it computes a band of its output rows (axis 2 of NCHW) from a band of its first
+  input's rows: a rule giving the layer's row window :class:`RowWindow` (stride, rows its
+  kernel spans, top padding), or None where this layer cannot (not 4-D, a padding it cannot
+  keep per band). Elementwise ops and BatchNormalization read the same row (1, 1, 0). The
+  runtime computes a band with the node as it is, its top and bottom padding set to what the
+  band needs (:func:`row_part`): one rule for every op that has ``rows``.
 """
 
 from __future__ import annotations
@@ -102,8 +106,27 @@ class ChannelSplit:
     slice: Slicer
 
 
+@dataclass(frozen=True)
+class RowWindow:
+    """The rows of a layer's first input that its output row o reads: ``o * stride - pad``
+    to ``o * stride - pad + span`` (exclusive), clipped to the input's rows."""
+
+    stride: int
+    span: int  # (kernel rows - 1) x dilation + 1
+    pad: int  # top padding (explicit, or as auto_pad resolves it)
+
+    def needed(self, o0: int, o1: int, in_rows: int) -> tuple[int, int]:
+        """Input rows ``[lo, hi)`` that output rows ``[o0, o1)`` read (empty band: (0, 0))."""
+        if o1 <= o0:
+            return (0, 0)
+        lo = max(0, o0 * self.stride - self.pad)
+        hi = min(in_rows, (o1 - 1) * self.stride - self.pad + self.span)
+        return (lo, max(lo, hi))
+
+
 MacRule = Callable[[OpView], int]
 FamilyRule = Callable[[LayerLike], str]
+RowRule = Callable[[LayerLike], RowWindow | None]
 
 
 @dataclass(frozen=True)
@@ -117,6 +140,7 @@ class Op:
     local_inputs: frozenset[int] = frozenset()
     not_parameters: frozenset[int] = frozenset()
     fused: bool = False
+    rows: RowRule | None = None
 
 
 REGISTRY: dict[str, Op] = {}
@@ -173,6 +197,55 @@ def local(op: str) -> str:
     return entry.local if entry is not None else ""
 
 
+def row_window(layer: LayerLike) -> RowWindow | None:
+    """How ``layer`` splits by output rows (:class:`RowWindow`), or None where it cannot."""
+    entry = REGISTRY.get(layer.op)
+    if entry is None or entry.rows is None:
+        return None
+    return entry.rows(layer)
+
+
+def same_row(layer: LayerLike) -> RowWindow | None:
+    """The row rule of ops that read the same row of their input (elementwise, per-channel
+    normalisation): 4-D in and out, and no static input that varies along the rows."""
+    out = getattr(layer, "output_shape", ())
+    if len(out) != 4:
+        return None
+    for w in getattr(layer, "weights", ()):  # broadcast from the right: axis 2 is [-2]
+        if len(w.shape) >= 2 and w.shape[-2] != 1:
+            return None
+    return RowWindow(1, 1, 0)
+
+
+def window_rows(layer: LayerLike, kernel: int, stride_at: int = 0) -> RowWindow | None:
+    """The row rule of a windowed op over NCHW (Conv, pooling) with ``kernel`` rows: its
+    strides, dilations and pads (``auto_pad`` resolved) along axis 2."""
+    out = getattr(layer, "output_shape", ())
+    inputs = getattr(layer, "inputs", ())
+    if len(out) != 4 or not inputs or len(inputs[0].shape) != 4:
+        return None
+    a = layer.attrs
+    stride = int((a.get("strides") or [1, 1])[stride_at])
+    dilation = int((a.get("dilations") or [1, 1])[stride_at])
+    span = (int(kernel) - 1) * dilation + 1
+    auto = a.get("auto_pad", "NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else str(auto)
+    h_in = int(inputs[0].shape[2])
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        total = max((-(-h_in // stride) - 1) * stride + span - h_in, 0)
+        pad = total // 2 if auto == "SAME_UPPER" else total - total // 2
+    elif auto == "VALID":
+        pad = 0
+    elif auto == "NOTSET":
+        pads = a.get("pads") or [0, 0, 0, 0]
+        pad = int(pads[0])
+    else:
+        return None
+    if stride < 1 or span < 1 or pad < 0:
+        return None
+    return RowWindow(stride, span, pad)
+
+
 def not_parameters(op: str) -> frozenset[int]:
     entry = REGISTRY.get(op)
     return entry.not_parameters if entry is not None else frozenset()
@@ -207,6 +280,59 @@ def local_part(
         n.domain = node.domain
     p.nodes.append(n)
     return p
+
+
+def row_part(
+    node: NodeProto,
+    layer: str,
+    band: tuple[int, int],
+    rows: tuple[int, int],
+    window: RowWindow,
+    in_rows: int,
+    tag: str,
+    x: str,
+    out: str,
+) -> Part:
+    """Output rows ``band`` = [o0, o1) of a row-local layer (``rows`` in the registry),
+    computed from ``x``, its first input's rows ``rows`` = [lo, hi) (:meth:`RowWindow.needed`
+    of the band): the node as it is, reading ``x`` and writing ``out``, its top and bottom
+    padding what the band needs (the image's own padding at its borders, none inside: the
+    rows there are real), its column padding as it was (``auto_pad`` made explicit)."""
+    o0, o1 = band
+    lo, hi = rows
+    n = NodeProto()
+    n.CopyFrom(node)
+    n.name = f"{layer}{tag}"
+    n.input[0] = x
+    del n.output[:]
+    n.output.append(out)
+    if window.span > 1 or window.stride > 1 or window.pad > 0 or _has_pads(node):
+        top = max(0, window.pad - o0 * window.stride)
+        bottom = max(0, (o1 - 1) * window.stride - window.pad + window.span - in_rows)
+        left, right = _column_pads(node)
+        attrs = [a for a in n.attribute if a.name not in ("pads", "auto_pad")]
+        del n.attribute[:]
+        n.attribute.extend(attrs)
+        n.attribute.append(helper.make_attribute("pads", [top, left, bottom, right]))
+    return Part(nodes=[n], keep=[t for t in node.input[1:] if t])
+
+
+def _has_pads(node: NodeProto) -> bool:
+    return any(a.name in ("pads", "auto_pad") for a in node.attribute)
+
+
+def _column_pads(node: NodeProto) -> tuple[int, int]:
+    """The node's left and right padding (axis 3), ``auto_pad`` resolved by the node's own
+    kernel, stride and dilation along the columns: needs ``_width`` (set by the caller)."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    auto = attrs.get("auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else str(auto)
+    if auto == "NOTSET":
+        pads = list(attrs.get("pads") or [0, 0, 0, 0])
+        return int(pads[1]), int(pads[3])
+    if auto == "VALID":
+        return 0, 0
+    raise ValueError(f"node '{node.name}': auto_pad {auto} is resolved by the partitioner")
 
 
 # the families register themselves on import

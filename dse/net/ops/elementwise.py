@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dse.net.ops import OpView, family_of, numel, register
+from dse.net.ops import OpView, family_of, numel, register, same_row
 
 EW = family_of("elementwise")
 NORM = family_of("norm")
@@ -14,12 +14,12 @@ def _per_output_element(v: OpView) -> int:
 
 # activations: channel-local whatever the split axis; onnxruntime fuses some into their producer
 for _op in ("Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh"):
-    register(_op, family=EW, local="any", fused=True)(_per_output_element)
-register("Clip", family=EW, local="any", fused=True, not_parameters=frozenset({1, 2}))(
-    _per_output_element
-)
+    register(_op, family=EW, local="any", fused=True, rows=same_row)(_per_output_element)
+register(
+    "Clip", family=EW, local="any", fused=True, not_parameters=frozenset({1, 2}), rows=same_row
+)(_per_output_element)
 for _op in ("Elu", "Selu", "Celu", "Gelu", "Softplus", "Softsign", "Mish", "ThresholdedRelu"):
-    register(_op, family=EW, local="any")(_per_output_element)
+    register(_op, family=EW, local="any", rows=same_row)(_per_output_element)
 register("PRelu", family=EW)(_per_output_element)  # its slope may be per channel: not local
 
 # normalisation and softmax (BatchNormalization folds to one multiply-add per element)
@@ -30,6 +30,7 @@ register(
     local_inputs=frozenset({1, 2, 3, 4}),  # scale, bias, mean, var: [C]
     not_parameters=frozenset({3, 4}),  # running statistics, not trained
     fused=True,
+    rows=same_row,  # scale, bias, mean and var are [C]
 )(_per_output_element)
 register("InstanceNormalization", "LayerNormalization", family=NORM)(_per_output_element)
 register("GroupNormalization", "Softmax", "LogSoftmax", "Hardmax", family=EW)(_per_output_element)

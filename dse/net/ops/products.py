@@ -8,7 +8,18 @@ import numpy as np
 from onnx import NodeProto, helper
 
 from dse.errors import DseError
-from dse.net.ops import ChannelSplit, LayerLike, OpView, Part, Shape, family_of, numel, register
+from dse.net.ops import (
+    ChannelSplit,
+    LayerLike,
+    OpView,
+    Part,
+    RowWindow,
+    Shape,
+    family_of,
+    numel,
+    register,
+    window_rows,
+)
 
 CONV_OPS = ("Conv", "ConvInteger", "QLinearConv", "ConvTranspose")
 
@@ -130,7 +141,14 @@ def _whole(piece: tuple[int, int, int, int], per_out: int) -> bool:
     return o0 == g0 * per_out and o1 == g1 * per_out
 
 
-@register("Conv", family=conv_family, channels=ChannelSplit(1, 1, conv_part))
+def conv_rows(layer: LayerLike) -> RowWindow | None:
+    """A 2-D convolution's row window (any group count: depthwise included)."""
+    if not layer.weights or len(layer.weights[0].shape) != 4:
+        return None
+    return window_rows(layer, layer.weights[0].shape[2])
+
+
+@register("Conv", family=conv_family, channels=ChannelSplit(1, 1, conv_part), rows=conv_rows)
 @register("ConvInteger", "QLinearConv", family=conv_family)  # the runtime cannot slice them
 def _conv(v: OpView) -> int:
     # weight is input 1 for Conv/ConvInteger, input 3 for QLinearConv: [Cout, Cin/groups, k...]

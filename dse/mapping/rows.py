@@ -1,0 +1,182 @@
+"""The rules of row (spatial) splits, compiled once for the model and the runtime alike.
+
+A splittable layer split by rows (``Mappings.axis`` 1, several parts) gives device d the band
+of its output rows ``[lo, hi)`` its sizes say, bands contiguous in device order as channel
+parts are. Everything else follows from these rules, written here and nowhere else:
+
+* **Followers on bands.** A layer that follows it (``LayerGraph.follows``: Relu,
+  BatchNormalization, pooling after a Conv) runs on the bands too where it and the chain
+  before it are row-local (``LayerGraph.row_chain``). Its band on a device is ``[F(a), F(b))``
+  for the band ``[a, b)`` of its input there: ``F(0) = 0``, ``F(in_rows) = out_rows``, else
+  ``F(x) = min(out_rows, ceil((x + pad) / stride))``: output row o goes to the device whose
+  band holds the first input row its window reads (clamped to 0). A band may be empty.
+* **Needed rows.** A band ``[o0, o1)`` reads the input rows ``[o0 x stride - pad, (o1 - 1) x
+  stride - pad + span)`` clipped to the input (:func:`needed`); an empty band none.
+* **Bands kept or gathered.** The output of the last layer of a chain on bands stays as bands
+  (each device keeping its own, the next layer fetching the rows it needs from the devices
+  holding them: halos) when it is no graph output and every layer reading it is a root split
+  by rows over the same devices; else its bands are gathered along the rows, as channel parts
+  are gathered (:func:`row_layout`).
+
+The model's kernel (:mod:`models_analytical.schedule`) and the runtime's partitioner
+(:mod:`dse.runtime.programs`) both call :func:`row_layout`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def follow(x, stride, pad, in_rows, out_rows):
+    """F(x): where input row boundary x falls among the output rows (module docstring)."""
+    if x <= 0:
+        return 0
+    if x >= in_rows:
+        return out_rows
+    return min(out_rows, (x + pad + stride - 1) // stride)
+
+
+@njit(cache=True, nogil=True)
+def needed(o0, o1, stride, span, pad, in_rows):
+    """The input rows ``(lo, hi)`` output rows ``[o0, o1)`` read, clipped; (0, 0) when empty."""
+    if o1 <= o0:
+        return 0, 0
+    lo = max(0, o0 * stride - pad)
+    hi = min(in_rows, (o1 - 1) * stride - pad + span)
+    return lo, max(lo, hi)
+
+
+@njit(cache=True, nogil=True)
+def row_layout(
+    sizes,
+    axis,
+    split_index,
+    follows,
+    row_chain,
+    stride,
+    pad,
+    in_rows,
+    out_rows,
+    out_ptr,
+    out_dst,
+    is_output,
+    root,
+    band_lo,
+    band_hi,
+    keep,
+):
+    """One mapping's rows: ``sizes[S, D]`` and ``axis[S]`` (its whole numbers);
+    ``split_index[L]`` each layer's index among the splittable ones (-1: not splittable);
+    the graph's ``follows``, ``row_chain``, ``row_stride``, ``row_pad``, ``in_rows``,
+    ``out_rows`` [L], its consumers (``out_ptr`` [L+1], ``out_dst``) and ``is_output`` [L].
+    Fills ``root[L]`` (the root split by rows whose bands each layer runs on, -1: none),
+    ``band_lo`` / ``band_hi`` [L, D] (each device's output rows of such a layer; 0, 0 for a
+    device without a part) and ``keep[L]`` (the layer's output stays as bands)."""
+    n_layers, n_dev = band_lo.shape
+    for layer in range(n_layers):
+        root[layer] = -1
+        keep[layer] = False
+        for d in range(n_dev):
+            band_lo[layer, d] = 0
+            band_hi[layer, d] = 0
+        s = split_index[layer]
+        if s >= 0 and axis[s] == 1:
+            parts = 0
+            for d in range(n_dev):
+                if sizes[s, d] > 0:
+                    parts += 1
+            if parts > 1:
+                root[layer] = layer
+                at = 0
+                for d in range(n_dev):
+                    if sizes[s, d] > 0:
+                        band_lo[layer, d] = at
+                        at += sizes[s, d]
+                        band_hi[layer, d] = at
+                continue
+        p = follows[layer]
+        if p >= 0 and root[p] >= 0 and row_chain[layer]:
+            root[layer] = root[p]
+            r = root[p]
+            for d in range(n_dev):
+                if sizes[split_index[r], d] > 0:  # a device of the root's parts
+                    band_lo[layer, d] = follow(
+                        band_lo[p, d], stride[layer], pad[layer], in_rows[layer], out_rows[layer]
+                    )
+                    band_hi[layer, d] = follow(
+                        band_hi[p, d], stride[layer], pad[layer], in_rows[layer], out_rows[layer]
+                    )
+    # a chain's last layer keeps its bands where every reader is a root on the same devices
+    for layer in range(n_layers):
+        r = root[layer]
+        if r < 0 or is_output[layer] or out_ptr[layer + 1] == out_ptr[layer]:
+            continue
+        kept = True
+        for j in range(out_ptr[layer], out_ptr[layer + 1]):
+            c = out_dst[j]
+            if root[c] == r:  # a follower on the same bands: not the chain's last layer
+                kept = False
+                break
+            if root[c] != c:
+                kept = False
+                break
+            sr, sc = split_index[r], split_index[c]
+            for d in range(n_dev):
+                if (sizes[sr, d] > 0) != (sizes[sc, d] > 0):
+                    kept = False
+                    break
+            if not kept:
+                break
+        keep[layer] = kept
+
+
+def layout_of(graph, sizes: np.ndarray, axis: np.ndarray) -> tuple[np.ndarray, ...]:  # noqa: ANN001
+    """:func:`row_layout` of one mapping (``sizes[S, D]``, ``axis[S]``) of ``graph`` (a
+    :class:`~dse.net.graph.LayerGraph`): ``root``, ``band_lo``, ``band_hi``, ``keep``."""
+    n, n_dev = len(graph), sizes.shape[1]
+    split_index = np.full(n, -1, dtype=np.int64)
+    split_index[graph.split_layers] = np.arange(len(graph.split_layers))
+    out_ptr, out_dst = consumers(graph)
+    is_output = np.zeros(n, dtype=bool)
+    names = {t.name for t in graph.outputs}
+    for layer in graph:
+        is_output[layer.index] = any(t.name in names for t in layer.outputs)
+    root = np.empty(n, dtype=np.int64)
+    band_lo = np.empty((n, n_dev), dtype=np.int64)
+    band_hi = np.empty((n, n_dev), dtype=np.int64)
+    keep = np.empty(n, dtype=bool)
+    row_layout(
+        np.ascontiguousarray(sizes, dtype=np.int64),
+        np.ascontiguousarray(axis, dtype=np.int64),
+        split_index,
+        graph.follows,
+        graph.row_chain,
+        graph.row_stride,
+        graph.row_pad,
+        graph.in_rows,
+        graph.out_rows,
+        out_ptr,
+        out_dst,
+        is_output,
+        root,
+        band_lo,
+        band_hi,
+        keep,
+    )
+    return root, band_lo, band_hi, keep
+
+
+def consumers(graph) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
+    """The layers reading each layer's output, as CSR (``out_ptr`` [L+1], ``out_dst``), each
+    consumer once, in topological order."""
+    n = len(graph)
+    lists: list[set[int]] = [set() for _ in range(n)]
+    for s, d in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), strict=True):
+        if s >= 0:
+            lists[s].add(d)
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(x) for x in lists])
+    dst = np.array([c for x in lists for c in sorted(x)], dtype=np.int64)
+    return ptr, dst
