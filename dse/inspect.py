@@ -28,8 +28,12 @@ def layer_rows(graph: LayerGraph) -> list[dict]:
             "macs": layer.macs,
             "params": layer.params,
             "splittable": layer.splittable,
+            # ... by its output rows too (a convolution; chromosome.spatial=true)
+            "row_splittable": bool(graph.row_splittable[layer.index]),
             # runs on the parts of this layer when that one is split (channel-local)
             "follows": graph.names[follows[layer.index]] if follows[layer.index] >= 0 else None,
+            # ... and on its bands when that one is split by rows (row-local too)
+            "on_bands": bool(graph.row_chain[layer.index] and follows[layer.index] >= 0),
             "estimated": layer.estimated,
             "out_channels": layer.out_channels,
             "weight_bytes": layer.weight_bytes,
@@ -53,7 +57,7 @@ def as_json(graph: LayerGraph) -> str:
 
 
 def as_table(graph: LayerGraph) -> str:
-    head = ("#", "name", "op", "output shape", "MACs", "params", "split", "est.")
+    head = ("#", "name", "op", "output shape", "MACs", "params", "split", "rows", "est.")
     rows = [
         (
             str(i),
@@ -63,6 +67,7 @@ def as_table(graph: LayerGraph) -> str:
             f"{r['macs']:,}",
             f"{r['params']:,}",
             "yes" if r["splittable"] else ("parts" if r["follows"] else ""),
+            "yes" if r["row_splittable"] else ("bands" if r["on_bands"] else ""),
             "est." if r["estimated"] else "",
         )
         for i, r in enumerate(layer_rows(graph))
@@ -83,8 +88,9 @@ def as_table(graph: LayerGraph) -> str:
         f"{graph.name}: {t['layers']} layers, {t['macs']:,} MACs "
         f"({t['macs'] / 1e9:.3f} G), {t['params']:,} params "
         f"({t['params'] / 1e6:.2f} M), weights {t['weight_bytes'] / 1e6:.1f} MB, "
-        f"{int(graph.splittable.sum())} splittable, "
-        f"{int((graph.follows >= 0).sum())} run on the parts of the split layer before them"
+        f"{int(graph.splittable.sum())} splittable ({int(graph.row_splittable.sum())} by rows "
+        f"too), {int((graph.follows >= 0).sum())} run on the parts of the split layer before "
+        "them"
     )
     estimated = sorted({layer.op for layer in graph if layer.estimated})
     if estimated:

@@ -96,6 +96,9 @@ class TypeCoefficients:
     # share x output channels: the fixed part shrinks as the layer has more channels)
     part_fixed: dict[str, float] = field(default_factory=dict)
     part_fixed_channels: dict[str, float] = field(default_factory=dict)
+    # what every band of a layer split by rows pays whatever its rows, as a share of the whole
+    # layer's time, per family (family -> share; absent: a band costs its share of the rows)
+    row_fixed: dict[str, float] = field(default_factory=dict)
     # what running the work as sub-models costs on the device, beyond their layers (measured
     # on sub-models timed alone): per sub-model run, per byte of each tensor one takes in and
     # of each it gives out (layout conversions and copies at its edges)
@@ -186,6 +189,10 @@ class TypeCoefficients:
                 for fam, v in keyed(
                     k.get("part_fixed_channels"), f"{where}.part_fixed_channels"
                 ).items()
+            },
+            row_fixed={
+                str(fam): fraction(v, f"{where}.row_fixed.{fam}")
+                for fam, v in keyed(k.get("row_fixed"), f"{where}.row_fixed").items()
             },
             segment_run_s=number(k.get("segment_run_s", 0.0), f"{where}.segment_run_s"),
             segment_in_per_byte_s=number(

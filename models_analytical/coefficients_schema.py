@@ -234,6 +234,11 @@ TYPE_SECTION = Section(
             Number("channels", 1e6, "fixed share x output channels"),
             "fixed share per family, for layers never profiled",
         ),
+        "row_fixed": Keyed(
+            "family",
+            Number("", 1.0, "share of a layer's time every band of it pays", open_high=True),
+            "fixed share of a band (a layer split by rows) per family",
+        ),
         "segment_run_s": Number("s", S_MAX, "per sub-model run", default=0.0),
         "segment_in_per_byte_s": Number(
             "s/B", PER_UNIT_MAX, "per byte a sub-model takes in", default=0.0

@@ -64,6 +64,7 @@ class LayerTables:
     source: np.ndarray  # int [Y, L] index into SOURCES
     block: np.ndarray  # float64 [Y, L] channels per block of a part (1: any share)
     part_fixed: np.ndarray  # float64 [Y, L] share of the whole layer's time every part pays
+    row_fixed: np.ndarray  # float64 [Y, L] ... every band of it pays (split by rows)
 
 
 #: The largest fixed share of a part: a timed line's intercept can be most of a small layer,
@@ -95,6 +96,7 @@ def layer_tables(graph: LayerGraph, coefficients: Coefficients) -> LayerTables:
     source = np.zeros((n_types, len(graph)), dtype=np.int64)
     block = np.ones((n_types, len(graph)))
     part_fixed = np.zeros((n_types, len(graph)))
+    row_fixed = np.zeros((n_types, len(graph)))
     macs = graph.macs.astype(np.float64)
     conv = np.array([layer.op in CONV_OPS for layer in graph])
     for k, coeff in enumerate(coefficients.types.values()):
@@ -104,6 +106,8 @@ def layer_tables(graph: LayerGraph, coefficients: Coefficients) -> LayerTables:
         block[k, conv] = coeff.channel_block
         if coeff.part_fixed or coeff.part_fixed_channels:
             part_fixed[k] = [part_fixed_share(layer, coeff) for layer in graph]
+        if coeff.row_fixed:
+            row_fixed[k] = [min(coeff.row_fixed.get(family(layer), 0.0), PART_FIXED_MAX) for layer in graph]
         if coeff.layer_s or coeff.regression:
             for i, layer in enumerate(graph):
                 t = coeff.layer_s.get(layer_key(layer))
@@ -123,4 +127,5 @@ def layer_tables(graph: LayerGraph, coefficients: Coefficients) -> LayerTables:
         source,
         block,
         part_fixed,
+        row_fixed,
     )

@@ -15,6 +15,7 @@ import numba
 import numpy as np
 
 from dse.mapping import Mappings
+from dse.mapping.mappings import layer_units
 from dse.net.graph import LayerGraph
 from dse.objectives import OBJECTIVES
 from dse.platform import Platform
@@ -129,6 +130,14 @@ def kernel_inputs(
         is_output=is_output,
         follows=np.asarray(graph.follows, dtype=np.int64),
         follower=np.asarray(graph.follower, dtype=np.int64),
+        split_index=split_index(graph),
+        row_chain=np.asarray(graph.row_chain, dtype=np.bool_),
+        row_stride=np.asarray(graph.row_stride, dtype=np.int64),
+        row_span=np.asarray(graph.row_span, dtype=np.int64),
+        row_pad=np.asarray(graph.row_pad, dtype=np.int64),
+        in_rows=np.asarray(graph.in_rows, dtype=np.int64),
+        out_rows=np.asarray(graph.out_rows, dtype=np.int64),
+        row_fixed=tables.row_fixed,
         link_latency_s=links["latency"],
         link_s_per_byte=links["inv_bw"],
         link_j_per_byte=links["energy"],
@@ -147,6 +156,13 @@ def kernel_inputs(
         segment_out_per_byte_s=per_type(coefficients, "segment_out_per_byte_s"),
         receive_on_device=per_type(coefficients, "receive_on_device", np.bool_),
     )
+
+
+def split_index(graph: LayerGraph) -> np.ndarray:
+    """int64 [L]: each layer's index among the splittable ones (-1: not splittable)."""
+    out = np.full(len(graph), -1, dtype=np.int64)
+    out[graph.split_layers] = np.arange(len(graph.split_layers))
+    return out
 
 
 def per_type(coefficients: Coefficients, name: str, dtype: type = np.float64) -> np.ndarray:
@@ -252,7 +268,7 @@ class AnalyticalModel:
         )
         self._need_weights = self._by_class or bool(self._mem_load.any())
         self.capacity_mb = np.array([d.memory_mb for d in platform.devices])
-        self._channels = np.asarray(graph.out_channels, dtype=np.int64)
+        self._units = layer_units(graph)
 
     def with_transfer_costs(self, fixed_s: float, per_byte_s: float) -> AnalyticalModel:
         """This model with another cost of a tensor crossing devices (every type's
@@ -296,6 +312,7 @@ class AnalyticalModel:
         by class when ``with_weights`` (None: when the memory terms need them)."""
         device = np.ascontiguousarray(mappings.device, dtype=np.int64)
         sizes = np.ascontiguousarray(mappings.sizes)
+        axis = np.ascontiguousarray(mappings.axis, dtype=np.int8)
         size = len(device)
         large = size >= PARALLEL_MIN_BATCH
         threads = self.tuner.choose() if large else 1
@@ -303,7 +320,8 @@ class AnalyticalModel:
         result = simulate(
             device,
             sizes,
-            self._channels,
+            axis,
+            self._units,
             self.graph.first_consumer,
             self.graph.first_producer,
             self._w_class,

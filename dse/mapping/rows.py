@@ -147,9 +147,9 @@ def layout_of(graph, sizes: np.ndarray, axis: np.ndarray) -> tuple[np.ndarray, .
     band_lo = np.empty((n, n_dev), dtype=np.int64)
     band_hi = np.empty((n, n_dev), dtype=np.int64)
     keep = np.empty(n, dtype=bool)
-    row_layout(
-        np.ascontiguousarray(sizes, dtype=np.int64),
-        np.ascontiguousarray(axis, dtype=np.int64),
+    row_layout(  # sizes int32 and axis int8, as the kernel passes them: one compiled version
+        np.ascontiguousarray(sizes, dtype=np.int32),
+        np.ascontiguousarray(axis, dtype=np.int8),
         split_index,
         graph.follows,
         graph.row_chain,

@@ -11,6 +11,7 @@ import numpy as np
 
 from dse.files import staged, write_text
 from dse.mapping import Mappings, to_autodice
+from dse.mapping.mappings import AXES
 from dse.net.graph import LayerGraph
 from dse.objectives import OBJECTIVES, fmt
 from dse.platform import Platform
@@ -22,7 +23,8 @@ def _columns(objectives: list[str]) -> list[str]:
 
 
 def write_pareto(path: Path, problem: MappingProblem, genes: np.ndarray) -> list[dict]:
-    """One row per Pareto point: objectives, feasibility, devices used, split layers, data sent.
+    """One row per Pareto point: objectives, feasibility, devices used, split layers (and,
+    where the encoding splits by rows, how many of them by rows), data sent.
 
     Distinct mappings with the same objectives (the same work on another, identical board) are
     one row; ``same_cost_mappings`` counts them.
@@ -44,6 +46,11 @@ def write_pareto(path: Path, problem: MappingProblem, genes: np.ndarray) -> list
                 "feasible": bool(ev.feasible[i]),
                 "devices_used": int(ev.used[i].sum()),
                 "split_layers": int(split[i].sum()),
+                **(
+                    {"by_rows": int((split[i] & (mappings.axis[i] == 1)).sum())}
+                    if problem.chromosome.spatial
+                    else {}
+                ),
                 "sent_MB": round(float(ev.bytes_sent[i].sum()) / 1e6, 6),
                 "same_cost_mappings": 1,
                 "genes": " ".join(map(str, genes[i].tolist())),
@@ -59,7 +66,7 @@ def write_pareto(path: Path, problem: MappingProblem, genes: np.ndarray) -> list
 
 def mapping_table(graph: LayerGraph, keys: list[str], mapping: Mappings) -> str:
     """A readable table of mapping 0, like the thesis's Table 4: layer, op, output sizes,
-    devices."""
+    devices (a split layer's parts in output channels or rows)."""
     _, owner = mapping.dense(graph)
     lines = [
         "| layer | op | output | split outputs | devices | concat on |",
@@ -69,8 +76,9 @@ def mapping_table(graph: LayerGraph, keys: list[str], mapping: Mappings) -> str:
         shape = "x".join(map(str, layer.output_shape))
         if len(devs) > 1:
             parts = ", ".join(str(b - a) for a, b in mapping.bounds(graph, i))
+            unit = AXES[mapping.split_axis(graph, i)]
             lines.append(
-                f"| {layer.name} | {layer.op} | {shape} | {parts} channels | "
+                f"| {layer.name} | {layer.op} | {shape} | {parts} {unit} | "
                 f"{', '.join(keys[d] for d in devs)} | {keys[owner[0, i]]} |"
             )
         else:

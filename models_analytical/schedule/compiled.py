@@ -11,8 +11,8 @@ Stamped: numba stamps a cached function with its own file only, yet its compiled
 what it calls from other modules, so an edited stage would leave its callers' cached code stale
 (the batch would go on running the old stage). A cached function of this package is stamped,
 besides numba's own stamp, with the content of every module of the package and of
-:mod:`dse.mapping.rules` (whose ``dense_one`` the batch calls): an edit anywhere recompiles the
-kernel. This goes through numba's cache locators (``numba.core.caching``, not public API);
+:mod:`dse.mapping.rules` and :mod:`dse.mapping.rows` (whose ``dense_one`` and ``row_layout`` the
+batch calls): an edit anywhere recompiles the kernel. This goes through numba's cache locators (``numba.core.caching``, not public API);
 where they are missing the kernel still runs, stamped by numba alone, and ``tests/test_model``
 fails.
 """
@@ -28,6 +28,7 @@ from typing import Any
 from numba import njit
 from numba.core import caching
 
+import dse.mapping.rows
 import dse.mapping.rules
 from models_analytical.schedule.pipeline import KernelCompiler
 
@@ -38,7 +39,8 @@ PACKAGE = Path(__file__).resolve().parent
 def sources_digest() -> str:
     """SHA-256 of the kernel's source files (this package's modules and the mapping rules)."""
     digest = hashlib.sha256()
-    for path in (*sorted(PACKAGE.glob("*.py")), Path(dse.mapping.rules.__file__).resolve()):
+    mapping = (Path(dse.mapping.rules.__file__), Path(dse.mapping.rows.__file__))
+    for path in (*sorted(PACKAGE.glob("*.py")), *(m.resolve() for m in mapping)):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()

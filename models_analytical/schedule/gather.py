@@ -13,16 +13,16 @@ from models_analytical.schedule.timeline import transfer
 
 
 @stage
-def all_gather(k_in, owner, share, st, layer, r, n_here, finish):
-    """Gathers ``layer``'s ``n_here`` parts (those of part row ``r``): each part leaves its
-    sub-model, goes to every gatherer, and each gatherer concatenates. Returns ``finish``
-    advanced to the last concatenation."""
+def all_gather(k_in, owner, st, layer, r, n_here, finish):
+    """Gathers ``layer``'s ``n_here`` parts (those of part row ``r``, each device's fraction of
+    the output in ``st.frac``): each part leaves its sub-model, goes to every gatherer, and
+    each gatherer concatenates. Returns ``finish`` advanced to the last concatenation."""
     c = owner[layer]
     for i in range(n_here):  # each part leaves its sub-model (to be sent, or gathered here)
         d = st.part_device[r, i]
         c_out = (
             k_in.segment_out_per_byte_s[k_in.device_type[d]]
-            * share[r, d]
+            * st.frac[d]
             * k_in.out_bytes[layer]
             * st.slowdown[d]
         )
@@ -32,7 +32,7 @@ def all_gather(k_in, owner, share, st, layer, r, n_here, finish):
         st.energy[d] += c_out * k_in.overhead_power_w[k_in.device_type[d]]
     owner_cats = owner_concatenates(k_in, owner, st, layer, r, n_here)
     n_g, last_part = list_gatherers(owner, st, layer, r, n_here, owner_cats)
-    send_parts(k_in, share, st, layer, r, n_here, n_g)
+    send_parts(k_in, st, layer, r, n_here, n_g)
     st.ready[layer] = last_part  # nobody reads it from the owner unless it concatenates
     finish = concatenate(k_in, owner, st, layer, n_g, finish)
     if owner_cats:  # the owner gathers into a buffer the runtime keeps for good
@@ -95,14 +95,14 @@ def list_gatherers(owner, st, layer, r, n_here, owner_cats):
 
 
 @stage
-def send_parts(k_in, share, st, layer, r, n_here, n_g):
+def send_parts(k_in, st, layer, r, n_here, n_g):
     """Sends every part to each other gatherer once it ends; a gatherer's concatenation waits
     for the last part in. A part sent is held on its device until its sends complete, at the
     end of the inference (:mod:`dse.runtime.worker` waits for them there), and its device's
     sub-model ends with it."""
     for i in range(n_here):
         d = st.part_device[r, i]
-        nbytes = share[r, d] * k_in.out_bytes[layer]
+        nbytes = st.frac[d] * k_in.out_bytes[layer]
         sends = False
         for j in range(n_g):
             e = st.gatherers[j]

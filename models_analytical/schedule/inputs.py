@@ -40,6 +40,15 @@ class KernelInputs(NamedTuple):
     is_output: np.ndarray  # bool [L] the layer makes a graph output
     follows: np.ndarray  # int64 [L] the split layer whose parts this layer continues, or -1
     follower: np.ndarray  # int64 [L] the layer that follows this one, or -1
+    # rows (dse.mapping.rows; LayerGraph's row arrays)
+    split_index: np.ndarray  # int64 [L] index among the splittable layers, -1: not splittable
+    row_chain: np.ndarray  # bool [L] runs on its root's bands where the root splits by rows
+    row_stride: np.ndarray  # int64 [L] output row o reads input rows from o x stride - pad,
+    row_span: np.ndarray  # int64 [L] ... span rows
+    row_pad: np.ndarray  # int64 [L]
+    in_rows: np.ndarray  # int64 [L] rows of the first activation input
+    out_rows: np.ndarray  # int64 [L] rows of the output
+    row_fixed: np.ndarray  # [Y, L] share of the whole layer's time every band of it pays
     # links
     link_latency_s: np.ndarray  # [D, D] latency of the link from a to b
     link_s_per_byte: np.ndarray  # [D, D] 1 / its bandwidth

@@ -10,6 +10,7 @@ from typing import NamedTuple
 import numpy as np
 
 from dse.mapping.rules import dense_one
+from models_analytical.schedule.bands import layout_rows
 from models_analytical.schedule.compiled import compiled, stage
 from models_analytical.schedule.layer import run_layer
 from models_analytical.schedule.memory import held_buffers, memory_peaks
@@ -35,11 +36,13 @@ class ScheduleResult(NamedTuple):
 
 
 @stage
-def simulate_one(k_in, share, owner, st):
-    """The schedule of one mapping (``share[L, D]``, ``owner[L]``) in ``st``, which holds its
-    figures after; returns its latency. Its stages are inlined into it, and it into
+def simulate_one(k_in, share, owner, sizes, axis, st):
+    """The schedule of one mapping (``share[L, D]``, ``owner[L]``; its ``sizes[S, D]`` and
+    ``axis[S]`` for the bands of layers split by rows) in ``st``, which holds its figures
+    after; returns its latency. Its stages are inlined into it, and it into
     :func:`simulate_chunk`."""
     reset_state(st)
+    layout_rows(k_in, sizes, axis, st)
     assign_parts(k_in, share, st)
     host_slowdown(k_in, st)
     finish = 0.0
@@ -53,18 +56,19 @@ def simulate_one(k_in, share, owner, st):
 
 @compiled(_nrt=False)
 def simulate_chunk(
-    device, sizes, channels, consumer, producer, w_class, with_weights, k_in, out, lo, hi, step,
-    scratch,
+    device, sizes, axis, units, consumer, producer, w_class, with_weights, k_in, out, lo, hi,
+    step, scratch,
 ):
     """The schedule of mappings ``lo``, ``lo + step``, ... before ``hi`` of the batch (:class:`dse.mapping.Mappings`:
-    ``device[P, L]``, -1 for splittable layers, and ``sizes[P, S, D]``) into their rows of
-    ``out`` (a :class:`ScheduleResult` of zeros); ``channels[L]`` the layers' output channels,
-    ``consumer`` / ``producer`` [L] the graph's ``first_consumer`` / ``first_producer``. Each
+    ``device[P, L]``, -1 for splittable layers, ``sizes[P, S, D]`` and ``axis[P, S]``) into
+    their rows of ``out`` (a :class:`ScheduleResult` of zeros); ``units[2, L]`` the layers'
+    output channels and rows (:func:`dse.mapping.mappings.layer_units`), ``consumer`` /
+    ``producer`` [L] the graph's ``first_consumer`` / ``first_producer``. Each
     mapping's share [L, D] and owner [L] are built in ``scratch`` (:func:`new_scratch`, one per
     thread: share zeros, owner, anchor, the state) by :func:`dse.mapping.rules.dense_one` and
     scheduled by :func:`simulate_one`. The weights
-    each device holds by class are the sum over layers of share x ``w_class[L, C]`` (zeros
-    unless ``with_weights``). Runs without the GIL: the shares of a batch run on threads.
+    each device holds by class are the sum over layers of share x ``w_class[L, C]`` (a layer on
+    bands of rows: its whole weights on every band's device; zeros unless ``with_weights``). Runs without the GIL: the shares of a batch run on threads.
 
     It allocates nothing (its caller does) and is compiled without reference counting
     (``_nrt=False``; numba would otherwise count references to every array of the inputs and
@@ -75,8 +79,8 @@ def simulate_chunk(
     n_cls = w_class.shape[1]
     share, owner, anchor, st = scratch
     for p in range(lo, hi, step):
-        dense_one(device[p], sizes[p], channels, consumer, producer, share, owner, anchor)
-        out.latency_s[p] = simulate_one(k_in, share, owner, st)
+        dense_one(device[p], sizes[p], axis[p], units, consumer, producer, share, owner, anchor)
+        out.latency_s[p] = simulate_one(k_in, share, owner, sizes[p], axis[p], st)
         for d in range(n_dev):  # element by element: a row copy compiles its shape checks
             out.busy_s[p, d] = st.busy[d]
             out.comm_s[p, d] = st.comm[d]
@@ -94,10 +98,15 @@ def simulate_chunk(
             for d in range(lo_d, hi_d):
                 sh = share[layer, d]
                 if sh > 0.0:
-                    if with_weights:
+                    if with_weights and st.root[layer] < 0:
                         for c in range(n_cls):
                             out.weights_mb[p, d, c] += sh * w_class[layer, c]
                     share[layer, d] = 0.0
+            if with_weights and st.root[layer] >= 0:
+                for d in range(n_dev):
+                    if st.band_hi[layer, d] > st.band_lo[layer, d]:
+                        for c in range(n_cls):
+                            out.weights_mb[p, d, c] += w_class[layer, c]
 
 
 def new_scratch(k_in, n_layers: int, n_dev: int) -> tuple:
@@ -119,7 +128,17 @@ CHUNKS_PER_THREAD = 4
 
 
 def simulate(
-    device, sizes, channels, consumer, producer, w_class, with_weights, k_in, threads, scratch=None
+    device,
+    sizes,
+    axis,
+    units,
+    consumer,
+    producer,
+    w_class,
+    with_weights,
+    k_in,
+    threads,
+    scratch=None,
 ):
     """The schedule of every mapping of the batch (arguments as :func:`simulate_chunk`'s) on
     ``threads`` threads: the batch in chunks of interleaved mappings (chunk c of n: mappings
@@ -151,7 +170,7 @@ def simulate(
         np.zeros((n_pop, n_dev)),
         np.zeros((n_pop, n_dev, w_class.shape[1])),
     )
-    args = (device, sizes, channels, consumer, producer, w_class, with_weights, k_in, out)
+    args = (device, sizes, axis, units, consumer, producer, w_class, with_weights, k_in, out)
     n_threads = max(min(threads, n_pop), 1)
     if scratch is None:
         scratch = []

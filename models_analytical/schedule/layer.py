@@ -3,6 +3,7 @@ output: whole on its owner, continued part by part by the layer that follows, or
 
 from __future__ import annotations
 
+from models_analytical.schedule.bands import run_row_layer
 from models_analytical.schedule.compiled import stage
 from models_analytical.schedule.costs import part_share
 from models_analytical.schedule.gather import all_gather
@@ -14,7 +15,10 @@ from models_analytical.schedule.segments import enter_segment
 @stage
 def run_layer(k_in, owner, share, st, layer, finish):
     """Schedules ``layer``: its parts in device order, each once its device is free and its
-    inputs are in, then its output. Returns ``finish`` advanced to the layer's last step."""
+    inputs are in, then its output (a layer on bands of rows: :func:`run_row_layer`). Returns
+    ``finish`` advanced to the layer's last step."""
+    if st.root[layer] >= 0:
+        return run_row_layer(k_in, owner, share, st, layer, finish)
     r = st.row[layer]
     n_here = st.part_count[r]
     for i in range(n_here):
@@ -36,7 +40,10 @@ def run_layer(k_in, owner, share, st, layer, finish):
             d = st.part_device[r, i]
             hold(st, d, layer, nxt + 1, share[r, d] * k_in.out_bytes[layer])
     else:
-        finish = all_gather(k_in, owner, share, st, layer, r, n_here, finish)
+        for i in range(n_here):
+            d = st.part_device[r, i]
+            st.frac[d] = share[r, d]
+        finish = all_gather(k_in, owner, st, layer, r, n_here, finish)
     if st.ready[layer] > finish:
         finish = st.ready[layer]
     return finish

@@ -10,13 +10,23 @@ from models_analytical.schedule.compiled import stage
 def assign_parts(k_in, share, st):
     """Each layer's part row and devices: a layer runs with its own shares (its parts on the
     devices with a share, in index order), or, when it follows a layer split into several
-    parts (``follows``: a channel-local layer), on that layer's parts (``row``: the split
-    layer's row). Marks the devices some part runs on (``computes``)."""
+    parts by channels (``follows``: a channel-local layer), on that layer's parts (``row``:
+    the split layer's row); a layer on bands of rows (``st.root``) on the devices whose band
+    of it is not empty. Marks the devices some part runs on (``computes``)."""
     n_layers, n_dev = share.shape
     for layer in range(n_layers):
         st.row[layer] = layer
+        if st.root[layer] >= 0:
+            cnt = 0
+            for d in range(n_dev):
+                if st.band_hi[layer, d] > st.band_lo[layer, d]:
+                    st.part_device[layer, cnt] = d
+                    st.computes[d] = True
+                    cnt += 1
+            st.part_count[layer] = cnt
+            continue
         f = k_in.follows[layer]
-        if f >= 0 and st.part_count[st.row[f]] > 1:
+        if f >= 0 and st.root[f] < 0 and st.part_count[st.row[f]] > 1:
             st.row[layer] = st.row[f]
             continue
         cnt = 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dse.mapping.rows import needed
 from models_analytical.schedule.compiled import stage
 from models_analytical.schedule.parts import inputs_end
 from models_analytical.schedule.timeline import charge
@@ -30,6 +31,8 @@ def enter_segment(k_in, owner, st, layer, d, n_here):
         over = 0.0
     st.seg_of[d, layer] = seg
     st.part_list[d, st.parts[d]] = layer  # counted when it runs
+    if st.root[layer] >= 0:
+        return over + band_taken_in(k_in, owner, st, layer, d, seg)
     for e in range(k_in.in_ptr[layer], inputs_end(k_in, st, layer)):
         src = k_in.in_src[e]
         t = k_in.in_tensor[e]
@@ -47,6 +50,34 @@ def enter_segment(k_in, owner, st, layer, d, n_here):
         st.out_charged[layer] = True
         over += k_in.segment_out_per_byte_s[ty] * k_in.out_bytes[layer]
     return over
+
+
+@stage
+def band_rows(k_in, st, layer, d):
+    """The input rows ``(lo, hi)`` d's band of ``layer`` reads (:func:`dse.mapping.rows.needed`)."""
+    return needed(
+        st.band_lo[layer, d],
+        st.band_hi[layer, d],
+        k_in.row_stride[layer],
+        k_in.row_span[layer],
+        k_in.row_pad[layer],
+        k_in.in_rows[layer],
+    )
+
+
+@stage
+def band_taken_in(k_in, owner, st, layer, d, seg):
+    """What d's band of ``layer`` takes into its sub-model ``seg``, per byte: the input rows it
+    reads, unless they were made in ``seg`` on d (its own band of the layer before, or a
+    tensor d made whole there) and nothing was received for it."""
+    e = k_in.in_ptr[layer]
+    src = k_in.in_src[e]
+    if src >= 0 and st.seg_of[d, src] == seg and not st.receives_at[d, layer]:
+        if st.root[src] >= 0 or (owner[src] == d and st.part_count[st.row[src]] == 1):
+            return 0.0
+    lo, hi = band_rows(k_in, st, layer, d)
+    nbytes = k_in.in_bytes[e] * (hi - lo) / max(k_in.in_rows[layer], 1)
+    return k_in.segment_in_per_byte_s[k_in.device_type[d]] * nbytes
 
 
 @stage
@@ -167,7 +198,11 @@ def count_segments(share, st):
             continue
         cut = True
         for i in range(n_layers):
-            if share[st.row[i], d] > 0.0:
+            if st.root[i] >= 0:
+                here = st.band_hi[i, d] > st.band_lo[i, d]
+            else:
+                here = share[st.row[i], d] > 0.0
+            if here:
                 if cut or st.receives_at[d, i]:
                     st.segments[d] += 1
                 cut = False

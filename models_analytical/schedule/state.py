@@ -22,6 +22,14 @@ class ScheduleState(NamedTuple):
     computes: np.ndarray  # bool [D] some part runs on the device
     on_host: np.ndarray  # int64 [D] devices computing on each host (by host index)
     slowdown: np.ndarray  # [D] work factor of each device (shared_host_factor or 1)
+    # rows (dse.mapping.rows.row_layout): where layers run on bands of rows
+    root: np.ndarray  # int64 [L] the root split by rows whose bands the layer runs on, -1
+    band_lo: np.ndarray  # int64 [L, D] each device's output rows of such a layer: from ...
+    band_hi: np.ndarray  # int64 [L, D] ... to (0, 0: none)
+    keep: np.ndarray  # bool [L] the layer's output stays as bands (readers fetch their rows)
+    band_ready: np.ndarray  # [L, D] when the device's band of the layer is made
+    rows_on: np.ndarray  # bool [1] some layer of this mapping splits by rows
+    frac: np.ndarray  # [D] each device's fraction of the layer being scheduled (its part)
     # timeline: seconds from the start of the inference
     ready: np.ndarray  # [L] each layer's whole output is ready on its owner
     dev_free: np.ndarray  # [D] the device has done all its work so far
@@ -77,6 +85,13 @@ def new_state(k_in, n_layers: int, n_dev: int) -> ScheduleState:
         computes=np.zeros(D, dtype=b),
         on_host=np.zeros(D, dtype=i64),
         slowdown=np.ones(D),
+        root=np.full(L, -1, dtype=i64),
+        band_lo=np.zeros((L, D), dtype=i64),
+        band_hi=np.zeros((L, D), dtype=i64),
+        keep=np.zeros(L, dtype=b),
+        band_ready=np.zeros((L, D)),
+        rows_on=np.zeros(1, dtype=b),
+        frac=np.zeros(D),
         ready=np.zeros(L),
         dev_free=np.zeros(D),
         link_free=np.zeros(k_in.n_queues),

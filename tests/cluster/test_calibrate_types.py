@@ -68,7 +68,13 @@ def test_each_type_is_calibrated_inside_a_device_of_it(edge3, tmp_path: Path) ->
     speed = model.device_speed()
     channels = int(net.graph.out_channels[layer])
     sizes = np.zeros((1, 1, 3), dtype=np.int64)
-    speed_sizes(np.ones((1, 1, 3), dtype=np.int64), np.array([channels]), speed[[layer]], sizes)
+    speed_sizes(
+        np.ones((1, 1, 3), dtype=np.int64),
+        np.array([[channels], [1]]),
+        np.zeros((1, 1), np.int8),
+        speed[[layer]],
+        sizes,
+    )
     ideal = channels * (1 / np.array(by_hand)) / (1 / np.array(by_hand)).sum()
     assert sizes.sum() == channels and np.all(np.abs(sizes[0, 0] - ideal) < 1.0)
 

@@ -195,9 +195,15 @@ def test_part_sizes_by_hand():
         counts = np.array([[counts]], dtype=np.int32)
         out = np.empty_like(counts)
         if speed is None:
-            rules.equal_sizes(counts, np.array([units]), out)
+            rules.equal_sizes(counts, np.array([[units], [1]]), np.zeros((1, 1), np.int8), out)
         else:
-            rules.speed_sizes(counts, np.array([units]), np.array([speed], dtype=float), out)
+            rules.speed_sizes(
+                counts,
+                np.array([[units], [1]]),
+                np.zeros((1, 1), np.int8),
+                np.array([speed], dtype=float),
+                out,
+            )
         return out[0, 0].tolist()
 
     # equal: 10 channels over three devices 4, 3, 3; a device with two parts of four: 6 of 10
@@ -325,7 +331,8 @@ def test_compiled_speed_channels_equal_the_numpy_rule(n_dev):
     speed[4, : n_dev // 2] = 3.0
     want = np.rint(shares_by_speed(counts, channels, speed) * channels[None, :, None])
     got = np.empty_like(counts)
-    rules.speed_sizes(counts, channels, speed, got)
+    units = np.stack([channels, np.ones_like(channels)])
+    rules.speed_sizes(counts, units, np.zeros(counts.shape[:2], np.int8), speed, got)
     assert np.array_equal(got, want.astype(np.int32))
     assert (got.sum(axis=2) == channels[None, :]).all()
 

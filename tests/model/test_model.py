@@ -468,11 +468,11 @@ def test_a_batch_on_threads_gives_each_mappings_numbers_alone():
     args = (g.first_consumer, g.first_producer, model._w_class, True, model.inputs)
     # three threads, 12 chunks of 25 mappings
     kept: list = []
-    both = simulate(batch.device, batch.sizes, model._channels, *args, 3, kept)
+    both = simulate(batch.device, batch.sizes, batch.axis, model._units, *args, 3, kept)
     assert len(kept) == 3
     other = chrom.decode(chrom.sample(200, rng))
-    again = simulate(other.device, other.sizes, model._channels, *args, 3, kept)
-    fresh = simulate(other.device, other.sizes, model._channels, *args, 1)
+    again = simulate(other.device, other.sizes, other.axis, model._units, *args, 3, kept)
+    fresh = simulate(other.device, other.sizes, other.axis, model._units, *args, 1)
     for name in ScheduleResult._fields:
         assert np.array_equal(getattr(again, name), getattr(fresh, name)), name
     for k in (0, 150, 299):

@@ -1,0 +1,191 @@
+"""Layers split by rows (:mod:`dse.mapping.rows`): each device computes a band of the output
+rows from the input rows its band reads (its own, halos from the devices holding the rows next
+to it, or a slice of a tensor held whole elsewhere); the bands then go on to the next layer of
+the chain, stay where they are for the next layer split by rows over the same devices, or are
+gathered as channel parts are."""
+
+from __future__ import annotations
+
+from dse.mapping.rows import row_layout
+from models_analytical.schedule.compiled import stage
+from models_analytical.schedule.gather import all_gather
+from models_analytical.schedule.memory import hold, hold_weights
+from models_analytical.schedule.segments import band_rows, end_after_send, enter_segment
+from models_analytical.schedule.timeline import charge, transfer
+
+
+@stage
+def layout_rows(k_in, sizes, axis, st):
+    """The mapping's bands (:func:`dse.mapping.rows.row_layout`) when some layer splits by
+    rows; else no layer runs on bands (the table is cleared only after a mapping that had)."""
+    on = False
+    for s in range(axis.size):
+        if axis[s] == 1:
+            on = True
+            break
+    if on:
+        row_layout(
+            sizes,
+            axis,
+            k_in.split_index,
+            k_in.follows,
+            k_in.row_chain,
+            k_in.row_stride,
+            k_in.row_pad,
+            k_in.in_rows,
+            k_in.out_rows,
+            k_in.out_ptr,
+            k_in.out_dst,
+            k_in.is_output,
+            st.root,
+            st.band_lo,
+            st.band_hi,
+            st.keep,
+        )
+    elif st.rows_on[0]:
+        st.root[:] = -1
+        st.keep[:] = False
+    st.rows_on[0] = on
+
+
+@stage
+def on_bands(st, src, layer):
+    """Whether ``layer`` reads ``src``'s output as bands: the layer before it on the same
+    bands, or a chain's output kept as bands."""
+    return src >= 0 and st.root[src] >= 0 and (st.root[src] == st.root[layer] or st.keep[src])
+
+
+@stage
+def run_row_layer(k_in, owner, share, st, layer, finish):
+    """Schedules ``layer``, which runs on bands: each band once its device is free and its
+    rows are in, then its output: continued by the next layer of the chain, kept as bands, or
+    gathered. Returns ``finish`` advanced to the layer's last step."""
+    n_here = st.part_count[layer]
+    rows = max(k_in.out_rows[layer], 1)
+    for i in range(n_here):
+        d = st.part_device[layer, i]
+        st.frac[d] = (st.band_hi[layer, d] - st.band_lo[layer, d]) / rows
+    for i in range(n_here):
+        d = st.part_device[layer, i]
+        t_in = receive_rows(k_in, owner, st, layer, d)
+        run_band(k_in, owner, st, layer, d, n_here, t_in)
+        st.band_ready[layer, d] = st.part_end[d]
+    nxt = k_in.follower[layer]
+    if nxt >= 0 and st.root[nxt] == st.root[layer]:
+        for i in range(n_here):  # held until the next layer's band reads it
+            d = st.part_device[layer, i]
+            hold(st, d, layer, nxt + 1, st.frac[d] * k_in.out_bytes[layer])
+    elif st.keep[layer]:
+        last = 0.0
+        for i in range(n_here):  # held until its last reader's band
+            d = st.part_device[layer, i]
+            hold(st, d, layer, k_in.last_use[layer] + 1, st.frac[d] * k_in.out_bytes[layer])
+            if st.band_ready[layer, d] > last:
+                last = st.band_ready[layer, d]
+        st.ready[layer] = last
+    else:
+        finish = all_gather(k_in, owner, st, layer, layer, n_here, finish)
+    if st.ready[layer] > finish:
+        finish = st.ready[layer]
+    return finish
+
+
+@stage
+def run_band(k_in, owner, st, layer, d, n_here, t_in):
+    """Runs d's band of ``layer`` in a sub-model once d is free and its rows are in: its share
+    of the rows' work and what every band pays (``row_fixed``), the layer's fixed per-part cost
+    and its sub-model's costs, slower by d's host slowdown; it holds the whole weights."""
+    ty = k_in.device_type[d]
+    over = enter_segment(k_in, owner, st, layer, d, n_here)
+    slow = st.slowdown[d]
+    s = st.frac[d]
+    if n_here > 1:
+        f = k_in.row_fixed[ty, layer]
+        s = (f + (1.0 - f) * s) * k_in.split_work_factor[ty]
+    work = s * k_in.t_work[ty, layer] * slow
+    fixed = k_in.t_fixed[ty, layer] * slow
+    over *= slow
+    start = max(st.dev_free[d], t_in)
+    end = start + over + work + fixed
+    st.dev_free[d] = end
+    st.part_end[d] = end
+    st.busy[d] += over + work + fixed
+    st.parts[d] += 1
+    st.energy[d] += work * k_in.power_w[ty, k_in.op_class[layer]]
+    st.energy[d] += (fixed + over) * k_in.overhead_power_w[ty]
+    hold_weights(k_in, st, layer, d, 1.0)
+
+
+@stage
+def receive_rows(k_in, owner, st, layer, d):
+    """When the input rows d's band of ``layer`` reads are on d: from the devices holding them
+    as bands (d's own rows, and each other's overlap sent to d: halos), or a slice of the input
+    held whole elsewhere (sent by its owner, the image by the entry device); rows d already
+    holds whole come at no cost. Each piece received lands in a buffer kept for good; a piece
+    sent is held on its sender until the end (sends complete there) and ends the sender's
+    sub-model after the layer that made it."""
+    e = k_in.in_ptr[layer]
+    src = k_in.in_src[e]
+    t = k_in.in_tensor[e]
+    lo, hi = band_rows(k_in, st, layer, d)
+    row_bytes = k_in.in_bytes[e] / max(k_in.in_rows[layer], 1)
+    n_steps = k_in.out_bytes.size
+    t_in = 0.0
+    if on_bands(st, src, layer):
+        for h in range(st.band_lo.shape[1]):
+            a = max(lo, st.band_lo[src, h])
+            b = min(hi, st.band_hi[src, h])
+            if b <= a:
+                continue
+            rdy = st.band_ready[src, h]
+            if h != d:
+                nbytes = (b - a) * row_bytes
+                rdy = send_piece(k_in, owner, st, h, src, nbytes, rdy)
+                rdy = transfer(k_in, st, h, d, nbytes, rdy)
+                keep_piece(st, d, layer, nbytes)
+            if rdy > t_in:
+                t_in = rdy
+        return t_in
+    if src < 0:
+        loc = k_in.entry
+        rdy = 0.0
+        st.kept[t, loc] = True  # the input image is kept where it enters
+        st.tensor_bytes[t] = k_in.in_bytes[e]
+        st.has_memory[loc] = True
+    else:
+        loc = owner[src]
+        rdy = st.ready[src]
+    if loc == d:
+        return rdy
+    if st.arrival[t, d] >= 0.0:  # d holds it whole already (received, or gathered)
+        return st.arrival[t, d]
+    nbytes = (hi - lo) * row_bytes
+    if src >= 0:
+        rdy = send_piece(k_in, owner, st, loc, src, nbytes, rdy)
+    else:
+        hold(st, loc, 0, n_steps, nbytes)
+    a = transfer(k_in, st, loc, d, nbytes, rdy)
+    keep_piece(st, d, layer, nbytes)
+    return a
+
+
+@stage
+def send_piece(k_in, owner, st, h, src, nbytes, rdy):
+    """Device h sends ``nbytes`` of ``src``'s output (a slice, made with it): it leaves h's
+    sub-model (charged there), which ends after ``src`` (a send's deadline), and is held on h
+    until the end. Returns when it can go."""
+    c_out = k_in.segment_out_per_byte_s[k_in.device_type[h]] * nbytes * st.slowdown[h]
+    charge(k_in, st, h, c_out)
+    hold(st, h, src, k_in.out_bytes.size, nbytes)
+    if not st.ends_at[h, src]:
+        end_after_send(k_in, owner, st, h, src)
+    return rdy + c_out
+
+
+@stage
+def keep_piece(st, d, layer, nbytes):
+    """A piece d receives for its band of ``layer``: a receive buffer kept for good, and a
+    receive that starts d's sub-model for the band."""
+    st.held[d] += nbytes
+    st.has_memory[d] = True
+    st.receives_at[d, layer] = True
