@@ -10,6 +10,8 @@ hypervolume against budgets; the gap to the exact vertical optimum.
    thesis's Figures 12-13 and its claim that the advanced encoding converges to better fronts.
 2. Vertical split points against hybrid (advanced, 2 splits) on CPU+GPU: Figure 14 and the
    claim that hybrid partitioning finds better trade-offs than vertical partitioning alone.
+3. Advanced with 2 splits that may split convolutions by rows too (``chromosome.spatial=true``:
+   three kinds in one mapping) against the same by channels only, on both platforms.
 
 Split layers get equal parts, as in the thesis (``chromosome.shares=equal``). Every run of
 one network and platform shares one hypervolume normalisation (fixed reference
@@ -62,6 +64,11 @@ ENCODINGS = [  # label, overrides, platforms
     ("advanced-4", ["chromosome=advanced", "chromosome.splits=4", EQUAL], list(PLATFORMS)),
     ("advanced-6", ["chromosome=advanced", "chromosome.splits=6", EQUAL], list(PLATFORMS)),
     ("vertical", ["chromosome=vertical"], ["CPU+GPU"]),
+    (
+        "advanced-2-spatial",
+        ["chromosome=advanced", "chromosome.splits=2", EQUAL, "chromosome.spatial=true"],
+        list(PLATFORMS),
+    ),
 ]
 BUDGETS = [1000, 5000, 20000, 100_000]
 GAP_NETS = ("alexnet", "vgg16")

@@ -16,11 +16,15 @@ CHROMOSOMES: dict[str, type[Chromosome]] = {
 
 
 def make_chromosome(
-    name: str, graph: LayerGraph, n_devices: int, splits: int | None = None
+    name: str,
+    graph: LayerGraph,
+    n_devices: int,
+    splits: int | None = None,
+    spatial: bool = False,
 ) -> Chromosome:
     if name not in CHROMOSOMES:
         raise DseError(f"unknown chromosome '{name}': choose one of {', '.join(CHROMOSOMES)}")
-    return CHROMOSOMES[name](graph, n_devices, splits=splits)
+    return CHROMOSOMES[name](graph, n_devices, splits=splits, spatial=spatial)
 
 
 __all__ = [

@@ -21,8 +21,9 @@ from tests.helpers.cli import run_module
 from tests.helpers.platforms import coefficients, platform
 
 
-def small_problem(chromosome: str = "naive") -> MappingProblem:
-    """conv -> relu -> conv on 3 devices: 3**7 naive gene vectors, few enough to enumerate."""
+def small_problem(chromosome: str = "naive", spatial: bool = False) -> MappingProblem:
+    """conv -> relu -> conv on 3 devices: 3**7 naive gene vectors, few enough to enumerate
+    (x 4 with the two convolutions' axis genes)."""
     nodes = [
         helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1"),
         helper.make_node("Relu", ["c1"], ["r"], name="relu"),
@@ -32,7 +33,7 @@ def small_problem(chromosome: str = "naive") -> MappingProblem:
     g = build_graph(f.model(nodes, {"x": [1, 8, 16, 16]}, ["y"], inits), "small")
     plat = platform(n=3, bw=2e6, latency=1e-3)
     return MappingProblem(
-        make_chromosome(chromosome, g, 3),
+        make_chromosome(chromosome, g, 3, spatial=spatial),
         AnalyticalModel(g, plat, coefficients()),
         ["latency", "memory", "energy"],
     )
@@ -54,13 +55,19 @@ def settings(**kw) -> AlgorithmConfig:
     return AlgorithmConfig(**{"pop_size": 40, "n_gen": 40, **kw})
 
 
-def test_nsga2_recovers_the_enumerated_front():
-    problem = small_problem()
-    every = np.array(list(itertools.product(range(3), repeat=problem.n_var)))
+@pytest.mark.parametrize("spatial", [False, True])
+def test_nsga2_recovers_the_enumerated_front(spatial):
+    problem = small_problem(spatial=spatial)
+    every = np.array(list(itertools.product(*(range(int(u) + 1) for u in problem.xu))))
     out: dict = {}
     problem._evaluate(every, out)
     truth = objective_set(out["F"][non_dominated(out["F"])])
-    state = search.run(search.new_search(problem, settings(), 3))
+    if spatial:  # rows reach mappings channels cannot: the true front moves
+        plain = small_problem()
+        base = np.array(list(itertools.product(range(3), repeat=plain.n_var)))
+        plain._evaluate(base, out)
+        assert truth != objective_set(out["F"][non_dominated(out["F"])])
+    state = search.run(search.new_search(problem, settings(n_gen=80 if spatial else 40), 3))
     _, f_found, g_found = search.front(state)
     assert (g_found <= 0).all()
     found = objective_set(f_found)
@@ -78,11 +85,14 @@ def test_same_seed_same_front():
     assert np.array_equal(fronts[0], fronts[1])
 
 
-@pytest.mark.parametrize("refill", REFILLS)
-def test_resume_continues_exactly(tmp_path, refill):
-    full = search.run(search.new_search(small_problem(), settings(n_gen=12, refill=refill), 3))
-    half = search.run(search.new_search(small_problem(), settings(n_gen=6, refill=refill), 3))
-    problem = small_problem()
+@pytest.mark.parametrize("refill, spatial", [(r, False) for r in REFILLS] + [("mutation", True)])
+def test_resume_continues_exactly(tmp_path, refill, spatial):
+    def problem_() -> MappingProblem:
+        return small_problem(spatial=spatial)
+
+    full = search.run(search.new_search(problem_(), settings(n_gen=12, refill=refill), 3))
+    half = search.run(search.new_search(problem_(), settings(n_gen=6, refill=refill), 3))
+    problem = problem_()
     ident = checkpoint.identity(problem, "fp", ["a", "b", "c"])
     checkpoint.save(half, tmp_path, ident, {})
     meta, data = checkpoint.read(tmp_path)
