@@ -107,7 +107,9 @@ def layer_tables(graph: LayerGraph, coefficients: Coefficients) -> LayerTables:
         if coeff.part_fixed or coeff.part_fixed_channels:
             part_fixed[k] = [part_fixed_share(layer, coeff) for layer in graph]
         if coeff.row_fixed:
-            row_fixed[k] = [min(coeff.row_fixed.get(family(layer), 0.0), PART_FIXED_MAX) for layer in graph]
+            row_fixed[k] = [
+                min(coeff.row_fixed.get(family(layer), 0.0), PART_FIXED_MAX) for layer in graph
+            ]
         if coeff.layer_s or coeff.regression:
             for i, layer in enumerate(graph):
                 t = coeff.layer_s.get(layer_key(layer))

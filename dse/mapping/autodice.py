@@ -85,7 +85,7 @@ def from_autodice(
             raise DseError(f"horizontal.json names unknown node '{name}'")
         layer = graph.index[name]
         form = (
-            f"horizontal.json entry '{name}' must be [\"lop\" or \"spatial\", "
+            f'horizontal.json entry \'{name}\' must be ["lop" or "spatial", '
             "[split points], [devices]]"
         )
         if not isinstance(spec, list) or len(spec) != 3 or spec[0] not in KINDS:
@@ -96,7 +96,7 @@ def from_autodice(
             raise DseError(
                 f"horizontal.json entry '{name}' ({graph.ops[layer]}) is \"spatial\", but this "
                 "layer cannot be split by rows: only convolutions over NCHW images can; use "
-                "\"lop\""
+                '"lop"'
             )
         if not isinstance(spec[1], list) or not isinstance(spec[2], list):
             raise DseError(f"{form}: the split points and the devices are lists")

@@ -33,8 +33,9 @@ def _mix(h, v):
 @njit(cache=True, nogil=True)
 def hash_mappings(device, sizes, axis, out):
     """``out[p]`` (uint64) = the key of mapping p: ``device[P, L]`` (-1 for splittable layers),
-    ``sizes[P, S, D]`` and ``axis[P, S]``. Each (position, value) is hashed on its own and the hashes are
-    summed (Zobrist-style): no chain from one number to the next, so the CPU overlaps them."""
+    ``sizes[P, S, D]`` and ``axis[P, S]``. Each (position, value) is hashed on its own and the
+    hashes are summed (Zobrist-style): no chain from one number to the next, so the CPU
+    overlaps them."""
     pop, n_layers = device.shape
     n_split, n_devices = sizes.shape[1], sizes.shape[2]
     flat = sizes.reshape(pop, n_split * n_devices)

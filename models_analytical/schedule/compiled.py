@@ -11,8 +11,9 @@ Stamped: numba stamps a cached function with its own file only, yet its compiled
 what it calls from other modules, so an edited stage would leave its callers' cached code stale
 (the batch would go on running the old stage). A cached function of this package is stamped,
 besides numba's own stamp, with the content of every module of the package and of
-:mod:`dse.mapping.rules` and :mod:`dse.mapping.rows` (whose ``dense_one`` and ``row_layout`` the
-batch calls): an edit anywhere recompiles the kernel. This goes through numba's cache locators (``numba.core.caching``, not public API);
+:mod:`dse.mapping.rules` and :mod:`dse.mapping.rows` (whose ``dense_one`` and ``row_layout``
+the batch calls): an edit anywhere recompiles the kernel. This goes through numba's cache
+locators (``numba.core.caching``, not public API);
 where they are missing the kernel still runs, stamped by numba alone, and ``tests/test_model``
 fails.
 """

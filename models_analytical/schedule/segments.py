@@ -72,9 +72,9 @@ def band_taken_in(k_in, owner, st, layer, d, seg):
     tensor d made whole there) and nothing was received for it."""
     e = k_in.in_ptr[layer]
     src = k_in.in_src[e]
-    if src >= 0 and st.seg_of[d, src] == seg and not st.receives_at[d, layer]:
-        if st.root[src] >= 0 or (owner[src] == d and st.part_count[st.row[src]] == 1):
-            return 0.0
+    here = src >= 0 and st.seg_of[d, src] == seg and not st.receives_at[d, layer]
+    if here and (st.root[src] >= 0 or (owner[src] == d and st.part_count[st.row[src]] == 1)):
+        return 0.0
     lo, hi = band_rows(k_in, st, layer, d)
     nbytes = k_in.in_bytes[e] * (hi - lo) / max(k_in.in_rows[layer], 1)
     return k_in.segment_in_per_byte_s[k_in.device_type[d]] * nbytes

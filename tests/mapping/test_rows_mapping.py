@@ -109,7 +109,10 @@ def test_autodice_channel_only_files_are_as_before(alexnet):
 @pytest.mark.parametrize(
     "entry, words",
     [
-        (["spatial", [100], ["a_cpu", "a_gpu"]], "increasing inside (0, 54), the layer's output rows"),
+        (
+            ["spatial", [100], ["a_cpu", "a_gpu"]],
+            "increasing inside (0, 54), the layer's output rows",
+        ),
         (["spatial", [0], ["a_cpu", "a_gpu"]], "increasing inside (0, 54)"),
         (["spatial", ["7"], ["a_cpu", "a_gpu"]], "whole row indices"),
         (["rows", [7], ["a_cpu", "a_gpu"]], '"lop" or "spatial"'),

@@ -191,7 +191,11 @@ def speed_split(model: AnalyticalModel) -> list[int]:
     out = np.zeros((1, 1, 3), dtype=np.int32)
     counts = np.ones((1, 1, 3), dtype=np.int32)
     rules.speed_sizes(
-        counts, np.array([[10], [1]]), np.zeros((1, 1), np.int8), np.ascontiguousarray(speed[[0]]), out
+        counts,
+        np.array([[10], [1]]),
+        np.zeros((1, 1), np.int8),
+        np.ascontiguousarray(speed[[0]]),
+        out,
     )
     return out[0, 0].tolist()
 

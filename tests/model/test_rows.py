@@ -24,7 +24,9 @@ def two_convs(h: int = 8, c_in: int = 2, c: int = 4, pool: bool = False):
     ]
     if pool:
         nodes.append(
-            helper.make_node("MaxPool", ["b"], ["y"], name="pool", kernel_shape=[2, 2], strides=[2, 2])
+            helper.make_node(
+                "MaxPool", ["b"], ["y"], name="pool", kernel_shape=[2, 2], strides=[2, 2]
+            )
         )
     weights = [f.weight("w1", [c, c_in, 3, 3]), f.weight("w2", [c, c, 3, 3], seed=1)]
     return build_graph(f.model(nodes, {"x": [1, c_in, h, 8]}, ["y"], weights), "two_convs")
