@@ -4,6 +4,7 @@ layer key, whole and as bands, interleaved, with the device's threads."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -178,3 +179,25 @@ def test_layers_are_timed_interleaved_after_a_warm_up_round(monkeypatch) -> None
     ]
     assert channels.time_interleaved(runs, 3) == [[2.0, 4.0], [7.0]]
     assert order == ["a1", "a2", "b1"] * 4
+
+
+def test_the_bands_unit_answers_its_request_as_a_rank_prints_it(capsys) -> None:
+    """``python -m dse.calibrate.ondevice REQUEST`` with a bands request (what a rank on a
+    device runs): its result, one JSON line after the mark, times alexnet's row-splittable
+    convs not in ``seen`` (here conv5 alone), whole and as bands."""
+    from dse.calibrate import ondevice
+    from dse.net import load_net
+
+    graph = load_net({"name": "alexnet"}).graph
+    convs = {x.name: layer_key(x) for x in graph if graph.row_splittable[x.index]}
+    assert list(convs) == ["conv1", "conv2", "conv3", "conv4", "conv5"]
+    seen = [k for name, k in convs.items() if name != "conv5"]
+    request = {"step": "bands", "net": "alexnet", "threads": 1, "repeats": 1, "seen": seen}
+    assert ondevice.main([json.dumps(request)]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith(ondevice.MARK)
+    rows = json.loads(line[len(ondevice.MARK) :])["rows"]
+    assert [(r["layer"], r["rows"], r["full"]) for r in rows] == [
+        ("alexnet/conv5", n, 13) for n in band_rows(13)
+    ]
+    assert {r["key"] for r in rows} == {convs["conv5"]} and rows[0]["family"] == "conv_grouped"
