@@ -144,9 +144,8 @@ def calibrate_compute(
     )
     tick(f"{dtype}: channel block {block.block}")
     timed = {"threads": dev.threads, "repeats": s.part_repeats}
-    part_rows = timed_alone(s, dtype, {"step": "parts", "block": block.block, **timed}, run,
-                            tick, skipped)  # fmt: skip
-    parts = fit_part_fixed(part_rows)
+    parts_request = {"step": "parts", "block": block.block, **timed}
+    parts = fit_part_fixed(timed_alone(s, dtype, parts_request, run, tick, skipped))
     bands = fit_row_fixed(timed_alone(s, dtype, {"step": "bands", **timed}, run, tick, skipped))
     k = replace(
         prior_model,

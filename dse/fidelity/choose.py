@@ -86,6 +86,8 @@ def choose(problem: MappingProblem, algorithm: AlgorithmConfig, n: int, seed: in
     labels = [lab for _, lab in picks]
     kinds = ["front"] * len(picks)
     rng = np.random.default_rng(seed)
+    # the row kinds are drawn after the others, which keep their draws (random_kinds says
+    # what changes for a seed)
     drawn = random_kinds(graph, n_dev, max(n - len(picks), 0), rng)
     per_kind = {kind: len(m) for kind, m in drawn.items()}
     batches += drawn.values()
