@@ -247,7 +247,7 @@ class CalibrateConfig(BaseConfig):
     runs: int = 10  # profiled runs per network (after the warm-up runs)
     warmup: int = 2  # warm-up runs before profiling, and iterations before each deployment's
     channel_repeats: int = 15  # timed rounds of the one-Conv models (the channel block)
-    part_repeats: int = 5  # timed rounds of each layer alone as parts (parts' fixed shares)
+    part_repeats: int = 5  # timed rounds of each layer alone as parts and as bands (fixed shares)
     deployments: bool = True  # also measure 4 mappings per net under MPI (memory, cut costs)
     iterations: int = 5  # measured iterations of each such deployment per round (after warm-up)
     rounds: int = 5  # rounds over a net's deployments, each in a random order (interleaved)

@@ -6,7 +6,7 @@ the calibration file: errors, what it was fitted on); a result that becomes coef
 matrices are built from named columns (a dict of column name -> values) and read back by name.
 
 - layers, from profiled and micro-benchmarked times: :func:`fit_regression`,
-  :func:`fit_channel_block`, :func:`fit_part_fixed`;
+  :func:`fit_channel_block`, :func:`fit_part_fixed`, :func:`fit_row_fixed`;
 - sub-models timed alone (:class:`SubModelTiming`): :func:`fit_submodel_costs`;
 - mappings measured under the runtime beside the model that predicts them
   (:class:`MeasuredRun`): :func:`fit_memory`, :func:`fit_shared_host`, :func:`fit_cuts`.
@@ -183,6 +183,76 @@ def fit_part_fixed(rows: list[dict], min_layers: int = 3) -> PartFixedFit:
         w = np.array([r[2] for r in rs])
         per_family[fam] = float(np.sum(w * x * f) / np.sum(w * x * x))
     return PartFixedFit(per_layer, per_family, float(np.median(errors)) if errors else float("nan"))
+
+
+@dataclass(frozen=True)
+class RowFixedFit:
+    """What every band of a layer split by rows pays whatever its rows: per layer key its
+    share of the layer, per family the median of its layers' shares (the model's
+    ``row_fixed``) and how many layers that is, and the per-layer lines' median relative
+    error."""
+
+    per_layer: dict[str, float]
+    per_family: dict[str, float]
+    family_layers: dict[str, int]
+    median_rel_error: float
+
+    def apply(self, k: TypeCoefficients) -> TypeCoefficients:
+        return replace(k, row_fixed=self.per_family)
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        shares = list(self.per_layer.values())
+        return {
+            "layers": len(self.per_layer),
+            "share_p10_p50_p90": [round(float(x), 4) for x in np.percentile(shares, [10, 50, 90])]
+            if shares
+            else None,
+            "line_median_rel_error": round(self.median_rel_error, 4) if shares else None,
+            "layers_per_family": self.family_layers,
+            "per_family_share": self.per_family,
+        }
+
+
+def fit_row_fixed(rows: list[dict], min_layers: int = 3) -> RowFixedFit:
+    """What every band of a layer split by rows pays whatever its rows, from layers timed
+    alone as bands (rows ``{key, family, rows, full, seconds}``, several row counts per key,
+    the whole layer among them: :mod:`dse.calibrate.bands`).
+
+    Per layer, ``t(rows) = a + b rows`` (least squares) and its fixed share ``f = a /
+    t(full)`` clipped to ``[0, PART_FIXED_MAX]`` (0 where the line is not positive at
+    ``full``). Per family of at least ``min_layers`` such layers, the median of their shares;
+    a family of fewer has no entry (its bands then cost their share of the rows)."""
+    by_key: dict[str, list[dict]] = {}
+    for r in rows:
+        by_key.setdefault(r["key"], []).append(r)
+    per_layer: dict[str, float] = {}
+    shares: dict[str, list[float]] = {}
+    errors = []
+    for key, rs in by_key.items():
+        n = np.array([r["rows"] for r in rs], dtype=np.float64)
+        t = np.array([r["seconds"] for r in rs], dtype=np.float64)
+        full = float(rs[0]["full"])
+        if len(np.unique(n)) < 2 or not (n == full).any() or (t <= 0).any():
+            continue
+        columns = {"fixed": np.ones_like(n), "per_row": n}
+        a = np.column_stack(list(columns.values()))
+        x = np.linalg.lstsq(a, t, rcond=None)[0]
+        line = dict(zip(columns, (float(c) for c in x), strict=True))
+        errors.extend(np.abs(a @ x - t) / t)
+        whole = line["fixed"] + line["per_row"] * full
+        f = float(np.clip(line["fixed"] / whole, 0.0, PART_FIXED_MAX)) if whole > 0 else 0.0
+        per_layer[key] = f
+        shares.setdefault(rs[0]["family"], []).append(f)
+    per_family = {
+        fam: float(np.median(fs)) for fam, fs in sorted(shares.items()) if len(fs) >= min_layers
+    }
+    return RowFixedFit(
+        per_layer,
+        per_family,
+        {fam: len(fs) for fam, fs in sorted(shares.items())},
+        float(np.median(errors)) if errors else float("nan"),
+    )
 
 
 # ---- sub-models timed alone --------------------------------------------------------------------

@@ -13,6 +13,7 @@ Everything is timed at the device's thread count with the runtime's session sett
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
@@ -129,14 +130,8 @@ def measure_part_costs(net, block: int, threads: int, repeats: int, seen=None) -
         seen.add(key)
         x = np.random.default_rng(len(cases)).random(layer.inputs[0].shape, dtype=np.float32)
         cases.append((layer, key, counts, [session(m, "cpu", threads) for m in models], x))
-    times = [[[] for _ in c[2]] for c in cases]
-    for r in range(repeats + 1):
-        for case, acc in zip(cases, times, strict=True):
-            for s, t in zip(case[3], acc, strict=True):
-                t0 = time.perf_counter()
-                s.run(None, {"x": case[4]})
-                if r >= 1:
-                    t.append(time.perf_counter() - t0)
+    runs = [[(s, {"x": x}) for s in sessions] for _, _, _, sessions, x in cases]
+    medians = time_interleaved(runs, repeats)
     return [
         {
             "key": key,
@@ -144,8 +139,25 @@ def measure_part_costs(net, block: int, threads: int, repeats: int, seen=None) -
             "layer": f"{net.graph.name}/{layer.name}",
             "channels": c,
             "full": layer.out_channels,
-            "seconds": float(np.median(t)),
+            "seconds": t,
         }
-        for (layer, key, counts, _, _), acc in zip(cases, times, strict=True)
+        for (layer, key, counts, _, _), acc in zip(cases, medians, strict=True)
         for c, t in zip(counts, acc, strict=True)
     ]
+
+
+def time_interleaved(
+    runs: list[list[tuple[Any, dict[str, np.ndarray]]]], repeats: int
+) -> list[list[float]]:
+    """The median seconds of each ``(session, feeds)`` of each case of ``runs``, timed
+    interleaved: every round runs every one of every case once, in order (a slow spell of the
+    machine hits all of them alike); one warm-up round, then ``repeats`` timed ones."""
+    times: list[list[list[float]]] = [[[] for _ in case] for case in runs]
+    for r in range(repeats + 1):
+        for case, acc in zip(runs, times, strict=True):
+            for (s, feeds), t in zip(case, acc, strict=True):
+                t0 = time.perf_counter()
+                s.run(None, feeds)
+                if r >= 1:
+                    t.append(time.perf_counter() - t0)
+    return [[float(np.median(t)) for t in acc] for acc in times]

@@ -1,4 +1,5 @@
-"""Calibration's compute step for one device type: layer times, channel block, parts' shares.
+"""Calibration's compute step for one device type: layer times, channel block, the fixed shares
+of parts and of bands.
 
 Each calibration network runs whole under onnxruntime's profiler, on a device of the type
 (:mod:`dse.calibrate.ondevice`: in this process, or as a rank inside the device's cgroups);
@@ -7,9 +8,11 @@ up to the whole run. A layer's time is kept under its
 :func:`~models_analytical.layer_costs.layer_key` (any network with the same layer reuses it),
 and a linear model per layer family is fitted for layers never profiled. One-Conv models give
 the channel block; every splittable Conv and fully connected layer alone, whole and as parts,
-gives the share of a layer every part pays (:mod:`dse.calibrate.channels`). A network whose
-units fail on the type's device (its memory cap is too small for it, ...) is left out of that
-type's fits, with the reason in the provenance. Once the deployments ran,
+gives the share of a layer every part pays (:mod:`dse.calibrate.channels`), and every
+row-splittable Conv alone, whole and as bands of its output rows, the share of a layer every
+band pays (per family: :mod:`dse.calibrate.bands`). A network whose units fail on the type's
+device (its memory cap is too small for it, ...) is left out of that type's fits, with the
+reason in the provenance. Once the deployments ran,
 :func:`anchor_to_runtime` brings each network's layer times to its one-device run under the
 runtime.
 """
@@ -32,6 +35,7 @@ from models_analytical.calibration import (
     fit_channel_block,
     fit_part_fixed,
     fit_regression,
+    fit_row_fixed,
 )
 from models_analytical.coefficients import TypeCoefficients
 from models_analytical.layer_costs import family, layer_key, regression_terms
@@ -83,9 +87,9 @@ def calibrate_compute(
     run: Callable[[Unit], Unit],
     here: bool = True,
 ) -> TypeCompute:
-    """Profiles, regression, channel block and parts' fixed shares for one device type (at
-    the thread count of its first device), each unit done by ``run`` (on that device, or in
-    this process: ``here``); ``tick`` after each network and step."""
+    """Profiles, regression, channel block, parts' and bands' fixed shares for one device
+    type (at the thread count of its first device), each unit done by ``run`` (on that
+    device, or in this process: ``here``); ``tick`` after each network and step."""
     device = type_device(s, dtype)
     dev = s.platform.devices[device]
     check_kind(dev.kind, s.platform.name)
@@ -139,24 +143,10 @@ def calibrate_compute(
         np.array([r["seconds"] for r in rows]),
     )
     tick(f"{dtype}: channel block {block.block}")
-    part_rows: list[dict] = []
-    seen: list[str] = []
-    for name in s.nets:
-        if name in skipped:
-            tick(f"{dtype}: parts of {name} left out")
-            continue
-        request = {"step": "parts", "net": name, "block": block.block, "threads": dev.threads,
-                   "repeats": s.part_repeats, "seen": seen}  # fmt: skip
-        try:
-            got = run(request)["rows"]
-        except UnitFailed as exc:
-            skipped[f"{name} (parts)"] = str(exc)
-            tick(f"{dtype}: parts of {name} left out")
-            continue
-        part_rows += got
-        seen += list(dict.fromkeys(r["key"] for r in got))
-        tick(f"{dtype}: parts of {name}")
-    parts = fit_part_fixed(part_rows)
+    timed = {"threads": dev.threads, "repeats": s.part_repeats}
+    parts_request = {"step": "parts", "block": block.block, **timed}
+    parts = fit_part_fixed(timed_alone(s, dtype, parts_request, run, tick, skipped))
+    bands = fit_row_fixed(timed_alone(s, dtype, {"step": "bands", **timed}, run, tick, skipped))
     k = replace(
         prior_model,
         layer_s=layer_s,
@@ -173,8 +163,41 @@ def calibrate_compute(
         "channel_scaling": {**block.provenance, "rows": rows},
         "regression_families": regression.provenance["families"],
         "part_fixed": parts.provenance,
+        "row_fixed": bands.provenance,
     }
-    return TypeCompute(parts.apply(k), prov, samples, whole_ms, here)
+    return TypeCompute(bands.apply(parts.apply(k)), prov, samples, whole_ms, here)
+
+
+def timed_alone(
+    s: CalibrationSettings,
+    dtype: str,
+    request: Unit,
+    run: Callable[[Unit], Unit],
+    tick: Callable[[str], None],
+    skipped: dict[str, str],
+) -> list[dict]:
+    """The rows of a unit that times layers alone (``request``'s ``step``: ``parts`` or
+    ``bands``) for every network, in order: each network's request is ``request`` with its
+    name and the layer keys timed before it (``seen``), done by ``run``. A network left out
+    of the profiles (in ``skipped``) is left out here; one whose unit fails is left out of
+    these rows, with why (``skipped["NET (STEP)"]``). One ``tick`` per network."""
+    step = request["step"]
+    rows: list[dict] = []
+    seen: list[str] = []
+    for name in s.nets:
+        if name in skipped:
+            tick(f"{dtype}: {step} of {name} left out")
+            continue
+        try:
+            got = run({**request, "net": name, "seen": list(seen)})["rows"]
+        except UnitFailed as exc:
+            skipped[f"{name} ({step})"] = str(exc)
+            tick(f"{dtype}: {step} of {name} left out")
+            continue
+        rows += got
+        seen += list(dict.fromkeys(r["key"] for r in got))
+        tick(f"{dtype}: {step} of {name}")
+    return rows
 
 
 def anchor_to_runtime(

@@ -14,6 +14,9 @@ JSON result, so it runs the same in this process or as a rank on the device:
 ``parts``
     each splittable layer of one network alone, whole and as parts
     (:func:`dse.calibrate.channels.measure_part_costs`), skipping the layer keys of ``seen``;
+``bands``
+    each row-splittable convolution of one network alone, whole and as bands of its output
+    rows (:func:`dse.calibrate.bands.measure_band_costs`), skipping the layer keys of ``seen``;
 ``submodels``
     each sub-model of a deployment directory alone, every round also the whole network
     (:func:`dse.runtime.sequential.time_files`): what running work as sub-models costs.
@@ -40,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from dse.calibrate.bands import measure_band_costs
 from dse.calibrate.channels import measure_channel_scaling, measure_part_costs
 from dse.calibrate.profile import profile_model
 from dse.errors import DseError
@@ -117,6 +121,13 @@ def parts_unit(r: Unit) -> Unit:
     return {"rows": rows}
 
 
+def bands_unit(r: Unit) -> Unit:
+    """``bands``: ``net``, ``threads``, ``repeats``, ``seen`` (layer keys)."""
+    seen = set(r.get("seen", []))
+    net = load_net({"name": r["net"]})
+    return {"rows": measure_band_costs(net, int(r["threads"]), int(r["repeats"]), seen)}
+
+
 def submodels_unit(r: Unit) -> Unit:
     """``submodels``: ``directory`` (a deployment's), ``runs``, ``warmup``, ``threads``."""
     directory = Path(r["directory"])
@@ -135,6 +146,7 @@ UNITS: dict[str, Callable[[Unit], Unit]] = {
     "profile": profile_unit,
     "channels": channels_unit,
     "parts": parts_unit,
+    "bands": bands_unit,
     "submodels": submodels_unit,
 }
 

@@ -43,7 +43,7 @@ class CalibrationSettings:
     profile_runs: int  # profiled runs per network
     warmup: int  # warm-up runs before profiling, and iterations before each deployment's
     channel_repeats: int  # timed rounds of the one-Conv models
-    part_repeats: int  # timed rounds of each layer alone as parts
+    part_repeats: int  # timed rounds of each layer alone as parts and as row bands
     link_few_repeats: bool  # the link benchmark's quick mode
     deployments: bool  # measure mappings under MPI (memory, sub-models, shared host, cuts)
     iterations: int  # measured iterations of a deployment per round

@@ -3,7 +3,8 @@
 Per device type of the platform (on its first device, at that device's thread count):
 
 1. **compute** (:mod:`dse.calibrate.compute`): profiled layer times, a regression per layer
-   family, the channel block and the parts' fixed shares, measured on a device of the type
+   family, the channel block and the fixed shares of parts and of bands (layers split by
+   channels and by rows), measured on a device of the type
    (:mod:`dse.calibrate.ondevice`: in this process on ``localhost``, as a rank inside the
    device's cgroups on an emulated cluster, over ssh on real boards);
 2. **links** (:mod:`dse.calibrate.links`): ping-pong and two-way exchanges per link class;
@@ -84,13 +85,14 @@ def cpu_types(s: CalibrationSettings) -> list[str]:
 
 
 def total_steps(s: CalibrationSettings, types: list[str]) -> int:
-    """Ticks of the whole calibration: per type each network's profile and parts and the
-    channel block; each link benchmark; each deployment run and each network's sub-models."""
+    """Ticks of the whole calibration: per type each network's profile, parts and bands and
+    the channel block; each link benchmark; each deployment run and each network's
+    sub-models."""
     n = len(s.nets)
     runs = 0
     if s.deployments:
         runs = runs_per_calibration(s.platform, n) + n * bool(cpu_types(s))
-    return len(types) * (2 * n + 1) + link_runs(s.platform) + runs
+    return len(types) * (3 * n + 1) + link_runs(s.platform) + runs
 
 
 @dataclass(frozen=True)

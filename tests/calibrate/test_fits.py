@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from dse.calibrate.bands import band_rows
 from dse.calibrate.deployments import shared_host
 from dse.mapping import random_mappings
 from dse.mapping import whole as whole_on
@@ -21,10 +22,12 @@ from models_analytical.calibration import (
     fit_memory,
     fit_part_fixed,
     fit_regression,
+    fit_row_fixed,
     fit_submodel_costs,
     memory_rows,
 )
 from models_analytical.coefficients import Coefficients
+from models_analytical.layer_costs import PART_FIXED_MAX
 from tests.helpers.calibrate import chain_model, platform_localhost
 from tests.helpers.platforms import coefficients, platform
 
@@ -82,6 +85,70 @@ def test_part_fixed_shares_recovered_from_synthetic_parts() -> None:
     beta = np.linalg.lstsq((sw / np.array(fulls))[:, None], sw * np.array(fs), rcond=None)[0][0]
     assert per_family == {"conv": pytest.approx(beta, rel=1e-9)}
     assert err == pytest.approx(0.0, abs=1e-9)
+
+
+def bands(key: str, family: str, full: int, f: float, whole: float = 1e-3) -> list[dict]:
+    """A layer's rows as dse.calibrate.bands times them: its bands of band_rows(full), each
+    paying the share ``f`` of the whole time and its share of the rest."""
+    return [
+        {"key": key, "family": family, "rows": r, "full": full,
+         "seconds": whole * (f + (1 - f) * r / full)}
+        for r in band_rows(full)
+    ]  # fmt: skip
+
+
+def test_row_fixed_shares_recovered_from_synthetic_bands() -> None:
+    """Layers timed as bands with known fixed shares: each layer's share comes back exactly;
+    a family's share is the median of its layers' (0.1, 0.2, 0.3, 0.35: 0.25); a share over
+    PART_FIXED_MAX is clipped to it, a line that is negative at 0 rows to 0 (the median of 0.9,
+    0 and 0.5 is 0.5); a family of two layers gets no share; a layer without its whole time,
+    or with one row count, is left out."""
+    rows = []
+    for i, (full, f) in enumerate(zip((56, 28, 14, 7), (0.1, 0.2, 0.3, 0.35), strict=True)):
+        rows += bands(f"w{i}", "conv_winograd", full, f, whole=1e-3 * (i + 1))
+    rows += bands("c0", "conv", 54, 0.2) + bands("c1", "conv", 27, 0.4)
+    rows += bands("g0", "conv_grouped", 13, 0.95) + bands("g1", "conv_grouped", 13, -0.1)
+    rows += bands("g2", "conv_grouped", 27, 0.5)
+    rows += [r for r in bands("no_whole", "conv", 28, 0.3) if r["rows"] < 28]
+    rows += [r for r in bands("one_count", "conv", 28, 0.3) if r["rows"] == 28]
+    fit = fit_row_fixed(rows)
+    expected = {"w0": 0.1, "w1": 0.2, "w2": 0.3, "w3": 0.35, "c0": 0.2, "c1": 0.4}
+    expected |= {"g0": PART_FIXED_MAX, "g1": 0.0, "g2": 0.5}
+    assert fit.per_layer == {k: pytest.approx(v, abs=1e-9) for k, v in expected.items()}
+    assert fit.per_family == {
+        "conv_grouped": pytest.approx(0.5, abs=1e-9),
+        "conv_winograd": pytest.approx(0.25, abs=1e-9),
+    }
+    assert fit.median_rel_error == pytest.approx(0.0, abs=1e-9)
+    prov = fit.provenance
+    assert prov["layers"] == 9
+    assert prov["layers_per_family"] == {"conv": 2, "conv_grouped": 3, "conv_winograd": 4}
+    k = fit.apply(coefficients()["cpu"])
+    assert k.row_fixed == fit.per_family and k.part_fixed == coefficients()["cpu"].part_fixed
+    # with min_layers 2, conv (0.2, 0.4) gets the median of two, 0.3
+    assert fit_row_fixed(rows, min_layers=2).per_family["conv"] == pytest.approx(0.3)
+
+
+def test_row_fixed_shares_hold_under_noise() -> None:
+    """Seven 3x3 convolutions whose bands pay 15 % of the layer, timed with 1 % noise: each
+    layer's share within 0.03, the family's within 0.02 of 0.15; an eighth layer whose
+    smallest band was timed 3x too slow (a slow spell) has a share far off, and the family's
+    median does not follow it (a mean would: 0.2 and more)."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for i, full in enumerate((224, 112, 56, 56, 28, 14, 7)):
+        for r in bands(f"k{i}", "conv_winograd", full, 0.15, whole=1e-4 * full):
+            rows.append({**r, "seconds": r["seconds"] * (1 + 0.01 * rng.standard_normal())})
+    slow = bands("slow", "conv_winograd", 28, 0.15)
+    slow[0]["seconds"] *= 3.0
+    fit = fit_row_fixed(rows + slow)
+    clean = {k: v for k, v in fit.per_layer.items() if k != "slow"}
+    assert len(clean) == 7
+    assert all(abs(f - 0.15) < 0.03 for f in clean.values()), clean
+    assert fit.per_layer["slow"] > 0.35
+    assert fit.per_family["conv_winograd"] == pytest.approx(0.15, abs=0.02)
+    assert np.mean(list(fit.per_layer.values())) > 0.17  # what a mean would have made of it
+    assert 0 < fit.median_rel_error < 0.02
 
 
 def test_shared_host_factor_fitted_against_the_one_device_run() -> None:

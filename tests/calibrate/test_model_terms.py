@@ -1,6 +1,6 @@
 """The model with calibrated terms, by hand: profiled and regressed layer times, channel
-blocks, parts' fixed shares and split factor, shared hosts, link tables and cut costs,
-receiving on the device, memory by weight class."""
+blocks, parts' and bands' fixed shares and split factor, shared hosts, link tables and cut
+costs, receiving on the device, memory by weight class."""
 
 from __future__ import annotations
 
@@ -8,16 +8,21 @@ import dataclasses
 
 import numpy as np
 import pytest
+from onnx import helper
 
+from dse.calibrate.bands import band_rows
+from dse.mapping import from_device_lists
 from dse.mapping import whole as whole_on
 from dse.net.build import build_graph
 from dse.platform import Device, Link, Platform
+from models_analytical.calibration import fit_row_fixed
 from models_analytical.coefficients import Coefficients
 from models_analytical.layer_costs import family, layer_key
 from models_analytical.model import AnalyticalModel
 from tests.helpers.calibrate import chain_model, conv1_split, one_mapping
-from tests.helpers.onnx_factory import conv_relu_chain
-from tests.helpers.platforms import coefficients
+from tests.helpers.onnx_factory import conv_relu_chain, model, weight
+from tests.helpers.platforms import RATE, coefficients
+from tests.helpers.platforms import platform as small_platform
 
 
 def test_model_uses_profiled_and_regressed_layer_times() -> None:
@@ -91,6 +96,35 @@ def test_split_parts_run_slower_by_the_split_work_factor() -> None:
     split = t[2] + t[3]  # conv1 and its Relu
     assert ev.busy_s[0, 1] == pytest.approx(split * 0.75 * 1.5)
     assert ev.busy_s[0, 0] == pytest.approx(t.sum() - split + split * 0.25 * 1.5)
+
+
+@pytest.mark.parametrize("factor", [1.0, 1.5])
+def test_a_band_costs_what_its_rows_were_timed_as_the_fit_reads_them(factor: float) -> None:
+    """A 3x3 conv over 16 rows timed as bands with t(rows) = a + b rows, a 20 % of its whole
+    time (dse.calibrate.bands' rows): fit_row_fixed's share for its family, in the model, makes
+    each band of a split by rows 5 / 11 cost the time its rows were timed at, times the split
+    factor."""
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])
+    graph = build_graph(
+        model([conv], {"x": [1, 2, 16, 8]}, ["y"], [weight("w", [4, 2, 3, 3])]), "c"
+    )
+    layer = graph.layers[0]
+    t_full = layer.macs / RATE  # the helpers' rate: the model's whole time of the layer
+
+    def timed(rows: int) -> float:
+        return t_full * (0.2 + 0.8 * rows / 16)
+
+    fit = fit_row_fixed(
+        [{"key": "c", "family": family(layer), "rows": r, "full": 16, "seconds": timed(r)}
+         for r in band_rows(16)],
+        min_layers=1,
+    )  # fmt: skip
+    cpu = dataclasses.replace(fit.apply(coefficients()["cpu"]), split_work_factor=factor)
+    m = AnalyticalModel(graph, small_platform(2, bw=1e12), Coefficients({"cpu": cpu}))
+    split = from_device_lists(graph, 2, [[[0, 1]]], rows=[0])
+    split.sizes[0, 0] = [5, 11]
+    ev = m.evaluate(split)
+    assert ev.busy_s[0].tolist() == pytest.approx([timed(5) * factor, timed(11) * factor])
 
 
 @pytest.mark.parametrize("hosts", ["one", "two"])

@@ -10,17 +10,22 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from matplotlib.figure import Figure
+from onnx import helper
 
+import tests.helpers.onnx_factory as onnx_factory
+from dse.fidelity.choose import by_rows, random_kinds
 from dse.fidelity.measure import speed_reference
+from dse.fidelity.plot import plot
 from dse.fidelity.report import figures, messages
 from dse.fidelity.statistics import by_kind, points, repeatability, stats
-from dse.mapping import check, random_mappings
+from dse.mapping import Mappings, check, random_mappings
+from dse.mapping.build import ROW_KINDS
 from dse.net import load_net
 from dse.net.build import build_graph
 from dse.paths import CONF_DIR
 from tests.helpers.calibrate import platform_localhost
 from tests.helpers.cli import run_module
-from tests.helpers.onnx_factory import conv_relu_chain
 
 
 def test_fidelity_statistics_by_hand() -> None:
@@ -91,7 +96,7 @@ def test_repeatability_of_rounds_by_hand(tmp_path) -> None:
 
 @pytest.mark.parametrize("kind", ["single", "vertical", "split", "mixed"])
 def test_random_mappings_are_valid_whole_channel_mappings(kind: str) -> None:
-    graph = build_graph(conv_relu_chain(), "chain")
+    graph = build_graph(onnx_factory.conv_relu_chain(), "chain")
     m = random_mappings(graph, 3, kind, 12, np.random.default_rng(1))
     check(graph, 3, m)  # every layer placed, whole channels covering each splittable layer
     share, _ = m.dense(graph)
@@ -102,6 +107,123 @@ def test_random_mappings_are_valid_whole_channel_mappings(kind: str) -> None:
         assert not split.any()
     if kind == "split":
         assert split[:, graph.splittable].all()
+
+
+def fc_chain():
+    """Gemm -> Relu -> Gemm over [1, 64]: splittable by channels, by rows never."""
+    nodes = [
+        helper.make_node("Gemm", ["x", "w0"], ["a"], name="fc0", transB=1),
+        helper.make_node("Relu", ["a"], ["b"], name="relu"),
+        helper.make_node("Gemm", ["b", "w1"], ["y"], name="fc1", transB=1),
+    ]
+    weights = [onnx_factory.weight("w0", [32, 64]), onnx_factory.weight("w1", [16, 32], seed=1)]
+    return build_graph(onnx_factory.model(nodes, {"x": [1, 64]}, ["y"], weights), "fc")
+
+
+def same(a: Mappings, b: Mappings) -> bool:
+    return all(np.array_equal(getattr(a, k), getattr(b, k)) for k in ("device", "sizes", "axis"))
+
+
+def test_the_row_kinds_are_drawn_where_a_layer_splits_by_rows_on_two_devices_or_more() -> None:
+    """14 random mappings of the conv chain (its convs split by rows) on 3 devices: six kinds,
+    14 = 6 x 2 + 2: single and vertical 3, the others 2; on 2 devices single has 2, mixed the
+    one left (3). Without a layer that splits by rows (fc layers) the four kinds share them as
+    before: 4, 4, 3, 3 and on 3 devices single 3, mixed 4. Spatial splits every conv by rows,
+    three is a valid mapping."""
+    chain = build_graph(onnx_factory.conv_relu_chain(), "chain")
+    assert by_rows(chain, 3) and not by_rows(chain, 1) and not by_rows(fc_chain(), 3)
+
+    def counts(graph, n_dev: int, rest: int = 14) -> dict[str, int]:  # noqa: ANN001
+        drawn = random_kinds(graph, n_dev, rest, np.random.default_rng(0))
+        for m in drawn.values():
+            check(graph, n_dev, m)
+        return {k: len(m) for k, m in drawn.items()}
+
+    assert counts(chain, 3) == {
+        "single": 3, "vertical": 3, "split": 2, "mixed": 2, "spatial": 2, "three": 2
+    }  # fmt: skip
+    assert counts(chain, 2) == {
+        "single": 2, "vertical": 3, "split": 2, "mixed": 3, "spatial": 2, "three": 2
+    }  # fmt: skip
+    assert counts(fc_chain(), 3) == {"single": 3, "vertical": 4, "split": 3, "mixed": 4}
+    drawn = random_kinds(chain, 3, 30, np.random.default_rng(1))
+    rows = np.isin(chain.split_layers, np.flatnonzero(chain.row_splittable))
+    assert rows.all() and (drawn["spatial"].axis == 1).all()
+    assert (drawn["split"].axis == 0).all() and (drawn["three"].axis == 1).any()
+
+
+def test_the_kinds_drawn_before_keep_their_draws() -> None:
+    """For a seed, each of the four kinds is its first mappings of the draws it had before the
+    row kinds (the same generator, its count then: 14 over four kinds, single 3 on 3
+    devices, mixed 4), and the row kinds come after them; without them every draw is as
+    before."""
+    chain = build_graph(onnx_factory.conv_relu_chain(), "chain")
+    before = {"single": 3, "vertical": 4, "split": 3, "mixed": 4}
+    now = {"single": 3, "vertical": 3, "split": 2, "mixed": 2, "spatial": 2, "three": 2}
+    for graph in (chain, fc_chain()):
+        rng = np.random.default_rng(7)
+        by_hand = {k: random_mappings(graph, 3, k, c, rng) for k, c in before.items()}
+        if graph is chain:
+            by_hand = {k: m.take(np.arange(now[k])) for k, m in by_hand.items()}
+            by_hand |= {k: random_mappings(graph, 3, k, now[k], rng) for k in ROW_KINDS}
+        drawn = random_kinds(graph, 3, 14, np.random.default_rng(7))
+        assert list(drawn) == list(by_hand)
+        assert all(same(drawn[k], by_hand[k]) for k in by_hand)
+
+
+def test_choose_labels_the_row_kinds_after_the_others(monkeypatch) -> None:
+    """choose() without a front (the search stubbed out): alexnet's 14 random mappings on 3
+    devices, labelled by kind in order (single_0..2, vertical_0..2, split_0, split_1, ...,
+    three_1), every one distinct."""
+    from dse.fidelity import choose as choose_mod
+
+    graph = load_net({"name": "alexnet"}).graph
+    none = random_mappings(graph, 3, "single", 0, np.random.default_rng(0))
+    problem = SimpleNamespace(
+        model=SimpleNamespace(graph=graph, platform=SimpleNamespace(devices=[0, 1, 2])),
+        objectives=["latency"],
+        chromosome=SimpleNamespace(decode=lambda genes: none),
+    )
+    search = SimpleNamespace(
+        new_search=lambda *a: None, run=lambda state: None, front=lambda state: ([], [], None)
+    )
+    monkeypatch.setattr(choose_mod, "nsga2", search)
+    monkeypatch.setattr(choose_mod, "select", lambda F, objectives, k: [])
+    chosen = choose_mod.choose(problem, None, 14, seed=0)
+    counts = {"single": 3, "vertical": 3, "split": 2, "mixed": 2, "spatial": 2, "three": 2}
+    assert chosen.labels == [f"{k}_{i}" for k, c in counts.items() for i in range(c)]
+    assert chosen.kinds == [k for k, c in counts.items() for _ in range(c)]
+    assert len(np.unique(chosen.mappings.keys())) == 14
+    assert (chosen.mappings.axis[chosen.kinds.index("spatial")] == 1).any()
+
+
+def test_the_report_gives_the_latency_error_of_the_row_kinds(tmp_path, monkeypatch) -> None:
+    """Points of the row kinds: by_kind has them after the others (errors +10 % and -20 %),
+    the report's line by kind names them, and the figure's legend too."""
+    pts = [(11.0, 10.0, "spatial"), (9.0, 10.0, "split"), (8.0, 10.0, "three")]
+    kinds = by_kind(pts)
+    assert list(kinds) == ["split", "spatial", "three"]
+    assert kinds["spatial"] == {"n": 1, "bias_pct": 10.0, "mape_pct": 10.0}
+    assert kinds["three"] == {"n": 1, "bias_pct": -20.0, "mape_pct": 20.0}
+    rows = [
+        {"status": "ok", "latency_predicted_ms": p, "latency_measured_ms": m} for p, m, _ in pts
+    ]
+    f = figures(points(rows, [k for *_, k in pts]), tmp_path)
+    doc = {
+        "net": "n", "failed": [], "latency": f["latency"], "memory": stats([1.0], [1.0]),
+        "period": None, "seconds": 1.0, "noise_floor_pct": None, "round_spread_pct": None,
+        "rounds": 1, "repeatability": None, "repeatability_adjusted": None,
+    }  # fmt: skip
+    line = next(x for x in messages(doc, tmp_path) if x.startswith("latency error by kind"))
+    assert line.endswith("split -10.0 % (n=1), spatial +10.0 % (n=1), three -20.0 % (n=1)")
+    legends: list[list[str]] = []
+
+    def keep(fig, path, **kw) -> None:  # noqa: ANN001
+        legends.extend(ax.get_legend_handles_labels()[1] for ax in fig.axes)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    plot(tmp_path / "f.png", {**points(rows, [k for *_, k in pts]), "memory": []}, "t")
+    assert legends[0][-3:] == ["split", "spatial", "three"]
 
 
 def test_fidelity_reads_the_calibration_probe_of_its_network() -> None:

@@ -1,0 +1,153 @@
+"""Row-band micro-benchmarks: how a convolution's time follows its share of the output rows (a
+band of a layer split by rows, :mod:`dse.mapping.rows`).
+
+``measure_band_costs`` times each row-splittable Conv of a network (``LayerGraph.
+row_splittable``: any group count; one per :func:`~models_analytical.layer_costs.layer_key`,
+none already timed) alone, whole and as bands of about a quarter, a half and three quarters of
+its output rows. The rules:
+
+* a band is the top one, output rows ``[0, rows)``, as the first device of a split computes it;
+  the whole layer is the band ``[0, full)``;
+* a band's model is what the runtime runs for it: the layer's node with the top and bottom
+  padding the band needs (:func:`dse.net.ops.row_part`, ``auto_pad`` made explicit first),
+  reading exactly the input rows the band needs (:meth:`dse.net.ops.RowWindow.needed`), with
+  the layer's whole weights (random);
+* every band of every layer is timed interleaved, as the parts are (every round runs each once,
+  one warm-up round: :func:`dse.calibrate.channels.time_interleaved`), at the device's thread
+  count with the runtime's session settings (:func:`dse.runtime.sessions.session`); each
+  band's time is the median of its rounds.
+
+Rows ``{key, family, layer, rows, full, seconds}``: what
+:func:`models_analytical.calibration.fit_row_fixed` fits the share every band pays on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from onnx import ModelProto, NodeProto, TensorProto, helper, numpy_helper
+
+from dse.calibrate.channels import time_interleaved
+from dse.net import ops
+from dse.runtime.sessions import session
+from models_analytical.layer_costs import family, layer_key
+
+#: The bands timed beside the whole layer, as shares of its output rows.
+BAND_SHARES = (0.25, 0.5, 0.75)
+
+
+def band_rows(full: int) -> list[int]:
+    """Output rows of the bands timed for a layer of ``full`` output rows, ascending: the
+    nearest whole rows to a quarter, a half and three quarters of them (halves rounded up),
+    and all of them; the ones that are neither 0 nor ``full`` only once."""
+    out = {full}
+    for s in BAND_SHARES:
+        r = int(full * s + 0.5)
+        if 0 < r < full:
+            out.add(r)
+    return sorted(out)
+
+
+def explicit_pads(node: NodeProto, layer: Any) -> NodeProto:
+    """``node`` with an ``auto_pad`` of ``SAME_UPPER`` or ``SAME_LOWER`` made explicit pads (as
+    ONNX resolves it from ``layer``'s input and kernel: the odd pixel after for UPPER, before
+    for LOWER); any other node as it is."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    auto = attrs.get("auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else str(auto)
+    if auto not in ("SAME_UPPER", "SAME_LOWER"):
+        return node
+    size = layer.inputs[0].shape[2:]
+    kernel = attrs.get("kernel_shape") or layer.weights[0].shape[2:]
+    strides = attrs.get("strides") or [1] * len(size)
+    dilations = attrs.get("dilations") or [1] * len(size)
+    before, after = [], []
+    for n, k, s, d in zip(size, kernel, strides, dilations, strict=True):
+        total = max((-(-int(n) // int(s)) - 1) * int(s) + (int(k) - 1) * int(d) + 1 - int(n), 0)
+        small, large = total // 2, total - total // 2
+        before.append(small if auto == "SAME_UPPER" else large)
+        after.append(large if auto == "SAME_UPPER" else small)
+    out = NodeProto()
+    out.CopyFrom(node)
+    kept = [a for a in out.attribute if a.name != "auto_pad"]
+    del out.attribute[:]
+    out.attribute.extend(kept)
+    out.attribute.append(helper.make_attribute("pads", before + after))
+    return out
+
+
+def band_model(
+    layer: Any, node: NodeProto, band: tuple[int, int], seed: int = 0
+) -> tuple[ModelProto, tuple[int, int]] | None:
+    """``layer`` (its ONNX ``node``) alone computing its output rows ``band`` = [o0, o1) from
+    the input rows they read, random weights (the same for every band of a ``seed``): the
+    model, reading ``x`` and writing ``y``, and those input rows ``(lo, hi)``. None where the
+    layer cannot compute a band of its rows, or a static input of its node is not among its
+    weights."""
+    window = ops.row_window(layer)
+    if window is None or len(layer.inputs[0].shape) != 4:
+        return None
+    shape = list(layer.inputs[0].shape)
+    in_rows = shape[2]
+    lo, hi = window.needed(band[0], band[1], in_rows)
+    part = ops.row_part(
+        explicit_pads(node, layer), layer.name, band, (lo, hi), window, in_rows, "@band", "x", "y"
+    )
+    static = {t.name: t.shape for t in layer.weights}
+    if any(name not in static for name in part.keep):
+        return None
+    rng = np.random.default_rng(seed)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal(static[n], dtype=np.float32) * 0.01, n)
+        for n in part.keep
+    ]
+    g = helper.make_graph(
+        part.nodes,
+        "band",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [*shape[:2], hi - lo, shape[3]])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    return model, (lo, hi)
+
+
+def measure_band_costs(net: Any, threads: int, repeats: int, seen: set | None = None) -> list:
+    """Rows ``{key, family, layer, rows, full, seconds}``: each row-splittable Conv of ``net``
+    (a :class:`~dse.net.Net`: its ``graph`` and ONNX ``model``; one per layer key, none of
+    ``seen``, which gets the keys timed) alone, whole and as the bands of :func:`band_rows`,
+    timed as the module says; a layer of fewer than 2 output rows is left out. All of a
+    network's sessions are alive while it is timed, each band's with the whole weights."""
+    seen = set() if seen is None else seen
+    graph = net.graph
+    cases = []
+    for layer in graph:
+        key = layer_key(layer)
+        if not graph.row_splittable[layer.index] or key in seen:
+            continue
+        counts = band_rows(int(graph.out_rows[layer.index]))
+        node = net.model.graph.node[layer.node]
+        built = [band_model(layer, node, (0, r)) for r in counts]
+        if len(counts) < 2 or any(b is None for b in built):
+            continue
+        seen.add(key)
+        x = np.random.default_rng(len(cases)).random(layer.inputs[0].shape, dtype=np.float32)
+        runs = [
+            (session(m, "cpu", threads), {"x": np.ascontiguousarray(x[:, :, lo:hi])})
+            for m, (lo, hi) in built
+        ]
+        cases.append((layer, key, counts, runs))
+    medians = time_interleaved([runs for *_, runs in cases], repeats)
+    return [
+        {
+            "key": key,
+            "family": family(layer),
+            "layer": f"{graph.name}/{layer.name}",
+            "rows": r,
+            "full": counts[-1],
+            "seconds": t,
+        }
+        for (layer, key, counts, _), acc in zip(cases, medians, strict=True)
+        for r, t in zip(counts, acc, strict=True)
+    ]
