@@ -4,14 +4,10 @@ what it sends after each, walked in the graph's order (the rules: :mod:`dse.runt
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from dse.errors import DseError
 from dse.mapping import Mappings, check
@@ -19,37 +15,10 @@ from dse.net import Net, ops
 from dse.net.graph import Layer
 from dse.net.onnx_load import TensorType
 from dse.platform import Platform
-from dse.runtime.statics import EXTERNAL_MIN_BYTES, Blob, Init, Statics
+from dse.runtime.actions import Action, Programs, add_part, static_adder
+from dse.runtime.statics import Statics
 
-
-@dataclass
-class Action:
-    """One step of a device's program: compute nodes (producing tensors), receive a tensor, or
-    gather a split layer's parts into its whole."""
-
-    kind: str  # "compute" | "recv" | "gather"
-    layer: int = -1  # compute: the graph layer (whole, or a part of it)
-    nodes: list[onnx.NodeProto] = field(default_factory=list)
-    inits: dict[str, Init] = field(default_factory=dict)
-    consts: dict[str, onnx.NodeProto] = field(default_factory=dict)
-    reads: list[str] = field(default_factory=list)  # activation tensors read
-    makes: list[str] = field(default_factory=list)  # tensors produced
-    tensor: str = ""  # recv: the tensor
-    peer: int = -1  # recv: the sending device
-    sends: list[tuple[str, int]] = field(default_factory=list)  # after this action
-    # gather: (part tensor, device that computed it, channel range) in channel order; the axis
-    parts: list[tuple[str, int, tuple[int, int]]] = field(default_factory=list)
-    axis: int = 1
-
-
-@dataclass
-class Programs:
-    """Every device's actions in order, the sends a device posts before its first action, and
-    where each tensor lives whole (its owner)."""
-
-    actions: defaultdict[int, list[Action]]
-    start_sends: defaultdict[int, list[tuple[str, int]]]
-    where: dict[str, int]
+__all__ = ["Action", "Programs", "check_mapping", "device_programs", "part_rows"]
 
 
 def part_rows(graph, share: np.ndarray) -> np.ndarray:  # noqa: ANN001 - a LayerGraph
@@ -83,42 +52,6 @@ def check_mapping(net: Net, platform: Platform, mapping: Mappings) -> tuple[np.n
     return share[0], owner[0]
 
 
-def _static_adder(act: Action, statics: Statics) -> Callable[[str], None]:
-    """Adds a static input, as it is, to ``act``: a Constant node's output as that node, a large
-    initializer as a weight written to the sub-model's data file, a small one inline."""
-
-    def static(name: str) -> None:
-        if name in statics.constants and name not in statics.inits:
-            act.consts[name] = statics.constants[name]
-            return
-        proto = statics.proto(name)
-        big = math.prod(proto.dims) * 4 >= EXTERNAL_MIN_BYTES and name in statics.inits
-        if big:
-            act.inits[name] = Blob(statics, name)
-        elif name in statics.locations:  # small, but its bytes are in a file
-            act.inits[name] = numpy_helper.from_array(np.array(statics.array(name)), name)
-        else:
-            act.inits[name] = proto
-
-    return static
-
-
-def _add_part(act: Action, part: ops.Part, statics: Statics, external: bool) -> None:
-    """The nodes and tensors of one op part (:class:`dse.net.ops.Part`) into ``act``: its cut
-    weights as weights of the sub-model's data file (``external``) or inline copies."""
-    static = _static_adder(act, statics)
-    act.nodes.extend(part.nodes)
-    for name, value in part.constants.items():
-        act.inits[name] = numpy_helper.from_array(value, name)
-    for name, (src, cuts) in part.weights.items():
-        if external:
-            act.inits[name] = Blob(statics, src, tuple(cuts))
-        else:
-            act.inits[name] = numpy_helper.from_array(Blob(statics, src, cuts).value(), name)
-    for name in part.keep:
-        static(name)
-
-
 def layer_nodes(
     layer: Layer,
     node: onnx.NodeProto,
@@ -138,7 +71,7 @@ def layer_nodes(
         n.CopyFrom(node)
         n.name = layer.name
         act.nodes.append(n)
-        static = _static_adder(act, statics)
+        static = static_adder(act, statics)
         for t in inputs:
             if t and t in static_names:
                 static(t)
@@ -156,7 +89,7 @@ def layer_nodes(
         act.makes = [pout]
         shapes = {t: tuple(statics.proto(t).dims) for t in inputs if t in static_names}
         c_in = types[inputs[0]].shape[1] if len(types[inputs[0]].shape) > 1 else 0
-        _add_part(act, spec.slice(node, layer.name, part, tag, pout, shapes, c_in), statics, True)
+        add_part(act, spec.slice(node, layer.name, part, tag, pout, shapes, c_in), statics, True)
         shape = list(types[out].shape)
         shape[spec.axis] = part[1] - part[0]
         types[pout] = TensorType(tuple(shape), types[out].elem_type)
@@ -179,7 +112,7 @@ def follower_part(
     x = f"{layer.inputs[0].name}{tag}"
     out = node.output[0]
     pout = f"{out}{tag}"
-    _add_part(act, ops.local_part(node, layer.name, part, tag, x, pout), statics, False)
+    add_part(act, ops.local_part(node, layer.name, part, tag, x, pout), statics, False)
     shape = list(types[out].shape)
     shape[axis] = part[1] - part[0]
     types[pout] = TensorType(tuple(shape), types[out].elem_type)

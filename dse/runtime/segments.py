@@ -14,8 +14,8 @@ import onnx
 from onnx import helper
 
 from dse.net.onnx_load import TensorType
+from dse.runtime.actions import Action
 from dse.runtime.plan import Gather, Part, Recv, Run, Send, Step, WireTensor
-from dse.runtime.programs import Action
 from dse.runtime.statics import Blob, Init
 from dse.runtime.submodel import SubModelBuilder
 
