@@ -23,7 +23,7 @@ class Action:
     gather a split layer's parts into its whole."""
 
     kind: str  # "compute" | "recv" | "gather"
-    layer: int = -1  # compute: the graph layer (whole, or a part of it)
+    layer: int = -1  # compute: the graph layer (whole, or a part of it); -1: rows cut to send
     nodes: list[onnx.NodeProto] = field(default_factory=list)
     inits: dict[str, Init] = field(default_factory=dict)
     consts: dict[str, onnx.NodeProto] = field(default_factory=dict)

@@ -22,6 +22,19 @@ place of the split layer's: a Conv -> Relu -> MaxPool over two devices sends poo
 device in the mapping is where its output is gathered (its owner).
 :func:`dse.runtime.programs.part_rows` states the rule; the model's kernel applies the same one.
 
+A layer split by rows (``Mappings.axis`` 1) runs as bands of its output rows, and so do the
+row-local layers that follow it (:func:`dse.mapping.rows.layout_of` says which, and each
+device's band; a follower that is not row-local, a GlobalAveragePool, runs whole on its own
+device after the bands are gathered). Device d computes its band from the input rows it reads,
+with the layer's whole weights; an empty band computes, sends and receives nothing. Those rows
+come from where the input is whole (d cuts them itself when it holds it; else its holder cuts
+them right after making or gathering it and sends that piece alone), or, where the input is
+kept as bands (inside a chain, or between roots over the same devices), from the devices whose
+bands overlap them: each sends the overlap beside its band, and d concatenates them in row
+order (halos only when the bands match). A chain's last bands stay put where the layout keeps
+them, else they are all-gathered along the rows (axis 2) as channel parts are. The rules are
+:mod:`dse.mapping.rows`; their runtime side :mod:`dse.runtime.bands`.
+
 A device's work is cut into segments (one ONNX sub-model each) before every step that waits for
 a remote tensor and after every step whose output another device can use at once, so its sends
 are posted as soon as they are useful (:func:`dse.runtime.segments.send_deadlines`). Sends are
@@ -31,7 +44,8 @@ same layer's parts, each sent before its device gathers): work going A -> B -> A
 deadlock.
 
 The jobs, by module: static tensors and weights (:mod:`~dse.runtime.statics`,
-:mod:`~dse.runtime.weights`), each device's program (:mod:`~dse.runtime.programs`), cutting it
+:mod:`~dse.runtime.weights`), each device's program (:mod:`~dse.runtime.programs`; its bands:
+:mod:`~dse.runtime.bands`; what it is made of: :mod:`~dse.runtime.actions`), cutting it
 into segments and steps (:mod:`~dse.runtime.segments`), one sub-model
 (:mod:`~dse.runtime.submodel`), the plan (:mod:`~dse.runtime.plan`).
 """

@@ -20,9 +20,11 @@ Format (version 3)::
 A step is ``{"op": "run", "segment", "inputs", "outputs", "layers"}``, ``{"op": "send",
 "tensor", "to", "tag"}``, ``{"op": "recv", "tensor", "from", "tag"}`` or ``{"op": "gather",
 "tensor", "shape", "dtype", "axis", "parts": [{"tensor", "from", "range"[, "tag"]}]}`` (a part
-without a tag is the rank's own), each with an optional ``"free"``: the local tensors last used
-there. Version 3 added ``memory_mb`` (a rank's device memory: its buffers' bound) and
-``reference.expected`` (the whole model's outputs, stored in the deployment directory).
+without a tag is the rank's own; ``"axis"`` 2 gathers bands of rows), each with an optional
+``"free"``: the local tensors last used there; a run's ``"layers"`` may be empty (it only cuts
+rows of a tensor to send them). Version 3 added ``memory_mb`` (a rank's device memory: its
+buffers' bound) and ``reference.expected`` (the whole model's outputs, stored in the deployment
+directory).
 """
 
 from __future__ import annotations
@@ -166,8 +168,8 @@ class Recv:
 
 @dataclass(frozen=True)
 class Part:
-    """One part of a gathered tensor: its channel ``range`` along the gather's axis, made by
-    rank ``source``; a part without a ``tag`` is the gathering rank's own."""
+    """One part of a gathered tensor: its ``range`` along the gather's axis (channels, or rows:
+    axis 2), made by rank ``source``; a part without a ``tag`` is the gathering rank's own."""
 
     tensor: str
     source: int

@@ -12,22 +12,26 @@ import onnx
 from dse.errors import DseError
 from dse.mapping import Mappings, check
 from dse.net import Net, ops
-from dse.net.graph import Layer
+from dse.net.graph import Layer, LayerGraph
 from dse.net.onnx_load import TensorType
 from dse.platform import Platform
 from dse.runtime.actions import Action, Programs, add_part, static_adder
+from dse.runtime.bands import RowLayout, run_on_bands
 from dse.runtime.statics import Statics
 
 __all__ = ["Action", "Programs", "check_mapping", "device_programs", "part_rows"]
 
 
-def part_rows(graph, share: np.ndarray) -> np.ndarray:  # noqa: ANN001 - a LayerGraph
+def part_rows(graph: LayerGraph, share: np.ndarray, root: np.ndarray | None = None) -> np.ndarray:
     """int64 [L]: the layer whose shares each layer of one mapping (``share[L, D]``) runs with:
-    its own, or, for a layer that follows a split layer (``graph.follows``), that layer's."""
+    its own, or, for a layer that follows a split layer (``graph.follows``), that layer's.
+    ``root[L]``: the mapping's row roots (:func:`dse.mapping.rows.layout_of`; None: no layer
+    split by rows): after a layer split by rows only the layers on its bands (their root is
+    it) run on its parts; the others run whole, on their own device."""
     row = np.arange(len(graph), dtype=np.int64)
     for c in np.flatnonzero(graph.follows >= 0):
         r = row[graph.follows[c]]
-        if np.count_nonzero(share[r] > 0) > 1:
+        if np.count_nonzero(share[r] > 0) > 1 and (root is None or root[r] != r or root[c] == r):
             row[c] = r
     return row
 
@@ -149,15 +153,31 @@ class _Walk:
         # where the producer's sends go: (device, action index); -1: before any action
         self.made_at: dict[tuple[str, int], int] = {(t.name, entry): -1 for t in graph.inputs}
         self.start_sends: defaultdict[int, list[tuple[str, int]]] = defaultdict(list)
-        self.share = share
-        self.row = part_rows(graph, share)
-        # devices that read each tensor whole: they compute a layer (or a part) reading it
+        self.share, self.entry = share, entry
+        self.rows = RowLayout.of(graph, mapping)
+        self.bands: dict[str, dict[int, tuple[int, int]]] = {}  # tensor -> device -> its rows
+        self.opset = next(
+            (o.version for o in net.model.opset_import if o.domain in ("", "ai.onnx")), 1
+        )
+        self.row = part_rows(graph, share, self.rows.root)
+        # devices that read each tensor whole: they compute a layer (or a part) reading it; a
+        # band's input rows are cut where the input is whole (bands: dse.runtime.bands)
         self.readers: dict[str, set[int]] = defaultdict(set)
         for layer in graph:
+            if self.rows.root[layer.index] >= 0:
+                x = layer.inputs[0].name if layer.inputs else ""
+                if x and not self.rows.reads_bands(graph, layer.index):
+                    self.readers[x].add(self.holder(x))
+                continue
             on = {int(d) for d in np.flatnonzero(share[self.row[layer.index]] > 0)}
             for t in layer.inputs:
                 self.readers[t.name] |= on
         self.out_set = {t.name for t in graph.outputs}
+
+    def holder(self, t: str) -> int:
+        """The device holding tensor ``t`` whole: its producer's owner (the entry: an input)."""
+        producer = self.graph.producer.get(t, -1)
+        return self.entry if producer < 0 else int(self.owner[producer])
 
     def post_send(self, t: str, src: int, dst: int) -> None:
         idx = self.made_at[(t, src)]
@@ -173,8 +193,20 @@ class _Walk:
         for t in act.makes:
             self.made_at[(t, d)] = len(self.programs[d]) - 1
 
+    def insert(self, d: int, at: int, act: Action) -> None:
+        """``act`` into ``d``'s program at index ``at`` (the actions after it move on)."""
+        self.programs[d].insert(at, act)
+        for key, idx in self.made_at.items():
+            if key[1] == d and idx >= at:
+                self.made_at[key] = idx + 1
+        for t in act.makes:
+            self.made_at[(t, d)] = at
+
     def layer(self, layer: Layer) -> None:
         """Every device's share of ``layer``, then where its output goes."""
+        if self.rows.root[layer.index] >= 0:
+            run_on_bands(self, layer)
+            return
         graph, types = self.graph, self.types
         node = self.nodes[layer.node]
         r = int(self.row[layer.index])
@@ -215,11 +247,18 @@ class _Walk:
                 self.made_at[(t, c)] = self.made_at.get((t, c), len(self.programs[c]) - 1)
 
     def gather(
-        self, out: str, devs: list[int], bounds: list[tuple[int, int]], axis: int, c: int
+        self,
+        out: str,
+        devs: list[int],
+        bounds: list[tuple[int, int]],
+        axis: int,
+        c: int,
+        tag: str = ".part",
     ) -> None:
-        """A split layer's parts to every device that needs the whole ``out`` (its owner ``c``
-        too when it needs it or forwards it), each concatenating them itself."""
-        parts = [f"{out}.part{d}" for d in devs]
+        """A split layer's parts (``{out}{tag}{d}``: channels, or bands of rows) to every
+        device that needs the whole ``out`` (its owner ``c`` too when it needs it or forwards
+        it), each concatenating them itself."""
+        parts = [f"{out}{tag}{d}" for d in devs]
         need = self.readers[out] | ({c} if out in self.out_set else set())
         cat_owner = c in need or bool(need - set(devs))
         gatherers = sorted({e for e in devs if e in need} | ({c} if cat_owner else set()))
@@ -233,7 +272,7 @@ class _Walk:
                 tensor=out,
                 parts=[(p, d, b) for d, p, b in zip(devs, parts, bounds, strict=True)],
                 axis=axis,
-                reads=[f"{out}.part{e}"] if e in devs else [],
+                reads=[f"{out}{tag}{e}"] if e in devs else [],
                 makes=[out],
             )
             self.programs[e].append(gather)

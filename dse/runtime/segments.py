@@ -153,7 +153,7 @@ class Cutter:
         self.segments[name], self.blobs[name] = self.builder.model(
             nodes, inits, consts, inputs, outputs, name[:-5], cpu
         )
-        return Run(name, inputs, outputs, [a.layer for a in g])
+        return Run(name, inputs, outputs, [a.layer for a in g if a.layer >= 0])
 
 
 def _groups(actions: list[Action], ends: set[int]) -> list[list[Action] | Action]:

@@ -2,8 +2,9 @@
 
 Tensors travel with mpi4py's buffer API (``Isend`` right after the producing segment,
 ``Probe`` + ``Recv`` into buffers allocated once), never pickled. A ``gather`` step receives a
-split layer's parts straight into their channel ranges of the whole's buffer (one copy of its
-own part, none of the others' when the range is contiguous, as with batch 1). Per iteration
+split layer's parts straight into their ranges (channels, or rows) of the whole's buffer (one
+copy of its own part, none of the others' when the range is contiguous, as with channels at
+batch 1; bands of rows of several channels pass a staging buffer). Per iteration
 each rank times its compute (inside onnxruntime), its wait (blocked in ``Probe`` until a
 message is there) and its communication (receiving, gathering, posting and completing sends).
 The latency of an iteration is the longest rank's time from a common barrier to its last step.
@@ -222,7 +223,7 @@ class Rank:
 
 
 def _part_view(whole: np.ndarray, axis: int, bounds: list[int]) -> np.ndarray:
-    """The channel range ``bounds`` of ``whole`` along ``axis`` (a view)."""
+    """The range ``bounds`` (channels, or rows) of ``whole`` along ``axis`` (a view)."""
     index = [slice(None)] * whole.ndim
     index[axis] = slice(*bounds)
     return whole[tuple(index)]

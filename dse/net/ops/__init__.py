@@ -292,12 +292,14 @@ def row_part(
     tag: str,
     x: str,
     out: str,
+    columns: tuple[int, int] | None = None,
 ) -> Part:
     """Output rows ``band`` = [o0, o1) of a row-local layer (``rows`` in the registry),
     computed from ``x``, its first input's rows ``rows`` = [lo, hi) (:meth:`RowWindow.needed`
     of the band): the node as it is, reading ``x`` and writing ``out``, its top and bottom
     padding what the band needs (the image's own padding at its borders, none inside: the
-    rows there are real), its column padding as it was (``auto_pad`` made explicit)."""
+    rows there are real), its column padding as it was (``auto_pad`` made explicit: a
+    ``SAME_*`` one needs ``columns``, the input's width and the kernel's columns)."""
     o0, o1 = band
     lo, hi = rows
     n = NodeProto()
@@ -309,7 +311,7 @@ def row_part(
     if window.span > 1 or window.stride > 1 or window.pad > 0 or _has_pads(node):
         top = max(0, window.pad - o0 * window.stride)
         bottom = max(0, (o1 - 1) * window.stride - window.pad + window.span - in_rows)
-        left, right = _column_pads(node)
+        left, right = _column_pads(node, columns)
         attrs = [a for a in n.attribute if a.name not in ("pads", "auto_pad")]
         del n.attribute[:]
         n.attribute.extend(attrs)
@@ -321,9 +323,11 @@ def _has_pads(node: NodeProto) -> bool:
     return any(a.name in ("pads", "auto_pad") for a in node.attribute)
 
 
-def _column_pads(node: NodeProto) -> tuple[int, int]:
-    """The node's left and right padding (axis 3), ``auto_pad`` resolved by the node's own
-    kernel, stride and dilation along the columns: needs ``_width`` (set by the caller)."""
+def _column_pads(node: NodeProto, columns: tuple[int, int] | None) -> tuple[int, int]:
+    """The node's left and right padding (axis 3), ``auto_pad`` resolved as ONNX does from the
+    input's width and the kernel's columns (``columns``) and the node's own stride and
+    dilation along the columns: ``SAME_UPPER`` puts the odd pixel on the right, ``SAME_LOWER``
+    on the left."""
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     auto = attrs.get("auto_pad", b"NOTSET")
     auto = auto.decode() if isinstance(auto, bytes) else str(auto)
@@ -332,7 +336,15 @@ def _column_pads(node: NodeProto) -> tuple[int, int]:
         return int(pads[1]), int(pads[3])
     if auto == "VALID":
         return 0, 0
-    raise ValueError(f"node '{node.name}': auto_pad {auto} is resolved by the partitioner")
+    if auto not in ("SAME_UPPER", "SAME_LOWER") or columns is None:
+        raise ValueError(f"node '{node.name}': auto_pad {auto} needs the input's columns")
+    width, kernel = columns
+    stride = int((attrs.get("strides") or [1, 1])[-1])
+    dilation = int((attrs.get("dilations") or [1, 1])[-1])
+    span = (int(kernel) - 1) * dilation + 1
+    total = max((-(-width // stride) - 1) * stride + span - width, 0)
+    small, large = total // 2, total - total // 2
+    return (small, large) if auto == "SAME_UPPER" else (large, small)
 
 
 # the families register themselves on import

@@ -1,0 +1,423 @@
+"""Row (spatial) splits in the runtime: a mapping that splits layers by output rows deploys as
+bands whose run equals the whole model (in-process and under MPI), only the rows each band
+reads cross, and a mapping without row splits deploys as before.
+
+Outputs are compared as in :mod:`tests.runtime.test_partition` (max|a - b| <= 1e-4 max|b|):
+a band runs the layer's own operator with its whole weights on the rows it reads, so only
+onnxruntime's summation order may differ.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import yaml
+from onnx import helper
+
+from dse.errors import DseError
+from dse.mapping import Mappings, check, from_device_lists, random_mappings
+from dse.net import Net, load_net
+from dse.runtime.partition import Deployment, partition
+from dse.runtime.plan import Plan, Run
+from dse.runtime.programs import part_rows
+from tests.helpers.onnx_factory import model as onnx_model
+from tests.helpers.onnx_factory import weight
+from tests.helpers.platforms import platform
+from tests.runtime.test_partition import (
+    assert_equal_outputs,
+    channel_local_net,
+    dense_block_net,
+    sent_by_device,
+    steps_on,
+    with_sizes,
+)
+
+n = helper.make_node
+
+
+def onnx_net(tmp_path: Path, name: str, nodes, x_shape, outs, inits, opset: int = 17) -> Net:
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(onnx_model(nodes, {"x": x_shape}, outs, inits, opset), path)
+    return load_net({"name": "onnx", "path": str(path), "order": "file"})
+
+
+def sized(
+    g, n_dev: int, rows: dict, channels: dict | None = None, devices: dict | None = None
+) -> Mappings:
+    """One mapping: every layer on device 0 but those named in ``devices`` (name -> device);
+    the layers in ``rows`` split by rows and those in ``channels`` by channels (name -> units
+    per device)."""
+    m = with_sizes(g, n_dev, 0, {**rows, **(channels or {})}, devices or {})
+    for name in rows:
+        m.axis[0, int(np.searchsorted(g.split_layers, g.index[name]))] = 1
+    check(g, n_dev, m)
+    return m
+
+
+def sends(plan: Plan, prefix: str) -> dict[tuple[int, str, int], int]:
+    """(device, tensor, to device) -> bytes of every send of a tensor named ``prefix``..."""
+    device = {r.rank: r.device_index for r in plan.ranks}
+    out = {}
+    for r in plan.ranks:
+        for s in r.steps:
+            if s.op == "send" and s.tensor.startswith(prefix):
+                w = plan.tensors[s.tensor]
+                out[(r.device_index, s.tensor, device[s.to])] = int(np.prod(w.shape)) * 4
+    return out
+
+
+def band_nodes(dep: Deployment, layer: str) -> dict[int, onnx.NodeProto]:
+    """Device -> the node computing its band of ``layer``, from the sub-models."""
+    out = {}
+    for r in dep.plan.ranks:
+        for s in r.steps:
+            if isinstance(s, Run):
+                for node in dep.segments[s.segment].graph.node:
+                    if node.name == f"{layer}.band{r.device_index}":
+                        out[r.device_index] = node
+    return out
+
+
+def pads(node: onnx.NodeProto) -> list[int]:
+    return next(list(a.ints) for a in node.attribute if a.name == "pads")
+
+
+def test_strided_dilated_conv_with_asymmetric_pads(tmp_path: Path) -> None:
+    """A 3x3 Conv, stride 2, dilation 2, pads top 2 / bottom 0, 13 output rows in bands of 6,
+    4 and 3: each device receives the input rows its band reads (entry's Slice, sent at the
+    start), pads only at the image's borders, and the bands are gathered along the rows."""
+    nodes = [n("Conv", ["x", "w", "b"], ["y"], strides=[2, 2], dilations=[2, 2], pads=[2, 1, 0, 1])]
+    net = onnx_net(
+        tmp_path, "strided", nodes, [1, 3, 27, 11], ["y"], [weight("w", [4, 3, 3, 3], 1),
+        weight("b", [4], 2)],
+    )  # fmt: skip
+    g = net.graph
+    assert int(g.out_rows[0]) == 13
+    m = sized(g, 3, {g.names[0]: [6, 4, 3]})
+    dep = partition(net, m, platform(3))
+    # band [o0, o1) reads rows [2 o0 - 2, 2 (o1 - 1) - 2 + 5) of x, clipped to [0, 27)
+    assert sorted(sends(dep.plan, "x")) == [(0, "x.rows10_21", 1), (0, "x.rows18_27", 2)]
+    (gather,) = steps_on(dep.plan, 0, "gather", "y")
+    assert gather.axis == 2
+    assert [(p.source, p.range) for p in gather.parts] == [(0, (0, 6)), (1, (6, 10)), (2, (10, 13))]
+    # the image's top padding on the first band only; no bottom padding is read by any band
+    nodes_ = band_nodes(dep, g.names[0])
+    assert {d: pads(nd) for d, nd in nodes_.items()} == {
+        0: [2, 1, 0, 1], 1: [0, 1, 0, 1], 2: [0, 1, 0, 1]
+    }  # fmt: skip
+    assert_equal_outputs(net, m, platform(3))
+
+
+@pytest.mark.parametrize(("auto", "columns"), [("SAME_UPPER", [1, 2]), ("SAME_LOWER", [2, 1])])
+def test_auto_pad_same(tmp_path: Path, auto: str, columns: list[int]) -> None:
+    """auto_pad SAME_*: a 4x4 kernel, stride 2, over 13 x 11: the rows pad 3 (top 1, bottom
+    2 for UPPER; 2 and 1 for LOWER), the columns 3, resolved from the input's width, kernel
+    columns and stride: the odd column on the right for UPPER, on the left for LOWER."""
+    nodes = [n("Conv", ["x", "w"], ["y"], strides=[2, 2], auto_pad=auto, kernel_shape=[4, 4])]
+    net = onnx_net(tmp_path, auto, nodes, [1, 2, 13, 11], ["y"], [weight("w", [3, 2, 4, 4], 3)])
+    g = net.graph
+    assert tuple(g.layers[0].output_shape) == (1, 3, 7, 6)
+    m = sized(g, 2, {g.names[0]: [4, 3]})
+    dep = partition(net, m, platform(2))
+    top, bottom = (1, 2) if auto == "SAME_UPPER" else (2, 1)
+    got = {d: pads(nd) for d, nd in band_nodes(dep, g.names[0]).items()}
+    assert got == {0: [top, columns[0], 0, columns[1]], 1: [0, columns[0], bottom, columns[1]]}
+    assert_equal_outputs(net, m, platform(2))
+
+
+def pool_chain(tmp_path: Path, rows: int = 15, pool: tuple = (3, 2, 1)) -> Net:
+    """conv1 (3x3, pads 1) -> Relu -> MaxPool (kernel, stride, pads ``pool``) -> AveragePool
+    (3x3, stride 1, pads 1, padding not counted), on a 3 x ``rows`` x 9 image."""
+    k, s, p = pool
+    nodes = [
+        n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        n("Relu", ["c1"], ["r1"], name="relu1"),
+        n("MaxPool", ["r1"], ["p1"], kernel_shape=[k, k], strides=[s, s], pads=[p] * 4,
+          name="maxpool"),
+        n("AveragePool", ["p1"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], name="avgpool"),
+    ]  # fmt: skip
+    inits = [weight("w1", [6, 3, 3, 3], 1), weight("b1", [6], 2)]
+    return onnx_net(tmp_path, f"pools{rows}", nodes, [1, 3, rows, 9], ["a"], inits)
+
+
+def test_pool_followers_on_bands_receive_halos(tmp_path: Path) -> None:
+    """conv1's 15 rows as 7 + 8: Relu runs on the same bands; MaxPool (3x3, stride 2, pad 1)
+    on [0, 4) and [4, 8) (row 4's window starts at row 7, device 1's), so device 0's band
+    reads row 7 of r1 from device 1; AveragePool (3x3, pad 1) on [0, 5) and [5, 8): device
+    0 reads rows 4 and 5 of p1 from device 1. Nothing else of the chain crosses, nothing of
+    it is gathered but its last output."""
+    net = pool_chain(tmp_path)
+    g = net.graph
+    m = sized(g, 2, {"conv1": [7, 8]}, devices=dict.fromkeys(("relu1", "maxpool", "avgpool"), 1))
+    dep = partition(net, m, platform(2))
+    plan = dep.plan
+    row = 6 * 9 * 4  # one row of r1 (6 channels x 9 columns, float32)
+    assert sends(plan, "r1") == {(1, "r1.rows7_8", 0): row}
+    assert sends(plan, "p1") == {(1, "p1.rows4_6", 0): 2 * 6 * 5 * 4}
+    assert sends(plan, "c1") == {}
+    for t in ("c1", "r1", "p1"):
+        assert not any(steps_on(plan, d, "gather", t) for d in (0, 1))
+    (gather,) = steps_on(plan, 1, "gather", "a")
+    assert [(p.source, p.range) for p in gather.parts] == [(0, (0, 5)), (1, (5, 8))]
+    assert_equal_outputs(net, m, platform(2))
+
+
+def test_an_empty_band_computes_nothing_and_moves_nothing(tmp_path: Path) -> None:
+    """conv1's 16 rows as 1, 1, 14 over three devices; a 4x4 MaxPool of stride 4 gives
+    device 1 no row (output row 0 starts in device 0's band, row 1 in device 2's): device 1
+    runs no band of it, receives nothing for it and sends its r1 band (all of it) to device
+    0, whose pooled row reads r1's rows 0-3."""
+    net = pool_chain(tmp_path, rows=16, pool=(4, 4, 0))
+    g = net.graph
+    m = sized(g, 3, {"conv1": [1, 1, 14]})
+    dep = partition(net, m, platform(3))
+    plan = dep.plan
+    assert set(band_nodes(dep, "maxpool")) == {0, 2}
+    assert set(band_nodes(dep, "avgpool")) == {0, 2}
+    assert sends(plan, "r1") == {(1, "r1.band1", 0): 6 * 9 * 4, (2, "r1.rows2_4", 0): 2 * 6 * 9 * 4}
+    dev1 = next(r for r in plan.ranks if r.device_index == 1)
+    assert [s.op for s in dev1.steps] == ["recv", "run", "send"]  # x's rows, conv1+relu1, r1
+    (gather,) = steps_on(plan, 0, "gather", "a")
+    assert [(p.source, p.range) for p in gather.parts] == [(0, (0, 2)), (2, (2, 4))]
+    assert_equal_outputs(net, m, platform(3))
+
+
+def test_depthwise_conv_by_rows(tmp_path: Path) -> None:
+    """Two depthwise Convs (group 8; stride 2 then 1) by rows over two devices: each band
+    runs the node with its group and the whole [8, 1, 3, 3] weight."""
+    nodes = [
+        n("Conv", ["x", "w1"], ["d1"], group=8, strides=[2, 2], pads=[1, 1, 1, 1], name="dw1"),
+        n("Conv", ["d1", "w2"], ["d2"], group=8, pads=[1, 1, 1, 1], name="dw2"),
+    ]
+    inits = [weight("w1", [8, 1, 3, 3], 4), weight("w2", [8, 1, 3, 3], 5)]
+    net = onnx_net(tmp_path, "depthwise", nodes, [1, 8, 14, 10], ["d2"], inits)
+    m = sized(net.graph, 2, {"dw1": [3, 4], "dw2": [4, 3]})
+    dep = partition(net, m, platform(2))
+    for node in band_nodes(dep, "dw1").values():
+        assert helper.get_attribute_value(next(a for a in node.attribute if a.name == "group")) == 8
+    for model in dep.segments.values():
+        for t in model.graph.initializer:
+            if t.name in ("w1", "w2"):
+                assert list(t.dims) == [8, 1, 3, 3]
+    assert_equal_outputs(net, m, platform(2))
+
+
+def two_convs(tmp_path: Path) -> Net:
+    nodes = [
+        n("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        n("Conv", ["c1", "w2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
+    ]
+    inits = [weight("w1", [6, 4, 3, 3], 1), weight("w2", [5, 6, 3, 3], 2)]
+    return onnx_net(tmp_path, "two_convs", nodes, [1, 4, 12, 10], ["c2"], inits)
+
+
+def test_consecutive_row_splits_keep_bands_and_send_only_halos(tmp_path: Path) -> None:
+    """conv1 and conv2 (3x3, pads 1) each as rows [0, 6) and [6, 12) on devices 0 and 1:
+    conv1's output stays as bands; device 0 reads row 6 of it from device 1, device 1 row 5
+    from device 0: two halo rows of 6 channels x 10 columns, 480 bytes. By hand, all bytes:
+    device 0 sends x's rows 5-11 (7 x 4 x 10 floats, 1,120 bytes) and its halo row (240);
+    device 1 its halo row (240) and its band of c2 (6 x 5 x 10 floats, 1,200) to the owner."""
+    net = two_convs(tmp_path)
+    m = sized(net.graph, 2, {"conv1": [6, 6], "conv2": [6, 6]})
+    plan = partition(net, m, platform(2)).plan
+    halo = sends(plan, "c1")
+    assert halo == {(0, "c1.rows5_6", 1): 240, (1, "c1.rows6_7", 0): 240}
+    assert sum(halo.values()) == 2 * 6 * 10 * 4  # halo rows x bytes of a row
+    assert not any(steps_on(plan, d, "gather", "c1") for d in (0, 1))
+    assert sent_by_device(plan, 2).tolist() == [1120 + 240, 240 + 1200]
+    assert_equal_outputs(net, m, platform(2))
+
+
+def three_kinds(tmp_path: Path) -> Net:
+    """conv_a -> relu_a -> conv_b (stride 2) -> relu_b -> maxpool -> conv_c -> GAP -> flatten
+    -> gemm, on a 3 x 16 x 16 image."""
+    nodes = [
+        n("Conv", ["x", "wa"], ["a"], pads=[1, 1, 1, 1], name="conv_a"),
+        n("Relu", ["a"], ["ra"], name="relu_a"),
+        n("Conv", ["ra", "wb"], ["b"], pads=[1, 1, 1, 1], strides=[2, 2], name="conv_b"),
+        n("Relu", ["b"], ["rb"], name="relu_b"),
+        n("MaxPool", ["rb"], ["pb"], kernel_shape=[2, 2], strides=[2, 2], name="maxpool"),
+        n("Conv", ["pb", "wc"], ["c"], name="conv_c"),
+        n("GlobalAveragePool", ["c"], ["gap"], name="gap"),
+        n("Flatten", ["gap"], ["f"], name="flatten"),
+        n("Gemm", ["f", "wg"], ["y"], transB=1, name="gemm"),
+    ]
+    inits = [
+        weight("wa", [8, 3, 3, 3], 1),
+        weight("wb", [12, 8, 3, 3], 2),
+        weight("wc", [6, 12, 1, 1], 3),
+        weight("wg", [5, 6], 4),
+    ]
+    return onnx_net(tmp_path, "three", nodes, [1, 3, 16, 16], ["y"], inits)
+
+
+def test_a_vertical_cut_a_channel_split_and_a_row_split(tmp_path: Path) -> None:
+    """conv_a by rows over devices 0, 1 (9 + 7 rows), relu_a on its bands; conv_b by
+    channels over 1, 2 (5 + 7): relu_a's bands are gathered along the rows by device 1 (its
+    owner, a reader), which forwards the whole to device 2; the rest on device 2 but the
+    Gemm, on device 0."""
+    net = three_kinds(tmp_path)
+    g = net.graph
+    on = {"relu_a": 1, "relu_b": 2, "maxpool": 2, "conv_c": 2, "gap": 2, "flatten": 2}
+    m = sized(g, 3, {"conv_a": [9, 7, 0]}, {"conv_b": [0, 5, 7]}, on)
+    plan = partition(net, m, platform(3)).plan
+    (gather,) = steps_on(plan, 1, "gather", "ra")
+    assert gather.axis == 2 and [(p.source, p.range) for p in gather.parts] == [
+        (0, (0, 9)), (1, (9, 16))
+    ]  # fmt: skip
+    assert [s.source for s in steps_on(plan, 2, "recv", "ra")] == [1]  # ranks = devices here
+    (gather,) = steps_on(plan, 2, "gather", "pb")
+    assert gather.axis == 1
+    assert_equal_outputs(net, m, platform(3))
+
+
+@pytest.mark.parametrize("kind", ["spatial", "three"])
+def test_random_row_mappings(tmp_path: Path, kind: str) -> None:
+    """Random mappings that split by rows (every row-splittable layer, or a third of the
+    layers along either axis) of the three-kinds net and of conv1 -> BN -> Relu -> MaxPool,
+    conv2 -> Clip read twice, an LRN and a Gemm -> Relu, over three devices."""
+    rng = np.random.default_rng(4)
+    for net in (three_kinds(tmp_path), channel_local_net(tmp_path)):
+        batch = random_mappings(net.graph, 3, kind, 40, rng)
+        with_rows = np.flatnonzero((batch.axis == 1).any(axis=1))[:8]
+        assert len(with_rows) >= 4
+        for p in with_rows.tolist():
+            assert_equal_outputs(net, batch.take(p), platform(3))
+
+
+def test_a_follower_that_cannot_run_on_bands_runs_whole(tmp_path: Path) -> None:
+    """After a Conv split by rows, GlobalAveragePool (channel-local, not row-local) runs whole
+    on its own device, on the Conv's bands gathered along the rows; after the same Conv split
+    by channels it runs on the parts (as before)."""
+    net = three_kinds(tmp_path)
+    g = net.graph
+    on = dict.fromkeys(("relu_a", "conv_b", "relu_b", "maxpool", "gap", "flatten", "gemm"), 1)
+    rows = sized(g, 2, {"conv_c": [2, 2]}, devices=on)
+    share = rows.dense(g)[0][0]
+    from dse.mapping.rows import layout_of
+
+    root = layout_of(g, rows.sizes[0], rows.axis[0])[0]
+    assert part_rows(g, share, root)[g.index["gap"]] == g.index["gap"]
+    channels = sized(g, 2, {}, {"conv_c": [3, 3]}, on)
+    assert part_rows(g, channels.dense(g)[0][0])[g.index["gap"]] == g.index["conv_c"]
+    plan = partition(net, rows, platform(2)).plan
+    (gather,) = steps_on(plan, 1, "gather", "c")
+    assert gather.axis == 2 and [p.range for p in gather.parts] == [(0, 2), (2, 4)]
+    assert_equal_outputs(net, rows, platform(2))
+    assert_equal_outputs(net, channels, platform(2))
+
+
+def test_residual_add_after_row_split_convs(tmp_path: Path) -> None:
+    """conv1 -> relu1 -> conv2 -> Add(relu1, conv2) -> Relu, both convs by rows over 0 and 1:
+    relu1 is read by conv2 and by the Add, so it is gathered along the rows (both devices
+    need it: each gathers it, and cuts its band's rows of it itself), and the Add runs
+    whole on device 1."""
+    nodes = [
+        n("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        n("Relu", ["c1"], ["r1"], name="relu1"),
+        n("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
+        n("Add", ["r1", "c2"], ["s"], name="add"),
+        n("Relu", ["s"], ["y"], name="relu2"),
+    ]
+    inits = [weight("w1", [8, 8, 3, 3], 1), weight("w2", [8, 8, 3, 3], 2)]
+    net = onnx_net(tmp_path, "residual", nodes, [1, 8, 10, 10], ["y"], inits)
+    m = sized(net.graph, 2, {"conv1": [5, 5], "conv2": [4, 6]}, devices={"add": 1, "relu2": 1})
+    plan = partition(net, m, platform(2)).plan
+    for dev in (0, 1):
+        (gather,) = steps_on(plan, dev, "gather", "r1")
+        assert gather.axis == 2
+    assert sends(plan, "r1.rows") == {}
+    assert_equal_outputs(net, m, platform(2))
+
+
+@pytest.mark.parametrize("early_reader", [False, True])
+def test_dense_block_concat_after_row_split_convs(tmp_path: Path, early_reader: bool) -> None:
+    """A dense block's convs a, b, c by rows over devices 0 and 1 (each read by the next conv
+    and by the Concats: gathered), the Concats and the 1x1 convs after them on device 1."""
+    net = dense_block_net(tmp_path, early_reader)
+    g = net.graph
+    on = {name: 1 for name in g.names if name not in ("a", "b", "c")}
+    m = sized(g, 2, {"a": [3, 3], "b": [2, 4], "c": [4, 2]}, devices=on)
+    assert_equal_outputs(net, m, platform(2))
+
+
+def every_row_layer_by_rows(net: Net) -> Mappings:
+    """Every layer that can split by rows over devices 0 and 1, all else on device 0."""
+    g = net.graph
+    rows = [int(i) for i in np.flatnonzero(g.row_splittable)]
+    lists = [[[0, 1] if g.row_splittable[i] else [0] for i in range(len(g))]]
+    return from_device_lists(g, 2, lists, rows=rows)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["vgg16", "mobilenetv2"])
+def test_zoo_networks_by_rows(name: str) -> None:
+    """VGG-16 (13 Convs, their Relus and MaxPools on the bands, kept from Conv to Conv: only
+    halos cross until the last MaxPool's bands are gathered for the classifier) and
+    MobileNetV2 (52 Convs, depthwise ones of stride 2 among them; BatchNormalization and
+    Clip on the bands; gathered for the residual Adds) with every row-splittable layer by
+    rows over two devices."""
+    net = load_net({"name": name})
+    m = every_row_layer_by_rows(net)
+    assert int((m.axis == 1).sum()) == int(net.graph.row_splittable.sum()) > 10
+    assert_equal_outputs(net, m, platform(2))
+    if name == "vgg16":  # one gather, of the last MaxPool's bands
+        plan = partition(net, m, platform(2)).plan
+        gathers = [s for r in plan.ranks for s in r.steps if s.op == "gather"]
+        pool5 = net.graph.layers[net.graph.index["pool5"]].outputs[0].name
+        assert [(s.tensor, s.axis) for s in gathers] == [(pool5, 2)]
+
+
+def test_a_layer_that_cannot_split_by_rows_is_one_line(tmp_path: Path) -> None:
+    """A Gemm split by rows (a hand-made mapping: the builders refuse it already) and a
+    Conv's bands that do not cover its rows: one line naming the layer, before anything is
+    cut."""
+    net = three_kinds(tmp_path)
+    g = net.graph
+    m = sized(g, 2, {}, {"gemm": [2, 3]})
+    m.axis[0, int(np.searchsorted(g.split_layers, g.index["gemm"]))] = 1
+    with pytest.raises(DseError, match=r"'gemm' \(Gemm\) cannot be split by rows") as e:
+        partition(net, Mappings(m.device, m.sizes, m.axis), platform(2))
+    assert "\n" not in str(e.value)
+    short = sized(g, 2, {"conv_a": [9, 7]})
+    short.sizes[0, int(np.searchsorted(g.split_layers, g.index["conv_a"]))] = [9, 6]
+    with pytest.raises(DseError, match="'conv_a' cover 15 of its 16 output rows") as e:
+        partition(net, short, platform(2))
+    assert "\n" not in str(e.value)
+
+
+@pytest.fixture(scope="module")
+def localhost():
+    from dse.platform import load_platform
+    from tests.helpers.cli import ROOT
+
+    return load_platform(yaml.safe_load((ROOT / "conf/platform/localhost.yaml").read_text()))
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("kind", ["spatial", "three"])
+def test_two_ranks(tmp_path: Path, localhost, kind: str) -> None:
+    """Under mpiexec with two ranks: the pooling chain by rows (halos inside it), and the
+    three-kinds net with conv_a by rows, conv_b by channels and a vertical cut: rank 0
+    checks the outputs against the whole model's."""
+    from dse.runtime.launch import launch
+    from dse.runtime.measure import deploy
+    from tests.runtime.test_partition import RTOL
+
+    if kind == "spatial":
+        net = pool_chain(tmp_path)
+        on = dict.fromkeys(("relu1", "maxpool", "avgpool"), 1)
+        m = sized(net.graph, 2, {"conv1": [7, 8]}, devices=on)
+    else:
+        net = three_kinds(tmp_path)
+        on = {"relu_a": 1, "relu_b": 1, "maxpool": 1, "conv_c": 1, "gap": 1, "flatten": 1}
+        m = sized(net.graph, 2, {"conv_a": [9, 7]}, {"conv_b": [5, 7]}, on)
+    out = tmp_path / kind
+    plan = deploy(net, localhost, m, out, warmup=1, iterations=2)
+    assert any(s.op == "gather" and s.axis == 2 for r in plan.ranks for s in r.steps)
+    r = launch(out, timeout_s=120)
+    assert r["status"] == "ok", r.get("reason")
+    assert r["equivalence"]["passed"] and r["equivalence"]["max_rel_error"] <= RTOL
