@@ -11,7 +11,9 @@ mapping's row layout, :func:`dse.mapping.rows.layout_of`; this module only carri
 * **Input held whole** (on its owner, the graph input on the entry, a device that gathered
   or received it): a device holding it slices its rows itself (a Slice in its part's nodes);
   else the owner slices them (a Slice beside the action that made or gathered it there: its
-  output, a tensor of its own, is sent at once) and the device receives that piece only.
+  output, a tensor of its own, is sent at once) and the device receives that piece only. A
+  band's device reads the input whole as a part's does (the all-gather rule): when it made a
+  part of it, it gathers the whole and cuts its rows itself.
 * **Input kept as bands** (a follower reading the bands before it, or a root reading the
   kept bands of another chain): every other device whose band overlaps the rows sends the
   overlap (a Slice of its band, an extra output of the action making that band: it leaves
@@ -68,14 +70,6 @@ class RowLayout:
         """The non-empty bands of ``layer``: device -> [lo, hi), in device (= row) order."""
         lo, hi = self.lo[layer], self.hi[layer]
         return {d: (int(lo[d]), int(hi[d])) for d in np.flatnonzero(hi > lo).tolist()}
-
-    def reads_bands(self, graph: LayerGraph, layer: int) -> bool:
-        """``layer`` (on bands) reads its input as bands: a follower inside its chain, or a
-        root whose input's producer keeps its bands."""
-        if self.root[layer] != layer:
-            return True
-        producer = graph.producer.get(graph.layers[layer].inputs[0].name, -1)
-        return producer >= 0 and bool(self.keep[producer])
 
 
 def band_name(tensor: str, device: int) -> str:
@@ -137,7 +131,7 @@ def run_on_bands(walk: _Walk, layer: Layer) -> None:
     for d, band in bands.items():
         needed = rows.needed(band[0], band[1], window.stride, window.span, window.pad, in_rows)
         lo, hi = int(needed[0]), int(needed[1])
-        act = Action("compute")
+        act = Action("compute", layer=i)
         source = _input_rows(walk, act, x, d, (lo, hi), f"{out}{TAG}{d}")
         part = ops.row_part(
             node, layer.name, band, (lo, hi), window, in_rows, f"{TAG}{d}", source,
@@ -246,7 +240,10 @@ def _from_bands(walk: _Walk, act: Action, x: str, d: int, rows_: tuple[int, int]
         _receive(walk, act, piece, e, d)
         pieces.append(piece)
     if at != hi:
-        raise DseError(f"rows [{at}, {hi}) of '{x}' are on no device's band")
+        raise DseError(
+            f"layer '{walk.graph.names[act.layer]}': rows [{at}, {hi}) of its input '{x}' are "
+            "on no device's band of it"
+        )
     if len(pieces) == 1:
         return pieces[0]
     act.nodes.append(helper.make_node("Concat", pieces, [f"{base}.in"], name=f"{base}.in", axis=2))

@@ -153,31 +153,21 @@ class _Walk:
         # where the producer's sends go: (device, action index); -1: before any action
         self.made_at: dict[tuple[str, int], int] = {(t.name, entry): -1 for t in graph.inputs}
         self.start_sends: defaultdict[int, list[tuple[str, int]]] = defaultdict(list)
-        self.share, self.entry = share, entry
+        self.share = share
         self.rows = RowLayout.of(graph, mapping)
         self.bands: dict[str, dict[int, tuple[int, int]]] = {}  # tensor -> device -> its rows
         self.opset = next(
             (o.version for o in net.model.opset_import if o.domain in ("", "ai.onnx")), 1
         )
         self.row = part_rows(graph, share, self.rows.root)
-        # devices that read each tensor whole: they compute a layer (or a part) reading it; a
-        # band's input rows are cut where the input is whole (bands: dse.runtime.bands)
+        # devices that read each tensor whole: they compute a layer (or a part, or a band:
+        # one that made a part of the tensor gathers it, and cuts its rows itself) reading it
         self.readers: dict[str, set[int]] = defaultdict(set)
         for layer in graph:
-            if self.rows.root[layer.index] >= 0:
-                x = layer.inputs[0].name if layer.inputs else ""
-                if x and not self.rows.reads_bands(graph, layer.index):
-                    self.readers[x].add(self.holder(x))
-                continue
             on = {int(d) for d in np.flatnonzero(share[self.row[layer.index]] > 0)}
             for t in layer.inputs:
                 self.readers[t.name] |= on
         self.out_set = {t.name for t in graph.outputs}
-
-    def holder(self, t: str) -> int:
-        """The device holding tensor ``t`` whole: its producer's owner (the entry: an input)."""
-        producer = self.graph.producer.get(t, -1)
-        return self.entry if producer < 0 else int(self.owner[producer])
 
     def post_send(self, t: str, src: int, dst: int) -> None:
         idx = self.made_at[(t, src)]

@@ -205,22 +205,24 @@ def test_depthwise_conv_by_rows(tmp_path: Path) -> None:
     assert_equal_outputs(net, m, platform(2))
 
 
-def two_convs(tmp_path: Path) -> Net:
+def two_convs(tmp_path: Path, opset: int = 17) -> Net:
     nodes = [
         n("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
         n("Conv", ["c1", "w2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
     ]
     inits = [weight("w1", [6, 4, 3, 3], 1), weight("w2", [5, 6, 3, 3], 2)]
-    return onnx_net(tmp_path, "two_convs", nodes, [1, 4, 12, 10], ["c2"], inits)
+    return onnx_net(tmp_path, f"two_convs{opset}", nodes, [1, 4, 12, 10], ["c2"], inits, opset)
 
 
-def test_consecutive_row_splits_keep_bands_and_send_only_halos(tmp_path: Path) -> None:
+@pytest.mark.parametrize("opset", [9, 17])
+def test_consecutive_row_splits_keep_bands_and_send_only_halos(tmp_path: Path, opset: int) -> None:
     """conv1 and conv2 (3x3, pads 1) each as rows [0, 6) and [6, 12) on devices 0 and 1:
     conv1's output stays as bands; device 0 reads row 6 of it from device 1, device 1 row 5
     from device 0: two halo rows of 6 channels x 10 columns, 480 bytes. By hand, all bytes:
     device 0 sends x's rows 5-11 (7 x 4 x 10 floats, 1,120 bytes) and its halo row (240);
-    device 1 its halo row (240) and its band of c2 (6 x 5 x 10 floats, 1,200) to the owner."""
-    net = two_convs(tmp_path)
+    device 1 its halo row (240) and its band of c2 (6 x 5 x 10 floats, 1,200) to the owner.
+    Opset 9 cuts the rows with a Slice of attributes, 17 with one of inputs."""
+    net = two_convs(tmp_path, opset)
     m = sized(net.graph, 2, {"conv1": [6, 6], "conv2": [6, 6]})
     plan = partition(net, m, platform(2)).plan
     halo = sends(plan, "c1")
@@ -229,6 +231,33 @@ def test_consecutive_row_splits_keep_bands_and_send_only_halos(tmp_path: Path) -
     assert not any(steps_on(plan, d, "gather", "c1") for d in (0, 1))
     assert sent_by_device(plan, 2).tolist() == [1120 + 240, 240 + 1200]
     assert_equal_outputs(net, m, platform(2))
+
+
+def test_rows_of_a_gathered_input_are_cut_after_the_gather(tmp_path: Path) -> None:
+    """conv1 by channels over devices 0, 1 (3 + 3), conv2 by rows over 1, 2 (5 + 5): device 1
+    (conv1's owner: conv2's first device) gathers c1 and cuts its band's rows itself; device
+    2, with no part of c1, receives only the rows its band reads, [4, 10), which device 1
+    cuts right after its gather step, before conv2. By hand: device 0 sends x (3 x 10 x 8
+    floats, 960 bytes) and its part of c1 (960), device 1 the rows (6 x 6 x 8 floats, 1,152),
+    device 2 its band of c2 to the owner (5 x 4 x 8 floats, 640): the model's figures."""
+    from tests.helpers.platforms import model
+
+    nodes = [
+        n("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        n("Conv", ["c1", "w2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
+    ]
+    inits = [weight("w1", [6, 3, 3, 3], 1), weight("w2", [4, 6, 3, 3], 2)]
+    net = onnx_net(tmp_path, "gathered", nodes, [1, 3, 10, 8], ["c2"], inits)
+    m = sized(net.graph, 3, {"conv2": [0, 5, 5]}, {"conv1": [3, 3, 0]})
+    plan = partition(net, m, platform(3)).plan
+    dev1 = next(r for r in plan.ranks if r.device_index == 1)
+    ops_ = [(s.op, getattr(s, "tensor", None) or s.layers) for s in dev1.steps]
+    at = ops_.index(("gather", "c1"))
+    assert ops_[at + 1 : at + 3] == [("run", []), ("send", "c1.rows4_10")]
+    assert sent_by_device(plan, 3).tolist() == [960 + 960, 1152, 640]
+    predicted = model(net.graph, platform(3)).evaluate(m).bytes_sent[0]
+    np.testing.assert_allclose(sent_by_device(plan, 3), predicted, rtol=1e-9)
+    assert_equal_outputs(net, m, platform(3))
 
 
 def three_kinds(tmp_path: Path) -> Net:
@@ -286,6 +315,46 @@ def test_random_row_mappings(tmp_path: Path, kind: str) -> None:
         assert len(with_rows) >= 4
         for p in with_rows.tolist():
             assert_equal_outputs(net, batch.take(p), platform(3))
+
+
+@pytest.mark.parametrize("kind", ["spatial", "three"])
+def test_plan_sends_what_the_model_counts(tmp_path: Path, kind: str) -> None:
+    """Every byte the plan sends for random mappings that split by rows is a byte the
+    analytical model counts, device by device: slices of whole tensors, halos, gathers."""
+    from tests.helpers.platforms import model
+
+    rng = np.random.default_rng(11)
+    nets = (three_kinds(tmp_path), channel_local_net(tmp_path), pool_chain(tmp_path))
+    checked = 0
+    for net in nets:
+        batch = random_mappings(net.graph, 3, kind, 30, rng)
+        predicted = model(net.graph, platform(3)).evaluate(batch).bytes_sent
+        for p in np.flatnonzero((batch.axis == 1).any(axis=1)).tolist():
+            plan = partition(net, batch.take(p), platform(3)).plan
+            np.testing.assert_allclose(sent_by_device(plan, 3), predicted[p], rtol=1e-9)
+            checked += 1
+    assert checked >= 20
+
+
+def test_rows_two_bands_read_cross_once(tmp_path: Path) -> None:
+    """conv0 whole on device 0; two 1x1 Convs by rows over devices 0 and 1 both read its
+    rows [5, 10): they cross to device 1 once (a tensor crosses to a device at most once)."""
+    nodes = [
+        n("Conv", ["x", "w0"], ["y0"], pads=[1, 1, 1, 1], name="conv0"),
+        n("Conv", ["y0", "wa"], ["a"], name="conv_a"),
+        n("Conv", ["y0", "wb"], ["b"], name="conv_b"),
+    ]
+    inits = [
+        weight("w0", [4, 3, 3, 3], 1),
+        weight("wa", [5, 4, 1, 1], 2),
+        weight("wb", [3, 4, 1, 1], 3),
+    ]
+    net = onnx_net(tmp_path, "twice", nodes, [1, 3, 10, 6], ["a", "b"], inits)
+    m = sized(net.graph, 2, {"conv_a": [5, 5], "conv_b": [5, 5]}, {"conv0": [4, 0]})
+    plan = partition(net, m, platform(2)).plan
+    assert sends(plan, "y0") == {(0, "y0.rows5_10", 1): 5 * 4 * 6 * 4}
+    assert len(steps_on(plan, 1, "recv", "y0.rows5_10")) == 1
+    assert_equal_outputs(net, m, platform(2))
 
 
 def test_a_follower_that_cannot_run_on_bands_runs_whole(tmp_path: Path) -> None:
