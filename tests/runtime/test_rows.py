@@ -458,6 +458,44 @@ def test_a_layer_that_cannot_split_by_rows_is_one_line(tmp_path: Path) -> None:
     assert "\n" not in str(e.value)
 
 
+def test_deploy_cli_with_rows_in_horizontal_json(tmp_path: Path) -> None:
+    """``python -m dse.deploy`` with AutoDiCE files whose horizontal.json splits conv1 by rows
+    (a "spatial" entry): the deployment directory's plan gathers bands along the rows and,
+    run in one process, gives the whole model's outputs it stored."""
+    import json
+
+    from dse.mapping import to_autodice
+    from dse.runtime.plan import EXPECTED, input_arrays
+    from dse.runtime.reader import read_plan
+    from dse.runtime.sequential import run_sequential
+    from tests.helpers.cli import run_module
+    from tests.runtime.test_partition import RTOL
+
+    net = pool_chain(tmp_path)
+    on = dict.fromkeys(("relu1", "maxpool", "avgpool"), 1)
+    m = sized(net.graph, 2, {"conv1": [7, 8]}, devices=on)
+    keys = ["localhost_cpu0", "localhost_cpu1"]
+    mapping, horizontal = to_autodice(net.graph, keys, m)
+    assert horizontal == {"conv1": ["spatial", [7], keys]}
+    (tmp_path / "mapping.json").write_text(json.dumps(mapping))
+    (tmp_path / "horizontal.json").write_text(json.dumps(horizontal))
+    out = tmp_path / "dep"
+    r = run_module(
+        "dse.deploy", "+net=onnx", f"net.path={tmp_path / 'pools15.onnx'}", "platform=localhost",
+        f"mapping={tmp_path / 'mapping.json'}", f"horizontal={tmp_path / 'horizontal.json'}",
+        f"out={out}",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    plan = read_plan(out)
+    assert [(s.tensor, s.axis) for rk in plan.ranks for s in rk.steps if s.op == "gather"] == [
+        ("a", 2)
+    ]
+    got = run_sequential(plan, out, input_arrays(plan))
+    with np.load(out / EXPECTED) as expected:
+        want = expected["o0"]
+    assert np.abs(got["a"] - want).max() <= RTOL * np.abs(want).max()
+
+
 @pytest.fixture(scope="module")
 def localhost():
     from dse.platform import load_platform
