@@ -198,7 +198,14 @@ def _whole_piece(walk: _Walk, x: str, loc: int, lo: int, hi: int) -> str:
     return piece
 
 
-def _beside(walk: _Walk, dev: int, idx: int, node: onnx.NodeProto, inits: dict, piece: str) -> None:
+def _beside(
+    walk: _Walk,
+    dev: int,
+    idx: int,
+    node: onnx.NodeProto,
+    inits: dict[str, onnx.TensorProto],
+    piece: str,
+) -> None:
     """``node`` (making ``piece``) into action ``idx`` of ``dev``: an extra output of it."""
     act = walk.programs[dev][idx]
     act.nodes.append(node)

@@ -19,7 +19,9 @@ from onnx import helper
 
 from dse.errors import DseError
 from dse.mapping import Mappings, check, from_device_lists, random_mappings
+from dse.mapping.rows import layout_of
 from dse.net import Net, load_net
+from dse.net.graph import LayerGraph
 from dse.runtime.partition import Deployment, partition
 from dse.runtime.plan import Plan, Run
 from dse.runtime.programs import part_rows
@@ -38,14 +40,26 @@ from tests.runtime.test_partition import (
 n = helper.make_node
 
 
-def onnx_net(tmp_path: Path, name: str, nodes, x_shape, outs, inits, opset: int = 17) -> Net:
+def onnx_net(
+    tmp_path: Path,
+    name: str,
+    nodes: list[onnx.NodeProto],
+    x_shape: list[int],
+    outs: list[str],
+    inits: list[onnx.TensorProto],
+    opset: int = 17,
+) -> Net:
     path = tmp_path / f"{name}.onnx"
     onnx.save(onnx_model(nodes, {"x": x_shape}, outs, inits, opset), path)
     return load_net({"name": "onnx", "path": str(path), "order": "file"})
 
 
 def sized(
-    g, n_dev: int, rows: dict, channels: dict | None = None, devices: dict | None = None
+    g: LayerGraph,
+    n_dev: int,
+    rows: dict[str, list[int]],
+    channels: dict[str, list[int]] | None = None,
+    devices: dict[str, int] | None = None,
 ) -> Mappings:
     """One mapping: every layer on device 0 but those named in ``devices`` (name -> device);
     the layers in ``rows`` split by rows and those in ``channels`` by channels (name -> units
@@ -366,8 +380,6 @@ def test_a_follower_that_cannot_run_on_bands_runs_whole(tmp_path: Path) -> None:
     on = dict.fromkeys(("relu_a", "conv_b", "relu_b", "maxpool", "gap", "flatten", "gemm"), 1)
     rows = sized(g, 2, {"conv_c": [2, 2]}, devices=on)
     share = rows.dense(g)[0][0]
-    from dse.mapping.rows import layout_of
-
     root = layout_of(g, rows.sizes[0], rows.axis[0])[0]
     assert part_rows(g, share, root)[g.index["gap"]] == g.index["gap"]
     channels = sized(g, 2, {}, {"conv_c": [3, 3]}, on)
