@@ -521,7 +521,8 @@ def localhost():
 def test_two_ranks(tmp_path: Path, localhost, kind: str) -> None:
     """Under mpiexec with two ranks: the pooling chain by rows (halos inside it), and the
     three-kinds net with conv_a by rows, conv_b by channels and a vertical cut: rank 0
-    checks the outputs against the whole model's."""
+    checks the outputs against the whole model's, after measured iterations and a stream of
+    frames."""
     from dse.runtime.launch import launch
     from dse.runtime.measure import deploy
     from tests.runtime.test_partition import RTOL
@@ -535,8 +536,10 @@ def test_two_ranks(tmp_path: Path, localhost, kind: str) -> None:
         on = {"relu_a": 1, "relu_b": 1, "maxpool": 1, "conv_c": 1, "gap": 1, "flatten": 1}
         m = sized(net.graph, 2, {"conv_a": [9, 7]}, {"conv_b": [5, 7]}, on)
     out = tmp_path / kind
-    plan = deploy(net, localhost, m, out, warmup=1, iterations=2)
+    plan = deploy(net, localhost, m, out, warmup=1, iterations=2, stream=4)
     assert any(s.op == "gather" and s.axis == 2 for r in plan.ranks for s in r.steps)
     r = launch(out, timeout_s=120)
     assert r["status"] == "ok", r.get("reason")
+    # the outputs checked are the last of 4 frames streamed with several in flight
     assert r["equivalence"]["passed"] and r["equivalence"]["max_rel_error"] <= RTOL
+    assert r["stream"]["frames"] == 4 and r["stream"]["period_ms"] > 0
