@@ -26,8 +26,9 @@ mapping's row layout, :func:`dse.mapping.rows.layout_of`; this module only carri
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import onnx
@@ -39,9 +40,7 @@ from dse.net import ops
 from dse.net.graph import Layer, LayerGraph
 from dse.net.onnx_load import TensorType
 from dse.runtime.actions import Action, add_part
-
-if TYPE_CHECKING:
-    from dse.runtime.programs import _Walk
+from dse.runtime.statics import Statics
 
 #: The tag of device d's band of a tensor or a layer: ``{tensor}.band{d}``.
 TAG = ".band"
@@ -70,6 +69,42 @@ class RowLayout:
         """The non-empty bands of ``layer``: device -> [lo, hi), in device (= row) order."""
         lo, hi = self.lo[layer], self.hi[layer]
         return {d: (int(lo[d]), int(hi[d])) for d in np.flatnonzero(hi > lo).tolist()}
+
+
+class _Walk(Protocol):
+    """What the bands read and extend of the layer walk (:mod:`dse.runtime.programs`): its
+    graph, nodes, tensor types and statics, the row layout, where tensors are (whole: ``where``
+    and ``has``; as bands: ``bands``) and made (``made_at``), every device's program, and
+    its ways to add an action, insert one, send a tensor and gather parts."""
+
+    graph: LayerGraph
+    nodes: list[onnx.NodeProto]
+    types: dict[str, TensorType]
+    statics: Statics
+    rows: RowLayout
+    bands: dict[str, dict[int, tuple[int, int]]]
+    where: dict[str, int]
+    has: dict[str, set[int]]
+    made_at: dict[tuple[str, int], int]
+    programs: MutableMapping[int, list[Action]]
+    owner: np.ndarray
+    opset: int
+
+    def add(self, d: int, act: Action, layer: int) -> None: ...
+
+    def insert(self, d: int, at: int, act: Action) -> None: ...
+
+    def transfer(self, t: str, src: int, dst: int) -> None: ...
+
+    def gather(
+        self,
+        out: str,
+        devs: list[int],
+        bounds: list[tuple[int, int]],
+        axis: int,
+        c: int,
+        tag: str = ".part",
+    ) -> None: ...
 
 
 def band_name(tensor: str, device: int) -> str:
