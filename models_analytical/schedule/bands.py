@@ -10,7 +10,9 @@ from dse.mapping.rows import row_layout
 from models_analytical.schedule.compiled import stage
 from models_analytical.schedule.gather import all_gather
 from models_analytical.schedule.memory import hold, hold_weights
+from models_analytical.schedule.receive import receive
 from models_analytical.schedule.segments import band_rows, end_after_send, enter_segment
+from models_analytical.schedule.state import PIECES
 from models_analytical.schedule.timeline import charge, transfer
 
 
@@ -24,6 +26,7 @@ def layout_rows(k_in, sizes, axis, st):
             on = True
             break
     if on:
+        st.piece_n[:] = 0
         row_layout(
             sizes,
             axis,
@@ -120,16 +123,16 @@ def run_band(k_in, owner, st, layer, d, n_here, t_in):
 def receive_rows(k_in, owner, st, layer, d):
     """When the input rows d's band of ``layer`` reads are on d: from the devices holding them
     as bands (d's own rows, and each other's overlap sent to d: halos), or a slice of the input
-    held whole elsewhere (sent by its owner, the image by the entry device); rows d already
-    holds whole come at no cost. Each piece received lands in a buffer kept for good; a piece
-    sent is held on its sender until the end (sends complete there) and ends the sender's
-    sub-model after the layer that made it."""
+    held whole elsewhere (sent by its owner, the image by the entry device); all of its rows are
+    the whole input, received as a part's input is (:func:`receive`). Rows d holds whole
+    already, or received already as the same piece, come at no cost. Each piece received lands
+    in a buffer kept for good; a piece sent is held on its sender until the end (sends
+    complete there) and ends the sender's sub-model after the layer that made it."""
     e = k_in.in_ptr[layer]
     src = k_in.in_src[e]
     t = k_in.in_tensor[e]
     lo, hi = band_rows(k_in, st, layer, d)
     row_bytes = k_in.in_bytes[e] / max(k_in.in_rows[layer], 1)
-    n_steps = k_in.out_bytes.size
     t_in = 0.0
     if on_bands(st, src, layer):
         for h in range(st.band_lo.shape[1]):
@@ -139,10 +142,7 @@ def receive_rows(k_in, owner, st, layer, d):
                 continue
             rdy = st.band_ready[src, h]
             if h != d:
-                nbytes = (b - a) * row_bytes
-                rdy = send_piece(k_in, owner, st, h, src, nbytes, rdy)
-                rdy = transfer(k_in, st, h, d, nbytes, rdy)
-                keep_piece(st, d, layer, nbytes)
+                rdy = piece_in(k_in, owner, st, layer, t, src, h, d, a, b, row_bytes, rdy)
             if rdy > t_in:
                 t_in = rdy
         return t_in
@@ -159,14 +159,52 @@ def receive_rows(k_in, owner, st, layer, d):
         return rdy
     if st.arrival[t, d] >= 0.0:  # d holds it whole already (received, or gathered)
         return st.arrival[t, d]
-    nbytes = (hi - lo) * row_bytes
+    if lo == 0 and hi == k_in.in_rows[layer]:  # every row: the whole input
+        return receive(k_in, owner, st, layer, e, loc, d, rdy)
+    return piece_in(k_in, owner, st, layer, t, src, loc, d, lo, hi, row_bytes, rdy)
+
+
+@stage
+def piece_in(k_in, owner, st, layer, t, src, h, d, a, b, row_bytes, rdy):
+    """Rows ``[a, b)`` of tensor t (``src``'s output, -1: the image) from h, where they are
+    ready at ``rdy``, to d for its band of ``layer``; returns when they are in: at once if d
+    received this very piece before (then nothing moves)."""
+    n = st.piece_n[t, d]
+    for i in range(min(n, PIECES)):
+        if st.piece_lo[t, d, i] == a and st.piece_hi[t, d, i] == b:
+            return st.piece_at[t, d, i]
+    nbytes = (b - a) * row_bytes
+    gathered = src >= 0 and (st.root[src] >= 0 or st.part_count[st.row[src]] > 1)
+    if not on_bands(st, src, layer) and (src < 0 or gathered):
+        # h made no computation of it (the image, a gathered tensor): a sub-model of its own
+        rdy = slicer(k_in, st, h, k_in.in_bytes[k_in.in_ptr[layer]], rdy)
     if src >= 0:
-        rdy = send_piece(k_in, owner, st, loc, src, nbytes, rdy)
+        rdy = send_piece(k_in, owner, st, h, src, nbytes, rdy)
     else:
-        hold(st, loc, 0, n_steps, nbytes)
-    a = transfer(k_in, st, loc, d, nbytes, rdy)
+        hold(st, h, 0, k_in.out_bytes.size, nbytes)
+    arrival = transfer(k_in, st, h, d, nbytes, rdy)
     keep_piece(st, d, layer, nbytes)
-    return a
+    if n < PIECES:
+        st.piece_lo[t, d, n] = a
+        st.piece_hi[t, d, n] = b
+        st.piece_at[t, d, n] = arrival
+        st.piece_n[t, d] = n + 1
+    return arrival
+
+
+@stage
+def slicer(k_in, st, h, whole_bytes, rdy):
+    """Device h cuts rows of a tensor it holds whole but made by no computation of its (the
+    image, a gathered tensor) in a sub-model of its own, once it is ready and h is free: its
+    run and what it takes in. Returns when the piece is cut."""
+    ty = k_in.device_type[h]
+    cost = (k_in.segment_run_s[ty] + k_in.segment_in_per_byte_s[ty] * whole_bytes) * st.slowdown[h]
+    start = max(rdy, st.dev_free[h])
+    st.dev_free[h] = start + cost
+    st.busy[h] += cost
+    st.energy[h] += cost * k_in.overhead_power_w[ty]
+    st.slicers[h] += 1
+    return start + cost
 
 
 @stage

@@ -191,9 +191,11 @@ def reads(k_in, st, t, d, seg, start, stop):
 @stage
 def count_segments(share, st):
     """Each device's sub-models: one starts at its first part, and again at a part after a
-    cut (a send's deadline or a gather) or at one that receives."""
+    cut (a send's deadline or a gather) or at one that receives; and the slicers (rows of a
+    tensor cut for another device's band, where no computation of its made the tensor)."""
     n_layers, n_dev = share.shape
     for d in range(n_dev):
+        st.segments[d] += st.slicers[d]
         if st.parts[d] == 0:
             continue
         cut = True

@@ -9,6 +9,12 @@ import numpy as np
 
 from models_analytical.schedule.compiled import stage
 
+#: Pieces of one tensor a device's bands remember having received (a halo from above and one
+#: from below, and the rows of a few layers reading it): a piece received again is not sent
+#: again, as the runtime sends a tensor to a device once. Beyond this many, one is counted
+#: again.
+PIECES = 8
+
 
 class ScheduleState(NamedTuple):
     """What the stages read and write while scheduling one mapping (a numba namedtuple of
@@ -29,6 +35,10 @@ class ScheduleState(NamedTuple):
     keep: np.ndarray  # bool [L] the layer's output stays as bands (readers fetch their rows)
     band_ready: np.ndarray  # [L, D] when the device's band of the layer is made
     rows_on: np.ndarray  # bool [1] some layer of this mapping splits by rows
+    piece_n: np.ndarray  # int64 [T, D] pieces of rows of tensor t device d received (a few)
+    piece_lo: np.ndarray  # int64 [T, D, PIECES] their rows: from ...
+    piece_hi: np.ndarray  # int64 [T, D, PIECES] ... to
+    piece_at: np.ndarray  # [T, D, PIECES] when each was in
     frac: np.ndarray  # [D] each device's fraction of the layer being scheduled (its part)
     # timeline: seconds from the start of the inference
     ready: np.ndarray  # [L] each layer's whole output is ready on its owner
@@ -67,6 +77,8 @@ class ScheduleState(NamedTuple):
     bytes_sent: np.ndarray  # [D]
     parts: np.ndarray  # int64 [D] parts run (also the length of part_list's row)
     segments: np.ndarray  # int64 [D] sub-models
+    slicers: np.ndarray  # int64 [D] ... of them that only cut rows of a tensor it holds whole
+    # for other devices' bands (the image, a gathered tensor: no computation of its makes it)
     peak: np.ndarray  # [D] activation + weight liveness peak, bytes
     held: np.ndarray  # [D] bytes of the buffers the runtime keeps for good
 
@@ -91,6 +103,10 @@ def new_state(k_in, n_layers: int, n_dev: int) -> ScheduleState:
         keep=np.zeros(L, dtype=b),
         band_ready=np.zeros((L, D)),
         rows_on=np.zeros(1, dtype=b),
+        piece_n=np.zeros((T, D), dtype=i64),
+        piece_lo=np.zeros((T, D, PIECES), dtype=i64),
+        piece_hi=np.zeros((T, D, PIECES), dtype=i64),
+        piece_at=np.zeros((T, D, PIECES)),
         frac=np.zeros(D),
         ready=np.zeros(L),
         dev_free=np.zeros(D),
@@ -121,6 +137,7 @@ def new_state(k_in, n_layers: int, n_dev: int) -> ScheduleState:
         bytes_sent=np.zeros(D),
         parts=np.zeros(D, dtype=i64),
         segments=np.zeros(D, dtype=i64),
+        slicers=np.zeros(D, dtype=i64),
         peak=np.zeros(D),
         held=np.zeros(D),
     )
@@ -161,5 +178,6 @@ def reset_state(st):
     st.bytes_sent[:] = 0.0
     st.parts[:] = 0
     st.segments[:] = 0
+    st.slicers[:] = 0
     st.peak[:] = 0.0
     st.held[:] = 0.0

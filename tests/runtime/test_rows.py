@@ -543,3 +543,28 @@ def test_two_ranks(tmp_path: Path, localhost, kind: str) -> None:
     # the outputs checked are the last of 4 frames streamed with several in flight
     assert r["equivalence"]["passed"] and r["equivalence"]["max_rel_error"] <= RTOL
     assert r["stream"]["frames"] == 4 and r["stream"]["period_ms"] > 0
+
+
+def test_the_model_counts_the_plans_bytes_and_sub_models_on_the_zoo() -> None:
+    """The model's bytes per device equal the partitioner's plan's (an independent count: the
+    plan's send steps and wire tensors) on the zoo: every row-splittable layer by rows over two
+    devices (ResNet-50 and GoogLeNet read some rows twice: a piece crosses once), and random
+    three-kind and spatial mappings over three devices; and so do the sub-models of each
+    device (the slicers of the image and of gathered tensors included)."""
+    from tests.helpers.platforms import model
+
+    rng = np.random.default_rng(5)
+    for name in ("alexnet", "vgg16", "resnet50", "googlenet", "mobilenetv2", "densenet121"):
+        net = load_net({"name": name})
+        batches = [(every_row_layer_by_rows(net), 2)]
+        batches += [(random_mappings(net.graph, 3, k, 2, rng), 3) for k in ("three", "spatial")]
+        for batch, n_dev in batches:
+            ev = model(net.graph, platform(n_dev)).evaluate(batch)
+            for p in range(len(batch)):
+                plan = partition(net, batch.take(p), platform(n_dev)).plan
+                np.testing.assert_allclose(
+                    sent_by_device(plan, n_dev), ev.bytes_sent[p], rtol=1e-9, err_msg=f"{name}"
+                )
+                segments = {r.device_index: len(r.segments) for r in plan.ranks}
+                used = np.flatnonzero(ev.used[p]).tolist()
+                assert segments == {d: int(ev.segments[p, d]) for d in used}, name
