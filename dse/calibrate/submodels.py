@@ -34,6 +34,7 @@ from dse.calibrate.journal import Journal, NoJournal
 from dse.calibrate.ondevice import Unit, unit_runner
 from dse.calibrate.settings import CalibrationSettings
 from dse.mapping import Mappings
+from dse.mapping.rows import layout_of
 from dse.net import Net, load_net
 from dse.platform import Platform
 from dse.runtime.partition import Deployment, partition
@@ -42,7 +43,7 @@ from dse.runtime.programs import part_rows
 from models_analytical.calibration import SubModelCosts, SubModelTiming, fit_submodel_costs
 from models_analytical.coefficients import Coefficients
 from models_analytical.model import AnalyticalModel
-from models_analytical.schedule import part_share
+from models_analytical.schedule import band_share, part_share
 
 
 def _bytes(values: list[onnx.ValueInfoProto]) -> int:
@@ -64,8 +65,14 @@ def features(
     (``split_s``), and the bytes it takes in and gives out."""
     graph = model.graph
     share = mapping.dense(graph)[0][0]
-    row = part_rows(graph, share)
+    root, lo, hi, _ = layout_of(graph, mapping.sizes[0], mapping.axis[0])
+    row = part_rows(graph, share, root)
     n_here = (share[row] > 0).sum(axis=1)  # devices each layer's parts run on
+    on_bands = root >= 0  # a layer on bands: its band's fraction of the rows, its whole weights
+    bands = (hi - lo) / np.maximum(graph.out_rows, 1)[:, None]
+    n_here[on_bands] = (hi > lo)[on_bands].sum(axis=1)
+    share = np.where(on_bands[:, None], bands, share[row])
+    row = np.arange(len(graph))
     k_in = model.inputs
     out: dict[str, dict[str, float]] = {}
     for rank in deployment.plan.ranks:
@@ -77,8 +84,11 @@ def features(
             compute = split = 0.0
             for layer in step.layers:
                 s = float(share[row[layer], d])
-                part = part_share(k_in, k, layer, s, int(n_here[layer]))
-                if n_here[layer] > 1:
+                if on_bands[layer]:
+                    part = band_share(k_in, k, layer, s, int(n_here[layer]))
+                else:
+                    part = part_share(k_in, k, layer, s, int(n_here[layer]))
+                if n_here[layer] > 1 and not on_bands[layer]:
                     part /= k_in.split_work_factor[k]  # its whole channel blocks and fixed share
                 t = part * k_in.t_work[k, layer] + k_in.t_fixed[k, layer]
                 compute += t

@@ -46,8 +46,8 @@ The stages, one module each, all compiled (:mod:`.compiled`) and reading the inp
 
 from __future__ import annotations
 
-from models_analytical.schedule.costs import part_share
+from models_analytical.schedule.costs import band_share, part_share
 from models_analytical.schedule.inputs import KernelInputs, input_csr
 from models_analytical.schedule.kernel import ScheduleResult, simulate
 
-__all__ = ["KernelInputs", "ScheduleResult", "input_csr", "part_share", "simulate"]
+__all__ = ["KernelInputs", "ScheduleResult", "band_share", "input_csr", "part_share", "simulate"]

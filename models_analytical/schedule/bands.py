@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dse.mapping.rows import row_layout
 from models_analytical.schedule.compiled import stage
+from models_analytical.schedule.costs import band_share
 from models_analytical.schedule.gather import all_gather
 from models_analytical.schedule.memory import hold, hold_weights
 from models_analytical.schedule.receive import receive
@@ -101,10 +102,9 @@ def run_band(k_in, owner, st, layer, d, n_here, t_in):
     ty = k_in.device_type[d]
     over = enter_segment(k_in, owner, st, layer, d, n_here)
     slow = st.slowdown[d]
-    s = st.frac[d]
-    if n_here > 1:
-        f = k_in.row_fixed[ty, layer]
-        s = (f + (1.0 - f) * s) * k_in.split_work_factor[ty]
+    s = band_share(k_in, ty, layer, st.frac[d], n_here)
+    if n_here > 1:  # bands run side by side
+        s *= k_in.split_work_factor[ty]
     work = s * k_in.t_work[ty, layer] * slow
     fixed = k_in.t_fixed[ty, layer] * slow
     over *= slow

@@ -45,3 +45,15 @@ def part_share(k_in, ty, layer, s, n_here):
         blocks = min(np.ceil(s * c / b - 1e-9) * b / c, 1.0)
     f = k_in.part_fixed[ty, layer]
     return (f + (1.0 - f) * blocks) * k_in.split_work_factor[ty]
+
+
+@stage
+def band_share(k_in, ty, layer, s, n_here):
+    """The share of a layer's work a band of share ``s`` of its output rows costs on device
+    type ``ty``, the layer being cut into ``n_here`` bands: the layer's fixed share of a band
+    ``f`` (``row_fixed``) and the rest in proportion to its rows, ``f + (1 - f) x s`` (without
+    ``split_work_factor``, which the caller applies where bands run side by side)."""
+    if n_here < 2:
+        return s
+    f = k_in.row_fixed[ty, layer]
+    return f + (1.0 - f) * s
