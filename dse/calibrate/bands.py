@@ -9,7 +9,7 @@ its output rows. The rules:
 * a band is the top one, output rows ``[0, rows)``, as the first device of a split computes it;
   the whole layer is the band ``[0, full)``;
 * a band's model is what the runtime runs for it: the layer's node with the top and bottom
-  padding the band needs (:func:`dse.net.ops.row_part`, ``auto_pad`` made explicit first),
+  padding the band needs (:func:`dse.net.ops.row_part`, ``auto_pad`` made explicit),
   reading exactly the input rows the band needs (:meth:`dse.net.ops.RowWindow.needed`), with
   the layer's whole weights (random);
 * every band of every layer is timed interleaved, as the parts are (every round runs each once,
@@ -49,34 +49,6 @@ def band_rows(full: int) -> list[int]:
     return sorted(out)
 
 
-def explicit_pads(node: NodeProto, layer: Any) -> NodeProto:
-    """``node`` with an ``auto_pad`` of ``SAME_UPPER`` or ``SAME_LOWER`` made explicit pads (as
-    ONNX resolves it from ``layer``'s input and kernel: the odd pixel after for UPPER, before
-    for LOWER); any other node as it is."""
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    auto = attrs.get("auto_pad", b"NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else str(auto)
-    if auto not in ("SAME_UPPER", "SAME_LOWER"):
-        return node
-    size = layer.inputs[0].shape[2:]
-    kernel = attrs.get("kernel_shape") or layer.weights[0].shape[2:]
-    strides = attrs.get("strides") or [1] * len(size)
-    dilations = attrs.get("dilations") or [1] * len(size)
-    before, after = [], []
-    for n, k, s, d in zip(size, kernel, strides, dilations, strict=True):
-        total = max((-(-int(n) // int(s)) - 1) * int(s) + (int(k) - 1) * int(d) + 1 - int(n), 0)
-        small, large = total // 2, total - total // 2
-        before.append(small if auto == "SAME_UPPER" else large)
-        after.append(large if auto == "SAME_UPPER" else small)
-    out = NodeProto()
-    out.CopyFrom(node)
-    kept = [a for a in out.attribute if a.name != "auto_pad"]
-    del out.attribute[:]
-    out.attribute.extend(kept)
-    out.attribute.append(helper.make_attribute("pads", before + after))
-    return out
-
-
 def band_model(
     layer: Any, node: NodeProto, band: tuple[int, int], seed: int = 0
 ) -> tuple[ModelProto, tuple[int, int]] | None:
@@ -91,8 +63,9 @@ def band_model(
     shape = list(layer.inputs[0].shape)
     in_rows = shape[2]
     lo, hi = window.needed(band[0], band[1], in_rows)
+    columns = ops.row_columns(layer)
     part = ops.row_part(
-        explicit_pads(node, layer), layer.name, band, (lo, hi), window, in_rows, "@band", "x", "y"
+        node, layer.name, band, (lo, hi), window, in_rows, "@band", "x", "y", columns
     )
     static = {t.name: t.shape for t in layer.weights}
     if any(name not in static for name in part.keep):

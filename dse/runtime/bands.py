@@ -135,19 +135,6 @@ def slice_rows(
     return helper.make_node("Slice", [src, *names], [out], name=out), inits
 
 
-def _columns(layer: Layer) -> tuple[int, int] | None:
-    """The input's width and the kernel's columns (for an ``auto_pad`` SAME_* node)."""
-    shape = layer.inputs[0].shape
-    if len(shape) != 4:
-        return None
-    kernel = layer.attrs.get("kernel_shape")
-    if kernel:
-        return int(shape[3]), int(kernel[-1])
-    if layer.weights and len(layer.weights[0].shape) == 4:
-        return int(shape[3]), int(layer.weights[0].shape[3])
-    return int(shape[3]), 1
-
-
 def run_on_bands(walk: _Walk, layer: Layer) -> None:
     """Every device's band of ``layer``, then where its bands go (module docstring)."""
     node = walk.nodes[layer.node]
@@ -170,7 +157,7 @@ def run_on_bands(walk: _Walk, layer: Layer) -> None:
         source = _input_rows(walk, act, x, d, (lo, hi), f"{out}{TAG}{d}")
         part = ops.row_part(
             node, layer.name, band, (lo, hi), window, in_rows, f"{TAG}{d}", source,
-            band_name(out, d), _columns(layer),
+            band_name(out, d), ops.row_columns(layer),
         )  # fmt: skip
         add_part(act, part, walk.statics, True)
         act.makes = [band_name(out, d)]

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 import tests.helpers.onnx_factory as f
 from dse.calibrate import bands, channels
-from dse.calibrate.bands import band_model, band_rows, explicit_pads, measure_band_costs
+from dse.calibrate.bands import band_model, band_rows, measure_band_costs
 from dse.net import ops
 from dse.net.build import build_graph
 from models_analytical.layer_costs import family, layer_key
@@ -50,20 +50,24 @@ def convs():
 def test_auto_pad_same_is_made_explicit_as_onnx_resolves_it() -> None:
     """SAME_UPPER, stride 2, a 4x3 kernel over 9x10: 3 rows of padding (1 above, 2 below), 1
     column (0 left, 1 right); SAME_LOWER, a 2x2 kernel: the odd pixel before (1 above, 1
-    left); explicit pads stay as they are."""
+    left); explicit pads stay as they are (ops.same_pads, the band model's pads)."""
+    assert ops.same_pads(9, 4, 2, "SAME_UPPER") == (1, 2)
+    assert ops.same_pads(10, 3, 2, "SAME_UPPER") == (0, 1)
+    assert ops.same_pads(9, 2, 1, "SAME_LOWER") == (1, 0)
     model, g = convs()
-    node = {n.name: n for n in model.graph.node}
     layer = {x.name: x for x in g}
 
-    def pads(name: str) -> list[int]:
-        n = explicit_pads(node[name], layer[name])
-        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+    def pads(name: str, band: tuple[int, int]) -> list[int]:
+        built = band_model(layer[name], {n.name: n for n in model.graph.node}[name], band)
+        assert built is not None
+        attrs = {a.name: helper.get_attribute_value(a) for a in built[0].graph.node[0].attribute}
         assert "auto_pad" not in attrs
         return list(attrs["pads"])
 
-    assert pads("same_upper") == [1, 0, 2, 1]
-    assert pads("same_lower") == [1, 1, 0, 0]
-    assert explicit_pads(node["pad1"], layer["pad1"]) is node["pad1"]
+    full = {name: int(layer[name].output_shape[2]) for name in layer}
+    assert pads("same_upper", (0, full["same_upper"])) == [1, 0, 2, 1]
+    assert pads("same_lower", (0, full["same_lower"])) == [1, 1, 0, 0]
+    assert pads("pad1", (0, full["pad1"])) == [1, 1, 1, 1]
 
 
 def test_a_band_reads_the_rows_it_needs_and_computes_its_rows_of_the_layer() -> None:

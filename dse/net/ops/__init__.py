@@ -232,8 +232,7 @@ def window_rows(layer: LayerLike, kernel: int, stride_at: int = 0) -> RowWindow 
     auto = auto.decode() if isinstance(auto, bytes) else str(auto)
     h_in = int(inputs[0].shape[2])
     if auto in ("SAME_UPPER", "SAME_LOWER"):
-        total = max((-(-h_in // stride) - 1) * stride + span - h_in, 0)
-        pad = total // 2 if auto == "SAME_UPPER" else total - total // 2
+        pad = same_pads(h_in, span, stride, auto)[0]
     elif auto == "VALID":
         pad = 0
     elif auto == "NOTSET":
@@ -323,6 +322,30 @@ def _has_pads(node: NodeProto) -> bool:
     return any(a.name in ("pads", "auto_pad") for a in node.attribute)
 
 
+def same_pads(size: int, span: int, stride: int, auto: str) -> tuple[int, int]:
+    """The padding before and after an axis of ``size`` that ``auto_pad`` SAME_UPPER or
+    SAME_LOWER gives a window spanning ``span`` (kernel x dilation) at ``stride``, as ONNX
+    resolves it: the output keeps ``ceil(size / stride)``, the odd one after for UPPER,
+    before for LOWER."""
+    total = max((-(-size // stride) - 1) * stride + span - size, 0)
+    small, large = total // 2, total - total // 2
+    return (small, large) if auto == "SAME_UPPER" else (large, small)
+
+
+def row_columns(layer: LayerLike) -> tuple[int, int] | None:
+    """What :func:`row_part` needs of ``layer`` to resolve an ``auto_pad`` SAME_* of its
+    columns: the input's width and the kernel's columns (None where it is not 4-D)."""
+    shape = layer.inputs[0].shape if getattr(layer, "inputs", ()) else ()
+    if len(shape) != 4:
+        return None
+    kernel = layer.attrs.get("kernel_shape")
+    if kernel:
+        return int(shape[3]), int(kernel[-1])
+    if layer.weights and len(layer.weights[0].shape) == 4:
+        return int(shape[3]), int(layer.weights[0].shape[3])
+    return int(shape[3]), 1
+
+
 def _column_pads(node: NodeProto, columns: tuple[int, int] | None) -> tuple[int, int]:
     """The node's left and right padding (axis 3), ``auto_pad`` resolved as ONNX does from the
     input's width and the kernel's columns (``columns``) and the node's own stride and
@@ -341,10 +364,7 @@ def _column_pads(node: NodeProto, columns: tuple[int, int] | None) -> tuple[int,
     width, kernel = columns
     stride = int((attrs.get("strides") or [1, 1])[-1])
     dilation = int((attrs.get("dilations") or [1, 1])[-1])
-    span = (int(kernel) - 1) * dilation + 1
-    total = max((-(-width // stride) - 1) * stride + span - width, 0)
-    small, large = total // 2, total - total // 2
-    return (small, large) if auto == "SAME_UPPER" else (large, small)
+    return same_pads(width, (int(kernel) - 1) * dilation + 1, stride, auto)
 
 
 # the families register themselves on import
