@@ -53,7 +53,18 @@ def simulate_one(k_in, share, owner, st):
 
 @compiled(_nrt=False)
 def simulate_chunk(
-    device, sizes, channels, consumer, producer, w_class, with_weights, k_in, out, lo, hi, step,
+    device,
+    sizes,
+    channels,
+    consumer,
+    producer,
+    w_class,
+    with_weights,
+    k_in,
+    out,
+    lo,
+    hi,
+    step,
     scratch,
 ):
     """The schedule of mappings ``lo``, ``lo + step``, ... before ``hi`` of the batch (:class:`dse.mapping.Mappings`:
