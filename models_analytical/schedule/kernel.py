@@ -67,15 +67,16 @@ def simulate_chunk(
     step,
     scratch,
 ):
-    """The schedule of mappings ``lo``, ``lo + step``, ... before ``hi`` of the batch (:class:`dse.mapping.Mappings`:
-    ``device[P, L]``, -1 for splittable layers, and ``sizes[P, S, D]``) into their rows of
-    ``out`` (a :class:`ScheduleResult` of zeros); ``channels[L]`` the layers' output channels,
-    ``consumer`` / ``producer`` [L] the graph's ``first_consumer`` / ``first_producer``. Each
-    mapping's share [L, D] and owner [L] are built in ``scratch`` (:func:`new_scratch`, one per
-    thread: share zeros, owner, anchor, the state) by :func:`dse.mapping.rules.dense_one` and
-    scheduled by :func:`simulate_one`. The weights
-    each device holds by class are the sum over layers of share x ``w_class[L, C]`` (zeros
-    unless ``with_weights``). Runs without the GIL: the shares of a batch run on threads.
+    """The schedule of mappings ``lo``, ``lo + step``, ... before ``hi`` of the batch
+    (:class:`dse.mapping.Mappings`: ``device[P, L]``, -1 for splittable layers, and
+    ``sizes[P, S, D]``) into their rows of ``out`` (a :class:`ScheduleResult` of zeros);
+    ``channels[L]`` the layers' output channels, ``consumer`` / ``producer`` [L] the graph's
+    ``first_consumer`` / ``first_producer``. Each mapping's share [L, D] and owner [L] are
+    built in ``scratch`` (:func:`new_scratch`, one per thread: share zeros, owner, anchor, the
+    state) by :func:`dse.mapping.rules.dense_one` and scheduled by :func:`simulate_one`. The
+    weights each device holds by class are the sum over layers of share x ``w_class[L, C]``
+    (zeros unless ``with_weights``). Runs without the GIL: the chunks of a batch run on
+    threads.
 
     It allocates nothing (its caller does) and is compiled without reference counting
     (``_nrt=False``; numba would otherwise count references to every array of the inputs and
