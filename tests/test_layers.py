@@ -134,3 +134,26 @@ def test_no_import_cycle_between_modules():
         if m not in state:
             visit(m, [m])
     assert not cycles, "\n".join(cycles)
+
+
+#: A newcomer reads a module in one sitting and a function on one screen or two (issue 27).
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 600, 150
+
+
+def test_no_module_over_600_lines_and_no_function_over_150() -> None:
+    """Every module of the packages, and every function in them (a numba kernel's stages
+    included), within the sizes the house was built to."""
+    long_modules, long_functions = [], []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            text = path.read_text()
+            where = path.relative_to(ROOT)
+            if len(text.splitlines()) > MAX_MODULE_LINES:
+                long_modules.append(f"{where} ({len(text.splitlines())} lines)")
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    lines = node.end_lineno - node.lineno + 1
+                    if lines > MAX_FUNCTION_LINES:
+                        long_functions.append(f"{where}:{node.lineno} {node.name} ({lines})")
+    assert not long_modules, f"modules over {MAX_MODULE_LINES} lines: {long_modules}"
+    assert not long_functions, f"functions over {MAX_FUNCTION_LINES} lines: {long_functions}"
