@@ -243,5 +243,6 @@ def plot_predicted_vs_measured(
         ax.set_xlabel(f"measured {label}", fontsize=8)
         ax.set_ylabel(f"predicted {label}", fontsize=8)
         ax.grid(alpha=0.3, which="both")
-    axes[0].legend(fontsize=6, loc="upper left")
+    if names_seen:  # no measured mapping: no legend (matplotlib would warn of an empty one)
+        axes[0].legend(fontsize=6, loc="upper left")
     _save(fig, path, title)
