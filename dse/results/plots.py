@@ -204,6 +204,7 @@ def plot_predicted_vs_measured(
     """Predicted against measured, one panel per figure (``label -> (measured, predicted,
     point names)``), with y = x and the +-10 % band; points with no value are left out."""
     fig, axes = _grid(max(1, len(panels)), ncols=3, size=(4.4, 4.0))
+    drawn = False  # some panel has points (and so labels for the legend)
     for ax, (label, (measured, predicted, names)) in zip(axes, panels.items(), strict=False):
         pts = [
             (float(m), float(p), n)
@@ -221,6 +222,7 @@ def plot_predicted_vs_measured(
         ax.plot(line, line, "k--", lw=1, label="y = x")
         ax.fill_between(line, line * 0.9, line * 1.1, color="0.85", label="±10 %")
         names_seen: dict[str, int] = {}
+        drawn = True
         for m, p, n in pts:
             new = n not in names_seen
             k = names_seen.setdefault(n, len(names_seen))
@@ -243,6 +245,6 @@ def plot_predicted_vs_measured(
         ax.set_xlabel(f"measured {label}", fontsize=8)
         ax.set_ylabel(f"predicted {label}", fontsize=8)
         ax.grid(alpha=0.3, which="both")
-    if names_seen:  # no measured mapping: no legend (matplotlib would warn of an empty one)
+    if drawn:  # nothing measured: no legend (matplotlib would warn of an empty one)
         axes[0].legend(fontsize=6, loc="upper left")
     _save(fig, path, title)
