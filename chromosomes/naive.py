@@ -31,6 +31,13 @@ class NaiveChromosome(Chromosome):
     def upper(self) -> np.ndarray:
         return np.full(self.n_genes, self.n_devices - 1, dtype=np.int64)
 
+    @property
+    def gene_groups(self) -> np.ndarray:
+        """A splittable layer's genes name the set of devices computing its parts: one group
+        per layer (its genes repeat a device to make fewer parts, so changing one gene cannot
+        move the layer from one device to another)."""
+        return self.layer_of_gene.astype(np.int64)
+
     def single_device(self, device: int) -> np.ndarray:
         return np.full(self.n_genes, device, dtype=np.int64)
 

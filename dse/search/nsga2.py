@@ -4,7 +4,7 @@ The steps are pymoo's NSGA-II (Deb et al. 2002) as pymoo runs it: binary tournam
 constraint violation, then rank, then crowding distance; the configured crossover and mutation
 (pymoo operators, called on gene arrays, then rounded: genes are integers); rank-and-crowding
 survival with feasible individuals first and infeasible ones by violation. Three departures,
-all for mapping search:
+all for mapping search, and an option:
 
 * duplicates are mappings, not gene vectors: offspring that decode to a mapping the run has
   already evaluated (or twice among themselves) are dropped, so every evaluation is a new
@@ -14,6 +14,9 @@ all for mapping search:
   has them (each generation's count is history.csv's ``new_offspring``, the refill's share
   ``refilled``); an encoding of at most :data:`ENUMERATE_MAX` gene vectors is walked for the
   last, rare ones; a run that finds no new mapping at all stops (``exhausted``);
+* optionally (``algorithm.local_share``, off by default), part of each generation's offspring
+  are one move from a member of the current front instead of bred (:mod:`dse.search.local`):
+  a Pareto local step for small budgets;
 * the whole state is arrays and the generator's state (:class:`SearchState`), so checkpoints
   are plain data (:mod:`dse.search.checkpoint`) and a resumed run continues exactly.
 
@@ -44,6 +47,7 @@ from chromosomes.seeds import seed_population
 from dse.config import AlgorithmConfig
 from dse.errors import DseError
 from dse.mapping import Mappings
+from dse.search import local
 from dse.search.breeding import offspring
 from dse.search.heap import keep_freed_memory
 from dse.search.hypervolume import Reference
@@ -185,13 +189,41 @@ def _distinct(
     return X[keep], mappings.take(keep), keys, X[old]
 
 
+def _local(state: SearchState, n: int) -> tuple[list[np.ndarray], list[Mappings], list[int]]:
+    """Up to ``n`` new mappings one move from the current front (:mod:`dse.search.local`):
+    the first round draws a move per slot, the next ones 4 per slot still empty."""
+    found_x, found_m, keys = [], [], []
+    missing = n
+    for attempt in range(local.ROUNDS):
+        if missing <= 0:
+            break
+        n_try = missing if attempt == 0 else 4 * missing
+        Xn, mn, kn, _ = _distinct(
+            state.problem, local.candidates(state, n_try), missing, state.seen
+        )
+        found_x.append(Xn)
+        found_m.append(mn)
+        keys.extend(kn)
+        missing -= len(kn)
+    return found_x, found_m, keys
+
+
 def _offspring(state: SearchState, budget: int) -> tuple[np.ndarray, Mappings, list[int], int]:
     """Up to ``budget`` offspring that are new mappings, their mappings and keys, and how many
-    of them the refill supplied (:mod:`dse.search.refill`): one mating, then refill rounds on
-    the slots it could not fill."""
+    of them the refill supplied (:mod:`dse.search.refill`): the local step's share
+    (``algorithm.local_share``), one mating for the rest, then refill rounds on the slots they
+    could not fill."""
     problem, settings = state.problem, state.settings
-    X, mappings, keys, pool = _distinct(problem, offspring(state, budget), budget, state.seen)
-    found_x, found_m = [X], [mappings]
+    n_local = min(budget, round(settings.local_share * budget))
+    found_x, found_m, keys = _local(state, n_local) if n_local else ([], [], [])
+    n_bred = budget - len(keys)
+    pool = state.pop.X[:0]
+    if n_bred:
+        X, mappings, kb, pool = _distinct(problem, offspring(state, n_bred), n_bred, state.seen)
+        found_x.append(X)
+        found_m.append(mappings)
+        keys.extend(kb)
+    n_found = len(keys)
     refill = REFILLS[settings.refill]
     missing = budget - len(keys)
     if len(pool) == 0:
@@ -216,7 +248,7 @@ def _offspring(state: SearchState, budget: int) -> tuple[np.ndarray, Mappings, l
         keys.extend(kn)
     X = np.concatenate(found_x)
     mappings = found_m[0] if len(found_m) == 1 else Mappings.concat(found_m)
-    return X, mappings, keys, len(keys) - len(found_x[0])
+    return X, mappings, keys, len(keys) - n_found
 
 
 def _enumerate(state: SearchState, missing: int) -> tuple[np.ndarray, Mappings, list[int]]:
