@@ -3,7 +3,7 @@
     python benchmarks/search_quality.py [--cases board_gpu_cpu two_boards]
         [--encodings naive advanced-2 advanced-3 vertical] [--budgets 200 1000 5000 20000]
         [--seeds 5] [--refill mutation immigrants restart mating] [--mutation pm]
-        [--structured-seeds] [--local-share 0.5] [--pop-factor 1.0]
+        [--structured-seeds] [--local-share 0.5] [--pop-factor 1.0] [--crowding cd]
 
 The cases (tests/helpers/cases.py) put small CNNs on heterogeneous devices (a slow CPU where
 the image enters, GPUs fast on convolutions only and short of memory, a fast power-hungry CPU)
@@ -38,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests' helpers
 
-from dse.config import MUTATIONS, REFILLS, AlgorithmConfig  # noqa: E402
+from dse.config import CROWDINGS, MUTATIONS, REFILLS, AlgorithmConfig  # noqa: E402
 from dse.search import nsga2  # noqa: E402
 from dse.search.problem import MappingProblem  # noqa: E402
 from tests.helpers import cases  # noqa: E402
@@ -104,6 +104,7 @@ def main() -> None:
     ap.add_argument("--structured-seeds", action="store_true")
     ap.add_argument("--local-share", type=float, default=0.5)
     ap.add_argument("--pop-factor", type=float, default=1.0)
+    ap.add_argument("--crowding", default="cd", choices=CROWDINGS)
     args = ap.parse_args()
     logging.getLogger("dse").setLevel(logging.ERROR)  # runs that exhaust their space say so
     print(
@@ -127,6 +128,7 @@ def main() -> None:
                         seed_structured=args.structured_seeds,
                         refill=refill,
                         local_share=args.local_share,
+                        crowding=args.crowding,
                     )
                     r = measure(p, front, n_distinct, settings, args.seeds)
                     print(

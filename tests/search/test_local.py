@@ -126,12 +126,12 @@ def test_the_share_is_checked():
         AlgorithmConfig(local_share=1.5)
 
 
-@pytest.mark.parametrize("local_share", [0.5, 1.0])
-def test_resume_continues_exactly_with_the_local_step(tmp_path, local_share):
+@pytest.mark.parametrize(("local_share", "crowding"), [(0.5, "cd"), (1.0, "cd"), (0.75, "2nn")])
+def test_resume_continues_exactly_with_the_local_step(tmp_path, local_share, crowding):
     p = cases.problem("two_boards", "naive")
 
     def settings(n_gen: int) -> AlgorithmConfig:
-        return AlgorithmConfig(pop_size=24, n_gen=n_gen, local_share=local_share)
+        return AlgorithmConfig(pop_size=24, n_gen=n_gen, local_share=local_share, crowding=crowding)
 
     full = nsga2.run(nsga2.new_search(p, settings(12), 3))
     half = nsga2.run(nsga2.new_search(p, settings(6), 3))
