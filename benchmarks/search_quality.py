@@ -3,18 +3,20 @@
     python benchmarks/search_quality.py [--cases board_gpu_cpu two_boards]
         [--encodings naive advanced-2 advanced-3 vertical] [--budgets 200 1000 5000 20000]
         [--seeds 5] [--refill mutation immigrants restart mating] [--mutation pm]
-        [--structured-seeds] [--local-share 0.5] [--pop-factor 1.0] [--crowding cd]
+        [--structured-seeds] [--local-share 0.75] [--pop-factor 0.75] [--crowding 2nn]
 
 The cases (tests/helpers/cases.py) put small CNNs on heterogeneous devices (a slow CPU where
 the image enters, GPUs fast on convolutions only and short of memory, a fast power-hungry CPU)
 joined by slow links, objectives latency, memory and energy. For each case and encoding every
 distinct mapping is scored, which gives the encoding's true Pareto front; then NSGA-II runs
 with each budget of evaluations (``algorithm.max_evaluations``), each refill strategy
-(``algorithm.refill``) and several seeds, at the settings recommended for small budgets: a
-population of ``--pop-factor`` times the square root of the budget (14, 32, 71, 141 at 200,
-1,000, 5,000, 20,000) and the local step on half the offspring (``--local-share``, i.e.
-``algorithm.local_share``; dse.search.local). ``--local-share 0 --pop-factor 0.5`` is the
-search as measured before the local step (populations 10, 16, 35, 71).
+(``algorithm.refill``) and several seeds, at the settings recommended for small budgets
+(docs/results/search-quality.md): a population of ``--pop-factor`` times the square root of
+the budget (11, 24, 53, 106 at 200, 1,000, 5,000, 20,000), the local step on three quarters of
+the offspring (``--local-share``: ``algorithm.local_share``, dse.search.local) and the front
+cut by nearest-neighbour pruning (``--crowding``: ``algorithm.crowding``). ``--local-share 0
+--pop-factor 0.5 --crowding cd`` is the search as measured before them (populations 10, 16,
+35, 71).
 
 Printed per case, encoding, budget and refill: hypervolume found / true (mean and worst over
 the seeds), the share of the true front's points found, the least share of new offspring in
@@ -102,9 +104,9 @@ def main() -> None:
     ap.add_argument("--refill", nargs="+", default=["mutation"], choices=REFILLS)
     ap.add_argument("--mutation", default="pm", choices=sorted(MUTATIONS))
     ap.add_argument("--structured-seeds", action="store_true")
-    ap.add_argument("--local-share", type=float, default=0.5)
-    ap.add_argument("--pop-factor", type=float, default=1.0)
-    ap.add_argument("--crowding", default="cd", choices=CROWDINGS)
+    ap.add_argument("--local-share", type=float, default=0.75)
+    ap.add_argument("--pop-factor", type=float, default=0.75)
+    ap.add_argument("--crowding", default="2nn", choices=CROWDINGS)
     args = ap.parse_args()
     logging.getLogger("dse").setLevel(logging.ERROR)  # runs that exhaust their space say so
     print(
