@@ -3,15 +3,20 @@
     python benchmarks/search_quality.py [--cases board_gpu_cpu two_boards]
         [--encodings naive advanced-2 advanced-3 vertical] [--budgets 200 1000 5000 20000]
         [--seeds 5] [--refill mutation immigrants restart mating] [--mutation pm]
-        [--structured-seeds]
+        [--structured-seeds] [--local-share 0.75] [--pop-factor 0.75] [--crowding 2nn]
 
 The cases (tests/helpers/cases.py) put small CNNs on heterogeneous devices (a slow CPU where
 the image enters, GPUs fast on convolutions only and short of memory, a fast power-hungry CPU)
 joined by slow links, objectives latency, memory and energy. For each case and encoding every
 distinct mapping is scored, which gives the encoding's true Pareto front; then NSGA-II runs
-with each budget of evaluations (``algorithm.max_evaluations``; population about the square
-root of the budget over 2: 10, 16, 35, 71 at 200, 1,000, 5,000, 20,000), each refill
-strategy (``algorithm.refill``) and several seeds.
+with each budget of evaluations (``algorithm.max_evaluations``), each refill strategy
+(``algorithm.refill``) and several seeds, at the settings recommended for small budgets
+(docs/results/search-quality.md): a population of ``--pop-factor`` times the square root of
+the budget (11, 24, 53, 106 at 200, 1,000, 5,000, 20,000), the local step on three quarters of
+the offspring (``--local-share``: ``algorithm.local_share``, dse.search.local) and the front
+cut by nearest-neighbour pruning (``--crowding``: ``algorithm.crowding``). ``--local-share 0
+--pop-factor 0.5 --crowding cd`` is the search as measured before them (populations 10, 16,
+35, 71).
 
 Printed per case, encoding, budget and refill: hypervolume found / true (mean and worst over
 the seeds), the share of the true front's points found, the least share of new offspring in
@@ -35,7 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests' helpers
 
-from dse.config import MUTATIONS, REFILLS, AlgorithmConfig  # noqa: E402
+from dse.config import CROWDINGS, MUTATIONS, REFILLS, AlgorithmConfig  # noqa: E402
 from dse.search import nsga2  # noqa: E402
 from dse.search.problem import MappingProblem  # noqa: E402
 from tests.helpers import cases  # noqa: E402
@@ -45,10 +50,9 @@ ENCODINGS.update({f"advanced-{k}": ("advanced", k) for k in (2, 3)})
 NEW_SHARE = 0.9  # the target's least share of new offspring per generation
 
 
-def population(budget: int) -> int:
-    """The population of a run of ``budget`` evaluations: sqrt(budget) / 2, 10 to 1000 (as in
-    benchmarks/thesis_comparisons.py)."""
-    return int(min(1000, max(10, round(math.sqrt(budget) / 2))))
+def population(budget: int, factor: float = 1.0) -> int:
+    """The population of a run of ``budget`` evaluations: factor x sqrt(budget), 10 to 1000."""
+    return int(min(1000, max(10, round(factor * math.sqrt(budget)))))
 
 
 def new_shares(state: nsga2.SearchState, n_distinct: int) -> np.ndarray:
@@ -100,6 +104,9 @@ def main() -> None:
     ap.add_argument("--refill", nargs="+", default=["mutation"], choices=REFILLS)
     ap.add_argument("--mutation", default="pm", choices=sorted(MUTATIONS))
     ap.add_argument("--structured-seeds", action="store_true")
+    ap.add_argument("--local-share", type=float, default=0.75)
+    ap.add_argument("--pop-factor", type=float, default=0.75)
+    ap.add_argument("--crowding", default="2nn", choices=CROWDINGS)
     args = ap.parse_args()
     logging.getLogger("dse").setLevel(logging.ERROR)  # runs that exhaust their space say so
     print(
@@ -116,12 +123,14 @@ def main() -> None:
             for budget in args.budgets:
                 for refill in args.refill:
                     settings = AlgorithmConfig(
-                        pop_size=population(budget),
+                        pop_size=population(budget, args.pop_factor),
                         n_gen=10**6,
                         max_evaluations=budget,
                         mutation=MUTATIONS[args.mutation],
                         seed_structured=args.structured_seeds,
                         refill=refill,
+                        local_share=args.local_share,
+                        crowding=args.crowding,
                     )
                     r = measure(p, front, n_distinct, settings, args.seeds)
                     print(

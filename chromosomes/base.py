@@ -85,6 +85,14 @@ class Chromosome(ABC):
     def lower(self) -> np.ndarray:
         return np.zeros(self.n_genes, dtype=np.int64)
 
+    @property
+    def gene_groups(self) -> np.ndarray:
+        """int64 [n_genes]: genes with one group id name one set together (the naive encoding's
+        devices of a splittable layer), so replacing a device in that set moves every gene of
+        the group that names it (:func:`dse.search.local.move`); here each gene is its own
+        group."""
+        return np.arange(self.n_genes, dtype=np.int64)
+
     def search_space_log10(self) -> float:
         """log10 of the number of distinct gene vectors."""
         return float(sum(math.log10(u + 1) for u in self.upper.tolist()))

@@ -36,5 +36,13 @@ class NaiveChromosome(Chromosome):
     def _place_single(self, device: int) -> np.ndarray:
         return np.full(self.n_place, device, dtype=np.int64)
 
+    @property
+    def gene_groups(self) -> np.ndarray:
+        """A splittable layer's genes name the set of devices computing its parts: one group
+        per layer (its genes repeat a device to make fewer parts, so changing one gene cannot
+        move the layer from one device to another); each axis gene a group of its own."""
+        axes = np.arange(len(self.axis_layers), dtype=np.int64) + len(self.graph)
+        return np.concatenate([self.layer_of_gene.astype(np.int64), axes])
+
     def _counts(self, genes: np.ndarray, device: np.ndarray, counts: np.ndarray) -> None:
         kernels.naive_counts(genes, self.layer_of_gene, self.graph.splittable, device, counts)

@@ -129,6 +129,9 @@ MUTATIONS = {
 #: algorithm.refill options: what fills the offspring slots breeding leaves without a new mapping
 #: (dse.search.refill, where each is described and measured).
 REFILLS = ("mutation", "immigrants", "restart", "mating")
+#: algorithm.crowding options: how survival cuts the front that does not fit whole
+#: (dse.search.nsga2.survive).
+CROWDINGS = ("cd", "2nn")
 
 
 @dataclass
@@ -147,6 +150,17 @@ class AlgorithmConfig:
     # the copies (mutation), random immigrants, a partial restart, or mating again (dse.search
     # .refill; benchmarks/search_quality.py --refill compares them)
     refill: str = "mutation"
+    # share of each generation's offspring made as one move from a member of the current
+    # front (a gene, with the genes naming the same device of its layer), the rest bred by
+    # crossover and mutation; 0: NSGA-II alone. For small budgets (about 0.5 up to a few
+    # thousand evaluations, with pop_size about sqrt(max_evaluations)): dse.search.local,
+    # docs/results/search-quality.md
+    local_share: float = 0.0
+    # how the front that does not fit whole is cut: crowding distance (cd, pymoo's default) or
+    # pruning by the two nearest neighbours, one at a time (2nn, pymoo's option: keeps a front
+    # of three objectives spread out when it is far larger than the population; costs about
+    # the square of that front's size: dse.search.nsga2.nearest_neighbour_pruning)
+    crowding: str = "cd"
     checkpoint_every: int = 10  # generations between checkpoints (resume=<run dir>)
     crossover: OperatorConfig = field(default_factory=lambda: CROSSOVERS["sbx"])
     mutation: OperatorConfig = field(default_factory=lambda: MUTATIONS["pm"])
@@ -165,6 +179,12 @@ class AlgorithmConfig:
             )
         if self.checkpoint_every < 1:
             raise DseError(f"algorithm.checkpoint_every={self.checkpoint_every} must be at least 1")
+        if not 0.0 <= self.local_share <= 1.0:
+            raise DseError(f"algorithm.local_share={self.local_share} must be between 0 and 1")
+        if self.crowding not in CROWDINGS:
+            raise DseError(
+                f"algorithm.crowding={self.crowding!r} is not one of {', '.join(CROWDINGS)}"
+            )
         if self.refill not in REFILLS:
             raise DseError(f"algorithm.refill={self.refill!r} is not one of {', '.join(REFILLS)}")
 

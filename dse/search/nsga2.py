@@ -4,7 +4,7 @@ The steps are pymoo's NSGA-II (Deb et al. 2002) as pymoo runs it: binary tournam
 constraint violation, then rank, then crowding distance; the configured crossover and mutation
 (pymoo operators, called on gene arrays, then rounded: genes are integers); rank-and-crowding
 survival with feasible individuals first and infeasible ones by violation. Three departures,
-all for mapping search:
+all for mapping search, and an option:
 
 * duplicates are mappings, not gene vectors: offspring that decode to a mapping the run has
   already evaluated (or twice among themselves) are dropped, so every evaluation is a new
@@ -14,6 +14,9 @@ all for mapping search:
   has them (each generation's count is history.csv's ``new_offspring``, the refill's share
   ``refilled``); an encoding of at most :data:`ENUMERATE_MAX` gene vectors is walked for the
   last, rare ones; a run that finds no new mapping at all stops (``exhausted``);
+* optionally (``algorithm.local_share``, off by default), part of each generation's offspring
+  are one move from a member of the current front instead of bred (:mod:`dse.search.local`):
+  a Pareto local step for small budgets;
 * the whole state is arrays and the generator's state (:class:`SearchState`), so checkpoints
   are plain data (:mod:`dse.search.checkpoint`) and a resumed run continues exactly.
 
@@ -44,6 +47,7 @@ from chromosomes.seeds import seed_population
 from dse.config import AlgorithmConfig
 from dse.errors import DseError
 from dse.mapping import Mappings
+from dse.search import local
 from dse.search.breeding import offspring
 from dse.search.heap import keep_freed_memory
 from dse.search.hypervolume import Reference
@@ -111,9 +115,105 @@ def _crowding(F):
     return out
 
 
-def survive(pop: Population, n: int, rng: np.random.Generator) -> Population:
+def nearest_neighbour_pruning(F: np.ndarray, n_remove: int) -> np.ndarray:
+    """pymoo 0.6's "2nn" crowding (``RankAndCrowding(crowding_func="2nn")``; Kukkonen and Deb,
+    "A fast and effective method for pruning of non-dominated solutions in many-objective
+    problems", 2006), compiled: each point's product of squared distances to its two nearest
+    neighbours (objectives scaled to [0, 1]), the extremes of each objective infinite, repeated
+    points 0; the ``n_remove`` - 1 lowest are removed one at a time, their neighbours' values
+    recomputed each time. Survival keeps the points of largest value, so removed points always
+    rank below kept ones. Crowding distance, computed once, removes whole clusters of points
+    from a front of three objectives; this keeps the front's spread when the population is far
+    smaller than the front (benchmarks/search_quality.py --crowding)."""
+    F = np.ascontiguousarray(F, dtype=np.float64)
+    n = len(F)
+    if n <= F.shape[1]:
+        return np.full(n, np.inf)
+    _, first = np.unique(F, axis=0, return_index=True)
+    unique = np.zeros(n, dtype=np.bool_)
+    unique[first] = True
+    out = np.zeros(n)  # repeats: 0, the first to go
+    out[unique] = _prune_2nn(F[unique], max(int(n_remove) - (n - len(first)), 0))
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _prune_2nn(F, n_remove):
+    n, m = F.shape
+    if n <= m:
+        return np.full(n, np.inf)
+    n_remove = min(n_remove, n - m)
+    lo = np.empty(m)
+    span = np.empty(m)
+    extreme = np.zeros(n, dtype=np.bool_)
+    for j in range(m):
+        a, b = 0, 0
+        for i in range(n):
+            if F[i, j] < F[a, j]:
+                a = i
+            if F[i, j] > F[b, j]:
+                b = i
+        extreme[a] = True
+        extreme[b] = True
+        lo[j] = F[a, j]
+        span[j] = F[b, j] - F[a, j]
+        if span[j] == 0.0:
+            span[j] = 1.0
+    X = np.empty((n, m))
+    for i in range(n):
+        for j in range(m):
+            X[i, j] = (F[i, j] - lo[j]) / span[j]
+    alive = np.ones(n, dtype=np.bool_)
+    nn = np.empty((n, 2), dtype=np.int64)
+    d = np.empty(n)
+    for i in range(n):
+        _two_nearest(X, alive, i, nn, d)
+    for i in range(n):
+        if extreme[i]:
+            d[i] = np.inf
+    for _ in range(n_remove - 1):  # the last one goes by the survival's sort
+        k = -1
+        for i in range(n):
+            if alive[i] and (k < 0 or d[i] < d[k]):
+                k = i
+        alive[k] = False
+        for i in range(n):
+            if alive[i] and (nn[i, 0] == k or nn[i, 1] == k):
+                _two_nearest(X, alive, i, nn, d)
+                if extreme[i]:
+                    d[i] = np.inf
+    return d
+
+
+@njit(cache=True, nogil=True)
+def _two_nearest(X, alive, i, nn, d):
+    """nn[i] and d[i]: the two nearest living points to point i and the product of their
+    squared distances."""
+    b1, b2 = np.inf, np.inf
+    i1, i2 = -1, -1
+    n, m = X.shape
+    for j in range(n):
+        if j == i or not alive[j]:
+            continue
+        dist = 0.0
+        for c in range(m):
+            diff = X[i, c] - X[j, c]
+            dist += diff * diff
+        if dist < b1:
+            b2, i2 = b1, i1
+            b1, i1 = dist, j
+        elif dist < b2:
+            b2, i2 = dist, j
+    nn[i, 0], nn[i, 1] = i1, i2
+    d[i] = b1 * b2
+
+
+def survive(pop: Population, n: int, rng: np.random.Generator, cut: str = "cd") -> Population:
     """Rank-and-crowding survival of ``n`` individuals (pymoo's RankAndCrowding with
-    infeasible individuals last, by violation); sets rank and crowding."""
+    infeasible individuals last, by violation); sets rank and crowding. The front that does not
+    fit whole is cut by crowding distance (``cut="cd"``, pymoo's default) or by
+    :func:`nearest_neighbour_pruning` (``"2nn"``, ``algorithm.crowding``), whose values are
+    then its crowding."""
     cv = pop.cv
     feas = np.flatnonzero(cv <= 0)
     infeas = np.flatnonzero(cv > 0)
@@ -128,7 +228,10 @@ def survive(pop: Population, n: int, rng: np.random.Generator) -> Population:
         for k, front in enumerate(_NDS.do(F, n_stop_if_ranked=n_feas)):
             if taken + len(front) > n_feas:
                 n_remove = taken + len(front) - n_feas
-                cd = crowding_distance(F[front])
+                if cut == "2nn":
+                    cd = nearest_neighbour_pruning(F[front], n_remove)
+                else:
+                    cd = crowding_distance(F[front])
                 keep = randomized_argsort(cd, order="descending", random_state=rng)[:-n_remove]
             else:
                 cd = crowding_distance(F[front])
@@ -185,13 +288,41 @@ def _distinct(
     return X[keep], mappings.take(keep), keys, X[old]
 
 
+def _local(state: SearchState, n: int) -> tuple[list[np.ndarray], list[Mappings], list[int]]:
+    """Up to ``n`` new mappings one move from the current front (:mod:`dse.search.local`):
+    the first round draws a move per slot, the next ones 4 per slot still empty."""
+    found_x, found_m, keys = [], [], []
+    missing = n
+    for attempt in range(local.ROUNDS):
+        if missing <= 0:
+            break
+        n_try = missing if attempt == 0 else 4 * missing
+        Xn, mn, kn, _ = _distinct(
+            state.problem, local.candidates(state, n_try), missing, state.seen
+        )
+        found_x.append(Xn)
+        found_m.append(mn)
+        keys.extend(kn)
+        missing -= len(kn)
+    return found_x, found_m, keys
+
+
 def _offspring(state: SearchState, budget: int) -> tuple[np.ndarray, Mappings, list[int], int]:
     """Up to ``budget`` offspring that are new mappings, their mappings and keys, and how many
-    of them the refill supplied (:mod:`dse.search.refill`): one mating, then refill rounds on
-    the slots it could not fill."""
+    of them the refill supplied (:mod:`dse.search.refill`): the local step's share
+    (``algorithm.local_share``), one mating for the rest, then refill rounds on the slots they
+    could not fill."""
     problem, settings = state.problem, state.settings
-    X, mappings, keys, pool = _distinct(problem, offspring(state, budget), budget, state.seen)
-    found_x, found_m = [X], [mappings]
+    n_local = min(budget, round(settings.local_share * budget))
+    found_x, found_m, keys = _local(state, n_local) if n_local else ([], [], [])
+    n_bred = budget - len(keys)
+    pool = state.pop.X[:0]
+    if n_bred:
+        X, mappings, kb, pool = _distinct(problem, offspring(state, n_bred), n_bred, state.seen)
+        found_x.append(X)
+        found_m.append(mappings)
+        keys.extend(kb)
+    n_found = len(keys)
     refill = REFILLS[settings.refill]
     missing = budget - len(keys)
     if len(pool) == 0:
@@ -216,7 +347,7 @@ def _offspring(state: SearchState, budget: int) -> tuple[np.ndarray, Mappings, l
         keys.extend(kn)
     X = np.concatenate(found_x)
     mappings = found_m[0] if len(found_m) == 1 else Mappings.concat(found_m)
-    return X, mappings, keys, len(keys) - len(found_x[0])
+    return X, mappings, keys, len(keys) - n_found
 
 
 def _enumerate(state: SearchState, missing: int) -> tuple[np.ndarray, Mappings, list[int]]:
@@ -275,29 +406,36 @@ def step(state: SearchState) -> None:
     state.new, state.refilled = len(X), refilled
     new = Population(X, F, G, np.zeros(len(X), np.int64), np.zeros(len(X)), keys)
     if parents is None:
-        state.pop = survive(new, min(settings.pop_size, len(new)), state.rng)
+        state.pop = survive(new, min(settings.pop_size, len(new)), state.rng, settings.crowding)
     elif settings.refill == "restart" and refilled:
-        state.pop = _restart(parents, new, refilled, settings.pop_size, state.rng)
+        state.pop = _restart(parents, new, refilled, settings, state.rng)
     else:
         merged = concat(parents, new)
-        state.pop = survive(merged, min(settings.pop_size, len(merged)), state.rng)
+        state.pop = survive(
+            merged, min(settings.pop_size, len(merged)), state.rng, settings.crowding
+        )
     state.generation += 1
 
 
 def _restart(
-    parents: Population, new: Population, n_immigrants: int, size: int, rng: np.random.Generator
+    parents: Population,
+    new: Population,
+    n_immigrants: int,
+    settings: AlgorithmConfig,
+    rng: np.random.Generator,
 ) -> Population:
     """Survival with a partial restart: the last ``n_immigrants`` of ``new`` (the refill's
     uniform samples) join the population whatever their rank, in place of the weakest
     survivors of parents and bred offspring; their feasible first front stays whole."""
+    size, crowding = settings.pop_size, settings.crowding
     n_bred = len(new) - n_immigrants
     merged = concat(parents, new.take(np.arange(n_bred)))
-    ranked = survive(merged, min(size, len(merged)), rng)  # first front first
+    ranked = survive(merged, min(size, len(merged)), rng, crowding)  # first front first
     n_first = int(((ranked.rank == 0) & (ranked.cv <= 0)).sum())
     n_in = min(n_immigrants, max(size - n_first, 0))
     kept = ranked.take(np.arange(min(len(ranked), size - n_in)))
     joined = concat(kept, new.take(np.arange(n_bred, n_bred + n_in)))
-    return survive(joined, len(joined), rng)
+    return survive(joined, len(joined), rng, crowding)
 
 
 def front(state: SearchState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
