@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from chromosomes import NaiveChromosome
 from dse.config import AlgorithmConfig
 from dse.errors import DseError
 from dse.search import checkpoint, local, nsga2
@@ -21,6 +22,9 @@ def test_gene_groups():
     for name, splits in (("advanced", 3), ("vertical", None)):
         chrom = cases.problem("two_boards", name, splits).chromosome
         assert chrom.gene_groups.tolist() == list(range(chrom.n_genes))
+    # with rows, each convolution's axis gene is a group of its own, after the placement's
+    spatial = NaiveChromosome(naive.graph, naive.n_devices, spatial=True)
+    assert spatial.gene_groups.tolist() == naive.gene_groups.tolist() + [6, 7, 8]
 
 
 def test_a_move_replaces_one_device_of_one_layer():
