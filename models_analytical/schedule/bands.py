@@ -27,7 +27,8 @@ def layout_rows(k_in, sizes, axis, st):
             on = True
             break
     if on:
-        st.piece_n[:] = 0
+        st.gen[0] += 1  # the table of pieces received starts empty
+        st.piece_count[0] = 0
         row_layout(
             sizes,
             axis,
@@ -169,10 +170,9 @@ def piece_in(k_in, owner, st, layer, t, src, h, d, a, b, row_bytes, rdy):
     """Rows ``[a, b)`` of tensor t (``src``'s output, -1: the image) from h, where they are
     ready at ``rdy``, to d for its band of ``layer``; returns when they are in: at once if d
     received this very piece before (then nothing moves)."""
-    n = st.piece_n[t, d]
-    for i in range(min(n, PIECES)):
-        if st.piece_lo[t, d, i] == a and st.piece_hi[t, d, i] == b:
-            return st.piece_at[t, d, i]
+    slot = piece_slot(st, t, d, a, b)
+    if slot >= 0 and st.piece_gen[slot] == st.gen[0]:
+        return st.piece_at[slot]
     nbytes = (b - a) * row_bytes
     gathered = src >= 0 and (st.root[src] >= 0 or st.part_count[st.row[src]] > 1)
     if not on_bands(st, src, layer) and (src < 0 or gathered):
@@ -184,12 +184,30 @@ def piece_in(k_in, owner, st, layer, t, src, h, d, a, b, row_bytes, rdy):
         hold(st, h, 0, k_in.out_bytes.size, nbytes)
     arrival = transfer(k_in, st, h, d, nbytes, rdy)
     keep_piece(st, d, layer, nbytes)
-    if n < PIECES:
-        st.piece_lo[t, d, n] = a
-        st.piece_hi[t, d, n] = b
-        st.piece_at[t, d, n] = arrival
-        st.piece_n[t, d] = n + 1
+    if slot >= 0 and 4 * st.piece_count[0] < 3 * PIECES:
+        st.piece_gen[slot] = st.gen[0]
+        st.piece_key[slot, 0] = t
+        st.piece_key[slot, 1] = d
+        st.piece_key[slot, 2] = a
+        st.piece_key[slot, 3] = b
+        st.piece_at[slot] = arrival
+        st.piece_count[0] += 1
     return arrival
+
+
+@stage
+def piece_slot(st, t, d, a, b):
+    """The slot of piece (t, d, a, b) in the table of pieces received: where it is, or the
+    empty one it would go to; -1 if the table is full."""
+    h = (t * 73856093) ^ (d * 19349663) ^ (a * 83492791) ^ (b * 2654435761)
+    for probe in range(PIECES):
+        i = (h + probe) & (PIECES - 1)
+        if st.piece_gen[i] != st.gen[0]:
+            return i
+        key = st.piece_key
+        if key[i, 0] == t and key[i, 1] == d and key[i, 2] == a and key[i, 3] == b:
+            return i
+    return -1
 
 
 @stage

@@ -105,17 +105,19 @@ def simulate_chunk(
             out.held_bytes[p, d] = st.held[d]
         # weights by class (layer by layer, leaving out the zero shares einsum adds), then the
         # scratch back to zeros: only the entries this mapping set
+        rows = st.rows_on[0]
         for layer in range(n_layers):
+            banded = rows and st.root[layer] >= 0
             d0 = device[p, layer]
             lo_d, hi_d = (d0, d0 + 1) if d0 >= 0 else (0, n_dev)
             for d in range(lo_d, hi_d):
                 sh = share[layer, d]
                 if sh > 0.0:
-                    if with_weights and st.root[layer] < 0:
+                    if with_weights and not banded:
                         for c in range(n_cls):
                             out.weights_mb[p, d, c] += sh * w_class[layer, c]
                     share[layer, d] = 0.0
-            if with_weights and st.root[layer] >= 0:
+            if with_weights and banded:
                 for d in range(n_dev):
                     if st.band_hi[layer, d] > st.band_lo[layer, d]:
                         for c in range(n_cls):

@@ -14,9 +14,10 @@ def assign_parts(k_in, share, st):
     the split layer's row); a layer on bands of rows (``st.root``) on the devices whose band
     of it is not empty. Marks the devices some part runs on (``computes``)."""
     n_layers, n_dev = share.shape
+    rows = st.rows_on[0]
     for layer in range(n_layers):
         st.row[layer] = layer
-        if st.root[layer] >= 0:
+        if rows and st.root[layer] >= 0:
             cnt = 0
             for d in range(n_dev):
                 if st.band_hi[layer, d] > st.band_lo[layer, d]:
@@ -26,7 +27,7 @@ def assign_parts(k_in, share, st):
             st.part_count[layer] = cnt
             continue
         f = k_in.follows[layer]
-        if f >= 0 and st.root[f] < 0 and st.part_count[st.row[f]] > 1:
+        if f >= 0 and st.part_count[st.row[f]] > 1 and not (rows and st.root[f] >= 0):
             st.row[layer] = st.row[f]
             continue
         cnt = 0

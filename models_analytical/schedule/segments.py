@@ -199,8 +199,9 @@ def count_segments(share, st):
         if st.parts[d] == 0:
             continue
         cut = True
+        rows = st.rows_on[0]
         for i in range(n_layers):
-            if st.root[i] >= 0:
+            if rows and st.root[i] >= 0:
                 here = st.band_hi[i, d] > st.band_lo[i, d]
             else:
                 here = share[st.row[i], d] > 0.0

@@ -9,11 +9,12 @@ import numpy as np
 
 from models_analytical.schedule.compiled import stage
 
-#: Pieces of one tensor a device's bands remember having received (a halo from above and one
-#: from below, and the rows of a few layers reading it): a piece received again is not sent
-#: again, as the runtime sends a tensor to a device once. Beyond this many, one is counted
-#: again.
-PIECES = 8
+#: Slots of the table of pieces received in one mapping (tensor, device, rows): a piece
+#: received again is not sent again, as the runtime sends a tensor to a device once. Beyond
+#: three quarters of them filled (some thousands of bands' halos), a piece is counted again.
+#: Small arrays on purpose: a table per (tensor, device) of a few pieces, 0.4 MB each for
+#: DenseNet-121, made the kernel 40 % slower in some processes, untouched as it was.
+PIECES = 1024
 
 
 class ScheduleState(NamedTuple):
@@ -35,10 +36,12 @@ class ScheduleState(NamedTuple):
     keep: np.ndarray  # bool [L] the layer's output stays as bands (readers fetch their rows)
     band_ready: np.ndarray  # [L, D] when the device's band of the layer is made
     rows_on: np.ndarray  # bool [1] some layer of this mapping splits by rows
-    piece_n: np.ndarray  # int64 [T, D] pieces of rows of tensor t device d received (a few)
-    piece_lo: np.ndarray  # int64 [T, D, PIECES] their rows: from ...
-    piece_hi: np.ndarray  # int64 [T, D, PIECES] ... to
-    piece_at: np.ndarray  # [T, D, PIECES] when each was in
+    gen: np.ndarray  # int64 [1] the mappings with rows so far: a slot of the table is filled
+    # in this mapping when its piece_gen is this
+    piece_gen: np.ndarray  # int64 [PIECES] (a hash table, open addressing)
+    piece_key: np.ndarray  # int64 [PIECES, 4] tensor, device, first row, end row
+    piece_at: np.ndarray  # [PIECES] when it was in
+    piece_count: np.ndarray  # int64 [1] slots filled in this mapping
     frac: np.ndarray  # [D] each device's fraction of the layer being scheduled (its part)
     # timeline: seconds from the start of the inference
     ready: np.ndarray  # [L] each layer's whole output is ready on its owner
@@ -86,61 +89,94 @@ class ScheduleState(NamedTuple):
 def new_state(k_in, n_layers: int, n_dev: int) -> ScheduleState:
     """A state for mappings of ``n_layers`` layers on ``n_dev`` devices (reset it before use).
     Allocated by numpy, not compiled: compiled, its 37 arrays of 5 kinds took 5 s of numba's
-    first compilation (CPU time, loaded machine), for no speed: it runs once per chunk."""
+    first compilation (CPU time, loaded machine), for no speed: it runs once per chunk.
+
+    Its arrays are views of one buffer, each at a fixed offset from the buffer's first page
+    (:func:`_layout`): allocated one by one, where the heap put them decided the kernel's
+    speed (DenseNet-121's batch in 40 or 54 ms in one process or another, the same code: two
+    arrays read and written together whose addresses differ by a multiple of 4 KiB make the
+    CPU take a load for a store it waits on); with the layout fixed, every process runs as the
+    fast ones did."""
     n_tensors = int(k_in.in_tensor.max()) + 1 if k_in.in_tensor.size else 0
     L, D, T = n_layers, n_dev, n_tensors
     i64, b = np.int64, np.bool_
-    return ScheduleState(
-        row=np.empty(L, dtype=i64),
-        part_count=np.zeros(L, dtype=i64),
-        part_device=np.empty((L, D), dtype=i64),
-        computes=np.zeros(D, dtype=b),
-        on_host=np.zeros(D, dtype=i64),
-        slowdown=np.ones(D),
-        root=np.full(L, -1, dtype=i64),
-        band_lo=np.zeros((L, D), dtype=i64),
-        band_hi=np.zeros((L, D), dtype=i64),
-        keep=np.zeros(L, dtype=b),
-        band_ready=np.zeros((L, D)),
-        rows_on=np.zeros(1, dtype=b),
-        piece_n=np.zeros((T, D), dtype=i64),
-        piece_lo=np.zeros((T, D, PIECES), dtype=i64),
-        piece_hi=np.zeros((T, D, PIECES), dtype=i64),
-        piece_at=np.zeros((T, D, PIECES)),
-        frac=np.zeros(D),
-        ready=np.zeros(L),
-        dev_free=np.zeros(D),
-        link_free=np.zeros(k_in.n_queues),
-        part_end=np.zeros(D),
-        arrival=np.full((T, D), -1.0),
-        gather_in=np.zeros(D),
-        need=np.zeros(D, dtype=b),
-        gatherers=np.empty(D, dtype=i64),
-        mem_delta=np.zeros((D, L + 1)),
-        kept=np.zeros((T, D), dtype=b),
-        tensor_bytes=np.zeros(T),
-        sent_whole=np.zeros(T, dtype=b),
-        has_memory=np.zeros(D, dtype=b),
-        receives_at=np.zeros((D, L), dtype=b),
-        ends_at=np.zeros((D, L), dtype=b),
-        gathers_at=np.zeros((D, L), dtype=b),
-        seg_current=np.full(D, -1, dtype=i64),
-        seg_last=np.full(D, -1, dtype=i64),
-        seg_of=np.full((D, L), -1, dtype=i64),
-        seg_starts=np.zeros((D, L), dtype=b),
-        part_list=np.empty((D, L), dtype=i64),
-        taken_in=np.full((T, D), -1, dtype=i64),
-        out_charged=np.zeros(L, dtype=b),
-        busy=np.zeros(D),
-        comm=np.zeros(D),
-        energy=np.zeros(D),
-        bytes_sent=np.zeros(D),
-        parts=np.zeros(D, dtype=i64),
-        segments=np.zeros(D, dtype=i64),
-        slicers=np.zeros(D, dtype=i64),
-        peak=np.zeros(D),
-        held=np.zeros(D),
-    )
+    specs = [  # name, shape, dtype, initial value (None: left as it is)
+        ("row", (L,), i64, None),
+        ("part_count", (L,), i64, 0),
+        ("part_device", (L, D), i64, None),
+        ("computes", (D,), b, 0),
+        ("on_host", (D,), i64, 0),
+        ("slowdown", (D,), np.float64, 1),
+        ("root", (L,), i64, -1),
+        ("band_lo", (L, D), i64, 0),
+        ("band_hi", (L, D), i64, 0),
+        ("keep", (L,), b, 0),
+        ("band_ready", (L, D), np.float64, 0),
+        ("rows_on", (1,), b, 0),
+        ("gen", (1,), i64, 0),
+        ("piece_gen", (PIECES,), i64, 0),
+        ("piece_key", (PIECES, 4), i64, 0),
+        ("piece_at", (PIECES,), np.float64, 0),
+        ("piece_count", (1,), i64, 0),
+        ("frac", (D,), np.float64, 0),
+        ("ready", (L,), np.float64, 0),
+        ("dev_free", (D,), np.float64, 0),
+        ("link_free", (k_in.n_queues,), np.float64, 0),
+        ("part_end", (D,), np.float64, 0),
+        ("arrival", (T, D), np.float64, -1.0),
+        ("gather_in", (D,), np.float64, 0),
+        ("need", (D,), b, 0),
+        ("gatherers", (D,), i64, None),
+        ("mem_delta", (D, L + 1), np.float64, 0),
+        ("kept", (T, D), b, 0),
+        ("tensor_bytes", (T,), np.float64, 0),
+        ("sent_whole", (T,), b, 0),
+        ("has_memory", (D,), b, 0),
+        ("receives_at", (D, L), b, 0),
+        ("ends_at", (D, L), b, 0),
+        ("gathers_at", (D, L), b, 0),
+        ("seg_current", (D,), i64, -1),
+        ("seg_last", (D,), i64, -1),
+        ("seg_of", (D, L), i64, -1),
+        ("seg_starts", (D, L), b, 0),
+        ("part_list", (D, L), i64, None),
+        ("taken_in", (T, D), i64, -1),
+        ("out_charged", (L,), b, 0),
+        ("busy", (D,), np.float64, 0),
+        ("comm", (D,), np.float64, 0),
+        ("energy", (D,), np.float64, 0),
+        ("bytes_sent", (D,), np.float64, 0),
+        ("parts", (D,), i64, 0),
+        ("segments", (D,), i64, 0),
+        ("slicers", (D,), i64, 0),
+        ("peak", (D,), np.float64, 0),
+        ("held", (D,), np.float64, 0),
+    ]
+    return ScheduleState(**_layout(specs))
+
+
+#: Each array of a state starts a cache line (64 bytes) after a multiple of 64 from the end of
+#: the one before, shifted by a further (i x 7 mod 31) lines: no two start at one offset within
+#: a page, whatever their sizes.
+LINE = 64
+
+
+def _layout(specs: list) -> dict[str, np.ndarray]:
+    """The arrays of ``specs`` as views of one page-aligned buffer (:func:`new_state`)."""
+    offsets, at = [], 0
+    for i, (_, shape, dtype, _) in enumerate(specs):
+        offsets.append(at)
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        at += -(-nbytes // LINE) * LINE + LINE * (1 + (i * 7) % 31)
+    raw = np.empty(at + 4096, dtype=np.uint8)
+    start = -raw.ctypes.data % 4096
+    out = {}
+    for (name, shape, dtype, fill), off in zip(specs, offsets, strict=True):
+        a = np.ndarray(shape, dtype=dtype, buffer=raw, offset=start + off)
+        if fill is not None:
+            a.fill(fill)
+        out[name] = a
+    return out
 
 
 @stage
