@@ -71,8 +71,8 @@ def measure(
     model's evaluation."""
     with tempfile.TemporaryDirectory(prefix="bench-spatial-") as tmp:
         dirs = []
-        for name, m in named.items():
-            d = Path(tmp) / name
+        for k, m in enumerate(named.values()):
+            d = Path(tmp) / f"m{k}"  # mpiexec takes no ',' or ':' in a deployment's path
             deploy(net, plat, m, d, warmup=args.warmup, iterations=args.iterations)
             dirs.append(d)
         done, _ = measure_interleaved(
