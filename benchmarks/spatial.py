@@ -2,6 +2,7 @@
 
     python benchmarks/spatial.py vgg16        # VGG-16 on localhost: rows, channels, one device
     python benchmarks/spatial.py mobilenetv2  # searches with and without rows, bests measured
+    python benchmarks/spatial.py mobilenetv2-by-hand  # the first k layers by rows or channels
     python benchmarks/spatial.py cluster      # bytes on edge3_ethernet (needs its cluster up)
 
 ``vgg16``: VGG-16 on ``localhost`` (two cores, a rank each) as one device, with every
@@ -16,6 +17,9 @@ and the equivalence verdict of every run.
 the same with rows: ``chromosome.spatial=true``), then the ``--top`` best-latency mappings of
 each front deployed and measured interleaved; prints the best measured latency of each
 (target: with rows below without).
+
+``mobilenetv2-by-hand``: MobileNetV2's first ``--first`` row-splittable layers split over the
+two cores by rows and by channels, against one device: whether any row split pays there.
 
 ``cluster``: on an emulated cluster with slow links (``--platform``, default
 ``edge3_ethernet``), the same layers split over two boards by channels and by rows: bytes
@@ -185,6 +189,24 @@ def mobilenetv2(args) -> None:
     )
 
 
+def mobilenetv2_by_hand(args) -> None:
+    """MobileNetV2's first ``k`` row-splittable layers over both cores, by rows and by
+    channels (the rest on the first core), for each ``k`` of ``--first``."""
+    net = load_net({"name": "mobilenetv2"})
+    plat, model, coeff = platform_and_model("localhost", net)
+    g = net.graph
+    by_rows = [int(i) for i in g.split_layers if g.row_splittable[i]]
+    named = {"one device": split_mapping(net, len(plat), [], rows=False)}
+    for k in sorted({min(k, len(by_rows)) for k in args.first}):
+        for rows in (True, False):
+            layers = by_rows[:k]
+            named[f"first {k} by {'rows' if rows else 'channels'}"] = split_mapping(
+                net, len(plat), layers, rows=rows
+            )
+    print(f"MobileNetV2 on localhost by hand, coefficients {coeff}\n", flush=True)
+    report(measure(net, plat, model, named, args), "one device")
+
+
 def cluster(args) -> None:
     from dse.cluster import launcher_for
 
@@ -233,18 +255,24 @@ def cluster(args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["vgg16", "mobilenetv2", "cluster"])
+    ap.add_argument("what", choices=["vgg16", "mobilenetv2", "mobilenetv2-by-hand", "cluster"])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=10)
     ap.add_argument("--pop", type=int, default=200, help="mobilenetv2: the searches' population")
     ap.add_argument("--gen", type=int, default=50, help="mobilenetv2: their generations")
     ap.add_argument("--top", type=int, default=3, help="mobilenetv2: best mappings measured")
+    ap.add_argument(
+        "--first", type=int, nargs="+", default=[12, 48, 999],
+        help="mobilenetv2-by-hand: how many row-splittable layers to split (999: all)",
+    )  # fmt: skip
     ap.add_argument("--platform", default="edge3_ethernet", help="cluster: the platform")
     ap.add_argument("--net", default="vgg16", help="cluster: the network")
     ap.add_argument("--layers", type=int, default=4, help="cluster: convolutions split")
     args = ap.parse_args()
-    {"vgg16": vgg16, "mobilenetv2": mobilenetv2, "cluster": cluster}[args.what](args)
+    run = {"vgg16": vgg16, "mobilenetv2": mobilenetv2, "cluster": cluster}
+    run["mobilenetv2-by-hand"] = mobilenetv2_by_hand
+    run[args.what](args)
 
 
 if __name__ == "__main__":
