@@ -14,7 +14,7 @@ from models_analytical.schedule.memory import hold, hold_weights
 from models_analytical.schedule.receive import receive
 from models_analytical.schedule.segments import band_rows, end_after_send, enter_segment
 from models_analytical.schedule.state import PIECES
-from models_analytical.schedule.timeline import charge, transfer
+from models_analytical.schedule.timeline import charge, compute, transfer
 
 
 @stage
@@ -102,21 +102,10 @@ def run_band(k_in, owner, st, layer, d, n_here, t_in):
     and its sub-model's costs, slower by d's host slowdown; it holds the whole weights."""
     ty = k_in.device_type[d]
     over = enter_segment(k_in, owner, st, layer, d, n_here)
-    slow = st.slowdown[d]
     s = band_share(k_in, ty, layer, st.frac[d], n_here)
     if n_here > 1:  # bands run side by side
         s *= k_in.split_work_factor[ty]
-    work = s * k_in.t_work[ty, layer] * slow
-    fixed = k_in.t_fixed[ty, layer] * slow
-    over *= slow
-    start = max(st.dev_free[d], t_in)
-    end = start + over + work + fixed
-    st.dev_free[d] = end
-    st.part_end[d] = end
-    st.busy[d] += over + work + fixed
-    st.parts[d] += 1
-    st.energy[d] += work * k_in.power_w[ty, k_in.op_class[layer]]
-    st.energy[d] += (fixed + over) * k_in.overhead_power_w[ty]
+    compute(k_in, st, layer, d, s * k_in.t_work[ty, layer], over, t_in)
     hold_weights(k_in, st, layer, d, 1.0)
 
 

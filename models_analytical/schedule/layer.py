@@ -10,6 +10,7 @@ from models_analytical.schedule.gather import all_gather
 from models_analytical.schedule.memory import hold, hold_weights
 from models_analytical.schedule.receive import receive_inputs
 from models_analytical.schedule.segments import enter_segment
+from models_analytical.schedule.timeline import compute
 
 
 @stage
@@ -56,16 +57,6 @@ def run_part(k_in, owner, st, layer, d, s, n_here, t_in):
     all slower by d's host slowdown."""
     ty = k_in.device_type[d]
     over = enter_segment(k_in, owner, st, layer, d, n_here)
-    slow = st.slowdown[d]
-    work = part_share(k_in, ty, layer, s, n_here) * k_in.t_work[ty, layer] * slow
-    fixed = k_in.t_fixed[ty, layer] * slow
-    over *= slow
-    start = max(st.dev_free[d], t_in)
-    end = start + over + work + fixed
-    st.dev_free[d] = end
-    st.part_end[d] = end
-    st.busy[d] += over + work + fixed
-    st.parts[d] += 1
-    st.energy[d] += work * k_in.power_w[ty, k_in.op_class[layer]]
-    st.energy[d] += (fixed + over) * k_in.overhead_power_w[ty]
+    work = part_share(k_in, ty, layer, s, n_here) * k_in.t_work[ty, layer]
+    compute(k_in, st, layer, d, work, over, t_in)
     hold_weights(k_in, st, layer, d, s)

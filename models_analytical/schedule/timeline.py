@@ -40,3 +40,23 @@ def charge(k_in, st, d, seconds):
     st.dev_free[d] += seconds
     st.busy[d] += seconds
     st.energy[d] += seconds * k_in.overhead_power_w[k_in.device_type[d]]
+
+
+@stage
+def compute(k_in, st, layer, d, work, over, t_in):
+    """A part or band of ``layer`` on device d, once d is free and its inputs are in (at
+    ``t_in``): ``work`` seconds of its share of the layer, the layer's fixed per-part cost and
+    ``over`` (its sub-model's costs), all slower by d's host slowdown; ends when they are done."""
+    ty = k_in.device_type[d]
+    slow = st.slowdown[d]
+    work *= slow
+    fixed = k_in.t_fixed[ty, layer] * slow
+    over *= slow
+    start = max(st.dev_free[d], t_in)
+    end = start + over + work + fixed
+    st.dev_free[d] = end
+    st.part_end[d] = end
+    st.busy[d] += over + work + fixed
+    st.parts[d] += 1
+    st.energy[d] += work * k_in.power_w[ty, k_in.op_class[layer]]
+    st.energy[d] += (fixed + over) * k_in.overhead_power_w[ty]
