@@ -122,6 +122,19 @@ def fit_channel_block(
     return ChannelBlockFit(*best)
 
 
+def shares_provenance(per_layer: dict[str, float], median_rel_error: float) -> dict[str, Any]:
+    """What a fit of fixed shares per layer writes to the coefficients' provenance: how many
+    layers, the shares' p10, p50 and p90, and the layer lines' median relative error."""
+    shares = list(per_layer.values())
+    return {
+        "layers": len(per_layer),
+        "share_p10_p50_p90": [round(float(x), 4) for x in np.percentile(shares, [10, 50, 90])]
+        if shares
+        else None,
+        "line_median_rel_error": round(median_rel_error, 4) if shares else None,
+    }
+
+
 @dataclass(frozen=True)
 class PartFixedFit:
     """What every part of a layer pays whatever its channels: per layer key its share of the
@@ -137,13 +150,8 @@ class PartFixedFit:
 
     @property
     def provenance(self) -> dict[str, Any]:
-        shares = list(self.per_layer.values())
         return {
-            "layers": len(self.per_layer),
-            "share_p10_p50_p90": [round(float(x), 4) for x in np.percentile(shares, [10, 50, 90])]
-            if shares
-            else None,
-            "line_median_rel_error": round(self.median_rel_error, 4) if shares else None,
+            **shares_provenance(self.per_layer, self.median_rel_error),
             "per_family_share_x_channels": self.per_family,
         }
 
@@ -202,13 +210,8 @@ class RowFixedFit:
 
     @property
     def provenance(self) -> dict[str, Any]:
-        shares = list(self.per_layer.values())
         return {
-            "layers": len(self.per_layer),
-            "share_p10_p50_p90": [round(float(x), 4) for x in np.percentile(shares, [10, 50, 90])]
-            if shares
-            else None,
-            "line_median_rel_error": round(self.median_rel_error, 4) if shares else None,
+            **shares_provenance(self.per_layer, self.median_rel_error),
             "layers_per_family": self.family_layers,
             "per_family_share": self.per_family,
         }
