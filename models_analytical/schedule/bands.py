@@ -11,7 +11,7 @@ from models_analytical.schedule.compiled import stage
 from models_analytical.schedule.costs import band_share
 from models_analytical.schedule.gather import all_gather
 from models_analytical.schedule.memory import hold, hold_weights
-from models_analytical.schedule.receive import receive
+from models_analytical.schedule.receive import held_whole, receive
 from models_analytical.schedule.segments import band_rows, end_after_send, enter_segment
 from models_analytical.schedule.state import PIECES
 from models_analytical.schedule.timeline import charge, compute, transfer
@@ -136,15 +136,7 @@ def receive_rows(k_in, owner, st, layer, d):
             if rdy > t_in:
                 t_in = rdy
         return t_in
-    if src < 0:
-        loc = k_in.entry
-        rdy = 0.0
-        st.kept[t, loc] = True  # the input image is kept where it enters
-        st.tensor_bytes[t] = k_in.in_bytes[e]
-        st.has_memory[loc] = True
-    else:
-        loc = owner[src]
-        rdy = st.ready[src]
+    loc, rdy = held_whole(k_in, owner, st, e, src, t)
     if loc == d:
         return rdy
     if st.arrival[t, d] >= 0.0:  # d holds it whole already (received, or gathered)

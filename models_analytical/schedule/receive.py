@@ -12,6 +12,20 @@ from models_analytical.schedule.timeline import charge, transfer
 
 
 @stage
+def held_whole(k_in, owner, st, e, src, t):
+    """Where input ``e`` (tensor t, ``src``'s output; -1: the image) is held whole and when it
+    is ready there: the image on the entry device, kept there from the start; else on
+    ``src``'s owner."""
+    if src < 0:
+        loc = k_in.entry
+        st.kept[t, loc] = True
+        st.tensor_bytes[t] = k_in.in_bytes[e]
+        st.has_memory[loc] = True
+        return loc, 0.0
+    return owner[src], st.ready[src]
+
+
+@stage
 def receive_inputs(k_in, owner, st, layer, d):
     """When every input of d's part of ``layer`` is on d: made there, already received, or
     received now (:func:`receive`). A part of a layer on another's parts reads the part made
@@ -20,16 +34,7 @@ def receive_inputs(k_in, owner, st, layer, d):
     for e in range(k_in.in_ptr[layer], inputs_end(k_in, st, layer)):
         src = k_in.in_src[e]
         t = k_in.in_tensor[e]
-        if src < 0:
-            loc = k_in.entry
-            rdy = 0.0
-            # the input image is kept where it enters
-            st.kept[t, loc] = True
-            st.tensor_bytes[t] = k_in.in_bytes[e]
-            st.has_memory[loc] = True
-        else:
-            loc = owner[src]
-            rdy = st.ready[src]
+        loc, rdy = held_whole(k_in, owner, st, e, src, t)
         if loc == d:
             a = rdy
         else:
