@@ -156,8 +156,9 @@ def new_state(k_in, n_layers: int, n_dev: int) -> ScheduleState:
 
 
 #: Each array of a state starts a cache line (64 bytes) after a multiple of 64 from the end of
-#: the one before, shifted by a further (i x 7 mod 31) lines: no two start at one offset within
-#: a page, whatever their sizes.
+#: the one before, shifted by a further (i x 7 mod 31) lines: arrays near each other in the
+#: list do not start at one offset within a page whatever their sizes (the shifts repeat only
+#: every 31 arrays).
 LINE = 64
 
 
