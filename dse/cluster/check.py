@@ -45,7 +45,7 @@ from dse.cluster.mpi import board_files, mpiexec_options
 from dse.cluster.spec import ClusterSpec, DeviceShare, cpu_list
 from dse.cluster.state import State
 from dse.errors import DseError
-from dse.runtime.launch import session_processes
+from dse.runtime.launch import RETRIES, RETRY_PAUSE_S, session_processes, startup_failure
 from dse.runtime.lifetime import die_with_parent
 
 PAYLOAD = 1448 / 1514
@@ -102,8 +102,25 @@ def run_links(state: State, settings: CheckSettings) -> dict[str, Any]:
 
 
 def run_mpi(cmd: list[str], env: dict[str, str], timeout_s: float, cwd: Path) -> None:
-    """Run an mpiexec command on the cluster; nothing of it outlives this call."""
+    """Run an mpiexec command on the cluster, again after a startup failure that does not
+    last (:data:`dse.runtime.launch.STARTUP_FAILURES`); nothing of it outlives this call."""
     log = cwd / "mpiexec.log"
+    for attempt in range(RETRIES + 1):
+        code = _run_once(cmd, env, timeout_s, cwd, log)
+        text = log.read_text(errors="replace")
+        if code == 0 or not startup_failure(text) or attempt == RETRIES:
+            break
+        time.sleep(RETRY_PAUSE_S)
+    if code != 0:
+        tail = [t for t in text.splitlines() if t.strip()][-3:]
+        why = "timed out" if code is None else f"exited with {code}"
+        raise DseError(f"the link check's mpiexec {why}: {' | '.join(tail) or 'no output'}")
+
+
+def _run_once(
+    cmd: list[str], env: dict[str, str], timeout_s: float, cwd: Path, log: Path
+) -> int | None:
+    """mpiexec's exit status (None: timed out), its output in ``log``."""
     with open(log, "wb") as err:
         proc = subprocess.Popen(
             cmd, stdout=err, stderr=err, env=env, cwd=cwd, start_new_session=True,
@@ -118,10 +135,7 @@ def run_mpi(cmd: list[str], env: dict[str, str], timeout_s: float, cwd: Path) ->
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             proc.wait()
-    if code != 0:
-        tail = [t for t in log.read_text(errors="replace").splitlines() if t.strip()][-3:]
-        why = "timed out" if code is None else f"exited with {code}"
-        raise DseError(f"the link check's mpiexec {why}: {' | '.join(tail) or 'no output'}")
+    return code
 
 
 def run_compute(state: State, settings: CheckSettings) -> dict[str, Any]:

@@ -19,6 +19,14 @@ from dse.runtime.measurements import MEASUREMENTS, Measurement, failed, read_mea
 from dse.runtime.mpirun import Launcher
 from dse.runtime.reader import read_plan
 
+# What Open MPI prints when its launcher failed to start before any rank ran, for a cause
+# that does not last: a run that ends with one of these is started again (RETRIES times). The
+# PMIx server's listener of mpiexec failed 30 ms into one run of a CI run's test suite (an
+# emulated cluster's; not reproduced since), and the next deployment's launch worked.
+STARTUP_FAILURES = ("The PMIx server's listener thread failed to start",)
+RETRIES = 2
+RETRY_PAUSE_S = 0.5
+
 
 def session_processes(sid: int) -> list[int]:
     """Pids of the live processes of session ``sid`` (Linux /proc)."""
@@ -75,7 +83,7 @@ def launch(
     with owned(directory, "deployment"):  # one run of a deployment at a time
         finish = launcher.watch(placement) if launcher.watch is not None else None
         try:
-            result = _run(cmd, directory, timeout_s, launcher)
+            result = _run_retrying(cmd, directory, timeout_s, launcher)
         except BaseException:
             if finish is not None:
                 finish(failed("interrupted"))  # nothing of the run stays behind
@@ -93,6 +101,40 @@ def check_session_folder(launcher: Launcher) -> None:
             f"mpiexec needs a temporary folder it can write, and TMPDIR={folder} is not "
             f"({why}): set TMPDIR to another folder"
         )
+
+
+def _run_retrying(
+    cmd: list[str], directory: Path, timeout_s: float, launcher: Launcher
+) -> Measurement:
+    """:func:`_run`, started again while it fails at startup (:data:`STARTUP_FAILURES`); a
+    failure after the retries says how many launches failed."""
+    for attempt in range(RETRIES + 1):
+        result = _run(cmd, directory, timeout_s, launcher)
+        if result.get("status") == "ok" or not _failed_at_startup(directory):
+            break
+        if attempt < RETRIES:
+            time.sleep(RETRY_PAUSE_S)
+    else:
+        return {**result, "reason": f"{result['reason']} ({RETRIES + 1} launches)"}
+    return result
+
+
+def _failed_at_startup(directory: Path) -> bool:
+    """Whether no rank wrote a measurement in ``directory`` and mpiexec's stderr there names
+    a startup failure that does not last."""
+    if (directory / MEASUREMENTS).is_file():
+        return False
+    try:
+        return startup_failure((directory / "stderr.log").read_text(errors="replace"))
+    except OSError:
+        return False
+
+
+def startup_failure(stderr: str) -> bool:
+    """Whether mpiexec's ``stderr`` names a startup failure that does not last
+    (:data:`STARTUP_FAILURES`; Open MPI breaks its lines anywhere)."""
+    text = " ".join(stderr.split())
+    return any(message in text for message in STARTUP_FAILURES)
 
 
 def _run(cmd: list[str], directory: Path, timeout_s: float, launcher: Launcher) -> Measurement:

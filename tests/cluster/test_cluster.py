@@ -37,7 +37,7 @@ from dse.cluster import (
     write_mpi_files,
 )
 from dse.cluster import build as build_module
-from dse.cluster.check import exchange_ok, summarise
+from dse.cluster.check import exchange_ok, run_mpi, summarise
 from dse.cluster.names import CGROUP_ROOT, CONTROLLERS, Names
 from dse.cluster.net import bucket
 from dse.cluster.state import State
@@ -259,6 +259,34 @@ def test_summary_flags_links_off_their_rate() -> None:
 
 
 # --- real clusters (root, namespaces, tc, cgroup v1) ---------------------------------------
+
+
+def test_the_link_check_starts_mpiexec_again_after_a_startup_failure(tmp_path: Path) -> None:
+    """Open MPI's PMIx listener failing at startup: started again (at most 3 launches); any
+    other failure, or the third startup failure, is one line with mpiexec's last lines."""
+    count = tmp_path / "launches"
+
+    def fake(failures: int, other: str = "") -> list[str]:
+        script = tmp_path / "fake-mpiexec"
+        script.write_text(
+            f"#!/bin/sh\nn=$(cat {count} 2>/dev/null || echo 0); echo $((n + 1)) > {count}\n"
+            f"{other}"
+            f'[ "$n" -lt {failures} ] || exit 0\n'
+            'echo "The PMIx server\'s listener thread failed to start. We cannot"; '
+            "echo continue.; exit 213\n"
+        )
+        script.chmod(0o755)
+        count.unlink(missing_ok=True)
+        return [str(script)]
+
+    run_mpi(fake(2), dict(os.environ), 10, tmp_path)
+    assert count.read_text().strip() == "3"
+    with pytest.raises(DseError, match=r"exited with 213: The PMIx .* cannot \| continue\.$"):
+        run_mpi(fake(3), dict(os.environ), 10, tmp_path)
+    assert count.read_text().strip() == "3"
+    with pytest.raises(DseError, match=r"^the link check's mpiexec exited with 7: no route$"):
+        run_mpi(fake(0, other="echo no route; exit 7\n"), dict(os.environ), 10, tmp_path)
+    assert count.read_text().strip() == "1"
 
 
 @pytest.fixture(scope="module")

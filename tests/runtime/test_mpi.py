@@ -321,3 +321,56 @@ def test_the_launcher_forwards_dses_variables_to_other_hosts(
     cmd = launcher.mpiexec_command(2, tmp_path, ["prog"])
     assert cmd[:3] == ["mpiexec", "-n", "2"] and cmd[-1] == "prog"
     assert cmd[7:11] == ["-x", "DSE_WAIT_SPIN_US", "-x", "LD_LIBRARY_PATH"]
+
+
+def flaky_mpiexec(tmp_path: Path, failures: int) -> str:
+    """An mpiexec that fails as Open MPI's does when its PMIx listener cannot start, the first
+    ``failures`` times it is called, then runs the real one."""
+    script = tmp_path / "flaky-mpiexec"
+    count = tmp_path / "launches"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"n=$(cat {count} 2>/dev/null || echo 0); echo $((n + 1)) > {count}\n"
+        f'if [ "$n" -lt {failures} ]; then\n'
+        "  echo ------------------------------------------------- >&2\n"
+        '  echo "The PMIx server\'s listener thread failed to start. We cannot" >&2\n'
+        "  echo continue. >&2\n"
+        "  exit 213\n"
+        "fi\n"
+        f'exec {mpirun.mpiexec_path()} "$@"\n'
+    )
+    script.chmod(0o755)
+    return str(script)
+
+
+@pytest.mark.mpi
+def test_a_launch_that_fails_at_startup_is_started_again(tmp_path: Path, localhost) -> None:
+    """Two startup failures, then a run: measured, on the third launch; three failures: the
+    run fails, naming Open MPI's line and the launches."""
+    net = zoo_like(tmp_path)
+    out = tmp_path / "aba"
+    deploy(net, localhost, aba_batch(net), out, warmup=1, iterations=2)
+    launcher = mpirun.Launcher(mpiexec=flaky_mpiexec(tmp_path, failures=2))
+    r = launch(out, timeout_s=120, launcher=launcher)
+    assert r["status"] == "ok", r.get("reason")
+    assert (tmp_path / "launches").read_text().strip() == "3"
+    (tmp_path / "launches").unlink()
+    launcher = mpirun.Launcher(mpiexec=flaky_mpiexec(tmp_path, failures=3))
+    r = launch(out, timeout_s=120, launcher=launcher)
+    assert r["status"] == "failed" and r["reason"] == (
+        "mpiexec exited with 213: The PMIx server's listener thread failed to start. We cannot"
+        " | continue. (3 launches)"
+    )
+    assert (tmp_path / "launches").read_text().strip() == "3"
+
+
+@pytest.mark.mpi
+def test_a_rank_failure_is_not_started_again(tmp_path: Path, localhost) -> None:
+    """A rank that dies is a failure of the mapping, not of the launcher: one launch."""
+    net = zoo_like(tmp_path)
+    out = tmp_path / "killed"
+    deploy(net, localhost, aba_batch(net), out, warmup=1, iterations=50)
+    launcher = mpirun.Launcher(mpiexec=flaky_mpiexec(tmp_path, failures=0))
+    r = launch(out, timeout_s=120, rank_args=["--kill-rank", "1"], launcher=launcher)
+    assert r["status"] == "failed" and "launches" not in r["reason"]
+    assert (tmp_path / "launches").read_text().strip() == "1"
