@@ -29,11 +29,11 @@ from dse.results import plot_worker, writers
 from dse.results.outputs import write_outputs
 from dse.search import checkpoint, nsga2
 from dse.search.problem import MappingProblem
-from models_analytical.schedule.compiled import in_cache
-from models_analytical.schedule.kernel import simulate_chunk
+from models_analytical.schedule.kernel import kernel_in_cache
 
-#: What the first run's compilation costs (benchmarks/bench_first_run.py).
-FIRST_COMPILE = "45 s"
+#: What the first run's compilation costs, without and with row splits
+#: (benchmarks/bench_first_run.py).
+FIRST_COMPILE = {False: "17 s", True: "45 s"}
 
 
 class Progress:
@@ -101,13 +101,15 @@ def main(cfg: DictConfig) -> dict[str, Any]:
         return explore(cfg, out, started)
 
 
-def first_run_notice() -> None:
-    """With numba's cache cold (a first run, or the kernel's sources changed), say why the
-    first generation takes long, before it starts (stderr; reads one index file)."""
-    if in_cache(simulate_chunk) is False:
+def first_run_notice(spatial: bool = False) -> None:
+    """With numba's cache cold (a first run, a first run with row splits (``spatial``), or the
+    kernel's sources changed), say why the first generation takes long, before it starts
+    (stderr; reads one index file)."""
+    if kernel_in_cache(spatial) is False:
         print(
             "compiling the model's kernels once (numba, into its cache): about "
-            f"{FIRST_COMPILE} on an idle 2-core machine; later runs start in a few seconds",
+            f"{FIRST_COMPILE[spatial]} on an idle 2-core machine; later runs start in a few "
+            "seconds",
             file=sys.stderr,
             flush=True,
         )
@@ -143,7 +145,8 @@ def explore(cfg: DictConfig, out: Path, started: float) -> dict[str, Any]:
         + (f", resumed at generation {state.generation}" if cfg.get("resume") else "")
         + f"\ncoefficients: {app.coefficients_origin(cfg, model.coefficients)}"
     )
-    first_run_notice()  # after every check of the input: an error stays one line
+    # after every check of the input: an error stays one line
+    first_run_notice(bool(cfg.chromosome.spatial))
     if not cfg.get("resume"):
         state = nsga2.new_search(problem, settings, int(cfg.seed))
 

@@ -20,7 +20,7 @@ from models_analytical.schedule.timeline import charge, compute, transfer
 @stage
 def layout_rows(k_in, sizes, axis, st):
     """The mapping's bands (:func:`dse.mapping.rows.row_layout`) when some layer splits by
-    rows; else no layer runs on bands (the table is cleared only after a mapping that had)."""
+    rows; else :func:`no_rows`."""
     on = False
     for s in range(axis.size):
         if axis[s] == 1:
@@ -47,10 +47,19 @@ def layout_rows(k_in, sizes, axis, st):
             st.band_hi,
             st.keep,
         )
-    elif st.rows_on[0]:
+        st.rows_on[0] = True
+    else:
+        no_rows(st)
+
+
+@stage
+def no_rows(st):
+    """No layer of the mapping runs on bands (the table is cleared only after a mapping that
+    had)."""
+    if st.rows_on[0]:
         st.root[:] = -1
         st.keep[:] = False
-    st.rows_on[0] = on
+    st.rows_on[0] = False
 
 
 @stage

@@ -99,15 +99,22 @@ def stage(func: Callable) -> Any:
     return compiled(func, inline="always")
 
 
-def in_cache(func: Any) -> bool | None:
+def in_cache(func: Any, accept: Callable[[tuple], bool] | None = None) -> bool | None:
     """Whether numba's cache holds compiled code of ``func`` (compiled here) for its current
-    sources: a cold cache means the first call compiles. Reads one small index file; None
-    where numba's cache internals (``_cache._cache_file._load_index``) have moved."""
+    sources, for argument types ``accept`` takes (default: any): a cold cache means the first
+    call compiles. Reads one small index file; None where numba's cache internals
+    (``_cache._cache_file._load_index``, keyed by signature first) have moved."""
     try:
         load = func._cache._cache_file._load_index
     except AttributeError:
         return None
     try:
-        return bool(load())
+        index = load()
     except Exception:  # noqa: BLE001 - an unreadable index: numba compiles again
         return False
+    if accept is None:
+        return bool(index)
+    try:
+        return any(accept(tuple(key[0])) for key in index)
+    except (TypeError, IndexError):
+        return None

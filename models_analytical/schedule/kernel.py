@@ -3,20 +3,25 @@
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
+from numba import types
 
+from dse.mapping.mappings import AXES
 from dse.mapping.rules import dense_one
-from models_analytical.schedule.bands import layout_rows
-from models_analytical.schedule.compiled import compiled, stage
-from models_analytical.schedule.layer import run_layer
+from models_analytical.schedule.bands import layout_rows, no_rows
+from models_analytical.schedule.compiled import compiled, in_cache, stage
+from models_analytical.schedule.layer import run_layer, run_parts_layer
 from models_analytical.schedule.memory import held_buffers, memory_peaks
 from models_analytical.schedule.parts import assign_parts, host_slowdown
 from models_analytical.schedule.segments import count_segments
 from models_analytical.schedule.state import new_state, reset_state
+
+ROWS = AXES.index("rows")  # Mappings.axis of a layer split by rows
 
 
 class ScheduleResult(NamedTuple):
@@ -54,6 +59,23 @@ def simulate_one(k_in, share, owner, sizes, axis, st):
     return finish
 
 
+@stage
+def simulate_one_without_rows(k_in, share, owner, st):
+    """:func:`simulate_one` for a mapping that splits no layer by rows: the same stages but
+    the bands' (a third of the kernel's code, and half its first compilation)."""
+    reset_state(st)
+    no_rows(st)
+    assign_parts(k_in, share, st)
+    host_slowdown(k_in, st)
+    finish = 0.0
+    for layer in range(share.shape[0]):
+        finish = run_parts_layer(k_in, owner, share, st, layer, finish)
+    held_buffers(st)
+    memory_peaks(st)
+    count_segments(share, st)
+    return finish
+
+
 @compiled(_nrt=False)
 def simulate_chunk(
     device,
@@ -64,6 +86,7 @@ def simulate_chunk(
     producer,
     w_class,
     with_weights,
+    with_rows,
     k_in,
     out,
     lo,
@@ -81,7 +104,10 @@ def simulate_chunk(
     state) by :func:`dse.mapping.rules.dense_one` and scheduled by :func:`simulate_one`. The
     weights each device holds by class are the sum over layers of share x ``w_class[L, C]`` (a
     layer on bands of rows: its whole weights on every band's device; zeros unless
-    ``with_weights``). Runs without the GIL: the chunks of a batch run on threads.
+    ``with_weights``). ``with_rows``: None when no mapping of the batch splits a layer by rows,
+    else True; numba prunes the branch not taken before it inlines the stages, so a batch without
+    rows runs (and compiles) :func:`simulate_one_without_rows`, a specialisation of its own.
+    Runs without the GIL: the chunks of a batch run on threads.
 
     It allocates nothing (its caller does) and is compiled without reference counting
     (``_nrt=False``; numba would otherwise count references to every array of the inputs and
@@ -93,7 +119,10 @@ def simulate_chunk(
     share, owner, anchor, st = scratch
     for p in range(lo, hi, step):
         dense_one(device[p], sizes[p], axis[p], units, consumer, producer, share, owner, anchor)
-        out.latency_s[p] = simulate_one(k_in, share, owner, sizes[p], axis[p], st)
+        if with_rows is None:
+            out.latency_s[p] = simulate_one_without_rows(k_in, share, owner, st)
+        else:
+            out.latency_s[p] = simulate_one(k_in, share, owner, sizes[p], axis[p], st)
         for d in range(n_dev):  # element by element: a row copy compiles its shape checks
             out.busy_s[p, d] = st.busy[d]
             out.comm_s[p, d] = st.comm[d]
@@ -122,6 +151,13 @@ def simulate_chunk(
                     if st.band_hi[layer, d] > st.band_lo[layer, d]:
                         for c in range(n_cls):
                             out.weights_mb[p, d, c] += w_class[layer, c]
+
+
+def kernel_in_cache(with_rows: bool) -> bool | None:
+    """Whether numba's cache holds :func:`simulate_chunk` compiled for batches with (or
+    without) layers split by rows (:func:`~models_analytical.schedule.compiled.in_cache`)."""
+    at = list(inspect.signature(simulate_chunk.py_func).parameters).index("with_rows")
+    return in_cache(simulate_chunk, lambda sig: isinstance(sig[at], types.NoneType) != with_rows)
 
 
 def new_scratch(k_in, n_layers: int, n_dev: int) -> tuple:
@@ -185,7 +221,9 @@ def simulate(
         np.zeros((n_pop, n_dev)),
         np.zeros((n_pop, n_dev, w_class.shape[1])),
     )
-    args = (device, sizes, axis, units, consumer, producer, w_class, with_weights, k_in, out)
+    with_rows = True if (axis == ROWS).any() else None
+    args = (device, sizes, axis, units, consumer, producer, w_class, with_weights, with_rows)
+    args = (*args, k_in, out)
     n_threads = max(min(threads, n_pop), 1)
     if scratch is None:
         scratch = []

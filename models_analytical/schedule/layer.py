@@ -15,11 +15,18 @@ from models_analytical.schedule.timeline import compute
 
 @stage
 def run_layer(k_in, owner, share, st, layer, finish):
-    """Schedules ``layer``: its parts in device order, each once its device is free and its
-    inputs are in, then its output (a layer on bands of rows: :func:`run_row_layer`). Returns
-    ``finish`` advanced to the layer's last step."""
+    """Schedules ``layer``: on bands of rows (:func:`run_row_layer`), else whole or in channel
+    parts (:func:`run_parts_layer`). Returns ``finish`` advanced to the layer's last step."""
     if st.root[layer] >= 0:
         return run_row_layer(k_in, owner, share, st, layer, finish)
+    return run_parts_layer(k_in, owner, share, st, layer, finish)
+
+
+@stage
+def run_parts_layer(k_in, owner, share, st, layer, finish):
+    """Schedules ``layer``, whole or in channel parts: its parts in device order, each once its
+    device is free and its inputs are in, then its output. Returns ``finish`` advanced to the
+    layer's last step."""
     r = st.row[layer]
     n_here = st.part_count[r]
     for i in range(n_here):

@@ -4,6 +4,7 @@ copies forwarded and its namedtuple fields read once gives the numbers worked ou
 from __future__ import annotations
 
 import copy
+import inspect
 from typing import NamedTuple
 
 import numba
@@ -70,7 +71,11 @@ def test_in_cache_says_whether_a_first_call_compiles(tmp_path):
         f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
         "from kernel_here import twice\n"
         "from models_analytical.schedule.compiled import in_cache\n"
-        "before = in_cache(twice); twice(3); print(before, in_cache(twice))\n"
+        "from numba import types\n"
+        "def ints(sig): return sig == (types.int64,)\n"
+        "def floats(sig): return sig == (types.float64,)\n"
+        "before = in_cache(twice); twice(3)\n"
+        "print(before, in_cache(twice), in_cache(twice, ints), in_cache(twice, floats))\n"
     )
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
 
@@ -81,5 +86,34 @@ def test_in_cache_says_whether_a_first_call_compiles(tmp_path):
         assert out.returncode == 0, out.stderr
         return out.stdout.strip()
 
-    assert run() == "False True"  # cold: the first call compiles, then it is cached
-    assert run() == "True True"  # a later process finds it
+    # cold: the first call compiles, then it is cached, for integers only
+    assert run() == "False True True False"
+    assert run() == "True True True False"  # a later process finds it
+
+
+def test_the_kernel_in_cache_with_and_without_rows(monkeypatch):
+    """The kernel's two specialisations told apart by the type of ``with_rows`` in the keys
+    of numba's index (a key: the signature first)."""
+    from numba import types
+
+    from models_analytical.schedule import kernel
+
+    at = list(inspect.signature(kernel.simulate_chunk.py_func).parameters).index("with_rows")
+
+    def index_of(*row_types):
+        keys = {}
+        for t in row_types:
+            sig = [types.int64] * 15
+            sig[at] = t
+            keys[(tuple(sig), "magic")] = "file"
+        return keys
+
+    cache_file = kernel.simulate_chunk._cache._cache_file
+    for row_types, expected in [
+        ((), (False, False)),
+        ((types.none,), (True, False)),
+        ((types.boolean,), (False, True)),
+        ((types.none, types.boolean), (True, True)),
+    ]:
+        monkeypatch.setattr(cache_file, "_load_index", lambda r=row_types: index_of(*r))
+        assert (kernel.kernel_in_cache(False), kernel.kernel_in_cache(True)) == expected

@@ -97,11 +97,16 @@ def test_a_multirun_names_its_directory_at_the_end(tmp_path):
 def test_the_first_run_notice_only_with_a_cold_cache(monkeypatch, capsys):
     import dse.__main__ as entry
 
-    monkeypatch.setattr(entry, "in_cache", lambda func: False)
+    asked = []
+    monkeypatch.setattr(entry, "kernel_in_cache", lambda rows: asked.append(rows) or False)
     entry.first_run_notice()
-    err = capsys.readouterr().err
-    assert err.startswith("compiling the model's kernels once") and err.count("\n") == 1
+    entry.first_run_notice(spatial=True)
+    err = capsys.readouterr().err.splitlines()
+    assert asked == [False, True] and len(err) == 2
+    for line, rows in zip(err, (False, True), strict=True):
+        assert line.startswith("compiling the model's kernels once")
+        assert f"about {entry.FIRST_COMPILE[rows]} on an idle" in line
     for cached in (True, None):  # compiled already, or numba's cache internals moved
-        monkeypatch.setattr(entry, "in_cache", lambda func, c=cached: c)
+        monkeypatch.setattr(entry, "kernel_in_cache", lambda rows, c=cached: c)
         entry.first_run_notice()
         assert capsys.readouterr().err == ""
