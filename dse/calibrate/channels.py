@@ -110,26 +110,70 @@ def one_layer(layer, node, channels: int, seed: int = 0):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
 
 
+#: The weights (float32 bytes) of the layers timed together by :func:`measure_part_costs`: a
+#: layer's models hold 2.5 times its weights (its parts of a quarter, a half and three quarters
+#: of its channels, and all of them), so a group's sessions hold about 2.5 times this. A layer
+#: heavier than this is timed alone (AlexNet's fc6, 151 MB, alone: about 380 MB of sessions,
+#: where all of AlexNet's at once ran out of a 1 GB device's memory cap).
+GROUP_WEIGHT_BYTES = 64 * 2**20
+
+
 def measure_part_costs(net, block: int, threads: int, repeats: int, seen=None) -> list:
     """Rows ``{key, family, layer, channels, full, seconds}``: each splittable Conv and fully
     connected layer of ``net`` (one per :func:`~models_analytical.layer_costs.layer_key`, none
-    of ``seen``) alone, whole and as parts of :func:`part_channels`, timed interleaved (every
-    round runs every model once; one warm-up round), median seconds. All of a network's
-    sessions are alive while it is timed: for VGG-16, about 1 GB of weights."""
+    of ``seen``) alone, whole and as parts of :func:`part_channels`, median seconds. Layers are
+    timed in groups of at most :data:`GROUP_WEIGHT_BYTES` of weights (a heavier one alone),
+    interleaved within a group (every round runs every model of the group once; one warm-up
+    round); a group's sessions are released before the next group's are made."""
     seen = set() if seen is None else seen
-    cases = []
+    candidates = []
     for layer in net.graph:
         key = layer_key(layer)
         if not layer.splittable or layer.out_channels < 2 or key in seen:
             continue
-        node = net.model.graph.node[layer.node]
         counts = part_channels(layer.out_channels, block)
-        models = [one_layer(layer, node, c) for c in counts]
-        if any(m is None for m in models) or len(counts) < 2:
+        if len(counts) < 2:
             continue
-        seen.add(key)
-        x = np.random.default_rng(len(cases)).random(layer.inputs[0].shape, dtype=np.float32)
-        cases.append((layer, key, counts, [session(m, "cpu", threads) for m in models], x))
+        seen.add(key)  # a layer of the same key is covered as this one is: not timed again
+        candidates.append((layer, key, counts))
+    rows: list[dict] = []
+    for group in weight_groups(candidates, GROUP_WEIGHT_BYTES):
+        rows += _time_part_group(net, group, threads, repeats)
+    return rows
+
+
+def weight_groups(candidates: list, budget: int) -> list[list]:
+    """``candidates`` (``(layer, ...)`` tuples, in order) cut into consecutive groups whose
+    layers' weights add up to at most ``budget`` bytes; a heavier layer forms a group alone."""
+    groups: list[list] = []
+    total = budget + 1
+    for c in candidates:
+        w = sum(int(np.prod(t.shape)) * 4 for t in c[0].weights)
+        if total + w > budget:
+            groups.append([])
+            total = 0
+        groups[-1].append(c)
+        total += w
+    return groups
+
+
+def _time_part_group(net, group: list, threads: int, repeats: int) -> list[dict]:
+    """:func:`measure_part_costs`'s rows for one group of ``(layer, key, counts)``: each
+    model's session made from it, then the model dropped (the session holds the weights)."""
+    cases = []
+    for layer, key, counts in group:
+        node = net.model.graph.node[layer.node]
+        sessions = []
+        for c in counts:
+            m = one_layer(layer, node, c)
+            if m is None:
+                break
+            sessions.append(session(m, "cpu", threads))
+            del m
+        if len(sessions) < len(counts):
+            continue
+        x = np.random.default_rng(layer.index).random(layer.inputs[0].shape, dtype=np.float32)
+        cases.append((layer, key, counts, sessions, x))
     runs = [[(s, {"x": x}) for s in sessions] for _, _, _, sessions, x in cases]
     medians = time_interleaved(runs, repeats)
     return [

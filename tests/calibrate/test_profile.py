@@ -57,3 +57,66 @@ def test_a_layer_timed_alone_as_parts_is_that_layer_sliced() -> None:
         layer for layer in net.graph if layer.op == "Conv" and layer.attrs.get("group", 1) > 1
     )
     assert one_layer(grouped, net.model.graph.node[grouped.node], 64) is None
+
+
+def test_weight_groups_by_hand() -> None:
+    """Consecutive layers while their weights fit the budget; a heavier one alone."""
+    from types import SimpleNamespace
+
+    from dse.calibrate.channels import weight_groups
+
+    def layer(n_floats: int):
+        return (SimpleNamespace(weights=[SimpleNamespace(shape=(n_floats,))]), n_floats)
+
+    sizes = [10, 20, 5, 100, 30, 30, 1]  # bytes: 4x these; budget 200 bytes = 50 floats
+    groups = weight_groups([layer(n) for n in sizes], 200)
+    assert [[n for _, n in g] for g in groups] == [[10, 20, 5], [100], [30], [30, 1]]
+
+
+def test_alexnets_parts_are_timed_in_weight_groups(monkeypatch) -> None:
+    """AlexNet's splittable layers, timed whole and as parts: its convs together (conv1 and
+    conv3; the grouped conv2, conv4 and conv5 are not covered), fc6, fc7 and fc8 each alone
+    (GROUP_WEIGHT_BYTES), every group's sessions gone before the next group's are made; each
+    row carries its own case's median (a fake timer: a session's channel count and its
+    group's number)."""
+    import gc
+    import weakref
+
+    from dse.calibrate import channels
+
+    net = load_net({"name": "alexnet"})
+    alive: list[weakref.ref] = []
+    groups: list[list[int]] = []
+    timed = [0]  # sessions made before the last group was timed
+
+    class Fake:
+        def __init__(self, model, channels_: int) -> None:
+            self.channels = channels_
+
+    def fake_session(m, kind: str, threads: int):  # noqa: ANN001, ANN202
+        gc.collect()
+        assert all(r() is None for r in alive[: timed[0]]), "an earlier group's session lives"
+        s = Fake(m, m.graph.initializer[0].dims[0])
+        alive.append(weakref.ref(s))
+        return s
+
+    def fake_timed(runs, repeats: int):  # noqa: ANN001, ANN202
+        names = [[s.channels for s, _ in case] for case in runs]
+        groups.append(names)
+        timed[0] = len(alive)
+        return [[1000.0 * len(groups) + c for c in case] for case in names]
+
+    monkeypatch.setattr(channels, "session", fake_session)
+    monkeypatch.setattr(channels, "time_interleaved", fake_timed)
+    rows = channels.measure_part_costs(net, 16, 1, 3)
+    by_layer = {}
+    for r in rows:
+        by_layer.setdefault(r["layer"].split("/")[1], []).append(r)
+    convs = [n for n in by_layer if n.startswith("conv")]
+    assert convs == ["conv1", "conv3"] and list(by_layer)[2:] == ["fc6", "fc7", "fc8"]
+    assert [len(g) for g in groups] == [2, 1, 1, 1]
+    for g, names in enumerate([convs, ["fc6"], ["fc7"], ["fc8"]], start=1):
+        for name in names:
+            mine = by_layer[name]
+            assert [r["channels"] for r in mine] == part_channels(mine[0]["full"], 16)
+            assert [r["seconds"] for r in mine] == [1000.0 * g + r["channels"] for r in mine]
