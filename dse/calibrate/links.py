@@ -24,6 +24,7 @@ from dse.calibrate.journal import key_of
 from dse.errors import DseError
 from dse.files import scratch
 from dse.platform import Platform
+from dse.runtime.launch import started_again, startup_failure
 from dse.runtime.lifetime import die_with_parent
 from dse.runtime.measurements import failed
 from dse.runtime.mpirun import HOSTFILE, RANKFILE, Launcher, mpi_files, placement
@@ -125,10 +126,17 @@ def measure_link(
         env = launcher.environment()
         finish = launcher.watch(ranks) if launcher.watch is not None else None
         try:
-            proc = subprocess.run(
-                cmd, capture_output=True, text=True, env=env, timeout=600,
-                preexec_fn=die_with_parent(),
-            )  # fmt: skip
+            proc = started_again(
+                lambda: subprocess.run(
+                    cmd,
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    timeout=600,
+                    preexec_fn=die_with_parent(),
+                ),  # fmt: skip
+                lambda p: p.returncode != 0 and startup_failure(p.stderr),
+            )
             why = f"{proc.returncode}: " + " | ".join(proc.stderr.strip().splitlines()[-3:])
         except subprocess.TimeoutExpired:
             proc, why = None, "timed out after 600 s"

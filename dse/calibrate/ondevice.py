@@ -50,6 +50,7 @@ from dse.errors import DseError
 from dse.files import scratch
 from dse.net import load_net, zoo
 from dse.platform import Platform
+from dse.runtime.launch import started_again, startup_failure
 from dse.runtime.lifetime import die_with_parent
 from dse.runtime.measurements import failed
 from dse.runtime.mpirun import HOSTFILE, RANKFILE, Launcher, mpi_files, placement
@@ -194,13 +195,16 @@ def run_on_device(
         cmd = launcher.mpiexec_command(1, d, program, placement=ranks)
         finish = launcher.watch(ranks) if launcher.watch is not None else None
         try:
-            proc = subprocess.run(
-                cmd,
-                capture_output=True,
-                text=True,
-                env=launcher.environment(),
-                timeout=timeout_s,
-                preexec_fn=die_with_parent(),  # mpiexec dies with this process
+            proc = started_again(
+                lambda: subprocess.run(
+                    cmd,
+                    capture_output=True,
+                    text=True,
+                    env=launcher.environment(),
+                    timeout=timeout_s,
+                    preexec_fn=die_with_parent(),  # mpiexec dies with this process
+                ),
+                lambda p: p.returncode != 0 and startup_failure(p.stderr),
             )
             lines = [x for x in proc.stdout.splitlines() if x.startswith(MARK)]
             if proc.returncode == 0 and lines:

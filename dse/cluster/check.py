@@ -45,7 +45,7 @@ from dse.cluster.mpi import board_files, mpiexec_options
 from dse.cluster.spec import ClusterSpec, DeviceShare, cpu_list
 from dse.cluster.state import State
 from dse.errors import DseError
-from dse.runtime.launch import RETRIES, RETRY_PAUSE_S, session_processes, startup_failure
+from dse.runtime.launch import session_processes, started_again, startup_failure
 from dse.runtime.lifetime import die_with_parent
 
 PAYLOAD = 1448 / 1514
@@ -105,14 +105,12 @@ def run_mpi(cmd: list[str], env: dict[str, str], timeout_s: float, cwd: Path) ->
     """Run an mpiexec command on the cluster, again after a startup failure that does not
     last (:data:`dse.runtime.launch.STARTUP_FAILURES`); nothing of it outlives this call."""
     log = cwd / "mpiexec.log"
-    for attempt in range(RETRIES + 1):
-        code = _run_once(cmd, env, timeout_s, cwd, log)
-        text = log.read_text(errors="replace")
-        if code == 0 or not startup_failure(text) or attempt == RETRIES:
-            break
-        time.sleep(RETRY_PAUSE_S)
+    code = started_again(
+        lambda: _run_once(cmd, env, timeout_s, cwd, log),
+        lambda c: c != 0 and startup_failure(log.read_text(errors="replace")),
+    )
     if code != 0:
-        tail = [t for t in text.splitlines() if t.strip()][-3:]
+        tail = [t for t in log.read_text(errors="replace").splitlines() if t.strip()][-3:]
         why = "timed out" if code is None else f"exited with {code}"
         raise DseError(f"the link check's mpiexec {why}: {' | '.join(tail) or 'no output'}")
 

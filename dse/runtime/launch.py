@@ -8,8 +8,9 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from dse.config import TIMEOUT_S
 from dse.errors import DseError
@@ -26,6 +27,8 @@ from dse.runtime.reader import read_plan
 STARTUP_FAILURES = ("The PMIx server's listener thread failed to start",)
 RETRIES = 2
 RETRY_PAUSE_S = 0.5
+
+R = TypeVar("R")
 
 
 def session_processes(sid: int) -> list[int]:
@@ -106,16 +109,26 @@ def check_session_folder(launcher: Launcher) -> None:
 def _run_retrying(
     cmd: list[str], directory: Path, timeout_s: float, launcher: Launcher
 ) -> Measurement:
-    """:func:`_run`, started again while it fails at startup (:data:`STARTUP_FAILURES`); a
-    failure after the retries says how many launches failed."""
-    for attempt in range(RETRIES + 1):
-        result = _run(cmd, directory, timeout_s, launcher)
-        if result.get("status") == "ok" or not _failed_at_startup(directory):
-            break
-        if attempt < RETRIES:
-            time.sleep(RETRY_PAUSE_S)
-    else:
+    """:func:`_run`, :func:`started_again` while it fails at startup; a failure after the
+    retries says how many launches failed."""
+    result = started_again(
+        lambda: _run(cmd, directory, timeout_s, launcher),
+        lambda r: r.get("status") != "ok" and _failed_at_startup(directory),
+    )
+    if result.get("status") != "ok" and _failed_at_startup(directory):
         return {**result, "reason": f"{result['reason']} ({RETRIES + 1} launches)"}
+    return result
+
+
+def started_again(attempt: Callable[[], R], failed_at_startup: Callable[[R], bool]) -> R:
+    """What ``attempt()`` (an mpiexec run) returns, after running it again, at most
+    :data:`RETRIES` more times :data:`RETRY_PAUSE_S` apart, while ``failed_at_startup`` says
+    it failed at startup (:func:`startup_failure` of its stderr)."""
+    for i in range(RETRIES + 1):
+        result = attempt()
+        if i == RETRIES or not failed_at_startup(result):
+            break
+        time.sleep(RETRY_PAUSE_S)
     return result
 
 

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper
 
 import tests.helpers.onnx_factory as f
@@ -205,3 +206,23 @@ def test_the_bands_unit_answers_its_request_as_a_rank_prints_it(capsys) -> None:
         ("alexnet/conv5", n, 13) for n in band_rows(13)
     ]
     assert {r["key"] for r in rows} == {convs["conv5"]} and rows[0]["family"] == "conv_grouped"
+
+
+@pytest.mark.mpi
+def test_a_unit_whose_mpiexec_fails_at_startup_is_started_again(tmp_path) -> None:
+    """A unit run as a rank on a device (calibration on boards): Open MPI's launcher failing at
+    startup twice, then running, gives the unit's result on the third launch."""
+    import yaml
+
+    from dse.calibrate import ondevice
+    from dse.paths import CONF_DIR
+    from dse.platform import load_platform
+    from dse.runtime.mpirun import Launcher
+    from tests.helpers.mpi import flaky_mpiexec
+
+    platform = load_platform(yaml.safe_load((CONF_DIR / "platform/localhost.yaml").read_text()))
+    launcher = Launcher(mpiexec=flaky_mpiexec(tmp_path, failures=2))
+    request = {"step": "channels", "threads": 1, "repeats": 1}
+    rows = ondevice.run_on_device(platform, 0, launcher, request)["rows"]
+    assert (tmp_path / "launches").read_text().strip() == "3"
+    assert {r["case"] for r in rows} == {0, 1} and all(r["seconds"] > 0 for r in rows)

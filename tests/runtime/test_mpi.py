@@ -25,6 +25,7 @@ from dse.runtime.measurements import read_measurements
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
 from tests.helpers.cli import ROOT, run_module
+from tests.helpers.mpi import flaky_mpiexec
 from tests.runtime.test_partition import RTOL, zoo_like
 
 
@@ -321,26 +322,6 @@ def test_the_launcher_forwards_dses_variables_to_other_hosts(
     cmd = launcher.mpiexec_command(2, tmp_path, ["prog"])
     assert cmd[:3] == ["mpiexec", "-n", "2"] and cmd[-1] == "prog"
     assert cmd[7:11] == ["-x", "DSE_WAIT_SPIN_US", "-x", "LD_LIBRARY_PATH"]
-
-
-def flaky_mpiexec(tmp_path: Path, failures: int) -> str:
-    """An mpiexec that fails as Open MPI's does when its PMIx listener cannot start, the first
-    ``failures`` times it is called, then runs the real one."""
-    script = tmp_path / "flaky-mpiexec"
-    count = tmp_path / "launches"
-    script.write_text(
-        "#!/bin/sh\n"
-        f"n=$(cat {count} 2>/dev/null || echo 0); echo $((n + 1)) > {count}\n"
-        f'if [ "$n" -lt {failures} ]; then\n'
-        "  echo ------------------------------------------------- >&2\n"
-        '  echo "The PMIx server\'s listener thread failed to start. We cannot" >&2\n'
-        "  echo continue. >&2\n"
-        "  exit 213\n"
-        "fi\n"
-        f'exec {mpirun.mpiexec_path()} "$@"\n'
-    )
-    script.chmod(0o755)
-    return str(script)
 
 
 @pytest.mark.mpi
