@@ -113,8 +113,9 @@ def one_layer(layer, node, channels: int, seed: int = 0):
 #: The weights (float32 bytes) of the layers timed together by :func:`measure_part_costs`: a
 #: layer's models hold 2.5 times its weights (its parts of a quarter, a half and three quarters
 #: of its channels, and all of them), so a group's sessions hold about 2.5 times this. A layer
-#: heavier than this is timed alone (AlexNet's fc6, 151 MB, alone: about 380 MB of sessions,
-#: where all of AlexNet's at once ran out of a 1 GB device's memory cap).
+#: heavier than this is timed alone (AlexNet's fc6, 151 MB: about 380 MB of sessions). With
+#: all of AlexNet's layers at once, timing them peaked at 1.6 GB (over a 1.5 GB device's
+#: memory cap); in these groups, at 1.15 GB.
 GROUP_WEIGHT_BYTES = 64 * 2**20
 
 
