@@ -147,10 +147,10 @@ def weight_groups(candidates: list, budget: int) -> list[list]:
     """``candidates`` (``(layer, ...)`` tuples, in order) cut into consecutive groups whose
     layers' weights add up to at most ``budget`` bytes; a heavier layer forms a group alone."""
     groups: list[list] = []
-    total = budget + 1
+    total = 0
     for c in candidates:
         w = sum(int(np.prod(t.shape)) * 4 for t in c[0].weights)
-        if total + w > budget:
+        if not groups or total + w > budget:
             groups.append([])
             total = 0
         groups[-1].append(c)

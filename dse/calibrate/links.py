@@ -24,7 +24,7 @@ from dse.calibrate.journal import key_of
 from dse.errors import DseError
 from dse.files import scratch
 from dse.platform import Platform
-from dse.runtime.launch import started_again, startup_failure
+from dse.runtime.launch import process_failed_at_startup, started_again
 from dse.runtime.lifetime import die_with_parent
 from dse.runtime.measurements import failed
 from dse.runtime.mpirun import HOSTFILE, RANKFILE, Launcher, mpi_files, placement
@@ -135,7 +135,7 @@ def measure_link(
                     timeout=600,
                     preexec_fn=die_with_parent(),
                 ),  # fmt: skip
-                lambda p: p.returncode != 0 and startup_failure(p.stderr),
+                process_failed_at_startup,
             )
             why = f"{proc.returncode}: " + " | ".join(proc.stderr.strip().splitlines()[-3:])
         except subprocess.TimeoutExpired:

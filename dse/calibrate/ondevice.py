@@ -50,7 +50,7 @@ from dse.errors import DseError
 from dse.files import scratch
 from dse.net import load_net, zoo
 from dse.platform import Platform
-from dse.runtime.launch import started_again, startup_failure
+from dse.runtime.launch import process_failed_at_startup, started_again
 from dse.runtime.lifetime import die_with_parent
 from dse.runtime.measurements import failed
 from dse.runtime.mpirun import HOSTFILE, RANKFILE, Launcher, mpi_files, placement
@@ -204,7 +204,7 @@ def run_on_device(
                     timeout=timeout_s,
                     preexec_fn=die_with_parent(),  # mpiexec dies with this process
                 ),
-                lambda p: p.returncode != 0 and startup_failure(p.stderr),
+                process_failed_at_startup,
             )
             lines = [x for x in proc.stdout.splitlines() if x.startswith(MARK)]
             if proc.returncode == 0 and lines:

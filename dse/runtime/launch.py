@@ -143,6 +143,11 @@ def _failed_at_startup(directory: Path) -> bool:
         return False
 
 
+def process_failed_at_startup(proc: subprocess.CompletedProcess) -> bool:
+    """Whether a finished mpiexec (run with its stderr captured as text) failed at startup."""
+    return proc.returncode != 0 and startup_failure(proc.stderr)
+
+
 def startup_failure(stderr: str) -> bool:
     """Whether mpiexec's ``stderr`` names a startup failure that does not last
     (:data:`STARTUP_FAILURES`; Open MPI breaks its lines anywhere)."""
