@@ -53,6 +53,9 @@ class KernelCacheLocator(caching._CacheLocator):
 
     def __init__(self, inner: caching._CacheLocator) -> None:
         self._inner = inner
+        # numba's warning that a function cannot be cached (NUMBA_OPT=0 leaves the kernel
+        # dynamic globals) names the locator's file
+        self._py_file = getattr(inner, "_py_file", "")
 
     def get_cache_path(self) -> str:
         return self._inner.get_cache_path()

@@ -117,3 +117,31 @@ def test_the_kernel_in_cache_with_and_without_rows(monkeypatch):
     ]:
         monkeypatch.setattr(cache_file, "_load_index", lambda r=row_types: index_of(*r))
         assert (kernel.kernel_in_cache(False), kernel.kernel_in_cache(True)) == expected
+
+
+def test_a_kernel_numba_cannot_cache_gets_numbas_warning_not_a_crash():
+    """numba declines to cache code with dynamic globals (the kernel compiled with
+    NUMBA_OPT=0 has some) and warns naming the file its cache locator gives: ours must have
+    one (it had none: the kernel raised AttributeError instead of running uncached)."""
+    import warnings
+    from types import SimpleNamespace
+
+    from numba.core.errors import NumbaWarning
+
+    from models_analytical.schedule import kernel
+    from models_analytical.schedule.compiled import KernelCacheLocator
+
+    impl = kernel.simulate_chunk._cache._impl
+    assert isinstance(impl.locator, KernelCacheLocator)
+    declined = SimpleNamespace(
+        lifted=(),
+        library=SimpleNamespace(has_dynamic_globals=True),
+        fndesc=SimpleNamespace(qualname="simulate_chunk"),
+    )
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert impl.check_cachable(declined) is False
+    said = [str(w.message) for w in seen if issubclass(w.category, NumbaWarning)]
+    assert len(said) == 1
+    assert 'Cannot cache compiled function "simulate_chunk" as it uses dynamic globals' in said[0]
+    assert seen[0].filename.endswith("kernel.py")
