@@ -44,6 +44,8 @@ class Evaluation:
     used: np.ndarray  # bool [P, D]
     capacity_mb: np.ndarray  # [D]
     segments: np.ndarray  # int [P, D] sub-models the runtime cuts each device's work into
+    span_s: np.ndarray  # [P, D] the device's first work of an inference to its last, waits
+    # included (the least time between inferences on it: ScheduleResult.span_s)
 
     @cached_property
     def feasible(self) -> np.ndarray:
@@ -377,4 +379,5 @@ class AnalyticalModel:
             used=used,
             capacity_mb=self.capacity_mb,
             segments=segments,
+            span_s=result.span_s,
         )

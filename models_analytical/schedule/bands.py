@@ -14,7 +14,7 @@ from models_analytical.schedule.memory import hold, hold_weights
 from models_analytical.schedule.receive import held_whole, receive
 from models_analytical.schedule.segments import band_rows, end_after_send, enter_segment
 from models_analytical.schedule.state import PIECES
-from models_analytical.schedule.timeline import charge, compute, transfer
+from models_analytical.schedule.timeline import begin, charge, compute, transfer
 
 
 @stage
@@ -208,6 +208,7 @@ def slicer(k_in, st, h, whole_bytes, rdy):
     ty = k_in.device_type[h]
     cost = (k_in.segment_run_s[ty] + k_in.segment_in_per_byte_s[ty] * whole_bytes) * st.slowdown[h]
     start = max(rdy, st.dev_free[h])
+    begin(st, h, start)
     st.dev_free[h] = start + cost
     st.busy[h] += cost
     st.energy[h] += cost * k_in.overhead_power_w[ty]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from models_analytical.schedule.compiled import stage
 from models_analytical.schedule.memory import hold
-from models_analytical.schedule.timeline import transfer
+from models_analytical.schedule.timeline import begin, transfer
 
 
 @stage
@@ -133,6 +133,7 @@ def concatenate(k_in, owner, st, layer, n_g, finish):
         st.gathers_at[e, layer] = True
         ty = k_in.device_type[e]
         start = max(st.dev_free[e], st.gather_in[e])
+        begin(st, e, start)
         cat = k_in.t_fixed[ty, layer] * st.slowdown[e]
         end = start + cat
         st.dev_free[e] = end

@@ -38,6 +38,9 @@ class ScheduleResult(NamedTuple):
     held_bytes: np.ndarray  # [P, D] buffers the runtime keeps for good (what a device
     # receives or gathers, the input image where it enters; not in the peak)
     weights_mb: np.ndarray  # [P, D, weight classes] weights each device holds, by class
+    span_s: np.ndarray  # [P, D] from the device's first work of an inference to its last
+    # (waits between included): the runtime runs one inference's steps on a rank before the
+    # next one's, so inferences pushed back to back follow each other no faster on it
 
 
 @stage
@@ -132,6 +135,8 @@ def simulate_chunk(
             out.bytes_sent[p, d] = st.bytes_sent[d]
             out.segments[p, d] = st.segments[d]
             out.held_bytes[p, d] = st.held[d]
+            if st.first_start[d] >= 0.0:
+                out.span_s[p, d] = st.dev_free[d] - st.first_start[d]
         # weights by class (layer by layer, leaving out the zero shares einsum adds), then the
         # scratch back to zeros: only the entries this mapping set
         rows = st.rows_on[0]
@@ -220,6 +225,7 @@ def simulate(
         np.zeros((n_pop, n_dev), dtype=np.int64),
         np.zeros((n_pop, n_dev)),
         np.zeros((n_pop, n_dev, w_class.shape[1])),
+        np.zeros((n_pop, n_dev)),
     )
     with_rows = True if (axis == ROWS).any() else None
     args = (device, sizes, axis, units, consumer, producer, w_class, with_weights, with_rows)

@@ -46,6 +46,8 @@ class ScheduleState(NamedTuple):
     # timeline: seconds from the start of the inference
     ready: np.ndarray  # [L] each layer's whole output is ready on its owner
     dev_free: np.ndarray  # [D] the device has done all its work so far
+    first_start: np.ndarray  # [D] the device's first work of the inference started (-1: none
+    # yet; timeline.begin)
     link_free: np.ndarray  # [queues] each link queue is free (KernelInputs.queue_send)
     part_end: np.ndarray  # [D] the device's last part (of the current layer) ended
     arrival: np.ndarray  # [T, D] tensor t is whole on device d (-1: not there yet)
@@ -151,6 +153,7 @@ def new_state(k_in, n_layers: int, n_dev: int) -> ScheduleState:
         ("slicers", (D,), i64, 0),
         ("peak", (D,), np.float64, 0),
         ("held", (D,), np.float64, 0),
+        ("first_start", (D,), np.float64, -1.0),  # last: the arrays above keep their offsets
     ]
     return ScheduleState(**_layout(specs))
 
@@ -190,6 +193,7 @@ def reset_state(st):
     st.slowdown[:] = 1.0
     st.ready[:] = 0.0
     st.dev_free[:] = 0.0
+    st.first_start[:] = -1.0
     st.link_free[:] = 0.0
     st.part_end[:] = 0.0
     st.arrival[:] = -1.0

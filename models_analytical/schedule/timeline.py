@@ -8,6 +8,14 @@ from models_analytical.schedule.costs import transfer_s
 
 
 @stage
+def begin(st, d, start):
+    """Work on device d starts at ``start``: the first of the inference sets its
+    ``first_start`` (the device's span, kernel.ScheduleResult.span_s, runs from there)."""
+    if st.first_start[d] < 0.0:
+        st.first_start[d] = start
+
+
+@stage
 def transfer(k_in, st, a, b, nbytes, ready):
     """Moves ``nbytes`` from device a, where they are ready at ``ready``, to b; returns when
     they are in. The transfer waits for both its queues (FIFOs: the sender's side and the
@@ -20,6 +28,7 @@ def transfer(k_in, st, a, b, nbytes, ready):
     start = max(ready, st.link_free[q_send], st.link_free[q_recv])
     if on_device:
         start = max(start, st.dev_free[b])
+        begin(st, b, start)
     dur = transfer_s(k_in, a, b, nbytes)
     arrival = start + dur
     st.link_free[q_send] = arrival
@@ -37,6 +46,7 @@ def transfer(k_in, st, a, b, nbytes, ready):
 @stage
 def charge(k_in, st, d, seconds):
     """``seconds`` of overhead on device d after its work so far (a sub-model's cost)."""
+    begin(st, d, st.dev_free[d])
     st.dev_free[d] += seconds
     st.busy[d] += seconds
     st.energy[d] += seconds * k_in.overhead_power_w[k_in.device_type[d]]
@@ -53,6 +63,7 @@ def compute(k_in, st, layer, d, work, over, t_in):
     fixed = k_in.t_fixed[ty, layer] * slow
     over *= slow
     start = max(st.dev_free[d], t_in)
+    begin(st, d, start)
     end = start + over + work + fixed
     st.dev_free[d] = end
     st.part_end[d] = end

@@ -48,6 +48,28 @@ def test_two_layer_chain_on_two_devices():
     assert ev.used[0].tolist() == [True, True, False, False]
 
 
+
+def test_pipelined_period_is_the_slowest_span_busy_time_or_link():
+    """r0, r1, r2 (2 s each) with 8 MB between them over 8 MB/s and 0.5 s (1.5 s a crossing).
+    h0 -> h1 -> h0: h0 computes r0 (0-2), r1 crosses (2-3.5), h1 computes it (3.5-5.5), it
+    crosses back (5.5-7), h0 computes r2 (7-9). h0 cannot start the next inference before 9:
+    its span (first work to last) is the period, the latency, where busy time (4 s) and
+    links (3 s) say 4. h0 -> h1 -> h1 pipelines: spans 2 and 4 (3.5-7.5), period 4."""
+    from dse.objectives import OBJECTIVES
+
+    g = relu_chain(2_000_000, 3)
+    plat = platform(bw=8e6, latency=0.5)
+    back = run(g, plat, [[0], [1], [0]])
+    assert back.latency_s[0] == pytest.approx(9.0)
+    assert back.span_s[0, :2].tolist() == pytest.approx([9.0, 2.0])
+    assert back.busy_s[0, :2].tolist() == pytest.approx([4.0, 2.0])
+    assert back.comm_s[0, :2].tolist() == pytest.approx([3.0, 3.0])
+    assert OBJECTIVES["period"].values(back)[0] == pytest.approx(9000.0)  # ms
+    chain = run(g, plat, [[0], [1], [1]])
+    assert chain.latency_s[0] == pytest.approx(7.5)
+    assert chain.span_s[0].tolist() == pytest.approx([2.0, 4.0, 0.0, 0.0])  # unused: 0
+    assert OBJECTIVES["period"].values(chain)[0] == pytest.approx(4000.0)
+
 def conv_then_relu():
     nodes = [
         helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),

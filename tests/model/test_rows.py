@@ -154,6 +154,7 @@ def test_a_batch_without_rows_is_scheduled_as_with_them(net):
         "energy_j",
         "bytes_sent",
         "segments",
+        "span_s",
     ):
         a, b = getattr(alone, field), getattr(beside, field)[:size]
         assert np.array_equal(a, b), field
