@@ -48,7 +48,6 @@ def test_two_layer_chain_on_two_devices():
     assert ev.used[0].tolist() == [True, True, False, False]
 
 
-
 def test_pipelined_period_is_the_slowest_span_busy_time_or_link():
     """r0, r1, r2 (2 s each) with 8 MB between them over 8 MB/s and 0.5 s (1.5 s a crossing).
     h0 -> h1 -> h0: h0 computes r0 (0-2), r1 crosses (2-3.5), h1 computes it (3.5-5.5), it
@@ -69,6 +68,7 @@ def test_pipelined_period_is_the_slowest_span_busy_time_or_link():
     assert chain.latency_s[0] == pytest.approx(7.5)
     assert chain.span_s[0].tolist() == pytest.approx([2.0, 4.0, 0.0, 0.0])  # unused: 0
     assert OBJECTIVES["period"].values(chain)[0] == pytest.approx(4000.0)
+
 
 def conv_then_relu():
     nodes = [
