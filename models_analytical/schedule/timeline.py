@@ -9,8 +9,9 @@ from models_analytical.schedule.costs import transfer_s
 
 @stage
 def begin(st, d, start):
-    """Work on device d starts at ``start``: the first of the inference sets its
-    ``first_start`` (the device's span, kernel.ScheduleResult.span_s, runs from there)."""
+    """A step of device d (work, a send, a receive that occupies it) starts at ``start``: the
+    first of the inference sets its ``first_start`` (the device's span,
+    kernel.ScheduleResult.span_s, runs from there)."""
     if st.first_start[d] < 0.0:
         st.first_start[d] = start
 
@@ -21,7 +22,9 @@ def transfer(k_in, st, a, b, nbytes, ready):
     they are in. The transfer waits for both its queues (FIFOs: the sender's side and the
     receiver's, one and the same but between boards of a switched network) and, where
     receiving occupies the device (``receive_on_device``), for b to be free; it keeps them
-    (and b) busy until it is in."""
+    (and b) busy until it is in. Sending is a step of a's (the entry device's first may be
+    sending the image)."""
+    begin(st, a, ready)
     q_send = k_in.queue_send[a, b]
     q_recv = k_in.queue_recv[a, b]
     on_device = k_in.receive_on_device[k_in.device_type[b]]

@@ -53,7 +53,8 @@ def test_pipelined_period_is_the_slowest_span_busy_time_or_link():
     h0 -> h1 -> h0: h0 computes r0 (0-2), r1 crosses (2-3.5), h1 computes it (3.5-5.5), it
     crosses back (5.5-7), h0 computes r2 (7-9). h0 cannot start the next inference before 9:
     its span (first work to last) is the period, the latency, where busy time (4 s) and
-    links (3 s) say 4. h0 -> h1 -> h1 pipelines: spans 2 and 4 (3.5-7.5), period 4."""
+    links (3 s) say 4. h0 -> h1 -> h1 pipelines: spans 2 and 4 (3.5-7.5), period 4 (h0's span
+    starts with its first step, r0: it holds the image, which no device receives)."""
     from dse.objectives import OBJECTIVES
 
     g = relu_chain(2_000_000, 3)
@@ -68,6 +69,12 @@ def test_pipelined_period_is_the_slowest_span_busy_time_or_link():
     assert chain.latency_s[0] == pytest.approx(7.5)
     assert chain.span_s[0].tolist() == pytest.approx([2.0, 4.0, 0.0, 0.0])  # unused: 0
     assert OBJECTIVES["period"].values(chain)[0] == pytest.approx(4000.0)
+    # the entry device h0 sends the image (8 MB, 0-1.5) to h1, which computes r0 and r1
+    # (1.5-5.5) and sends back (5.5-7); h0 computes r2 (7-9). h0's span starts with its send.
+    entry = run(g, plat, [[1], [1], [0]])
+    assert entry.latency_s[0] == pytest.approx(9.0)
+    assert entry.span_s[0, :2].tolist() == pytest.approx([9.0, 4.0])
+    assert OBJECTIVES["period"].values(entry)[0] == pytest.approx(9000.0)
 
 
 def conv_then_relu():
