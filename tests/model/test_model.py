@@ -77,6 +77,28 @@ def test_pipelined_period_is_the_slowest_span_busy_time_or_link():
     assert OBJECTIVES["period"].values(entry)[0] == pytest.approx(9000.0)
 
 
+
+def test_pipelined_period_is_at_most_the_latency():
+    """conv1 and conv2 (1x1) split over h0 and h1 on a 1,000 B/s link with 0.5 s latency: the
+    image (1,600 B) to h1, 2.1 s; conv1's parts (1,200 B) both ways at once, 1.7 s each; h1's
+    part of conv2 to h0, 1.7 s. Latency 5.5018 s (two 1.5 ms parts, a 1.5 ms concatenation);
+    h0's links 2.1 + 3 x 1.7 = 7.2 s, more than the latency, since it sends and receives at
+    once: frames back to back are never slower than one after another, the period is the
+    latency."""
+    from dse.objectives import OBJECTIVES
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c"], name="conv1"),
+        helper.make_node("Conv", ["c", "w2"], ["y"], name="conv2"),
+    ]
+    weights = [f.weight("w1", [6, 4, 1, 1]), f.weight("w2", [6, 6, 1, 1])]
+    g = build_graph(f.model(nodes, {"x": [1, 4, 10, 10]}, ["y"], weights), "cc")
+    ev = run(g, platform(bw=1e3, latency=0.5), [[0, 1], [0, 1]])
+    assert ev.bytes_sent[0, :2].tolist() == [2800, 2400]
+    assert ev.comm_s[0, :2].tolist() == pytest.approx([7.2, 7.2])
+    assert ev.latency_s[0] == pytest.approx(5.5018)
+    assert OBJECTIVES["period"].values(ev)[0] == pytest.approx(5501.8)
+
 def conv_then_relu():
     nodes = [
         helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
