@@ -77,7 +77,6 @@ def test_pipelined_period_is_the_slowest_span_busy_time_or_link():
     assert OBJECTIVES["period"].values(entry)[0] == pytest.approx(9000.0)
 
 
-
 def test_pipelined_period_is_at_most_the_latency():
     """conv1 and conv2 (1x1) split over h0 and h1 on a 1,000 B/s link with 0.5 s latency: the
     image (1,600 B) to h1, 2.1 s; conv1's parts (1,200 B) both ways at once, 1.7 s each; h1's
@@ -98,6 +97,7 @@ def test_pipelined_period_is_at_most_the_latency():
     assert ev.comm_s[0, :2].tolist() == pytest.approx([7.2, 7.2])
     assert ev.latency_s[0] == pytest.approx(5.5018)
     assert OBJECTIVES["period"].values(ev)[0] == pytest.approx(5501.8)
+
 
 def conv_then_relu():
     nodes = [
