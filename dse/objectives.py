@@ -7,7 +7,7 @@ and measured objectives are computed by the same code.
 
 * ``latency_s [P]`` end-to-end time of one inference;
 * ``busy_s, comm_s, span_s, memory_mb, energy_j, bytes_sent [P, D]`` per device (``span_s``:
-  from the device's first work of an inference to its last, the waits between included).
+  from the device's first step of an inference to the end of its last work, waits included).
 
 Values shown to users are ``value x scale`` in ``unit``; the search minimises those too.
 """

@@ -44,8 +44,8 @@ class Evaluation:
     used: np.ndarray  # bool [P, D]
     capacity_mb: np.ndarray  # [D]
     segments: np.ndarray  # int [P, D] sub-models the runtime cuts each device's work into
-    span_s: np.ndarray  # [P, D] the device's first work of an inference to its last, waits
-    # included (the least time between inferences on it: ScheduleResult.span_s)
+    span_s: np.ndarray  # [P, D] the device's first step of an inference to its last work,
+    # waits included (the least time between inferences on it: ScheduleResult.span_s)
 
     @cached_property
     def feasible(self) -> np.ndarray:

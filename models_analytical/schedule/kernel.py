@@ -38,9 +38,10 @@ class ScheduleResult(NamedTuple):
     held_bytes: np.ndarray  # [P, D] buffers the runtime keeps for good (what a device
     # receives or gathers, the input image where it enters; not in the peak)
     weights_mb: np.ndarray  # [P, D, weight classes] weights each device holds, by class
-    span_s: np.ndarray  # [P, D] from the device's first work of an inference to its last
-    # (waits between included): the runtime runs one inference's steps on a rank before the
-    # next one's, so inferences pushed back to back follow each other no faster on it
+    span_s: np.ndarray  # [P, D] from the device's first step of an inference (work, a send, a
+    # receive that occupies it) to the end of its last work, waits included: the runtime runs
+    # one inference's steps on a rank before the next one's, so inferences pushed back to
+    # back follow each other no faster on it
 
 
 @stage

@@ -46,8 +46,8 @@ class ScheduleState(NamedTuple):
     # timeline: seconds from the start of the inference
     ready: np.ndarray  # [L] each layer's whole output is ready on its owner
     dev_free: np.ndarray  # [D] the device has done all its work so far
-    first_start: np.ndarray  # [D] the device's first work of the inference started (-1: none
-    # yet; timeline.begin)
+    first_start: np.ndarray  # [D] the device's first step of the inference started (work, a
+    # send, a receive that occupies it; -1: none yet; timeline.begin)
     link_free: np.ndarray  # [queues] each link queue is free (KernelInputs.queue_send)
     part_end: np.ndarray  # [D] the device's last part (of the current layer) ended
     arrival: np.ndarray  # [T, D] tensor t is whole on device d (-1: not there yet)
