@@ -33,6 +33,18 @@ def total(t, n):
     return acc
 
 
+@numba.njit(inline="always")
+def nested(t, i):
+    return weighted(t, i, 1.0) + weighted(t, i + 1, 0.25)  # a stage calling one twice
+
+
+def twice(t, n):
+    acc = 0.0
+    for i in range(n - 1):
+        acc += weighted(t, i, 0.5) * nested(t, i) - weighted(t, i + 1, 2.0)
+    return acc
+
+
 def test_inlined_stage_with_copies_forwarded_and_fields_read_once():
     compiled = numba.njit(pipeline_class=KernelCompiler)(total)
     pair = Pair(np.array([1.0, 2.0, 3.0]), np.array([10.0, 20.0, 30.0]))
@@ -56,6 +68,22 @@ def test_same_numbers_as_numbas_own_pipeline():
     p1, p2 = Pair(a.copy(), b.copy()), Pair(a.copy(), b.copy())
     assert ours(p1, 50) == plain(p2, 50)
     assert p1.b.tolist() == p2.b.tolist()
+
+
+def test_a_stage_inlined_at_several_sites_and_inside_another_stage():
+    """Each call site gets its own copy of the stage's IR (the pass inlines blocks uncopied):
+    the same number as numba's pipeline and as the sum worked out here, term by term."""
+    a, b = np.array([1.0, 2.0, 3.0]), np.array([10.0, 20.0, 30.0])
+
+    def by_hand(i):
+        w = lambda j, w: a[j] * w * 2.0 + b[j]  # noqa: E731 - weighted, as written above
+        return w(i, 0.5) * (w(i, 1.0) + w(i + 1, 0.25)) - w(i + 1, 2.0)
+
+    expected = by_hand(0) + by_hand(1)
+    assert expected == (11 * 33 - 28) + (22 * 55.5 - 42)  # 1514
+    ours = numba.njit(pipeline_class=KernelCompiler)(twice)
+    assert ours(Pair(a, b), 3) == expected
+    assert numba.njit(twice)(Pair(a, b), 3) == expected
 
 
 def test_in_cache_says_whether_a_first_call_compiles(tmp_path):
