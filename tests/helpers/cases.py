@@ -16,6 +16,7 @@ mapping key, as the search dedupes), :func:`truth` scores them all and keeps the
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
@@ -233,3 +234,13 @@ def truth(p: MappingProblem) -> tuple[np.ndarray, int, float]:
     feasible = g[:, 0] <= 0
     ff = np.unique(f[feasible], axis=0)
     return ff[non_dominated(ff)], len(mappings), float(feasible.mean())
+
+
+@functools.cache
+def case_truth(case: str, chromosome: str, splits: int | None = None) -> tuple:
+    """:func:`truth` of :func:`problem` (``case``, ``chromosome``, ``splits``), computed once
+    per test session (seconds each: every mapping of the space evaluated); the front is
+    read-only."""
+    front, n_distinct, feasible = truth(problem(case, chromosome, splits))
+    front.setflags(write=False)
+    return front, n_distinct, feasible

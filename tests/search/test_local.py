@@ -94,7 +94,7 @@ def test_parents_come_from_the_feasible_first_front_by_crowding():
 
 def _share_of_front(case: str, local_share: float, seed: int) -> float:
     p = cases.problem(case, "naive")
-    front, _, _ = cases.truth(p)
+    front, _, _ = cases.case_truth(case, "naive")
     settings = AlgorithmConfig(
         pop_size=32, n_gen=10**6, max_evaluations=1000, local_share=local_share
     )

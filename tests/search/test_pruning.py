@@ -77,7 +77,7 @@ def test_survival_with_2nn():
 
 def _share(crowding: str, seed: int) -> float:
     p = cases.problem("two_boards", "advanced", 3)
-    front, _, _ = cases.truth(p)
+    front, _, _ = cases.case_truth("two_boards", "advanced", 3)
     settings = AlgorithmConfig(pop_size=24, n_gen=10**6, max_evaluations=1000, crowding=crowding)
     state = nsga2.run(nsga2.new_search(p, settings, seed))
     _, f, g = nsga2.front(state)
