@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from dse import app
-from dse.cli import INTERRUPTED, DeferredSignals, fail, guarded, run, say
+from dse.cli import INTERRUPTED, SAVED_WORK, DeferredSignals, fail, guarded, run, say
 from dse.config import check
 from dse.errors import DseError
 from dse.files import owned, remove_stale
@@ -118,6 +118,7 @@ def first_run_notice(spatial: bool = False) -> None:
 def explore(cfg: DictConfig, out: Path, started: float) -> dict[str, Any]:
     """The search of ``cfg`` (or the resumed run in ``out``), its outputs in ``out``, and phase
     two when enabled."""
+    SAVED_WORK[0] = None
     if cfg.get("resume"):
         meta, data = checkpoint.read(out)
         cfg = app.resumed_config(cfg, meta["config"], list(HydraConfig.get().overrides.task))
@@ -172,9 +173,17 @@ def explore(cfg: DictConfig, out: Path, started: float) -> dict[str, Any]:
         # a signal while the outputs were written: they are complete; stop all the same (no
         # phase two, no further trial of a sweep)
         late = signals.requested() and not interrupted
+        report = shown(out / "report.html")
+        # a signal from here to the end of the process: the outputs are complete (one run;
+        # a sweep's jobs end as before, "interrupted")
+        if not crashed and HydraConfig.get().mode.name != "MULTIRUN":
+            SAVED_WORK[0] = (
+                f"interrupted after the outputs of generation {state.generation} were written "
+                f"(they are complete; report: {report}); continue with: python -m dse "
+                f"resume={out}"
+            )
     if crashed:
         raise crashed
-    report = shown(out / "report.html")
     if late:
         say(
             f"interrupted while the outputs of generation {state.generation} were written (they "
@@ -203,10 +212,12 @@ def explore(cfg: DictConfig, out: Path, started: float) -> dict[str, Any]:
 
         genes, F, _ = nsga2.front(state)
         phase2 = OmegaConf.to_object(cfg.phase2)
+        saved, SAVED_WORK[0] = SAVED_WORK[0], None  # phase two's measurements: not yet
         rows = phase2_after_search(
             out, problem, genes, F, net, platform, phase2, cfg.seed, launcher
         )
         summary = write_outputs(out, state, problem, platform, cfg, started, False, rows)
+        SAVED_WORK[0] = saved
         ok = sum(r["status"] == "ok" for r in rows)
         say(f"phase two: {ok} of {len(rows)} mappings measured -> {shown(out / 'phase2.csv')}")
     bests = "; ".join(

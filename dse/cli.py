@@ -43,6 +43,10 @@ FAILED_JOBS: list[str] = []
 FAILURES_RECORDED = False
 #: The directory of each multirun (sweep) whose jobs ran in this process, with their count.
 SWEEP_DIRS: dict[str, int] = {}
+#: What to say when a stop signal ends the process now instead of ``error: interrupted``: set
+#: by a run once its outputs are complete (they stay so, and the line says how to continue),
+#: None while work that a stop would lose is under way.
+SAVED_WORK: list[str | None] = [None]
 
 
 def group_choices(group: str) -> list[str]:
@@ -394,6 +398,9 @@ def run(main: Callable[[], Any], config_name: str = "config") -> None:
         except DseError as exc:
             fail(str(exc))
         except KeyboardInterrupt:
+            if SAVED_WORK[0]:  # after the outputs were written (printing the last lines)
+                print(SAVED_WORK[0], file=sys.stderr)
+                sys.exit(INTERRUPTED)
             fail("interrupted", INTERRUPTED)
         except BrokenPipeError:
             _quiet_stdout()

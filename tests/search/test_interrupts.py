@@ -112,6 +112,41 @@ def test_signal_at_any_moment_leaves_complete_outputs_and_resume_is_exact(
         assert front(out) == front(uninterrupted)
 
 
+def test_a_signal_after_the_outputs_were_written_says_they_are_complete(tmp_path):
+    """A stop signal after the outputs (while the last lines are printed, or later before the
+    process ends) ends it with the interrupted status and the line that says the outputs are
+    complete and how to continue, not a bare "error: interrupted". The signal's moment is
+    made exact: the run's last line raises KeyboardInterrupt, as SIGINT there would."""
+    out = tmp_path / "run"
+    script = (
+        "import sys\n"
+        "import dse.__main__ as m\n"
+        "from dse.cli import run\n"
+        "said = m.say\n"
+        "def say(message, error=False):\n"
+        "    if 'Pareto points ->' in message:\n"
+        "        raise KeyboardInterrupt\n"
+        "    said(message, error)\n"
+        "m.say = say\n"
+        "sys.argv = ['dse', *sys.argv[1:]]\n"
+        "run(m.main)\n"
+    )
+    args = ["+net=alexnet", "algorithm.pop_size=20", "algorithm.n_gen=3", "progress=false"]
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *args, f"hydra.run.dir={out}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 130, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("interrupted after the outputs of generation 3 were written")
+    assert last.endswith(f"python -m dse resume={out}")
+    summary = assert_complete(out)
+    assert summary is not None and summary["generations"] == 3 and not summary["interrupted"]
+
+
 def test_resuming_a_finished_run_runs_nothing(uninterrupted, tmp_path):
     before = json.loads((uninterrupted / "summary.json").read_text())
     r = run_module("dse", "progress=false", f"resume={uninterrupted}")
