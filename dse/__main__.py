@@ -18,8 +18,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from dse import app
-from dse.cli import INTERRUPTED, SAVED_WORK, DeferredSignals, fail, guarded, run, say
+from dse import app, cli
+from dse.cli import INTERRUPTED, DeferredSignals, fail, guarded, run, say
 from dse.config import check
 from dse.errors import DseError
 from dse.files import owned, remove_stale
@@ -118,7 +118,7 @@ def first_run_notice(spatial: bool = False) -> None:
 def explore(cfg: DictConfig, out: Path, started: float) -> dict[str, Any]:
     """The search of ``cfg`` (or the resumed run in ``out``), its outputs in ``out``, and phase
     two when enabled."""
-    SAVED_WORK[0] = None
+    cli.SAVED_WORK = None
     if cfg.get("resume"):
         meta, data = checkpoint.read(out)
         cfg = app.resumed_config(cfg, meta["config"], list(HydraConfig.get().overrides.task))
@@ -177,7 +177,7 @@ def explore(cfg: DictConfig, out: Path, started: float) -> dict[str, Any]:
         # a signal from here to the end of the process: the outputs are complete (one run;
         # a sweep's jobs end as before, "interrupted")
         if not crashed and HydraConfig.get().mode.name != "MULTIRUN":
-            SAVED_WORK[0] = (
+            cli.SAVED_WORK = (
                 f"interrupted after the outputs of generation {state.generation} were written "
                 f"(they are complete; report: {report}); continue with: python -m dse "
                 f"resume={out}"
@@ -212,12 +212,12 @@ def explore(cfg: DictConfig, out: Path, started: float) -> dict[str, Any]:
 
         genes, F, _ = nsga2.front(state)
         phase2 = OmegaConf.to_object(cfg.phase2)
-        saved, SAVED_WORK[0] = SAVED_WORK[0], None  # phase two's measurements: not yet
+        saved, cli.SAVED_WORK = cli.SAVED_WORK, None  # phase two's measurements: not yet
         rows = phase2_after_search(
             out, problem, genes, F, net, platform, phase2, cfg.seed, launcher
         )
         summary = write_outputs(out, state, problem, platform, cfg, started, False, rows)
-        SAVED_WORK[0] = saved
+        cli.SAVED_WORK = saved
         ok = sum(r["status"] == "ok" for r in rows)
         say(f"phase two: {ok} of {len(rows)} mappings measured -> {shown(out / 'phase2.csv')}")
     bests = "; ".join(

@@ -46,7 +46,7 @@ SWEEP_DIRS: dict[str, int] = {}
 #: What to say when a stop signal ends the process now instead of ``error: interrupted``: set
 #: by a run once its outputs are complete (they stay so, and the line says how to continue),
 #: None while work that a stop would lose is under way.
-SAVED_WORK: list[str | None] = [None]
+SAVED_WORK: str | None = None
 
 
 def group_choices(group: str) -> list[str]:
@@ -398,8 +398,8 @@ def run(main: Callable[[], Any], config_name: str = "config") -> None:
         except DseError as exc:
             fail(str(exc))
         except KeyboardInterrupt:
-            if SAVED_WORK[0]:  # after the outputs were written (printing the last lines)
-                print(SAVED_WORK[0], file=sys.stderr)
+            if SAVED_WORK:  # after the outputs were written (printing the last lines)
+                print(SAVED_WORK, file=sys.stderr)
                 sys.exit(INTERRUPTED)
             fail("interrupted", INTERRUPTED)
         except BrokenPipeError:
