@@ -43,31 +43,30 @@ from contextlib import contextmanager
 from typing import Any
 
 import numba.core.inline_closurecall as inline_closurecall
+from numba.core import errors as _errors
 from numba.core import ir, types
+from numba.core import ssa as _ssa
 from numba.core.compiler import CompilerBase, DefaultPassBuilder
 from numba.core.compiler_machinery import FunctionPass, register_pass
 from numba.core.ir_utils import build_definitions, mk_unique_var, replace_var_names
 from numba.core.typed_passes import NopythonTypeInference
 from numba.core.untyped_passes import InlineInlinables, ReconstructSSA
 
-try:  # numba's SSA reconstruction, by its internal names (SSAByMentions)
-    from numba.core import errors as _errors
-    from numba.core import ssa as _ssa
-
-    _SSA_PARTS = (
-        _ssa._run_ssa,
-        _ssa.compute_cfg_from_blocks,
-        _ssa._iterated_domfronts,
-        _ssa._find_defs_violators,
-        _ssa._CacheListVars,
-        _ssa._fresh_vars,
-        _ssa._make_states,
-        _ssa._compute_phi_locations,
-        _ssa._run_block_rewrite,
-        _ssa._FixSSAVars,
-    )
-except (ImportError, AttributeError):  # numba changed: SSA as numba does it
-    _ssa = None
+#: The functions of numba's SSA module SSAByMentions calls or replaces (internal names).
+_SSA_NAMES = (
+    "_run_ssa",
+    "compute_cfg_from_blocks",
+    "_iterated_domfronts",
+    "_find_defs_violators",
+    "_CacheListVars",
+    "_fresh_vars",
+    "_make_states",
+    "_compute_phi_locations",
+    "_run_block_rewrite",
+    "_FixSSAVars",
+)
+#: Whether numba still has them all (else SSAByMentions does as numba does).
+_SSA_KNOWN = all(hasattr(_ssa, name) for name in _SSA_NAMES)
 
 
 class _BlocksUncopied:
@@ -276,7 +275,7 @@ class SSAByMentions(ReconstructSSA):
     _name = "dse_ssa_by_mentions"
 
     def run_pass(self, state: Any) -> bool:
-        if _ssa is None:
+        if not _SSA_KNOWN:
             return super().run_pass(state)
         numbas = _ssa._run_ssa
         _ssa._run_ssa = ssa_by_mentions
