@@ -50,6 +50,7 @@ def summary(result: Compared) -> str:
             f" ms, CPU {_cpu(r)}, sent {r['bytes_sent']:,} B, peak RSS "
             f"{r['peak_rss_loading_mb']} MB loading / "
             f"{r['peak_rss_running_mb']} MB running"
+            + (f" / {r['peak_rss_stream_mb']} MB streaming" if r.get("peak_rss_stream_mb") else "")
         )
     return "\n".join(lines)
 

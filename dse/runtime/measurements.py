@@ -86,6 +86,9 @@ class RankFigures(TypedDict):
     peak_rss_loading_mb: float | None
     peak_rss_running_mb: float | None
     peak_rss_separate: bool  # whether the running peak was measured apart from loading
+    # while frames streamed back to back (``stream=N``), apart from the running peak where
+    # peak_rss_separate: several frames' tensors in flight at once; None without a stream
+    peak_rss_stream_mb: float | None
     energy_j: float | None  # per iteration, of the whole host or board (energy_scope)
     energy_reason: str | None  # why there is no energy figure
     energy_scope: str | None  # the counter: rapl | ina3221

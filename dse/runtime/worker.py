@@ -316,11 +316,15 @@ def measure(
         if it == warmup and me.rank == kill:
             os.kill(os.getpid(), 9)
     energy = meter.per_iteration(energy_start, iterations) if meter.available else None
-    period = None
+    # one inference's peak, as the model predicts it: read before frames overlap, whose
+    # tensors in flight (up to the stream's window of frames) are held at once
+    peak_run = peak_rss_mb()
+    period = peak_stream = None
     if stream > 1:  # frames back to back, several in flight: the pipelined period
+        reset_peak_rss()
         me.waits.barrier()
         period = me.waits.max(me.stream(stream))
-    peak_run = peak_rss_mb()
+        peak_stream = peak_rss_mb()
     figures: RankFigures = {
         "rank": me.rank,
         "device": me.spec.device,
@@ -339,6 +343,7 @@ def measure(
         "peak_rss_loading_mb": None if peak_load is None else round(peak_load, 1),
         "peak_rss_running_mb": None if peak_run is None else round(peak_run, 1),
         "peak_rss_separate": resettable,
+        "peak_rss_stream_mb": None if peak_stream is None else round(peak_stream, 1),
         "energy_j": energy,
         "energy_reason": None if meter.available else meter.reason,
         # a counter covers the whole host (RAPL package) or board (INA3221), not this rank

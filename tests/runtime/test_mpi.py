@@ -9,12 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import onnx
 import pytest
 import yaml
+from onnx import helper
 
 from dse.errors import DseError
 from dse.mapping import from_device_lists, to_autodice
-from dse.net import load_net
+from dse.net import Net, load_net
 from dse.platform import load_platform
 from dse.runtime import mpirun
 from dse.runtime.comparison import read_comparison
@@ -24,6 +26,7 @@ from dse.runtime.measure import deploy, deploy_and_measure
 from dse.runtime.measurements import read_measurements
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
+from tests.helpers import onnx_factory
 from tests.helpers.cli import ROOT, run_module
 from tests.helpers.mpi import flaky_mpiexec
 from tests.runtime.test_partition import RTOL, zoo_like
@@ -355,3 +358,42 @@ def test_a_rank_failure_is_not_started_again(tmp_path: Path, localhost) -> None:
     r = launch(out, timeout_s=120, rank_args=["--kill-rank", "1"], launcher=launcher)
     assert r["status"] == "failed" and "launches" not in r["reason"]
     assert (tmp_path / "launches").read_text().strip() == "1"
+
+
+def relay(tmp_path: Path, hops: int = 4) -> Net:
+    """Relu x ``hops`` on a 4 MiB tensor, in file order (placed a, b, a, b: each hop but the
+    last, the output, sends 4 MiB)."""
+    nodes, prev = [], "x"
+    for i in range(hops):
+        nodes.append(helper.make_node("Relu", [prev], [f"r{i}"], name=f"relu{i}"))
+        prev = f"r{i}"
+    path = tmp_path / "relay.onnx"
+    onnx.save(onnx_factory.model(nodes, {"x": [1, 4, 512, 512]}, [prev]), path)
+    return load_net({"name": "onnx", "path": str(path), "order": "file"})
+
+
+@pytest.mark.mpi
+def test_the_running_peak_is_one_inferences_and_the_stream_has_its_own(
+    tmp_path: Path, localhost
+) -> None:
+    """A stream holds several frames' sent tensors at once (up to its window): the running
+    peak, which the model predicts, is read before it; the same deployment measured without
+    a stream is the independent figure."""
+    net = relay(tmp_path)
+    n = len(net.graph)
+    batch = from_device_lists(net.graph, 2, [[[i % 2] for i in range(n)]])
+    peaks = {}
+    for stream in (0, 12):
+        out = tmp_path / f"stream{stream}"
+        deploy(net, localhost, batch, out, warmup=1, iterations=3, stream=stream)
+        r = launch(out, timeout_s=120)
+        assert r["status"] == "ok", r.get("reason")
+        peaks[stream] = {x["rank"]: x for x in r["ranks"]}
+    for rank in (0, 1):
+        plain, streamed = peaks[0][rank], peaks[12][rank]
+        assert plain["peak_rss_stream_mb"] is None
+        # a frame's sends are held until the window (4 frames) moves on: at least 3 more
+        # frames' than in one inference (rank 0 sends 8 MiB per frame, rank 1 4 MiB)
+        extra = 3 * streamed["bytes_sent"] / 2**20
+        assert streamed["peak_rss_stream_mb"] >= streamed["peak_rss_running_mb"] + extra
+        assert abs(streamed["peak_rss_running_mb"] - plain["peak_rss_running_mb"]) < 8
