@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from onnx import ModelProto, NodeProto, TensorProto, helper, numpy_helper
 
-from dse.calibrate.channels import time_interleaved
+from dse.calibrate.channels import GROUP_WEIGHT_BYTES, time_interleaved, weight_groups
 from dse.net import ops
 from dse.runtime.sessions import session
 from models_analytical.layer_costs import family, layer_key
@@ -56,20 +56,13 @@ def band_model(
     the input rows they read, random weights (the same for every band of a ``seed``): the
     model, reading ``x`` and writing ``y``, and those input rows ``(lo, hi)``. None where the
     layer cannot compute a band of its rows, or a static input of its node is not among its
-    weights."""
-    window = ops.row_window(layer)
-    if window is None or len(layer.inputs[0].shape) != 4:
+    weights (:func:`band_part`)."""
+    found = band_part(layer, node, band)
+    if found is None:
         return None
-    shape = list(layer.inputs[0].shape)
-    in_rows = shape[2]
-    lo, hi = window.needed(band[0], band[1], in_rows)
-    columns = ops.row_columns(layer)
-    part = ops.row_part(
-        node, layer.name, band, (lo, hi), window, in_rows, "@band", "x", "y", columns
-    )
+    part, (lo, hi) = found
     static = {t.name: t.shape for t in layer.weights}
-    if any(name not in static for name in part.keep):
-        return None
+    shape = list(layer.inputs[0].shape)
     rng = np.random.default_rng(seed)
     inits = [
         numpy_helper.from_array(rng.standard_normal(static[n], dtype=np.float32) * 0.01, n)
@@ -86,37 +79,72 @@ def band_model(
     return model, (lo, hi)
 
 
+def band_part(layer: Any, node: NodeProto, band: tuple[int, int]) -> tuple[Any, tuple] | None:
+    """The nodes computing ``band`` of ``layer``'s rows and the input rows they read, without
+    weights; None where :func:`band_model` gives none."""
+    window = ops.row_window(layer)
+    if window is None or len(layer.inputs[0].shape) != 4:
+        return None
+    in_rows = layer.inputs[0].shape[2]
+    lo, hi = window.needed(band[0], band[1], in_rows)
+    columns = ops.row_columns(layer)
+    part = ops.row_part(
+        node, layer.name, band, (lo, hi), window, in_rows, "@band", "x", "y", columns
+    )
+    static = {t.name for t in layer.weights}
+    if any(name not in static for name in part.keep):
+        return None
+    return part, (lo, hi)
+
+
 def measure_band_costs(net: Any, threads: int, repeats: int, seen: set | None = None) -> list:
     """Rows ``{key, family, layer, rows, full, seconds}``: each row-splittable Conv of ``net``
     (a :class:`~dse.net.Net`: its ``graph`` and ONNX ``model``; one per layer key, none of
     ``seen``, which gets the keys timed) alone, whole and as the bands of :func:`band_rows`,
-    timed as the module says; a layer of fewer than 2 output rows is left out. All of a
-    network's sessions are alive while it is timed, each band's with the whole weights."""
+    timed as the module says; a layer of fewer than 2 output rows is left out. Layers are
+    timed in groups of at most a quarter of :data:`~dse.calibrate.channels.
+    GROUP_WEIGHT_BYTES` of weights (a heavier one alone): each of a layer's four models holds
+    its whole weights, where its channel parts hold 2.5 times them together. A group's
+    sessions are released before the next group's are made (all of ResNet-50's at once
+    peaked at 908 MB, over a 512 MB device's cap)."""
     seen = set() if seen is None else seen
     graph = net.graph
-    cases = []
+    candidates = []
     for layer in graph:
         key = layer_key(layer)
         if not graph.row_splittable[layer.index] or key in seen:
             continue
         counts = band_rows(int(graph.out_rows[layer.index]))
         node = net.model.graph.node[layer.node]
-        built = [band_model(layer, node, (0, r)) for r in counts]
-        if len(counts) < 2 or any(b is None for b in built):
+        if len(counts) < 2 or any(band_part(layer, node, (0, r)) is None for r in counts):
             continue
         seen.add(key)
-        x = np.random.default_rng(len(cases)).random(layer.inputs[0].shape, dtype=np.float32)
-        runs = [
-            (session(m, "cpu", threads), {"x": np.ascontiguousarray(x[:, :, lo:hi])})
-            for m, (lo, hi) in built
-        ]
+        candidates.append((layer, key, counts))
+    rows: list[dict] = []
+    for group in weight_groups(candidates, GROUP_WEIGHT_BYTES // 4):
+        rows += _time_band_group(net, group, threads, repeats)
+    return rows
+
+
+def _time_band_group(net: Any, group: list, threads: int, repeats: int) -> list:
+    """:func:`measure_band_costs`'s rows for one group of ``(layer, key, counts)``, timed
+    interleaved."""
+    cases = []
+    for layer, key, counts in group:
+        node = net.model.graph.node[layer.node]
+        x = np.random.default_rng(layer.index).random(layer.inputs[0].shape, dtype=np.float32)
+        runs = []
+        for r in counts:
+            m, (lo, hi) = band_model(layer, node, (0, r))
+            runs.append((session(m, "cpu", threads), {"x": np.ascontiguousarray(x[:, :, lo:hi])}))
+            del m
         cases.append((layer, key, counts, runs))
     medians = time_interleaved([runs for *_, runs in cases], repeats)
     return [
         {
             "key": key,
             "family": family(layer),
-            "layer": f"{graph.name}/{layer.name}",
+            "layer": f"{net.graph.name}/{layer.name}",
             "rows": r,
             "full": counts[-1],
             "seconds": t,

@@ -13,11 +13,14 @@ Everything is timed at the device's thread count with the runtime's session sett
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from dse.files import scratch
 from dse.runtime.sessions import session
 from models_analytical.layer_costs import family, layer_key
 
@@ -78,11 +81,13 @@ def part_channels(full: int, block: int) -> list[int]:
     return sorted(out)
 
 
-def one_layer(layer, node, channels: int, seed: int = 0):
+def one_layer(layer, node, channels: int, seed: int = 0, weights: Path | None = None):
     """``layer`` alone with ``channels`` of its output channels (random weights): one Conv with
     the node's attributes, or one Gemm for a fully connected layer; None for a layer this
-    does not cover (grouped convolutions, inputs that are not [batch, features] for a Gemm)."""
-    rng = np.random.default_rng(seed)
+    does not cover (grouped convolutions, inputs that are not [batch, features] for a Gemm).
+    The weights of ``c`` channels are the first ``c`` rows of the whole layer's (one seeded
+    draw, in row order). With ``weights`` (a file :func:`write_weights` wrote for the whole
+    layer), the model reads its rows from there as external data, and holds none itself."""
     x = list(layer.inputs[0].shape)
     attrs = {a.name: a for a in node.attribute}
     if layer.op == "Conv":
@@ -96,18 +101,37 @@ def one_layer(layer, node, channels: int, seed: int = 0):
         op = helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)
     else:
         return None
-    w = rng.standard_normal(w_shape, dtype=np.float32) * 0.01
+    if weights is None:
+        w = numpy_helper.from_array(random_weights(w_shape, seed), "w")
+    else:
+        w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=w_shape)
+        w.data_location = TensorProto.EXTERNAL
+        nbytes = int(np.prod(w_shape)) * 4
+        for key, value in (("location", weights.name), ("offset", "0"), ("length", str(nbytes))):
+            entry = w.external_data.add()
+            entry.key, entry.value = key, value
     g = helper.make_graph(
         [op],
         "part",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [
-            numpy_helper.from_array(w, "w"),
-            numpy_helper.from_array(np.zeros(channels, dtype=np.float32), "b"),
-        ],
+        [w, numpy_helper.from_array(np.zeros(channels, dtype=np.float32), "b")],
     )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def random_weights(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    """The seeded weights :func:`one_layer` gives a layer of ``shape`` (drawn in place)."""
+    w = np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
+    w *= np.float32(0.01)
+    return w
+
+
+def write_weights(layer, path: Path, seed: int = 0) -> None:
+    """The whole ``layer``'s weights of :func:`one_layer` into ``path`` (raw float32)."""
+    x = list(layer.inputs[0].shape)
+    rest = layer.weights[0].shape[1:] if layer.op == "Conv" else (x[1],)
+    random_weights((layer.out_channels, *rest), seed).tofile(path)
 
 
 #: The weights (float32 bytes) of the layers timed together by :func:`measure_part_costs`: a
@@ -149,7 +173,7 @@ def weight_groups(candidates: list, budget: int) -> list[list]:
     groups: list[list] = []
     total = 0
     for c in candidates:
-        w = sum(int(np.prod(t.shape)) * 4 for t in c[0].weights)
+        w = weight_bytes(c[0])
         if not groups or total + w > budget:
             groups.append([])
             total = 0
@@ -159,24 +183,25 @@ def weight_groups(candidates: list, budget: int) -> list[list]:
 
 
 def _time_part_group(net, group: list, threads: int, repeats: int) -> list[dict]:
-    """:func:`measure_part_costs`'s rows for one group of ``(layer, key, counts)``: each
-    model's session made from it, then the model dropped (the session holds the weights)."""
+    """:func:`measure_part_costs`'s rows for one group of ``(layer, key, counts)``, timed
+    interleaved; a group that is one layer heavier than :data:`GROUP_WEIGHT_BYTES` has its
+    models timed one after another instead, each session released before the next is made
+    (its models together hold 2.5 times its weights: AlexNet's fc6, 380 MB, does not fit a
+    512 MB device)."""
+    heavy = len(group) == 1 and weight_bytes(group[0][0]) > GROUP_WEIGHT_BYTES
     cases = []
-    for layer, key, counts in group:
-        node = net.model.graph.node[layer.node]
-        sessions = []
-        for c in counts:
-            m = one_layer(layer, node, c)
-            if m is None:
-                break
-            sessions.append(session(m, "cpu", threads))
-            del m
-        if len(sessions) < len(counts):
-            continue
-        x = np.random.default_rng(layer.index).random(layer.inputs[0].shape, dtype=np.float32)
-        cases.append((layer, key, counts, sessions, x))
-    runs = [[(s, {"x": x}) for s in sessions] for _, _, _, sessions, x in cases]
-    medians = time_interleaved(runs, repeats)
+    with scratch("parts-") as tmp:
+        for layer, key, counts in group:
+            paths = _part_models(layer, net.model.graph.node[layer.node], counts, tmp)
+            if paths is None:
+                continue
+            x = np.random.default_rng(layer.index).random(layer.inputs[0].shape, dtype=np.float32)
+            cases.append((layer, key, counts, paths, x))
+        if heavy:
+            medians = [[_time_alone(p, x, threads, repeats) for p in ps] for *_, ps, x in cases]
+        else:
+            runs = [[(session(p, "cpu", threads), {"x": x}) for p in ps] for *_, ps, x in cases]
+            medians = time_interleaved(runs, repeats)
     return [
         {
             "key": key,
@@ -189,6 +214,34 @@ def _time_part_group(net, group: list, threads: int, repeats: int) -> list[dict]
         for (layer, key, counts, _, _), acc in zip(cases, medians, strict=True)
         for c, t in zip(counts, acc, strict=True)
     ]
+
+
+def _part_models(layer, node, counts: list[int], directory: Path) -> list[Path] | None:
+    """``layer``'s models of ``counts`` channels (:func:`one_layer`) written into
+    ``directory``, all reading their rows of one file of the layer's weights
+    (:func:`write_weights`): making them holds no copy of the weights beyond what the
+    sessions keep (made in memory and handed over, AlexNet's fc6, 151 MB, passed through
+    about four copies, and its group peaked at 1.1 GB); None for a layer not covered."""
+    weights = directory / f"{layer.index}.bin"
+    if one_layer(layer, node, counts[0], weights=weights) is None:
+        return None
+    write_weights(layer, weights)
+    paths = []
+    for c in counts:
+        paths.append(directory / f"{layer.index}-{c}.onnx")
+        onnx.save(one_layer(layer, node, c, weights=weights), paths[-1])
+    return paths
+
+
+def _time_alone(path: Path, x: np.ndarray, threads: int, repeats: int) -> float:
+    """The median seconds of the model at ``path`` alone (:func:`time_interleaved` of one)."""
+    s = session(path, "cpu", threads)
+    return time_interleaved([[(s, {"x": x})]], repeats)[0][0]
+
+
+def weight_bytes(layer) -> int:
+    """A layer's weights, float32 bytes."""
+    return sum(int(np.prod(t.shape)) * 4 for t in layer.weights)
 
 
 def time_interleaved(

@@ -56,7 +56,6 @@ from dse.runtime.measurements import failed
 from dse.runtime.mpirun import HOSTFILE, RANKFILE, Launcher, mpi_files, placement
 from dse.runtime.probe import LOCAL_HOSTS
 from dse.runtime.reader import read_plan
-from dse.runtime.sequential import beside, time_files
 from dse.runtime.sessions import session
 
 #: A network profiled with a larger whole-run spread than this is profiled once more.
@@ -84,7 +83,7 @@ def profile_unit(r: Unit) -> Unit:
     (MACs per second of the prior that shares a fused kernel's time among its layers)."""
     g = load_net({"name": r["net"]}).graph
     prior = g.macs / float(r["prior_rate"]) + g.output_bytes / 1e10
-    path = zoo.materialize(r["net"], int(r["seed"]))
+    path = zoo.materialize(r["net"], int(r["seed"]), external=True)  # see profile_model
     for attempt in range(2):
         before = machine_state()
         wall0, cpu0 = time.perf_counter(), time.process_time()
@@ -131,6 +130,10 @@ def bands_unit(r: Unit) -> Unit:
 
 def submodels_unit(r: Unit) -> Unit:
     """``submodels``: ``directory`` (a deployment's), ``runs``, ``warmup``, ``threads``."""
+    # imported here: it brings the model's kernel (numba, 70 MB) into a process whose other
+    # units run on devices of little memory
+    from dse.runtime.sequential import beside, time_files
+
     directory = Path(r["directory"])
     plan = read_plan(directory)
     assert plan.reference is not None  # read_plan refuses a plan without one

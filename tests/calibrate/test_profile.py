@@ -3,11 +3,14 @@ layer timed alone as parts is that layer sliced."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
-from dse.calibrate.channels import one_layer, part_channels
+from dse.calibrate.channels import one_layer, part_channels, write_weights
 from dse.calibrate.profile import layer_for_kernel, profile_model
 from dse.net import load_net, zoo
 
@@ -36,7 +39,7 @@ def test_profile_covers_every_layer_of_the_zoo(name: str) -> None:
     assert prof.layer_s.sum() == pytest.approx(prof.kernel_s, rel=1e-9)
 
 
-def test_a_layer_timed_alone_as_parts_is_that_layer_sliced() -> None:
+def test_a_layer_timed_alone_as_parts_is_that_layer_sliced(tmp_path: Path) -> None:
     """The one-layer models calibration times: AlexNet's conv1 with 48 of its 96 channels
     computes the first 48 channels of conv1 with 96 (same random weights, onnxruntime); a
     grouped convolution is left out; parts are whole blocks near 1/4, 1/2, 3/4."""
@@ -53,6 +56,12 @@ def test_a_layer_timed_alone_as_parts_is_that_layer_sliced() -> None:
         out[c] = sess.run(None, {"x": x})[0]
     assert out[48].shape[1] == 48 and out[96].shape[1] == 96
     np.testing.assert_allclose(out[48], out[96][:, :48], rtol=1e-5, atol=1e-6)
+    # as calibration makes them: the parts' rows read from one file of the whole layer's
+    write_weights(conv1, tmp_path / "w.bin")
+    for c in (48, 96):
+        onnx.save(one_layer(conv1, node, c, weights=tmp_path / "w.bin"), tmp_path / f"{c}.onnx")
+        sess = ort.InferenceSession(str(tmp_path / f"{c}.onnx"))
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], out[c])
     grouped = next(
         layer for layer in net.graph if layer.op == "Conv" and layer.attrs.get("group", 1) > 1
     )
@@ -94,14 +103,17 @@ def test_alexnets_parts_are_timed_in_weight_groups(monkeypatch) -> None:
         def __init__(self, model, channels_: int) -> None:
             self.channels = channels_
 
-    def fake_one_layer(layer, node, c: int):  # noqa: ANN001, ANN202 - no weights drawn
+    def fake_one_layer(layer, node, c: int, weights=None):  # noqa: ANN001, ANN202 - none drawn
         group = [a.i for a in node.attribute if a.name == "group"]
         return None if group and group[0] != 1 else SimpleNamespace(channels=c)
 
-    def fake_session(m, kind: str, threads: int):  # noqa: ANN001, ANN202
+    def fake_save(m, path: Path) -> None:  # noqa: ANN001
+        path.write_text(str(m.channels))
+
+    def fake_session(path: Path, kind: str, threads: int):  # noqa: ANN202
         gc.collect()
         assert all(r() is None for r in alive[: timed[0]]), "an earlier group's session lives"
-        s = Fake(m, m.channels)
+        s = Fake(path, int(path.read_text()))
         alive.append(weakref.ref(s))
         return s
 
@@ -112,6 +124,8 @@ def test_alexnets_parts_are_timed_in_weight_groups(monkeypatch) -> None:
         return [[1000.0 * len(groups) + c for c in case] for case in names]
 
     monkeypatch.setattr(channels, "one_layer", fake_one_layer)
+    monkeypatch.setattr(channels, "write_weights", lambda layer, path: path.touch())
+    monkeypatch.setattr(channels, "onnx", SimpleNamespace(save=fake_save))
     monkeypatch.setattr(channels, "session", fake_session)
     monkeypatch.setattr(channels, "time_interleaved", fake_timed)
     rows = channels.measure_part_costs(net, 16, 1, 3)
@@ -120,9 +134,18 @@ def test_alexnets_parts_are_timed_in_weight_groups(monkeypatch) -> None:
         by_layer.setdefault(r["layer"].split("/")[1], []).append(r)
     convs = [n for n in by_layer if n.startswith("conv")]
     assert convs == ["conv1", "conv3"] and list(by_layer)[2:] == ["fc6", "fc7", "fc8"]
-    assert [len(g) for g in groups] == [2, 1, 1, 1]
-    for g, names in enumerate([convs, ["fc6"], ["fc7"], ["fc8"]], start=1):
+    # fc6 (151 MB) and fc7 (67 MB), heavier than a group, have each model timed alone
+    assert [[len(case) for case in g] for g in groups] == [[4, 4]] + [[1]] * 8 + [[4]]
+    for g, names in enumerate([convs, ["fc8"]]):
         for name in names:
             mine = by_layer[name]
             assert [r["channels"] for r in mine] == part_channels(mine[0]["full"], 16)
-            assert [r["seconds"] for r in mine] == [1000.0 * g + r["channels"] for r in mine]
+            assert [r["seconds"] for r in mine] == [
+                1000.0 * (1 + 9 * g) + r["channels"] for r in mine
+            ]
+    for first, name in ((2, "fc6"), (6, "fc7")):
+        mine = by_layer[name]
+        assert [r["channels"] for r in mine] == part_channels(mine[0]["full"], 16)
+        assert [r["seconds"] for r in mine] == [
+            1000.0 * (first + k) + r["channels"] for k, r in enumerate(mine)
+        ]

@@ -192,6 +192,27 @@ def test_materialize_cached_and_deterministic(tmp_path: Path) -> None:
     assert other_seed.read_bytes() != path.read_bytes()
 
 
+def test_materialize_with_external_weights_is_the_same_network(tmp_path: Path) -> None:
+    """The weights in a data file beside the model (each tensor at a 4 KiB boundary): the
+    same tensors, and the same outputs in onnxruntime, as the one-file model of the seed."""
+    path = materialize("mobilenetv2", cache_dir=tmp_path, external=True)
+    data = tmp_path / "mobilenetv2-seed0-external.data"
+    assert path == tmp_path / "mobilenetv2-seed0-external.onnx" and data.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, data.name])
+    assert path.stat().st_size < 100_000  # the graph only
+    one_file = materialize("mobilenetv2", cache_dir=tmp_path)
+    inline = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(one_file)).graph.initializer}
+    outside = onnx.load(str(path), load_external_data=False).graph.initializer
+    for t in outside:
+        where = {e.key: e.value for e in t.external_data}
+        assert where["location"] == data.name and int(where["offset"]) % 4096 == 0
+    apart = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
+    assert apart.keys() == inline.keys()
+    assert all(np.array_equal(apart[k], inline[k]) for k in inline)
+    np.testing.assert_array_equal(run(path), run(one_file))
+    assert materialize("mobilenetv2", cache_dir=tmp_path, external=True) == path
+
+
 def test_materialize_weights(tmp_path: Path) -> None:
     model = onnx.load(str(materialize("mobilenetv2", cache_dir=tmp_path)))
     arrays = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import onnx
@@ -23,8 +24,12 @@ def cache_root(cache_dir: str | Path | None = None) -> Path:
     return Path(env) if env else Path.home() / ".cache" / "dse" / "zoo"
 
 
-def fill_weights(model: onnx.ModelProto, fills: dict[str, Fill], seed: int) -> None:
-    """Give every hollow initializer float32 data, in graph order: He-normal or a constant."""
+def fill_weights(
+    model: onnx.ModelProto, fills: dict[str, Fill], seed: int, data: BinaryIO | None = None
+) -> None:
+    """Give every hollow initializer float32 data, in graph order: He-normal or a constant;
+    into ``data`` (an open file: the tensors' external data, each at a 4 KiB boundary) when
+    given, so no more than one tensor is ever held in memory, else into the model."""
     rng = np.random.default_rng(seed)
     for init in model.graph.initializer:
         fill = fills[init.name]
@@ -34,21 +39,57 @@ def fill_weights(model: onnx.ModelProto, fills: dict[str, Fill], seed: int) -> N
             arr *= np.float32(np.sqrt(2.0 / fill.value))
         else:
             arr = np.full(dims, fill.value, dtype=np.float32)
-        init.raw_data = arr.tobytes()
+        if data is None:
+            init.raw_data = arr.tobytes()
+            continue
+        offset = -(-data.tell() // 4096) * 4096
+        data.seek(offset)
+        arr.tofile(data)
+        init.data_location = onnx.TensorProto.EXTERNAL
+        for key, value in (
+            ("location", Path(data.name).name),
+            ("offset", str(offset)),
+            ("length", str(arr.nbytes)),
+        ):
+            entry = init.external_data.add()
+            entry.key, entry.value = key, value
 
 
-def materialize(name: str, seed: int = 0, cache_dir: str | Path | None = None) -> Path:
-    """Path of a runnable ONNX file for `name` with seeded weights; built only if not cached."""
+def materialize(
+    name: str, seed: int = 0, cache_dir: str | Path | None = None, external: bool = False
+) -> Path:
+    """Path of a runnable ONNX file for `name` with seeded weights; built only if not cached.
+    With ``external``, the weights are in a data file beside it (``NAME-seedN-external.data``):
+    onnxruntime then loads them without holding a second copy in memory, which lets a device
+    with little memory run a network whole (AlexNet on 512 MB)."""
     network(name)  # unknown names fail before the cache is consulted
     root = cache_root(cache_dir)
-    path = root / f"{name}-seed{seed}.onnx"
+    stem = f"{name}-seed{seed}" + ("-external" if external else "")
+    path = root / f"{stem}.onnx"
     if path.exists():
         return path
     model, fills = construct(name)
-    fill_weights(model, fills, seed)
-    data = model.SerializeToString()
     root.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=root)
+    if not external:
+        fill_weights(model, fills, seed)
+        _write_atomically(path, model.SerializeToString())
+        return path
+    with tempfile.TemporaryDirectory(prefix=f".{stem}.", dir=root) as tmp:
+        # both files under their final names in a private directory, then moved: the model
+        # names its data file, and a reader never meets half of either
+        data = Path(tmp) / f"{stem}.data"
+        with open(data, "wb") as f:
+            fill_weights(model, fills, seed, f)
+        (Path(tmp) / path.name).write_bytes(model.SerializeToString())
+        for f in (data, Path(tmp) / path.name):  # the model last: it is what marks the cache
+            os.chmod(f, 0o644)
+            os.replace(f, root / f.name)
+    return path
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """``data`` into ``path`` through a temporary file in its directory."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -57,4 +98,3 @@ def materialize(name: str, seed: int = 0, cache_dir: str | Path | None = None) -
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
