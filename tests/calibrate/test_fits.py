@@ -20,6 +20,7 @@ from models_analytical.calibration import (
     fit_channel_block,
     fit_cuts,
     fit_memory,
+    fit_nonnegative,
     fit_part_fixed,
     fit_regression,
     fit_row_fixed,
@@ -45,6 +46,27 @@ def test_regression_recovers_known_coefficients() -> None:
     fit = fit_regression(fams, np.array(terms), np.array(secs))
     for fam, c in true.items():
         np.testing.assert_allclose(fit.per_family[fam], c, rtol=1e-3, atol=1e-14)
+
+
+def test_a_family_of_one_mac_count_gets_no_constant() -> None:
+    """ResNet-50's 3x3 convolutions all have 115.6 M MACs, AlexNet's conv3 149.5 M: times of
+    20 ps per MAC with a few percent of noise. Fitted with a constant, the line through them
+    takes a third of the cheapest layer's time as a constant (checked below); the fit keeps
+    none, and its time
+    per MAC is the relative least-squares slope through the origin worked out by hand,
+    sum(m / t) / sum(m^2 / t^2). A family whose MACs span 4x keeps its constant (the test
+    above)."""
+    macs = np.array([115.6e6] * 5 + [149.5e6])
+    noise = np.array([1.03, 0.98, 1.01, 0.97, 1.02, 0.92])
+    secs = 2e-11 * macs * noise
+    terms = np.column_stack([np.ones(6), macs, np.zeros(6), np.zeros(6)])
+    with_constant = fit_nonnegative(terms / [1, 1e9, 1, 1], secs)
+    assert with_constant[0] > 0.3 * secs.min()  # the degenerate fit the rule avoids
+    fit = fit_regression(["conv_winograd"] * 6, terms, secs).per_family["conv_winograd"]
+    slope = np.sum(macs / secs) / np.sum(macs**2 / secs**2)
+    assert fit[0] == 0.0 and fit[2] == 0.0 and fit[3] == 0.0
+    assert fit[1] == pytest.approx(slope, rel=1e-6)
+    assert fit[1] == pytest.approx(2e-11, rel=0.03)
 
 
 def test_channel_block_recovered_from_synthetic_parts() -> None:
