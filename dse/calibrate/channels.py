@@ -21,6 +21,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from dse.files import scratch
+from dse.net.zoo.materialize import external
 from dse.runtime.sessions import session
 from models_analytical.layer_costs import family, layer_key
 
@@ -105,11 +106,7 @@ def one_layer(layer, node, channels: int, seed: int = 0, weights: Path | None = 
         w = numpy_helper.from_array(random_weights(w_shape, seed), "w")
     else:
         w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=w_shape)
-        w.data_location = TensorProto.EXTERNAL
-        nbytes = int(np.prod(w_shape)) * 4
-        for key, value in (("location", weights.name), ("offset", "0"), ("length", str(nbytes))):
-            entry = w.external_data.add()
-            entry.key, entry.value = key, value
+        external(w, weights.name, 0, int(np.prod(w_shape)) * 4)
     g = helper.make_graph(
         [op],
         "part",

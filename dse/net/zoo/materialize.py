@@ -45,14 +45,18 @@ def fill_weights(
         offset = -(-data.tell() // 4096) * 4096
         data.seek(offset)
         arr.tofile(data)
-        init.data_location = onnx.TensorProto.EXTERNAL
-        for key, value in (
-            ("location", Path(data.name).name),
-            ("offset", str(offset)),
-            ("length", str(arr.nbytes)),
-        ):
-            entry = init.external_data.add()
-            entry.key, entry.value = key, value
+        external(init, Path(data.name).name, offset, arr.nbytes)
+
+
+def external(tensor: onnx.TensorProto, location: str, offset: int, length: int) -> None:
+    """Make ``tensor`` read its data from ``length`` bytes at ``offset`` of the file
+    ``location`` (beside the model) instead of holding it."""
+    tensor.ClearField("raw_data")
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    del tensor.external_data[:]
+    for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
 
 
 def materialize(
