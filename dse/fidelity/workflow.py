@@ -3,9 +3,10 @@
 Deploys and measures N mappings under MPI: the per-objective bests of a short search and points
 spread along its front, then random mappings of every kind (:mod:`dse.fidelity.choose`),
 measured in interleaved rounds (:mod:`dse.fidelity.measure`). Compares predicted against
-measured latency, per-device peak memory (the rank's peak RSS over its life, loading
-included) and, with ``stream=N``, the pipelined period (the model's ``period`` objective):
-MAPE, share within +-10 %, Spearman and Kendall rank correlation
+measured latency, per-device peak memory (the rank's peak RSS while loading and over the
+inferences run one at a time, not while a stream's frames overlap) and, with ``stream=N``,
+the pipelined period (the model's ``period`` objective): MAPE, share within +-10 %, Spearman
+and Kendall rank correlation
 (:mod:`dse.fidelity.statistics`). Writes ``fidelity.csv``, ``fidelity.png`` and
 ``fidelity.json`` into the output directory.
 """
