@@ -47,8 +47,13 @@ def regression_terms(layer: Layer) -> np.ndarray:
     return np.array([1.0, float(layer.macs), float(act), float(layer.weight_bytes)])
 
 
-#: Where a layer's time came from, per type (LayerTables.source).
-SOURCES = ("rate", "profiled", "regressed")
+#: Where a layer's time came from, per type (LayerTables.source): Eq. 4.7, the type's profile,
+#: the type's regression, another type's profile (:func:`borrowed_profiles`).
+SOURCES = ("rate", "profiled", "regressed", "scaled")
+
+#: Layer keys two types must both have profiled before one's profile stands in for the
+#: other's (:func:`borrowed_profiles`).
+SCALE_MIN_COMMON = 10
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,27 @@ def part_fixed_share(layer: Layer, coeff: TypeCoefficients) -> float:
     return min(per_channel / layer.out_channels, PART_FIXED_MAX)
 
 
+def borrowed_profiles(coefficients: Coefficients) -> dict[str, list[tuple[dict, float]]]:
+    """Per type, the other types' profiles (``layer_s``) that stand in for a layer it did not
+    profile, each with the ratio that brings it to this type: the median over the layer keys
+    both profiled, at least :data:`SCALE_MIN_COMMON` of them; most keys in common first.
+    A device too small to hold a network (VGG-16 on 512 MB) profiles none of its layers; the
+    same layer on another type, scaled by how the two types compare on the layers they share,
+    is nearer than the regression, which extrapolates far from the layers it was fitted on."""
+    out: dict[str, list[tuple[dict, float]]] = {}
+    for name, coeff in coefficients.types.items():
+        found = []
+        for other_name, other in coefficients.types.items():
+            common = [k for k in coeff.layer_s if k in other.layer_s and other.layer_s[k] > 0]
+            if other_name == name or len(common) < SCALE_MIN_COMMON:
+                continue
+            ratio = float(np.median([coeff.layer_s[k] / other.layer_s[k] for k in common]))
+            found.append((len(common), other_name, other.layer_s, ratio))
+        found.sort(key=lambda f: (-f[0], f[1]))
+        out[name] = [(layer_s, ratio) for _, _, layer_s, ratio in found]
+    return out
+
+
 def layer_tables(graph: LayerGraph, coefficients: Coefficients) -> LayerTables:
     classes = np.array([OP_CLASSES.index(op_class(layer)) for layer in graph], dtype=np.int64)
     n_types = len(coefficients.types)
@@ -99,7 +125,8 @@ def layer_tables(graph: LayerGraph, coefficients: Coefficients) -> LayerTables:
     row_fixed = np.zeros((n_types, len(graph)))
     macs = graph.macs.astype(np.float64)
     conv = np.array([layer.op in CONV_OPS for layer in graph])
-    for k, coeff in enumerate(coefficients.types.values()):
+    borrowed = borrowed_profiles(coefficients)
+    for k, (name, coeff) in enumerate(coefficients.types.items()):
         per_class = np.array([coeff.layer[c] for c in OP_CLASSES])
         t_work[k] = macs / (coeff.frequency_hz * per_class[classes])  # Eq. 4.7
         t_fixed[k] = coeff.layer_overhead_s
@@ -115,6 +142,10 @@ def layer_tables(graph: LayerGraph, coefficients: Coefficients) -> LayerTables:
                 t = coeff.layer_s.get(layer_key(layer))
                 if t is not None:
                     t_work[k, i], source[k, i] = t, 1
+                    continue
+                other = next((b for b in borrowed[name] if layer_key(layer) in b[0]), None)
+                if other is not None:
+                    t_work[k, i], source[k, i] = other[0][layer_key(layer)] * other[1], 3
                     continue
                 c = coeff.regression.get(family(layer)) or coeff.regression.get("any")
                 if c is not None:

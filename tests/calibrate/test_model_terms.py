@@ -43,6 +43,32 @@ def test_model_uses_profiled_and_regressed_layer_times() -> None:
     assert list(m.tables.source[0]) == [1, 2, 0, 2, 0, 2]
 
 
+def test_a_layer_profiled_on_another_type_is_scaled_to_this_one() -> None:
+    """Two types profiled twelve layer keys of other networks alike, "slow" at 1.4-2.5 times
+    "cpu" (median 1.5). conv0, profiled on "cpu" only, takes its 4 ms times 1.5 on "slow",
+    not its regression; conv1, profiled on neither, the regression; with fewer than
+    SCALE_MIN_COMMON keys in common, conv0 is regressed too."""
+    graph, _ = chain_model(coefficients())
+    keys = [layer_key(layer) for layer in graph]
+    ratios = [1.4] * 3 + [1.5] * 6 + [2.5] * 3
+    shared_fast = {f"other{i}": 1e-3 * (i + 1) for i in range(12)}
+    shared_slow = {k: v * r for (k, v), r in zip(shared_fast.items(), ratios, strict=True)}
+    reg = {family(graph.layers[i]): [0.0, 1e-9, 0.0, 0.0] for i in (0, 2)}
+    base = coefficients()["cpu"]
+    fast = dataclasses.replace(base, layer_s={**shared_fast, keys[0]: 4e-3}, regression=reg)
+    slow = dataclasses.replace(base, layer_s=shared_slow, regression=reg)
+    _, m = chain_model(Coefficients({"cpu": fast, "slow": slow}))
+    assert float(np.median(ratios)) == 1.5
+    assert m.tables.t_work[1, 0] == pytest.approx(4e-3 * 1.5)
+    assert m.tables.source[1, 0] == 3
+    assert m.tables.t_work[1, 2] == pytest.approx(1e-9 * graph.macs[2])
+    assert m.tables.source[1, 2] == 2
+    few = dataclasses.replace(slow, layer_s=dict(list(shared_slow.items())[:9]))
+    _, m = chain_model(Coefficients({"cpu": fast, "slow": few}))
+    assert m.tables.source[1, 0] == 2
+    assert m.tables.t_work[1, 0] == pytest.approx(1e-9 * graph.macs[0])
+
+
 def test_split_conv_parts_cost_whole_channel_blocks() -> None:
     """A 256-channel conv split 8 / 248 channels with blocks of 16: the small part costs
     16 / 256 of the layer, the large one 256 / 256 (capped), by hand; the Relu after it runs
