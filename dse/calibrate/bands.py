@@ -18,7 +18,7 @@ its output rows. The rules:
   band's time is the median of its rounds.
 
 Rows ``{key, family, layer, rows, full, seconds}``: what
-:func:`models_analytical.calibration.fit_row_fixed` fits the share every band pays on.
+:func:`models_analytical.layer_fits.fit_row_fixed` fits the share every band pays on.
 """
 
 from __future__ import annotations

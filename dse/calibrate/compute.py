@@ -30,15 +30,15 @@ from dse.calibrate.ondevice import Unit, UnitFailed
 from dse.calibrate.settings import CalibrationSettings
 from dse.errors import DseError
 from dse.net import load_net
-from models_analytical.calibration import (
-    MeasuredRun,
+from models_analytical.calibration import MeasuredRun
+from models_analytical.coefficients import TypeCoefficients
+from models_analytical.layer_costs import family, layer_key, regression_terms
+from models_analytical.layer_fits import (
     fit_channel_block,
     fit_part_fixed,
     fit_regression,
     fit_row_fixed,
 )
-from models_analytical.coefficients import TypeCoefficients
-from models_analytical.layer_costs import family, layer_key, regression_terms
 
 
 @dataclass(frozen=True)

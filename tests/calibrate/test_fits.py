@@ -17,18 +17,20 @@ from models_analytical.calibration import (
     MeasuredRun,
     RankMeasurement,
     SubModelTiming,
-    fit_channel_block,
     fit_cuts,
     fit_memory,
     fit_nonnegative,
-    fit_part_fixed,
-    fit_regression,
-    fit_row_fixed,
     fit_submodel_costs,
     memory_rows,
 )
 from models_analytical.coefficients import Coefficients
 from models_analytical.layer_costs import PART_FIXED_MAX
+from models_analytical.layer_fits import (
+    fit_channel_block,
+    fit_part_fixed,
+    fit_regression,
+    fit_row_fixed,
+)
 from tests.helpers.calibrate import chain_model, platform_localhost
 from tests.helpers.platforms import coefficients, platform
 

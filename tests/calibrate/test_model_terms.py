@@ -15,9 +15,9 @@ from dse.mapping import from_device_lists
 from dse.mapping import whole as whole_on
 from dse.net.build import build_graph
 from dse.platform import Device, Link, Platform
-from models_analytical.calibration import fit_row_fixed
 from models_analytical.coefficients import Coefficients
 from models_analytical.layer_costs import family, layer_key
+from models_analytical.layer_fits import fit_row_fixed
 from models_analytical.model import AnalyticalModel
 from tests.helpers.calibrate import chain_model, conv1_split, one_mapping
 from tests.helpers.onnx_factory import conv_relu_chain, model, weight
