@@ -21,7 +21,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from dse.files import scratch
-from dse.net.zoo.materialize import external
+from dse.net.onnx_load import point_external
 from dse.runtime.sessions import session
 from models_analytical.layer_costs import family, layer_key
 
@@ -106,7 +106,7 @@ def one_layer(layer, node, channels: int, seed: int = 0, weights: Path | None = 
         w = numpy_helper.from_array(random_weights(w_shape, seed), "w")
     else:
         w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=w_shape)
-        external(w, weights.name, 0, int(np.prod(w_shape)) * 4)
+        point_external(w, weights.name, 0, int(np.prod(w_shape)) * 4)
     g = helper.make_graph(
         [op],
         "part",

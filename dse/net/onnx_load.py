@@ -7,6 +7,7 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import onnx
@@ -150,6 +151,31 @@ def external_location(
             "the weights file is truncated or belongs to another model"
         )
     return path, offset, need
+
+
+#: Where each tensor's external data starts: a page boundary, so it can be mapped.
+EXTERNAL_ALIGN = 4096
+
+
+def point_external(t: TensorProto, location: str, offset: int, length: int) -> None:
+    """Make ``t`` read its data from ``length`` bytes at ``offset`` of the file ``location``
+    (beside the model; :func:`external_location` reads it back) instead of holding it."""
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    del t.external_data[:]
+    for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
+        entry = t.external_data.add()
+        entry.key, entry.value = key, value
+
+
+def append_external(data: BinaryIO, t: TensorProto, arr: np.ndarray) -> None:
+    """Write ``arr`` to the open data file ``data`` at the next :data:`EXTERNAL_ALIGN`
+    boundary (zeros between) and point ``t`` at it (:func:`point_external`)."""
+    pad = (-data.tell()) % EXTERNAL_ALIGN
+    data.write(b"\0" * pad)
+    offset = data.tell()
+    data.write(memoryview(np.ascontiguousarray(arr)).cast("B"))
+    point_external(t, Path(data.name).name, offset, arr.nbytes)
 
 
 def _check_initializer(t: TensorProto, path: Path) -> None:

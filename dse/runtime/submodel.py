@@ -19,11 +19,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from dse.net.onnx_load import TensorType
+from dse.net.onnx_load import TensorType, append_external
 from dse.runtime.statics import Blob, Init
 
-#: Offsets in the data files are multiples of this (onnxruntime can map them).
-ALIGN = 4096
 #: Channel counts onnxruntime's blocked layout takes (its block is 8 or 16 channels).
 BLOCK = 8
 #: An input passes the identity Conv when this many Concats read it: a sub-model of one
@@ -140,17 +138,6 @@ def write_segment(model: onnx.ModelProto, blobs: list[tuple[int, Blob]], path: P
     location = path.name + ".data"
     if blobs:
         with open(path.parent / location, "wb") as f:
-            offset = 0
             for idx, blob in blobs:
-                arr = blob.value()
-                pad = (-offset) % ALIGN
-                f.write(b"\0" * pad)
-                offset += pad
-                f.write(memoryview(arr).cast("B"))
-                t = model.graph.initializer[idx]
-                del t.external_data[:]
-                for k, v in (("location", location), ("offset", offset), ("length", arr.nbytes)):
-                    entry = t.external_data.add()
-                    entry.key, entry.value = k, str(v)
-                offset += arr.nbytes
+                append_external(f, model.graph.initializer[idx], blob.value())
     path.write_bytes(model.SerializeToString())

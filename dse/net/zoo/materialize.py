@@ -10,6 +10,7 @@ from typing import BinaryIO
 import numpy as np
 import onnx
 
+from dse.net.onnx_load import append_external
 from dse.net.zoo.builder import Fill
 from dse.net.zoo.registry import construct, network
 
@@ -42,21 +43,7 @@ def fill_weights(
         if data is None:
             init.raw_data = arr.tobytes()
             continue
-        offset = -(-data.tell() // 4096) * 4096
-        data.seek(offset)
-        arr.tofile(data)
-        external(init, Path(data.name).name, offset, arr.nbytes)
-
-
-def external(tensor: onnx.TensorProto, location: str, offset: int, length: int) -> None:
-    """Make ``tensor`` read its data from ``length`` bytes at ``offset`` of the file
-    ``location`` (beside the model) instead of holding it."""
-    tensor.ClearField("raw_data")
-    tensor.data_location = onnx.TensorProto.EXTERNAL
-    del tensor.external_data[:]
-    for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
-        entry = tensor.external_data.add()
-        entry.key, entry.value = key, value
+        append_external(data, init, arr)
 
 
 def materialize(
