@@ -107,8 +107,10 @@ def borrowed_profiles(coefficients: Coefficients) -> dict[str, list[tuple[dict, 
     for name, coeff in coefficients.types.items():
         found = []
         for other_name, other in coefficients.types.items():
+            if other_name == name:
+                continue
             common = [k for k in coeff.layer_s if k in other.layer_s and other.layer_s[k] > 0]
-            if other_name == name or len(common) < SCALE_MIN_COMMON:
+            if len(common) < SCALE_MIN_COMMON:
                 continue
             ratio = sum(coeff.layer_s[k] for k in common) / sum(other.layer_s[k] for k in common)
             found.append((len(common), other_name, other.layer_s, ratio))
@@ -129,6 +131,7 @@ def layer_tables(graph: LayerGraph, coefficients: Coefficients) -> LayerTables:
     macs = graph.macs.astype(np.float64)
     conv = np.array([layer.op in CONV_OPS for layer in graph])
     borrowed = borrowed_profiles(coefficients)
+    keys = [layer_key(layer) for layer in graph]
     for k, (name, coeff) in enumerate(coefficients.types.items()):
         per_class = np.array([coeff.layer[c] for c in OP_CLASSES])
         t_work[k] = macs / (coeff.frequency_hz * per_class[classes])  # Eq. 4.7
@@ -141,14 +144,14 @@ def layer_tables(graph: LayerGraph, coefficients: Coefficients) -> LayerTables:
                 min(coeff.row_fixed.get(family(layer), 0.0), PART_FIXED_MAX) for layer in graph
             ]
         if coeff.layer_s or coeff.regression:
-            for i, layer in enumerate(graph):
-                t = coeff.layer_s.get(layer_key(layer))
+            for i, (layer, key) in enumerate(zip(graph, keys, strict=True)):
+                t = coeff.layer_s.get(key)
                 if t is not None:
                     t_work[k, i], source[k, i] = t, 1
                     continue
-                other = next((b for b in borrowed[name] if layer_key(layer) in b[0]), None)
+                other = next((b for b in borrowed[name] if key in b[0]), None)
                 if other is not None:
-                    t_work[k, i], source[k, i] = other[0][layer_key(layer)] * other[1], 3
+                    t_work[k, i], source[k, i] = other[0][key] * other[1], 3
                     continue
                 c = coeff.regression.get(family(layer)) or coeff.regression.get("any")
                 if c is not None:
