@@ -60,7 +60,7 @@ def worker(cluster: str, group: str, iterations: int, count: int) -> None:
 def spec_for(cluster: str, cpu_id: int, period_us: int) -> ClusterSpec:
     devices = tuple(DeviceShare(n, "board", s, 1024.0) for n, s in SHARES.items())
     return ClusterSpec(cluster, "bench", "switched", 1000.0, (Board("board", (cpu_id,), 1000.0),),
-                       devices, period_us)  # fmt: skip
+                       devices, period_us, cpu_share="quota")  # fmt: skip
 
 
 def run_workers(cluster: str, groups: list[str], iterations: int, count: int) -> dict:

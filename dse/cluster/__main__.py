@@ -48,9 +48,14 @@ def cluster_name(cfg: DictConfig) -> str | None:
 def describe(state: State) -> str:
     spec: ClusterSpec = state.spec
     port = "ports" if spec.network == "switched" else "one shared medium"
+    shares = (
+        "CPU shares by co-runners"
+        if spec.cpu_share == "corunner"
+        else f"CPU shares by CFS quotas of period {spec.cfs_period_us / 1000:g} ms"
+    )
     lines = [
         f"cluster {spec.name} is up: {len(spec.boards)} boards on {state.subnet} ({spec.network}, "
-        f"{port} of {spec.rate_mbit:g} Mbit/s), launcher {state.launcher}"
+        f"{port} of {spec.rate_mbit:g} Mbit/s; {shares}), launcher {state.launcher}"
     ]
     for b in spec.boards:
         devices = ", ".join(
@@ -76,7 +81,7 @@ def do_up(cfg: DictConfig, conf: ClusterConfig, fmt: str) -> dict:
     raw = platform_cfg(cfg)
     if raw is None:
         raise DseError("no platform given: add platform=NAME (conf/platform/NAME.yaml)")
-    spec = parse_spec(raw, conf.name, conf.cfs_period_us)
+    spec = parse_spec(raw, conf.name, conf.cfs_period_us, cpu_share=conf.cpu_share)
     state = up(spec)
     if fmt == "table":
         print(describe(state), flush=True)

@@ -61,7 +61,7 @@ def up(spec: ClusterSpec) -> State:
         teardown(names)
         try:
             subnet = net.choose_subnet(names)
-            launcher.write(names)
+            launcher.write(names, spec)
             net.build(spec, names, subnet)
             cpu.build(spec, names)
             net.wait_ready(spec, names, subnet)

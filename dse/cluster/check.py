@@ -14,14 +14,14 @@ more than one direction's rate (:func:`exchange_ok`), else an error too.
 **Devices**: a fixed compute kernel runs in each device's cgroup, interleaved with the same
 kernel in the board's cgroup (:mod:`dse.cluster.probe`). A device's speed is the kernel's CPU
 time in the board's cgroup (what a whole CPU takes) over its wall time in the device's (median
-of the rounds), expected ``min(1, share x board CPUs)``. "cpu got" is the device's CPU time over
-its wall time (what its quota let it run: at most its share, up to the kernel's accounting);
-"cpu free" the same in the board's cgroup: below 1, other processes of this machine took part
-of the board's CPU, and a device whose share is more than what was left runs slower than
-configured.
-The CFS quota gives the share on average with more noise than a whole core (the spread column,
-p10 to p90 of the device's rounds); a device off by more than 15 % is reported, not an error
-(the machine's other load moves it).
+of the rounds), expected :meth:`ClusterSpec.thread_speed` (the kernel is one thread). "cpu
+got" is the device's CPU time over its wall time (what its share let it run); "cpu free" the
+same in the board's cgroup with the board's co-runners stopped: below 1, other processes of
+this machine took part of the board's CPU, and a device whose share is more than what was left
+runs slower than configured.
+A share gives its speed on average with more noise than a whole core (the spread column, p10
+to p90 of the device's rounds); a device off by more than 15 % is reported, not an error (the
+machine's other load moves it).
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ def device_summary(spec: ClusterSpec, d: DeviceShare, probe: dict[str, Any]) -> 
     whole = probe["cpu_s"][d.board]  # the kernel's CPU time in the board's cgroup, per round
     mine = probe["wall_s"][d.name]
     speed = _ratios(whole, mine)
-    expected = min(1.0, d.share * len(spec.board(d.board).cpus))
+    expected = spec.thread_speed(d)
     return {
         "device": d.name,
         "board": d.board,
@@ -238,6 +238,7 @@ def summarise(
         "network": spec.network,
         "subnet": str(state.subnet),
         "cfs_period_us": spec.cfs_period_us,
+        "cpu_share": spec.cpu_share,
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),
         "settings": asdict(settings),
         "hosts": links.get("hosts", []),
@@ -303,10 +304,14 @@ def _table(rows: list[list[str]]) -> list[str]:
 def format_check(result: dict[str, Any]) -> str:
     """The self-check as two tables (links, devices) and its verdict."""
     s = result["settings"]
+    shares = (
+        f"CFS quotas of period {result['cfs_period_us'] / 1000:g} ms"
+        if result.get("cpu_share", "quota") == "quota"
+        else "CPU shares by co-runners"
+    )
     lines = [
         f"cluster {result['cluster']} (platform {result['platform']}): {result['network']} "
-        f"network, subnet {result['subnet']}, CFS period {result['cfs_period_us'] / 1000:g} ms, "
-        f"checked {result['when']}",
+        f"network, subnet {result['subnet']}, {shares}, checked {result['when']}",
         f"links: MPI over TCP, {s['size_mb']:g} MB messages, best (and median) of {s['reps']}; "
         "TCP payload is at most 95.6 % of a rate; no delay is emulated",
     ]

@@ -4,29 +4,50 @@ Layout, in each of the ``cpu``, ``cpuset`` and ``memory`` hierarchies::
 
     dse.<cluster>/                 cpuset: every board's CPUs
       <board>/                     cpuset: the board's CPUs; Open MPI's daemon runs here
-        <device>/                  cpu: CFS quota share x CPUs x period; memory: the cap
+        <device>/                  cpu: the device's share; memory: the cap
+          corunner/                (cpu_share corunner; cpu and cpuset) the device's co-runners
+      rest_cpu<N>/                 (cpu_share corunner; cpu and cpuset) CPU N's unused share
 
 A device's rank joins its cgroups before it runs (the cluster's ``rank`` script), so all of
-its memory is charged to its cap and all of its CPU time to its quota. A board's cpuset makes
+its memory is charged to its cap and all of its CPU time to its share. A board's cpuset makes
 the board look like a machine of that many cores: Open MPI numbers them from 0 (a rankfile's
 ``slot=0`` on a board holding CPU 1 is CPU 1).
 
-A CFS quota gives a device its share on average: within a period the device runs at full speed
-until its quota is spent, then waits. ``benchmarks/cluster_cpu.py`` measures it per period: at the
-default 10 ms a 35 ms inference took its share's time within 3 % (spread 12-16 % alone, against
-15 % for a whole CPU on that loaded machine); shorter periods ran slower than the share (the
-kernel enforces a quota at its 4 ms tick), longer ones paused inferences for longer. The kernel
-refuses quotas under 1 ms.
+How a device gets its share ``s`` of its board's CPUs is the cluster's ``cpu_share``:
+
+``quota`` (the default)
+    A CFS quota of ``s`` times the board's CPUs per period (``cfs_period_us``). A device runs at
+    full speed until its quota for the period is spent, then waits: a burst of work shorter
+    than its quota after a wait (a rank that waited for its inputs) runs at a whole CPU's
+    speed. ``benchmarks/cluster_cpu.py`` measures quotas per period: at the default 10 ms a
+    35 ms inference took its share's time within 3 %; shorter periods ran slower than the
+    share (the kernel enforces a quota at its 4 ms tick), longer ones paused inferences for
+    longer. The kernel refuses quotas under 1 ms.
+``corunner``
+    While anything runs on a board (what the launcher starts: Open MPI's daemon, a profile;
+    and the self-check's probe), every device of share below 1 has co-runners, one per CPU of
+    its board: processes that spin, yielding, in the device's ``corunner`` cgroup, whose weight
+    is the kernel's least, so the device's own processes take the device's whole part whenever
+    they run. The device's cgroup is then always ready to run, and the kernel divides each CPU
+    by weights: a board's devices by their shares, boards by the sums of their devices' shares,
+    and a CPU's unused share goes to its ``rest_cpu<N>`` group. A device that computes gets
+    ``s`` of each CPU from its first scheduler tick (4 ms here) on, however long it waited
+    before, as a slower processor would; but a device that wakes (a message came) may wait for
+    the other devices' time slice before it runs, where a real board answers at once. The
+    co-runners leave with the process that started them: they poll their parent.
+
+``benchmarks/cluster_bursts.py`` measures both on bursts of work after a wait, and
+``docs/results/cluster.md`` ("CPU shares by co-runners") compares the model's fidelity under
+each on edge3_ethernet.
 
 A device gets its share whatever else the machine runs: the cluster's top cgroup has the
 largest CPU weight the kernel takes (``cpu.shares`` :data:`TOP_SHARES`). With the default
 weight (1024) the whole cluster weighed as much as one process of the machine: on a machine
 loaded by other work (load 4.5 on 2 cores) edge3_ethernet's edge1 devices were ready to run
 but not running 136-190 ms of each 163-271 ms MobileNetV2 inference, with their quotas hardly
-ever spent; at the largest weight the same deployment took 36-44 ms. The quotas keep the
-devices to their shares, so the machine's other work still gets every CPU time they leave.
-Within a board, each device's weight follows its share (two devices ready at once progress
-at the pace of their shares until one's quota is spent).
+ever spent; at the largest weight the same deployment took 36-44 ms. Under quotas the machine's
+other work gets every CPU time the devices leave; under co-runners it gets a board's CPUs only
+when nothing runs on the board.
 
 An OOM kill inside a device's cgroup increments ``oom_kill`` in its ``memory.oom_control``:
 :func:`oom_kills` reads it, so a run can tell which device ran out of its cap.
@@ -38,16 +59,36 @@ import contextlib
 import errno
 import os
 import signal
+import subprocess
+import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from dse.cluster.names import CGROUP_ROOT, CONTROLLERS, Names
-from dse.cluster.spec import ClusterSpec, cpu_list
+from dse.cluster.spec import SHARE_SLACK, ClusterSpec, cpu_list
 from dse.errors import DseError
 
 MB = 1 << 20
 #: The cluster's CPU weight against the machine's other work: the kernel's largest.
 TOP_SHARES = 262144
+#: A device's co-runners' cgroup (inside the device's), and its weight: the kernel's least.
+CORUNNER = "corunner"
+CORUNNER_SHARES = 2
+#: The hierarchies a co-runner joins (its memory stays where it started: outside the caps).
+CORUNNER_CONTROLLERS = ("cpu", "cpuset")
+#: A co-runner (``python -S -c CORUNNER_PROGRAM PARENT GROUP...``): it joins the cgroup
+#: directories given, then spins, yielding, until the process that started it is gone. (It
+#: yields: a CPU that spins without yielding holds back the network's receive work there.)
+CORUNNER_PROGRAM = (
+    "import os, sys\n"
+    "parent = int(sys.argv[1])\n"
+    "for group in sys.argv[2:]:\n"
+    '    with open(group + "/cgroup.procs", "w") as f:\n'
+    "        f.write(str(os.getpid()))\n"
+    "while os.getppid() == parent:\n"
+    "    os.sched_yield()\n"
+)
 
 
 def _write(path: Path, value: str) -> None:
@@ -80,11 +121,15 @@ def build(spec: ClusterSpec, names: Names) -> None:
     _write(names.cgroup("cpu") / "cpu.shares", str(TOP_SHARES))
     _write(names.cgroup("cpuset") / "cpuset.cpus", cpu_list(every_cpu))
     _write(names.cgroup("cpuset") / "cpuset.mems", mems)
+    corunning = spec.cpu_share == "corunner"
     for board in spec.boards:
         for controller in CONTROLLERS:
             make_group(controller, names.cgroup(controller, board.name))
         _write(names.cgroup("cpuset", board.name) / "cpuset.cpus", cpu_list(board.cpus))
         _write(names.cgroup("cpuset", board.name) / "cpuset.mems", mems)
+        if corunning:  # boards sharing a CPU divide it by their devices' shares
+            total = sum(d.share for d in spec.devices_of(board.name))
+            _write(names.cgroup("cpu", board.name) / "cpu.shares", str(device_shares(total)))
         for d in spec.devices_of(board.name):
             for controller in CONTROLLERS:
                 make_group(controller, names.cgroup(controller, board.name, d.name))
@@ -92,8 +137,9 @@ def build(spec: ClusterSpec, names: Names) -> None:
             _write(cpuset / "cpuset.cpus", cpu_list(board.cpus))
             _write(cpuset / "cpuset.mems", mems)
             cpu = names.cgroup("cpu", board.name, d.name)
-            _write(cpu / "cpu.cfs_period_us", str(spec.cfs_period_us))
-            _write(cpu / "cpu.cfs_quota_us", str(spec.quota_us(d)))
+            if not corunning:
+                _write(cpu / "cpu.cfs_period_us", str(spec.cfs_period_us))
+                _write(cpu / "cpu.cfs_quota_us", str(spec.quota_us(d)))
             _write(cpu / "cpu.shares", str(device_shares(d.share)))
             memory = names.cgroup("memory", board.name, d.name)
             cap = str(int(d.memory_mb * MB))
@@ -102,6 +148,88 @@ def build(spec: ClusterSpec, names: Names) -> None:
             if memsw.is_file():  # with swap accounting: no swapping past the cap either
                 with contextlib.suppress(OSError):
                     memsw.write_text(cap)
+    for board in spec.boards:
+        for group in corunner_groups(spec, board.name):
+            for controller in CORUNNER_CONTROLLERS:
+                make_group(controller, names.cgroup(controller, *group.parts))
+            _write(names.cgroup("cpu", *group.parts) / "cpu.shares", str(group.weight))
+            _write(names.cgroup("cpuset", *group.parts) / "cpuset.cpus", cpu_list(group.cpus))
+            _write(names.cgroup("cpuset", *group.parts) / "cpuset.mems", mems)
+
+
+def rest_group(cpu: int) -> str:
+    """The top-level cgroup of CPU ``cpu``'s unused share (not a board's name: those have no
+    '_')."""
+    return f"rest_cpu{cpu}"
+
+
+def cpu_use(spec: ClusterSpec) -> dict[int, float]:
+    """Per CPU of the cluster, the shares its devices (of every board holding it) ask for."""
+    use: dict[int, float] = {}
+    for b in spec.boards:
+        for c in b.cpus:
+            use[c] = use.get(c, 0.0) + sum(d.share for d in spec.devices_of(b.name))
+    return use
+
+
+@dataclass(frozen=True)
+class CoGroup:
+    """A cgroup of co-runners: its path parts under the cluster's top, CPU weight and CPUs,
+    and how many co-runners it gets (one per CPU)."""
+
+    parts: tuple[str, ...]
+    weight: int
+    cpus: tuple[int, ...]
+
+
+def corunner_groups(spec: ClusterSpec, board: str) -> list[CoGroup]:
+    """Under ``cpu_share`` corunner, where co-runners keep the board's CPUs busy while
+    something runs on it: every device of share below 1 (its ``corunner`` cgroup, on the
+    board's CPUs) and the rest group of each of the board's CPUs whose devices ask for less
+    than all of it."""
+    if spec.cpu_share != "corunner":
+        return []
+    b = spec.board(board)
+    found = [
+        CoGroup((board, d.name, CORUNNER), CORUNNER_SHARES, b.cpus)
+        for d in spec.devices_of(board)
+        if d.share < 1.0 - SHARE_SLACK
+    ]
+    use = cpu_use(spec)
+    found += [
+        CoGroup((rest_group(c),), device_shares(1.0 - use[c]), (c,))
+        for c in b.cpus
+        if use[c] < 1.0 - SHARE_SLACK
+    ]
+    return found
+
+
+def corunner_dirs(names: Names, parts: tuple[str, ...]) -> list[str]:
+    """The cgroup directories a co-runner of the group ``parts`` joins, in order."""
+    return [str(names.cgroup(c, *parts)) for c in CORUNNER_CONTROLLERS]
+
+
+def start_corunners(
+    spec: ClusterSpec, names: Names, board: str, timeout_s: float = 10.0
+) -> list[subprocess.Popen]:
+    """Start the board's co-runners as children of this process (they end when it does; the
+    caller may stop them sooner); return once each has joined its cgroups."""
+    procs = []
+    for group in corunner_groups(spec, board):
+        argv = [sys.executable, "-S", "-c", CORUNNER_PROGRAM, str(os.getpid())]
+        argv += corunner_dirs(names, group.parts)
+        for _ in group.cpus:
+            quiet = subprocess.DEVNULL
+            procs.append(subprocess.Popen(argv, stdin=quiet, stdout=quiet, stderr=quiet))
+    last = [Path(corunner_dirs(names, g.parts)[-1]) for g in corunner_groups(spec, board)]
+    deadline = time.monotonic() + timeout_s
+    while not {p.pid for p in procs} <= {pid for g in last for pid in tasks(g)}:
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            for p in procs:
+                p.kill()
+            raise DseError(f"the co-runners of board {board} did not join their cgroups")
+        time.sleep(0.005)
+    return procs
 
 
 def device_shares(share: float) -> int:

@@ -3,16 +3,18 @@
 ``up`` writes two small shell scripts per cluster into ``/run/dse-cluster/<cluster>/``:
 
 ``launcher BOARD COMMAND...``
-    what ``ssh BOARD COMMAND...`` is to a real board, for Open MPI's ``plm_ssh_agent``: joins
+    what ``ssh BOARD COMMAND...`` is to a real board, for Open MPI's ``plm_ssh_agent``: starts
+    the board's co-runners (:func:`dse.cluster.cpu.corunner_groups`; they end with it), joins
     the board's cgroups, enters its network namespace and a new UTS namespace named after the
     board (ranks of boards that share a host name hang after connecting), and runs COMMAND with
     ``sh -c``, as sshd would. Leading ``-options`` (ssh's) are skipped. Open MPI's daemon of the
     board stays a child of it, in mpiexec's session: killing the session kills the daemon.
 ``launcher --in BOARD[/DEVICE] PROGRAM...``
-    runs PROGRAM on a board, in the board's or a device's cgroups.
+    runs PROGRAM on a board, in the board's or a device's cgroups (with the board's
+    co-runners, as above).
 ``rank BOARD/DEVICE,BOARD/DEVICE,... PROGRAM...``
     put before each rank's program: the rank (``OMPI_COMM_WORLD_RANK``) joins the cgroups of
-    the device at its place in the list (its CPU quota and memory cap), then execs PROGRAM. (A
+    the device at its place in the list (its CPU share and memory cap), then execs PROGRAM. (A
     file of its own: mpiexec mistakes a program whose path equals its ssh agent's for the
     agent's argument and takes the rest of its own command line for the program's.)
 
@@ -22,10 +24,14 @@ through ``rank``, and sh starts in a millisecond.
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
 
+from dse.cluster.cpu import CORUNNER_PROGRAM, corunner_dirs, corunner_groups
 from dse.cluster.names import CGROUP_ROOT, CONTROLLERS, PREFIX, Names
 from dse.cluster.net import NETNS_DIR
+from dse.cluster.spec import ClusterSpec
 
 LAUNCHER = "launcher"
 RANK = "rank"
@@ -54,6 +60,7 @@ if [ "${1:-}" = --in ]; then
   target=$2; shift 2
   b=${target%%/*}
   board "$b"
+  corun "$b"
   join "$target"
   exec nsenter --net="$NETNS.$b" unshare --uts \
     sh -c 'printf %s "$0" > /proc/sys/kernel/hostname && exec "$@"' "$b" "$@"
@@ -62,6 +69,7 @@ while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do shift; done
 [ $# -ge 2 ] || { say "usage: launcher BOARD COMMAND..."; exit 2; }
 b=$1; shift
 board "$b"
+corun "$b"
 join "$b"
 exec nsenter --net="$NETNS.$b" unshare --uts \
   sh -c 'printf %s "$0" > /proc/sys/kernel/hostname && exec sh -c "$1"' "$b" "$*"
@@ -80,10 +88,29 @@ exec "$@"
 """
 
 
-def script(names: Names, which: str) -> str:
+def corun_function(spec: ClusterSpec, names: Names) -> str:
+    """The launcher's ``corun BOARD``: start the board's co-runners, children of the script's
+    process (which execs into the command it runs: they poll it and end with it)."""
+    lines = [f"PY={shlex.quote(sys.executable)}", f"CORUN={shlex.quote(CORUNNER_PROGRAM)}"]
+    lines += ["corun() {", '  case "$1" in']
+    for b in spec.boards:
+        starts = []
+        for group in corunner_groups(spec, b.name):
+            dirs = " ".join(shlex.quote(d) for d in corunner_dirs(names, group.parts))
+            line = f'"$PY" -S -c "$CORUN" "$$" {dirs} </dev/null >/dev/null 2>&1 &'
+            starts += [f"      {line}"] * len(group.cpus)
+        if starts:
+            lines += [f"    {b.name})", *starts, "      ;;"]
+    lines += ["  esac", "}", ""]
+    return "\n".join(lines)
+
+
+def script(names: Names, which: str, spec: ClusterSpec) -> str:
     """The ``launcher`` or ``rank`` script of the cluster ``names.cluster`` (its name is
     letters, digits, _ and -: safe inside the script's quotes)."""
     body = LAUNCHER_BODY if which == LAUNCHER else RANK_BODY
+    if which == LAUNCHER:
+        body = corun_function(spec, names) + body
     values = {
         "@WHAT@": f"The {which} script",
         "@CLUSTER@": names.cluster,
@@ -102,12 +129,12 @@ def path(names: Names, which: str = LAUNCHER) -> Path:
     return names.state_dir / which
 
 
-def write(names: Names) -> None:
+def write(names: Names, spec: ClusterSpec) -> None:
     """Write the cluster's launcher and rank scripts into its state directory."""
     names.state_dir.mkdir(parents=True, exist_ok=True)
     for which in (LAUNCHER, RANK):
         p = path(names, which)
         tmp = p.with_suffix(".tmp")
-        tmp.write_text(script(names, which))
+        tmp.write_text(script(names, which, spec))
         tmp.chmod(0o755)
         tmp.replace(p)

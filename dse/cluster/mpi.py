@@ -12,7 +12,7 @@ nothing else:
 * :func:`write_mpi_files`: the hostfile and rankfile name the boards; a rank's slot is its
   board's CPUs as the board sees them (numbered from 0, as on a real board of that many cores);
 * :func:`rank_prefix`: put before the program, it moves each rank into its device's cgroups
-  (CPU quota and memory cap) before the program starts.
+  (CPU share and memory cap) before the program starts.
 
 Ranks of one board talk through shared memory, ranks of two boards through TCP over the
 shaped links: Open MPI decides that from the host names, which the launcher makes differ.
@@ -35,7 +35,7 @@ ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"
 YIELD_ENV = {"OMPI_MCA_mpi_yield_when_idle": "1"}
 #: A rank that waits polls for 50 us, then sleeps between polls (:mod:`dse.runtime.waits`): a
 #: device is a CPU share and a board's devices share its CPUs, so a rank spinning while it
-#: waits burns its device's quota and holds the core its board's other device needs. On
+#: waits burns its device's share and holds the core its board's other device needs. On
 #: edge3_ethernet's MobileNetV2 mapping over all three devices (a loaded machine) edge1_cpu0
 #: spent 20-36 ms of CPU per inference spinning and 13-15 ms polling then sleeping, and the
 #: latency's median over 3 interleaved rounds was 40.4 ms against 34.3 ms. Set
@@ -64,7 +64,7 @@ class MpiFiles:
 
     def args(self) -> list[str]:
         """mpiexec's ``--hostfile`` and ``--map-by`` for these files (ranks of a board may share
-        its CPUs, each under its own quota: oversubscribing a slot is allowed)."""
+        its CPUs, each at its own share: oversubscribing a slot is allowed)."""
         return [
             "--hostfile",
             str(self.hostfile),
@@ -99,7 +99,7 @@ def _write(state: State, boards: Sequence[str], directory: Path) -> MpiFiles:
 
 def board_slot(state: State, board: str) -> str:
     """The cores a rank of ``board`` is bound to, as the board numbers them: all of its CPUs
-    (its devices share them, each under its own CPU quota)."""
+    (its devices share them, each at its own CPU share)."""
     n = len(state.spec.board(board).cpus)
     return "0" if n == 1 else f"0-{n - 1}"
 

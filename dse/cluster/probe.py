@@ -7,25 +7,31 @@ directions at once (on a shared medium they share it). Rank 0 writes the times t
 
 ``python -m dse.cluster.probe compute CLUSTER BOARD DEVICES ROUNDS CHUNK_MS`` (no MPI): a fixed
 compute kernel (single-threaded float32 matrix products) timed in rounds, wall and CPU time; in
-each round the process runs one chunk of it in the board's cgroup (the board's CPUs, no quota)
-and one in each device's (its quota), moving itself between them. The board's chunk, per second
-of CPU it got, is what a whole CPU does; a device's, per second of wall time, what the device
-does. Measured in the same rounds, they see the same moment of a machine whose load changes.
-Prints JSON.
+each round the process runs one chunk of it in the board's cgroup (the board's CPUs, no share)
+and one in each device's (its share), moving itself between them, with the board's co-runners
+running as the launcher starts them (:func:`dse.cluster.cpu.corunner_groups`; stopped for the
+board's chunk). The board's chunk, per second of CPU it got, is what a whole CPU does; a
+device's, per second of wall time, what the device does. Measured in the same rounds, they see
+the same moment of a machine whose load changes. Prints JSON.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from dse.cluster.cpu import join
+from dse.cluster.cpu import join, start_corunners
 from dse.cluster.names import Names
+from dse.cluster.state import load
 
 LATENCY_REPS = 200
 KERNEL_N = 128
@@ -93,8 +99,21 @@ def _chunk(a: Any, b: Any, iterations: int) -> tuple[float, float]:
     return time.perf_counter() - t, time.thread_time() - c
 
 
+@contextlib.contextmanager
+def _paused(procs: list[subprocess.Popen]) -> Iterator[None]:
+    for p in procs:
+        os.kill(p.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for p in procs:
+            os.kill(p.pid, signal.SIGCONT)
+
+
 def compute(cluster: str, board: str, devices: list[str], rounds: int, chunk_ms: float) -> None:
     names = Names(cluster)
+    spec = load(cluster).spec
+    corunners = start_corunners(spec, names, board)
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((KERNEL_N, KERNEL_N), dtype=np.float32) for _ in range(2))
     join(os.getpid(), names, board)
@@ -108,7 +127,8 @@ def compute(cluster: str, board: str, devices: list[str], rounds: int, chunk_ms:
     for _ in range(rounds):
         for target in (board, *devices):
             join(os.getpid(), names, *((board,) if target == board else (board, target)))
-            w, c = _chunk(a, b, iterations)
+            with _paused(corunners) if target == board else contextlib.nullcontext():
+                w, c = _chunk(a, b, iterations)
             wall[target].append(w)
             cpu[target].append(c)
     json.dump({"board": board, "iterations": iterations, "wall_s": wall, "cpu_s": cpu}, sys.stdout)

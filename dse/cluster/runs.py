@@ -55,7 +55,9 @@ def launcher_for(
             return Launcher()
         raise DseError(f"cluster '{name}' is not up: run python -m dse.cluster up {given}")
     state = load(name)
-    expected = parse_spec(platform_cfg, name, state.spec.cfs_period_us)
+    expected = parse_spec(
+        platform_cfg, name, state.spec.cfs_period_us, cpu_share=state.spec.cpu_share
+    )
     if expected != state.spec:
         raise DseError(
             f"cluster '{name}' runs another version of its platform "

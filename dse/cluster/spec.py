@@ -13,10 +13,11 @@ The section (documented in ``conf/platform/edge3_ethernet.yaml``)::
         edge1_cpu0: {share: 0.6}
         edge1_cpu1: {share: 0.4}
 
-A device's memory cap is its platform entry's ``memory_mb``. A device of share ``s`` on a board
-of ``c`` CPUs gets a CFS quota of ``s * c`` CPUs; a CPU's devices (of every board holding it)
-may ask for at most all of it. Everything is checked before anything is built: one clear line
-per problem.
+A device's memory cap is its platform entry's ``memory_mb``. How a device gets its share of
+its board's CPUs is the cluster's ``cpu_share`` (:data:`CPU_SHARES`, see :mod:`dse.cluster.cpu`):
+``quota``, a CFS quota of ``s * c`` CPUs on a board of ``c``; ``corunner``, ``s`` of every CPU
+of its board while anything runs on it. A CPU's devices (of every board holding it) may ask for
+at most all of it. Everything is checked before anything is built: one clear line per problem.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from dse.errors import DseError
 from dse.platform import load_platform, number
 
 NETWORKS = ("switched", "shared")
+#: How a device gets its CPU share (:mod:`dse.cluster.cpu`): co-runner processes, or a CFS quota.
+CPU_SHARES = ("quota", "corunner")
 KEYS = ("network", "rate_mbit", "boards", "devices")
 #: The kernel refuses a CFS quota under 1 ms and a period over 1 s.
 MIN_QUOTA_US = 1000
@@ -63,7 +66,8 @@ class ClusterSpec:
     rate_mbit: float  # switched: the default port rate; shared: the medium's
     boards: tuple[Board, ...]
     devices: tuple[DeviceShare, ...]
-    cfs_period_us: int
+    cfs_period_us: int  # of the quotas (cpu_share quota)
+    cpu_share: str = "quota"  # quota | corunner (CPU_SHARES)
 
     def board(self, name: str) -> Board:
         for b in self.boards:
@@ -79,6 +83,13 @@ class ClusterSpec:
 
     def devices_of(self, board: str) -> list[DeviceShare]:
         return [d for d in self.devices if d.board == board]
+
+    def thread_speed(self, device: DeviceShare) -> float:
+        """What one thread on the device computes against a whole CPU: under co-runners its
+        share of a CPU, under a quota its share of the board's CPUs (at most one)."""
+        if self.cpu_share == "corunner":
+            return device.share
+        return min(1.0, device.share * len(self.board(device.board).cpus))
 
     def quota_us(self, device: DeviceShare) -> int:
         """The device's CFS quota per period, in microseconds."""
@@ -105,6 +116,7 @@ class ClusterSpec:
             ),
             devices=tuple(DeviceShare(**x) for x in d["devices"]),
             cfs_period_us=int(d["cfs_period_us"]),
+            cpu_share=str(d.get("cpu_share", "quota")),  # state written before co-runners
         )
 
 
@@ -248,6 +260,7 @@ def parse_spec(
     name: str | None = None,
     cfs_period_us: int = 10_000,
     available: Sequence[int] | None = None,
+    cpu_share: str = "quota",
 ) -> ClusterSpec:
     """The cluster a platform config (``conf/platform/NAME.yaml`` as a mapping) describes."""
     platform = load_platform(platform_cfg)
@@ -273,6 +286,8 @@ def parse_spec(
     if section.get("rate_mbit") is None:
         raise DseError(f"{where} has no rate_mbit: give the port (or medium) rate in Mbit/s")
     rate = number(section["rate_mbit"], f"{where}.rate_mbit", positive=True)
+    if cpu_share not in CPU_SHARES:
+        raise DseError(f"cpu_share={cpu_share!r} must be quota or corunner")
     lo, hi = PERIOD_RANGE_US
     if not lo <= cfs_period_us <= hi:
         raise DseError(f"cfs_period_us={cfs_period_us} must be from {lo} to {hi} (1 ms to 1 s)")
@@ -288,12 +303,13 @@ def parse_spec(
         boards=boards,
         devices=devices,
         cfs_period_us=int(cfs_period_us),
+        cpu_share=cpu_share,
     )
     for d in spec.devices:
-        if spec.quota_us(d) < MIN_QUOTA_US:
+        if cpu_share == "quota" and spec.quota_us(d) < MIN_QUOTA_US:
             raise DseError(
                 f"{where}.devices.{d.name}: a share of {d.share:g} is a CFS quota of "
                 f"{spec.quota_us(d)} us per {cfs_period_us} us period, under the kernel's 1 ms "
-                "minimum: raise the share or cfs_period_us"
+                "minimum: raise the share or cfs_period_us, or use cpu_share=corunner"
             )
     return spec

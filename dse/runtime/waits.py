@@ -12,8 +12,8 @@ a number of microseconds
     every wait is the non-blocking call (``Iprobe``, ``Irecv``, ``Testall``, ``Ibarrier``,
     ``Iallreduce``) polled for that long, then polled every :data:`SLEEP_S` with the rank
     asleep in between, so a long wait costs (almost) no CPU. On an emulated cluster, where a
-    device is a CPU share (a CFS quota) and two devices of a board share a core, a rank that
-    spins while it waits burns its device's quota and holds the core its board's other
+    device is a CPU share and two devices of a board share a core, a rank that
+    spins while it waits burns its device's share and holds the core its board's other
     device needs: the cluster's launcher sets this (:data:`dse.cluster.mpi.WAIT_ENV`).
 
 Every wait of the runtime's ranks goes through :class:`Waits`, so one setting covers the

@@ -14,6 +14,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -38,6 +40,7 @@ from dse.cluster import (
 )
 from dse.cluster import build as build_module
 from dse.cluster.check import exchange_ok, run_mpi, summarise
+from dse.cluster.cpu import CoGroup, corunner_groups, tasks
 from dse.cluster.names import CGROUP_ROOT, CONTROLLERS, Names
 from dse.cluster.net import bucket
 from dse.cluster.state import State
@@ -99,7 +102,6 @@ def test_spec_defaults_and_per_board_rates() -> None:
         (lambda e: e.update(rate_mbit=0), "rate_mbit must be positive, not 0"),
         (lambda e: e["boards"]["tb1"].update(rate_mbit=0), "tb1.rate_mbit must be positive"),
         (lambda e: e["devices"]["tb1_cpu1"].update(share=0.5), "CPU 1 is oversubscribed"),
-        (lambda e: e["devices"]["tb1_cpu1"].update(share=0.05), "under the kernel's 1 ms"),
         (lambda e: e.update(network="token-ring"), "must be switched or shared"),
         (lambda e: e.update(speed=3), "unknown key 'speed'"),
         (lambda e: e["boards"]["tb0"].update(cpus="0"), "must be a list of CPU numbers"),
@@ -113,6 +115,43 @@ def test_bad_emulation_is_one_line(edit, needle: str) -> None:
         parse_spec(cfg, available=[0, 1])
     assert needle in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_a_quota_under_the_kernels_minimum_is_one_line() -> None:
+    cfg = make_platform()
+    cfg["emulation"]["devices"]["tb1_cpu1"]["share"] = 0.05  # 0.5 ms of every 10 ms
+    with pytest.raises(DseError, match=r"under the kernel's 1 ms minimum.*cpu_share=corunner$"):
+        parse_spec(cfg, available=[0, 1])  # quotas, the default
+    spec = parse_spec(cfg, available=[0, 1], cpu_share="corunner")
+    assert spec.device("tb1_cpu1").share == 0.05
+    with pytest.raises(DseError, match="cpu_share='nice' must be quota or corunner"):
+        parse_spec(cfg, available=[0, 1], cpu_share="nice")
+
+
+def test_corunner_groups_fill_each_cpu_to_its_devices_shares() -> None:
+    """Co-runners keep every device of a share below 1 ready to run (on its board's CPUs, at
+    the least weight) and take each CPU's unused share (at that share's weight); a whole-CPU
+    device needs none, and quotas none at all."""
+    spec = parse_spec(make_platform(), name="x", available=[0, 1], cpu_share="corunner")
+    assert corunner_groups(spec, "tb0") == []
+    assert corunner_groups(spec, "tb1") == [
+        CoGroup(("tb1", "tb1_cpu0", "corunner"), 2, (1,)),
+        CoGroup(("tb1", "tb1_cpu1", "corunner"), 2, (1,)),
+    ]
+    assert corunner_groups(replace(spec, cpu_share="quota"), "tb1") == []
+    half = make_platform()  # tb1 uses 0.3 + 0.2 of CPU 1: the rest, 0.5, is 512 of 1024
+    half["emulation"]["devices"].update(tb1_cpu0={"share": 0.3}, tb1_cpu1={"share": 0.2})
+    half["emulation"]["boards"]["tb1"]["cpus"] = [1, 2]
+    spec = parse_spec(half, name="x", available=[0, 1, 2], cpu_share="corunner")
+    assert corunner_groups(spec, "tb1") == [
+        CoGroup(("tb1", "tb1_cpu0", "corunner"), 2, (1, 2)),
+        CoGroup(("tb1", "tb1_cpu1", "corunner"), 2, (1, 2)),
+        CoGroup(("rest_cpu1",), 512, (1,)),
+        CoGroup(("rest_cpu2",), 512, (2,)),
+    ]
+    # a thread of a device gets its share of a CPU under co-runners, of the board under quotas
+    assert spec.thread_speed(spec.device("tb1_cpu0")) == 0.3
+    assert replace(spec, cpu_share="quota").thread_speed(spec.device("tb1_cpu0")) == 0.6
 
 
 def test_bad_platform_level_input_is_one_line() -> None:
@@ -291,8 +330,9 @@ def test_the_link_check_starts_mpiexec_again_after_a_startup_failure(tmp_path: P
 
 @pytest.fixture(scope="module")
 def cluster(cluster_names) -> State:
-    """A two-board switched cluster (ports of 200 and 100 Mbit/s), up for the module."""
-    return up(parse_spec(make_platform(), name=cluster_names("main")))
+    """A two-board switched cluster (ports of 200 and 100 Mbit/s), up for the module, its CPU
+    shares by co-runners (the CLI's test below builds one with quotas, the default)."""
+    return up(parse_spec(make_platform(), name=cluster_names("main"), cpu_share="corunner"))
 
 
 def _root_view(name: str) -> dict[str, object]:
@@ -324,15 +364,24 @@ def test_cluster_is_built_as_specified(cluster: State) -> None:
     port0 = subprocess.run(["tc", "-n", names.switch_ns, "qdisc", "show", "dev", "p0"],
                            capture_output=True, text=True).stdout  # fmt: skip
     assert "rate 200Mbit" in port0
-    group = CGROUP_ROOT / "cpu" / f"dse.{cluster.name}" / "tb1" / "tb1_cpu1"
-    assert (group / "cpu.cfs_quota_us").read_text().strip() == "4000"  # 0.4 x 1 CPU x 10 ms
-    assert (group / "cpu.cfs_period_us").read_text().strip() == str(spec.cfs_period_us)
-    # the cluster weighs the most against the machine's other work; a board's devices weigh
-    # as their shares do
     top = CGROUP_ROOT / "cpu" / f"dse.{cluster.name}"
+    group = top / "tb1" / "tb1_cpu1"
+    # co-runners, no quota; the cluster weighs the most against the machine's other work; a
+    # board's devices weigh as their shares do, and so do the boards
+    assert spec.cpu_share == "corunner"
+    assert (group / "cpu.cfs_quota_us").read_text().strip() == "-1"
     assert (top / "cpu.shares").read_text().strip() == "262144"
     assert (group / "cpu.shares").read_text().strip() == str(round(0.4 * 1024))
     assert (top / "tb1" / "tb1_cpu0" / "cpu.shares").read_text().strip() == str(round(0.6 * 1024))
+    assert (top / "tb1" / "cpu.shares").read_text().strip() == "1024"  # 0.6 + 0.4
+    # tb1's devices have co-runner cgroups of the least weight on tb1's CPU; tb0's whole-CPU
+    # device has none, and no CPU has a share left over
+    for d in ("tb1_cpu0", "tb1_cpu1"):
+        assert (top / "tb1" / d / "corunner" / "cpu.shares").read_text().strip() == "2"
+        cpuset = CGROUP_ROOT / "cpuset" / f"dse.{cluster.name}" / "tb1" / d / "corunner"
+        assert (cpuset / "cpuset.cpus").read_text().strip() == "1"
+    assert not (top / "tb0" / "tb0_cpu" / "corunner").exists()
+    assert not list(top.glob("rest_cpu*"))
     mem = CGROUP_ROOT / "memory" / f"dse.{cluster.name}" / "tb0" / "tb0_cpu"
     assert int((mem / "memory.limit_in_bytes").read_text()) == 300 * 2**20
     assert load(cluster.name) == cluster
@@ -347,9 +396,10 @@ def test_self_check_passes(cluster: State) -> None:
     assert 90.0 <= row["best_mbit"] <= 110.0
     assert row["exchange_best_mbit"] > 110.0  # both directions at once: two ports' worth
     got = {d["device"]: d["cpu_got"] for d in result["devices"]}
-    # a quota lets a device run at most its share of the time, whatever else runs (give or
-    # take the kernel's accounting, a 4 ms tick here); its speed depends on the machine's load
+    # the board's co-runners let a device run at most its share of the time, whatever else
+    # runs (give or take a 4 ms scheduler tick); its speed depends on the machine's load
     assert got["tb1_cpu0"] <= 0.6 + 0.1 and got["tb1_cpu1"] <= 0.4 + 0.1
+    assert [d["expected"] for d in result["devices"]] == [1.0, 0.6, 0.4]
 
 
 PROGRAM = textwrap.dedent(
@@ -466,6 +516,50 @@ def test_stop_processes_and_cut_links(cluster: State) -> None:
     assert reach() == "refused"
 
 
+def test_a_boards_corunners_live_as_long_as_what_the_launcher_started(cluster: State) -> None:
+    """While the launcher's process runs on tb1, each of tb1's devices has one co-runner in its
+    corunner cgroup (and the device's own cgroup holds only what was started in it); they end
+    with that process, however it ends."""
+    top = CGROUP_ROOT / "cpu" / f"dse.{cluster.name}" / "tb1"
+    groups = [top / d / "corunner" for d in ("tb1_cpu0", "tb1_cpu1")]
+
+    def corunners() -> list[list[int]]:
+        return [tasks(g) for g in groups]
+
+    def settle(want: int) -> list[list[int]]:
+        deadline = time.monotonic() + 10
+        while any(len(t) != want for t in corunners()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return corunners()
+
+    assert corunners() == [[], []]
+    for stop in ("exit", "kill"):
+        proc = subprocess.Popen([str(cluster.launcher), "--in", "tb1/tb1_cpu0", "sleep", "300"])
+        try:
+            wait_on_board(cluster, proc, "tb1")
+            running = settle(1)
+            assert [len(t) for t in running] == [1, 1]
+            assert tasks(top / "tb1_cpu0") == [proc.pid]  # the co-runners are not the device's
+            if stop == "exit":
+                os.kill(proc.pid, 15)
+            else:
+                os.kill(proc.pid, 9)
+            proc.wait(timeout=10)
+            assert settle(0) == [[], []]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    # a board whose only device has a whole CPU gets none
+    proc = subprocess.Popen([str(cluster.launcher), "--in", "tb0", "sleep", "300"])
+    try:
+        wait_on_board(cluster, proc, "tb0")
+        assert corunners() == [[], []]
+        assert not list((CGROUP_ROOT / "cpu" / f"dse.{cluster.name}" / "tb0").rglob("corunner"))
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_down_leaves_nothing_and_other_clusters_alone(cluster_names) -> None:
     hosts_before = Path("/etc/hosts").read_bytes()
     spec = parse_spec(make_platform(network="shared"), name=cluster_names("down"))
@@ -520,6 +614,12 @@ def test_cli_up_status_down_on_a_shared_medium(cluster_names) -> None:
     quick = ["check_mb=1", "check_reps=3", "check_rounds=2", "check_chunk_ms=20"]
     proc = run_module("dse.cluster", "up", "platform=edge3_wifi", f"name={name}", *quick)
     assert proc.returncode == 0, proc.stderr
+    assert "CPU shares by CFS quotas of period 10 ms" in proc.stdout.splitlines()[0]
+    # the default: a CFS quota per device (0.4 x 1 CPU x 10 ms), no co-runners
+    group = CGROUP_ROOT / "cpu" / f"dse.{name}" / "edge1" / "edge1_cpu1"
+    assert (group / "cpu.cfs_quota_us").read_text().strip() == "4000"
+    assert (group / "cpu.cfs_period_us").read_text().strip() == "10000"
+    assert not (group / "corunner").exists()
     (pair,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("  edge0 <-> edge1")]
     assert pair.split()[3:5] == ["100", "Mbit/s"]  # configured: the medium's rate
     assert "every link within its tolerance" in proc.stdout
