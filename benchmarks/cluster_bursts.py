@@ -27,21 +27,16 @@ import sys
 import time
 
 import numpy as np
+from cluster_cpu import SHARES, spec_for  # this script's neighbour: the same two devices
 
 from dse.cluster import cpu, system
 from dse.cluster.names import Names
-from dse.cluster.spec import Board, ClusterSpec, DeviceShare
+from dse.cluster.spec import ClusterSpec
 
-SHARES = {"dev60": 0.6, "dev40": 0.4}
 BURSTS_MS = (1, 2, 4, 8, 16, 32, 64)
 MECHANISMS = ("corunner", "quota")
 N = 64
-
-
-def spec_for(cluster: str, cpu_id: int, mechanism: str) -> ClusterSpec:
-    devices = tuple(DeviceShare(n, "board", s, 1024.0) for n, s in SHARES.items())
-    return ClusterSpec(cluster, "bench", "switched", 1000.0, (Board("board", (cpu_id,), 1000.0),),
-                       devices, 10_000, cpu_share=mechanism)  # fmt: skip
+PERIOD_US = 10_000  # the quotas' (the cluster's default)
 
 
 def worker(cluster: str, device: str, gap_ms: float, repeats: int) -> None:
@@ -93,7 +88,7 @@ def main() -> None:
         print(f"warning: load average {os.getloadavg()[0]:.1f}: other processes take CPU time "
               "from the devices", file=sys.stderr)  # fmt: skip
     clusters = {m: f"bench-bursts-{os.getpid()}-{m}" for m in MECHANISMS}
-    specs = {m: spec_for(clusters[m], args.cpu, m) for m in MECHANISMS}
+    specs = {m: spec_for(clusters[m], args.cpu, PERIOD_US, m) for m in MECHANISMS}
     speeds: dict[tuple[str, str, str], list[float]] = {}
     try:
         for m in MECHANISMS:

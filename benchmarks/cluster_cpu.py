@@ -57,10 +57,11 @@ def worker(cluster: str, group: str, iterations: int, count: int) -> None:
     print(json.dumps([kernel(iterations) for _ in range(count)]))
 
 
-def spec_for(cluster: str, cpu_id: int, period_us: int) -> ClusterSpec:
+def spec_for(cluster: str, cpu_id: int, period_us: int, cpu_share: str = "quota") -> ClusterSpec:
+    """Two devices of SHARES on one board of CPU ``cpu_id`` (cluster_bursts.py too)."""
     devices = tuple(DeviceShare(n, "board", s, 1024.0) for n, s in SHARES.items())
     return ClusterSpec(cluster, "bench", "switched", 1000.0, (Board("board", (cpu_id,), 1000.0),),
-                       devices, period_us, cpu_share="quota")  # fmt: skip
+                       devices, period_us, cpu_share=cpu_share)  # fmt: skip
 
 
 def run_workers(cluster: str, groups: list[str], iterations: int, count: int) -> dict:

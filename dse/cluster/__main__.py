@@ -22,7 +22,7 @@ from dse.cli import fail, guarded, output_format, run
 from dse.cluster.build import clusters, down, leftovers, up
 from dse.cluster.check import CheckSettings, check, format_check
 from dse.cluster.net import namespaces
-from dse.cluster.spec import ClusterSpec, parse_spec
+from dse.cluster.spec import ClusterSpec, describe_shares, parse_spec
 from dse.cluster.state import State, load, load_check, save_check
 from dse.config import ClusterConfig
 from dse.errors import DseError
@@ -48,11 +48,7 @@ def cluster_name(cfg: DictConfig) -> str | None:
 def describe(state: State) -> str:
     spec: ClusterSpec = state.spec
     port = "ports" if spec.network == "switched" else "one shared medium"
-    shares = (
-        "CPU shares by co-runners"
-        if spec.cpu_share == "corunner"
-        else f"CPU shares by CFS quotas of period {spec.cfs_period_us / 1000:g} ms"
-    )
+    shares = describe_shares(spec.cpu_share, spec.cfs_period_us)
     lines = [
         f"cluster {spec.name} is up: {len(spec.boards)} boards on {state.subnet} ({spec.network}, "
         f"{port} of {spec.rate_mbit:g} Mbit/s; {shares}), launcher {state.launcher}"

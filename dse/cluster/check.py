@@ -42,7 +42,7 @@ from typing import Any
 
 from dse.cluster import system
 from dse.cluster.mpi import board_files, mpiexec_options
-from dse.cluster.spec import ClusterSpec, DeviceShare, cpu_list
+from dse.cluster.spec import ClusterSpec, DeviceShare, cpu_list, describe_shares
 from dse.cluster.state import State
 from dse.errors import DseError
 from dse.runtime.launch import session_processes, started_again, startup_failure
@@ -304,11 +304,7 @@ def _table(rows: list[list[str]]) -> list[str]:
 def format_check(result: dict[str, Any]) -> str:
     """The self-check as two tables (links, devices) and its verdict."""
     s = result["settings"]
-    shares = (
-        f"CFS quotas of period {result['cfs_period_us'] / 1000:g} ms"
-        if result.get("cpu_share", "quota") == "quota"
-        else "CPU shares by co-runners"
-    )
+    shares = describe_shares(result.get("cpu_share", "quota"), result["cfs_period_us"])
     lines = [
         f"cluster {result['cluster']} (platform {result['platform']}): {result['network']} "
         f"network, subnet {result['subnet']}, {shares}, checked {result['when']}",

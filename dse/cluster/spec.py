@@ -120,6 +120,13 @@ class ClusterSpec:
         )
 
 
+def describe_shares(cpu_share: str, cfs_period_us: int) -> str:
+    """How a cluster's devices get their CPU shares, in words (``up``'s and the check's)."""
+    if cpu_share == "corunner":
+        return "CPU shares by co-runners"
+    return f"CPU shares by CFS quotas of period {cfs_period_us / 1000:g} ms"
+
+
 def machine_cpus() -> tuple[int, ...]:
     """The CPUs a cluster may use: those of the root cpuset (else every CPU this process may
     run on)."""
