@@ -215,13 +215,14 @@ def start_corunners(
     """Start the board's co-runners as children of this process (they end when it does; the
     caller may stop them sooner); return once each has joined its cgroups."""
     procs = []
-    for group in corunner_groups(spec, board):
+    groups = corunner_groups(spec, board)
+    for group in groups:
         argv = [sys.executable, "-S", "-c", CORUNNER_PROGRAM, str(os.getpid())]
         argv += corunner_dirs(names, group.parts)
         for _ in group.cpus:
             quiet = subprocess.DEVNULL
             procs.append(subprocess.Popen(argv, stdin=quiet, stdout=quiet, stderr=quiet))
-    last = [Path(corunner_dirs(names, g.parts)[-1]) for g in corunner_groups(spec, board)]
+    last = [Path(corunner_dirs(names, g.parts)[-1]) for g in groups]
     deadline = time.monotonic() + timeout_s
     while not {p.pid for p in procs} <= {pid for g in last for pid in tasks(g)}:
         if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
