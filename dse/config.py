@@ -307,12 +307,12 @@ class ClusterConfig:
     platform: Any = None
     name: str | None = None  # the cluster's name; null: the platform's
     check: bool = True  # after up: measure every link and device against the platform
-    # how a device gets its CPU share (dse/cluster/cpu.py): quota, a CFS quota per period, under
-    # which a device that computes in bursts shorter than its quota runs at a whole CPU's speed;
-    # corunner, co-runner processes share each CPU with the device while something runs on its
-    # board, so it computes at its share from its first scheduler tick, but a waiting device
-    # may wait a time slice more to run (docs/results/cluster.md compares them)
-    cpu_share: str = "quota"
+    # how a device gets its CPU share (dse/cluster/cpu.py): corunner, co-runner processes share
+    # each CPU with the device while something runs on its board, so it computes at its share
+    # from its first scheduler tick, but a waiting device may wait a time slice more to run;
+    # quota, a CFS quota per period, under which a device that computes in bursts shorter than
+    # its quota runs at a whole CPU's speed (docs/results/cluster.md compares them)
+    cpu_share: str = "corunner"
     # CFS period of the devices' CPU quotas, cpu_share=quota only (benchmarks/cluster_cpu.py):
     # at 10 ms a 35 ms inference took its share's time within 3 %, alone and beside the other
     # device of its CPU; 2.5-5 ms ran up to 76 % slower (the kernel enforces quotas at its 4 ms
@@ -328,8 +328,8 @@ class ClusterConfig:
     def __post_init__(self) -> None:
         if self.check_mb <= 0 or self.check_reps < 1 or self.check_rounds < 1:
             raise DseError("cluster: check_mb must be positive, check_reps and check_rounds >= 1")
-        if self.cpu_share not in ("quota", "corunner"):
-            raise DseError(f"cluster: cpu_share={self.cpu_share!r} must be quota or corunner")
+        if self.cpu_share not in ("corunner", "quota"):
+            raise DseError(f"cluster: cpu_share={self.cpu_share!r} must be corunner or quota")
         if not self.check_chunk_ms > 0 or not 0 < self.tolerance < 1:
             raise DseError("cluster: check_chunk_ms must be positive and tolerance in (0, 1)")
 

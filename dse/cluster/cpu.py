@@ -15,15 +15,7 @@ the board look like a machine of that many cores: Open MPI numbers them from 0 (
 
 How a device gets its share ``s`` of its board's CPUs is the cluster's ``cpu_share``:
 
-``quota`` (the default)
-    A CFS quota of ``s`` times the board's CPUs per period (``cfs_period_us``). A device runs at
-    full speed until its quota for the period is spent, then waits: a burst of work shorter
-    than its quota after a wait (a rank that waited for its inputs) runs at a whole CPU's
-    speed. ``benchmarks/cluster_cpu.py`` measures quotas per period: at the default 10 ms a
-    35 ms inference took its share's time within 3 %; shorter periods ran slower than the
-    share (the kernel enforces a quota at its 4 ms tick), longer ones paused inferences for
-    longer. The kernel refuses quotas under 1 ms.
-``corunner``
+``corunner`` (the default)
     While anything runs on a board (what the launcher starts: Open MPI's daemon, a profile;
     and the self-check's probe), every device of share below 1 has co-runners, one per CPU of
     its board: processes that spin, yielding, in the device's ``corunner`` cgroup, whose weight
@@ -33,12 +25,24 @@ How a device gets its share ``s`` of its board's CPUs is the cluster's ``cpu_sha
     and a CPU's unused share goes to its ``rest_cpu<N>`` group. A device that computes gets
     ``s`` of each CPU from its first scheduler tick (4 ms here) on, however long it waited
     before, as a slower processor would; but a device that wakes (a message came) may wait for
-    the other devices' time slice before it runs, where a real board answers at once. The
-    co-runners leave with the process that started them: they poll their parent.
+    the other devices' time slice before it runs (the launcher runs ranks under
+    ``SCHED_BATCH``, which does not preempt: :mod:`dse.cluster.launcher`), where a real board
+    answers at once. The co-runners leave with the process that started them: they poll their
+    parent.
+``quota``
+    A CFS quota of ``s`` times the board's CPUs per period (``cfs_period_us``). A device runs at
+    full speed until its quota for the period is spent, then waits: a burst of work shorter
+    than its quota after a wait (a rank that waited for its inputs) runs at a whole CPU's
+    speed. ``benchmarks/cluster_cpu.py`` measures quotas per period: at the default 10 ms a
+    35 ms inference took its share's time within 3 %; shorter periods ran slower than the
+    share (the kernel enforces a quota at its 4 ms tick), longer ones paused inferences for
+    longer. The kernel refuses quotas under 1 ms.
 
 ``benchmarks/cluster_bursts.py`` measures both on bursts of work after a wait, and
-``docs/results/cluster.md`` ("CPU shares by co-runners") compares the model's fidelity under
-each on edge3_ethernet.
+``docs/results/cluster.md`` ("CPU shares by co-runners", "Waiting ranks that do not preempt")
+compares the model's fidelity under each on edge3_ethernet: with their ranks under
+``SCHED_BATCH``, co-runners let it predict the latency of three networks of four better, and
+the pipelined period of all four within 10 %.
 
 A device gets its share whatever else the machine runs: the cluster's top cgroup has the
 largest CPU weight the kernel takes (``cpu.shares`` :data:`TOP_SHARES`). With the default
@@ -89,6 +93,15 @@ CORUNNER_PROGRAM = (
     "while os.getppid() == parent:\n"
     "    os.sched_yield()\n"
 )
+
+#: The scheduling policy the launcher gives everything it puts on a board (``chrt``'s flag; None:
+#: the default, SCHED_OTHER), per ``cpu_share``. Under ``SCHED_BATCH`` a process that wakes does
+#: not preempt the one running: a rank that polls for a message (every ~70 us,
+#: :mod:`dse.runtime.waits`) no longer interrupts its board's other device at each poll, and
+#: sees its message a little later (``benchmarks/cluster_neighbour.py``, "CPU shares by
+#: co-runners" in ``docs/results/cluster.md``). It pays under co-runners only: under quotas a
+#: device that waited runs ahead at full speed, and the later wake-ups cost more than they save.
+RANK_POLICY: dict[str, str | None] = {"quota": None, "corunner": "-b"}
 
 
 def _write(path: Path, value: str) -> None:

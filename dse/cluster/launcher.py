@@ -18,6 +18,13 @@
     file of its own: mpiexec mistakes a program whose path equals its ssh agent's for the
     agent's argument and takes the rest of its own command line for the program's.)
 
+Under co-runners, everything the launcher puts on a board runs under ``SCHED_BATCH`` (``chrt
+-b``; Open MPI's daemon, and the ranks it starts, inherit it): a process of that policy that
+wakes does not preempt the one running, it waits for the scheduler's next decision. A rank that
+waits for a message wakes every ~70 us to poll (:mod:`dse.runtime.waits`); under the default
+policy each poll preempted the device beside it on its CPU (:data:`dse.cluster.cpu.RANK_POLICY`
+says why not under quotas). Real boards' devices do not share a core.
+
 Shell scripts, not Python: Open MPI starts the launcher once per board and every rank passes
 through ``rank``, and sh starts in a millisecond.
 """
@@ -28,7 +35,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from dse.cluster.cpu import CORUNNER_PROGRAM, corunner_dirs, corunner_groups
+from dse.cluster.cpu import CORUNNER_PROGRAM, RANK_POLICY, corunner_dirs, corunner_groups
 from dse.cluster.names import CGROUP_ROOT, CONTROLLERS, PREFIX, Names
 from dse.cluster.net import NETNS_DIR
 from dse.cluster.spec import ClusterSpec
@@ -46,7 +53,7 @@ join() {
   for c in @CONTROLLERS@; do
     echo $$ > "@CGROUP_ROOT@/$c/$TOP/$1/cgroup.procs" || { say "cannot join $1"; exit 126; }
   done
-}
+@POLICY@}
 """
 
 LAUNCHER_BODY = r"""
@@ -105,6 +112,16 @@ def corun_function(spec: ClusterSpec, names: Names) -> str:
     return "\n".join(lines)
 
 
+def policy_line(spec: ClusterSpec) -> str:
+    """The line of ``join`` that sets the shell's scheduling policy (:data:`RANK_POLICY`; what
+    it execs keeps it), or nothing."""
+    flag = RANK_POLICY[spec.cpu_share]
+    if flag is None:
+        return ""
+    fail = f'{{ say "cannot set the scheduling policy (chrt {flag})"; exit 126; }}'
+    return f"  chrt {flag} -p 0 $$ >/dev/null || {fail}\n"
+
+
 def script(names: Names, which: str, spec: ClusterSpec) -> str:
     """The ``launcher`` or ``rank`` script of the cluster ``names.cluster`` (its name is
     letters, digits, _ and -: safe inside the script's quotes)."""
@@ -118,6 +135,7 @@ def script(names: Names, which: str, spec: ClusterSpec) -> str:
         "@TOP@": f"{PREFIX}{names.cluster}",
         "@CONTROLLERS@": " ".join(CONTROLLERS),
         "@CGROUP_ROOT@": str(CGROUP_ROOT),
+        "@POLICY@": policy_line(spec),
     }
     text = COMMON + body
     for key, value in values.items():

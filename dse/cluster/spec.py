@@ -15,9 +15,10 @@ The section (documented in ``conf/platform/edge3_ethernet.yaml``)::
 
 A device's memory cap is its platform entry's ``memory_mb``. How a device gets its share of
 its board's CPUs is the cluster's ``cpu_share`` (:data:`CPU_SHARES`, see :mod:`dse.cluster.cpu`):
-``quota``, a CFS quota of ``s * c`` CPUs on a board of ``c``; ``corunner``, ``s`` of every CPU
-of its board while anything runs on it. A CPU's devices (of every board holding it) may ask for
-at most all of it. Everything is checked before anything is built: one clear line per problem.
+``corunner`` (the default), ``s`` of every CPU of its board while anything runs on it;
+``quota``, a CFS quota of ``s * c`` CPUs on a board of ``c``. A CPU's devices (of every board
+holding it) may ask for at most all of it. Everything is checked before anything is built: one
+clear line per problem.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ from dse.errors import DseError
 from dse.platform import load_platform, number
 
 NETWORKS = ("switched", "shared")
-#: How a device gets its CPU share (:mod:`dse.cluster.cpu`): co-runner processes, or a CFS quota.
-CPU_SHARES = ("quota", "corunner")
+#: How a device gets its CPU share (:mod:`dse.cluster.cpu`): co-runner processes (the default),
+#: or a CFS quota.
+CPU_SHARES = ("corunner", "quota")
 KEYS = ("network", "rate_mbit", "boards", "devices")
 #: The kernel refuses a CFS quota under 1 ms and a period over 1 s.
 MIN_QUOTA_US = 1000
@@ -67,7 +69,7 @@ class ClusterSpec:
     boards: tuple[Board, ...]
     devices: tuple[DeviceShare, ...]
     cfs_period_us: int  # of the quotas (cpu_share quota)
-    cpu_share: str = "quota"  # quota | corunner (CPU_SHARES)
+    cpu_share: str = "corunner"  # corunner | quota (CPU_SHARES)
 
     def board(self, name: str) -> Board:
         for b in self.boards:
@@ -267,7 +269,7 @@ def parse_spec(
     name: str | None = None,
     cfs_period_us: int = 10_000,
     available: Sequence[int] | None = None,
-    cpu_share: str = "quota",
+    cpu_share: str = "corunner",
 ) -> ClusterSpec:
     """The cluster a platform config (``conf/platform/NAME.yaml`` as a mapping) describes."""
     platform = load_platform(platform_cfg)
@@ -294,7 +296,7 @@ def parse_spec(
         raise DseError(f"{where} has no rate_mbit: give the port (or medium) rate in Mbit/s")
     rate = number(section["rate_mbit"], f"{where}.rate_mbit", positive=True)
     if cpu_share not in CPU_SHARES:
-        raise DseError(f"cpu_share={cpu_share!r} must be quota or corunner")
+        raise DseError(f"cpu_share={cpu_share!r} must be corunner or quota")
     lo, hi = PERIOD_RANGE_US
     if not lo <= cfs_period_us <= hi:
         raise DseError(f"cfs_period_us={cfs_period_us} must be from {lo} to {hi} (1 ms to 1 s)")

@@ -1,4 +1,4 @@
-"""The kernel's tools a cluster is built with (ip, tc, nsenter, unshare), and what is missing.
+"""The kernel's tools a cluster is built with (ip, tc, nsenter, unshare, chrt), and what is missing.
 
 Every command runs without a shell; a failure is one line naming the command and the kernel's
 answer. :func:`missing` says in one line what this machine lacks for an emulated cluster.
@@ -14,7 +14,7 @@ from pathlib import Path
 from dse.cluster.names import CGROUP_ROOT
 from dse.errors import DseError
 
-TOOLS = ("ip", "tc", "nsenter", "unshare")
+TOOLS = ("ip", "tc", "nsenter", "unshare", "chrt")
 #: A file each cgroup v1 controller has, proving it is mounted where the cluster expects it.
 CGROUP_FILES = {
     "cpu": "cpu.cfs_quota_us",

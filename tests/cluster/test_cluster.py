@@ -121,10 +121,10 @@ def test_a_quota_under_the_kernels_minimum_is_one_line() -> None:
     cfg = make_platform()
     cfg["emulation"]["devices"]["tb1_cpu1"]["share"] = 0.05  # 0.5 ms of every 10 ms
     with pytest.raises(DseError, match=r"under the kernel's 1 ms minimum.*cpu_share=corunner$"):
-        parse_spec(cfg, available=[0, 1])  # quotas, the default
-    spec = parse_spec(cfg, available=[0, 1], cpu_share="corunner")
-    assert spec.device("tb1_cpu1").share == 0.05
-    with pytest.raises(DseError, match="cpu_share='nice' must be quota or corunner"):
+        parse_spec(cfg, available=[0, 1], cpu_share="quota")
+    spec = parse_spec(cfg, available=[0, 1])  # co-runners, the default: no minimum
+    assert spec.cpu_share == "corunner" and spec.device("tb1_cpu1").share == 0.05
+    with pytest.raises(DseError, match="cpu_share='nice' must be corunner or quota"):
         parse_spec(cfg, available=[0, 1], cpu_share="nice")
 
 
@@ -424,7 +424,7 @@ PROGRAM = textwrap.dedent(
     cgroups = [line.split(":")[2] for line in open("/proc/self/cgroup").read().split()
                if line.split(":")[1] in ("cpu", "memory")]
     out = {"rank": rank, "host": socket.gethostname(), "total": total, "echoed": echoed,
-           "cgroups": sorted(set(cgroups))}
+           "cgroups": sorted(set(cgroups)), "policy": os.sched_getscheduler(0)}
     with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as f:
         json.dump(out, f)
     """
@@ -449,6 +449,8 @@ def test_two_ranks_on_two_boards_over_tcp(cluster: State, tmp_path: Path) -> Non
     top = f"/dse.{cluster.name}"
     assert r0["cgroups"] == [f"{top}/tb0/tb0_cpu"]
     assert r1["cgroups"] == [f"{top}/tb1/tb1_cpu1"]
+    # a waking rank does not preempt the device beside it (dse.cluster.launcher)
+    assert r0["policy"] == r1["policy"] == os.SCHED_BATCH
 
 
 GREEDY = textwrap.dedent(
@@ -614,14 +616,21 @@ def test_a_failure_midway_leaves_nothing(cluster_names, monkeypatch: pytest.Monk
 def test_cli_up_status_down_on_a_shared_medium(cluster_names) -> None:
     name = cluster_names("cli")
     quick = ["check_mb=1", "check_reps=3", "check_rounds=2", "check_chunk_ms=20"]
-    proc = run_module("dse.cluster", "up", "platform=edge3_wifi", f"name={name}", *quick)
+    up_quota = ["up", "platform=edge3_wifi", f"name={name}", "cpu_share=quota", *quick]
+    proc = run_module("dse.cluster", *up_quota)
     assert proc.returncode == 0, proc.stderr
     assert "CPU shares by CFS quotas of period 10 ms" in proc.stdout.splitlines()[0]
-    # the default: a CFS quota per device (0.4 x 1 CPU x 10 ms), no co-runners
+    # a CFS quota per device (0.4 x 1 CPU x 10 ms), no co-runners
     group = CGROUP_ROOT / "cpu" / f"dse.{name}" / "edge1" / "edge1_cpu1"
     assert (group / "cpu.cfs_quota_us").read_text().strip() == "4000"
     assert (group / "cpu.cfs_period_us").read_text().strip() == "10000"
     assert not (group / "corunner").exists()
+    # and what runs on a board keeps the default policy (SCHED_BATCH is for co-runners)
+    shared = load(name)
+    policy = "import os; print(os.sched_getscheduler(0))"
+    on_board = [str(shared.launcher), "--in", "edge1/edge1_cpu1", sys.executable, "-c", policy]
+    ran = subprocess.run(on_board, capture_output=True, text=True, timeout=30)
+    assert ran.stdout.strip() == str(os.SCHED_OTHER), ran.stderr
     (pair,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("  edge0 <-> edge1")]
     assert pair.split()[3:5] == ["100", "Mbit/s"]  # configured: the medium's rate
     assert "every link within its tolerance" in proc.stdout
@@ -629,7 +638,6 @@ def test_cli_up_status_down_on_a_shared_medium(cluster_names) -> None:
     assert status.returncode == 0
     checked = proc.stdout[proc.stdout.index(f"cluster {name} (platform") :]
     assert checked in status.stdout  # status reprints the check up made
-    shared = load(name)
     assert shared.spec.network == "shared"
     result = json.loads((shared.names.state_dir / "check.json").read_text())
     (row,) = result["links"]
