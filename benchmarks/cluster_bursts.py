@@ -27,9 +27,9 @@ import sys
 import time
 
 import numpy as np
-from cluster_cpu import SHARES, spec_for  # this script's neighbour: the same two devices
+from cluster_cpu import SHARES, clusters_per_mechanism  # the same two devices
 
-from dse.cluster import cpu, system
+from dse.cluster import cpu
 from dse.cluster.names import Names
 from dse.cluster.spec import ClusterSpec
 
@@ -83,12 +83,7 @@ def main() -> None:
         cluster, device, gap, repeats = args.worker
         worker(cluster, device, float(gap), int(repeats))
         return
-    system.require()
-    if os.getloadavg()[0] > 0.5:
-        print(f"warning: load average {os.getloadavg()[0]:.1f}: other processes take CPU time "
-              "from the devices", file=sys.stderr)  # fmt: skip
-    clusters = {m: f"bench-bursts-{os.getpid()}-{m}" for m in MECHANISMS}
-    specs = {m: spec_for(clusters[m], args.cpu, PERIOD_US, m) for m in MECHANISMS}
+    clusters, specs = clusters_per_mechanism("bursts", args.cpu, PERIOD_US, MECHANISMS)
     speeds: dict[tuple[str, str, str], list[float]] = {}
     try:
         for m in MECHANISMS:

@@ -64,6 +64,19 @@ def spec_for(cluster: str, cpu_id: int, period_us: int, cpu_share: str = "quota"
                        devices, period_us, cpu_share=cpu_share)  # fmt: skip
 
 
+def clusters_per_mechanism(
+    what: str, cpu_id: int, period_us: int, mechanisms: tuple[str, ...]
+) -> tuple[dict[str, str], dict[str, ClusterSpec]]:
+    """For a benchmark of two devices per mechanism (cluster_bursts.py, cluster_neighbour.py):
+    check this machine can, warn of other load, and name and describe one cluster each."""
+    system.require()
+    if os.getloadavg()[0] > 0.5:
+        print(f"warning: load average {os.getloadavg()[0]:.1f}: other processes take CPU time "
+              "from the devices", file=sys.stderr)  # fmt: skip
+    clusters = {m: f"bench-{what}-{os.getpid()}-{m}" for m in mechanisms}
+    return clusters, {m: spec_for(clusters[m], cpu_id, period_us, m) for m in mechanisms}
+
+
 def run_workers(cluster: str, groups: list[str], iterations: int, count: int) -> dict:
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     procs = {

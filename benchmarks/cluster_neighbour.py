@@ -31,9 +31,9 @@ import sys
 import time
 
 import numpy as np
-from cluster_cpu import spec_for  # this script's neighbour: the same two devices
+from cluster_cpu import clusters_per_mechanism  # this script's neighbour: the same devices
 
-from dse.cluster import cpu, system
+from dse.cluster import cpu
 from dse.cluster.mpi import WAIT_US
 from dse.cluster.names import Names
 from dse.runtime.waits import until
@@ -123,12 +123,7 @@ def main() -> None:
     if args.waiter:
         waiter(*args.waiter)
         return
-    system.require()
-    if os.getloadavg()[0] > 0.5:
-        print(f"warning: load average {os.getloadavg()[0]:.1f}: other processes take CPU time "
-              "from the devices", file=sys.stderr)  # fmt: skip
-    clusters = {m: f"bench-neighbour-{os.getpid()}-{m}" for m in MECHANISMS}
-    specs = {m: spec_for(clusters[m], args.cpu, PERIOD_US, m) for m in MECHANISMS}
+    clusters, specs = clusters_per_mechanism("neighbour", args.cpu, PERIOD_US, MECHANISMS)
     bursts: dict[tuple[str, str, str], list] = {}
     delays: dict[tuple[str, str], list[float]] = {}
     try:

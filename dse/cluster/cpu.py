@@ -98,8 +98,8 @@ CORUNNER_PROGRAM = (
 #: the default, SCHED_OTHER), per ``cpu_share``. Under ``SCHED_BATCH`` a process that wakes does
 #: not preempt the one running: a rank that polls for a message (every ~70 us,
 #: :mod:`dse.runtime.waits`) no longer interrupts its board's other device at each poll, and
-#: sees its message a little later (``benchmarks/cluster_neighbour.py``, "CPU shares by
-#: co-runners" in ``docs/results/cluster.md``). It pays under co-runners only: under quotas a
+#: sees its message a little later (``benchmarks/cluster_neighbour.py``, "Waiting ranks that do
+#: not preempt" in ``docs/results/cluster.md``). It pays under co-runners only: under quotas a
 #: device that waited runs ahead at full speed, and the later wake-ups cost more than they save.
 RANK_POLICY: dict[str, str | None] = {"quota": None, "corunner": "-b"}
 
