@@ -79,8 +79,9 @@ TOP_SHARES = 262144
 #: A device's co-runners' cgroup (inside the device's), and its weight: the kernel's least.
 CORUNNER = "corunner"
 CORUNNER_SHARES = 2
-#: The hierarchies a co-runner joins (its memory stays where it started: outside the caps).
-CORUNNER_CONTROLLERS = ("cpu", "cpuset")
+#: The hierarchies a co-runner joins, cpuset first (see :data:`dse.cluster.names.CONTROLLERS`);
+#: its memory stays where it started: outside the caps.
+CORUNNER_CONTROLLERS = ("cpuset", "cpu")
 #: A co-runner (``python -S -c CORUNNER_PROGRAM PARENT GROUP...``): it joins the cgroup
 #: directories given, then spins, yielding, until the process that started it is gone. (It
 #: yields: a CPU that spins without yielding holds back the network's receive work there.)
