@@ -40,9 +40,9 @@ How a device gets its share ``s`` of its board's CPUs is the cluster's ``cpu_sha
 
 ``benchmarks/cluster_bursts.py`` measures both on bursts of work after a wait, and
 ``docs/results/cluster.md`` ("CPU shares by co-runners", "Waiting ranks that do not preempt")
-compares the model's fidelity under each on edge3_ethernet: with their ranks under
-``SCHED_BATCH``, co-runners let it predict the latency of three networks of four better, and
-the pipelined period of all four within 10 %.
+compares the model's fidelity under each on edge3_ethernet. Co-runners are the default because
+they make a device compute at its share from its first tick, as a slower board does; the
+model's figures do not yet decide between the two.
 
 A device gets its share whatever else the machine runs: the cluster's top cgroup has the
 largest CPU weight the kernel takes (``cpu.shares`` :data:`TOP_SHARES`). With the default
