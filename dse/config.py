@@ -299,6 +299,11 @@ class FidelityConfig(BaseConfig):
     out: str | None = None  # default: runs/fidelity/<net>-<platform>-<time>
 
 
+#: How an emulated cluster's devices get their CPU shares (dse/cluster/cpu.py), the default first;
+#: dse.cluster.spec checks a spec's against these too.
+CPU_SHARES = ("corunner", "quota")
+
+
 @dataclass
 class ClusterConfig:
     """python -m dse.cluster up|status|down platform=NAME: an emulated cluster on this machine
@@ -328,8 +333,10 @@ class ClusterConfig:
     def __post_init__(self) -> None:
         if self.check_mb <= 0 or self.check_reps < 1 or self.check_rounds < 1:
             raise DseError("cluster: check_mb must be positive, check_reps and check_rounds >= 1")
-        if self.cpu_share not in ("corunner", "quota"):
-            raise DseError(f"cluster: cpu_share={self.cpu_share!r} must be corunner or quota")
+        if self.cpu_share not in CPU_SHARES:
+            raise DseError(
+                f"cluster: cpu_share={self.cpu_share!r} must be {' or '.join(CPU_SHARES)}"
+            )
         if not self.check_chunk_ms > 0 or not 0 < self.tolerance < 1:
             raise DseError("cluster: check_chunk_ms must be positive and tolerance in (0, 1)")
 

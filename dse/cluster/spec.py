@@ -14,11 +14,11 @@ The section (documented in ``conf/platform/edge3_ethernet.yaml``)::
         edge1_cpu1: {share: 0.4}
 
 A device's memory cap is its platform entry's ``memory_mb``. How a device gets its share of
-its board's CPUs is the cluster's ``cpu_share`` (:data:`CPU_SHARES`, see :mod:`dse.cluster.cpu`):
-``corunner`` (the default), ``s`` of every CPU of its board while anything runs on it;
-``quota``, a CFS quota of ``s * c`` CPUs on a board of ``c``. A CPU's devices (of every board
-holding it) may ask for at most all of it. Everything is checked before anything is built: one
-clear line per problem.
+its board's CPUs is the cluster's ``cpu_share`` (:data:`dse.config.CPU_SHARES`, see
+:mod:`dse.cluster.cpu`): ``corunner`` (the default), ``s`` of every CPU of its board while
+anything runs on it; ``quota``, a CFS quota of ``s * c`` CPUs on a board of ``c``. A CPU's
+devices (of every board holding it) may ask for at most all of it. Everything is checked
+before anything is built: one clear line per problem.
 """
 
 from __future__ import annotations
@@ -30,13 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from dse.cluster.names import MAX_BOARDS, check_board_name, check_cluster_name
+from dse.config import CPU_SHARES
 from dse.errors import DseError
 from dse.platform import load_platform, number
 
 NETWORKS = ("switched", "shared")
-#: How a device gets its CPU share (:mod:`dse.cluster.cpu`): co-runner processes (the default),
-#: or a CFS quota.
-CPU_SHARES = ("corunner", "quota")
 KEYS = ("network", "rate_mbit", "boards", "devices")
 #: The kernel refuses a CFS quota under 1 ms and a period over 1 s.
 MIN_QUOTA_US = 1000
@@ -296,7 +294,7 @@ def parse_spec(
         raise DseError(f"{where} has no rate_mbit: give the port (or medium) rate in Mbit/s")
     rate = number(section["rate_mbit"], f"{where}.rate_mbit", positive=True)
     if cpu_share not in CPU_SHARES:
-        raise DseError(f"cpu_share={cpu_share!r} must be corunner or quota")
+        raise DseError(f"cpu_share={cpu_share!r} must be {' or '.join(CPU_SHARES)}")
     lo, hi = PERIOD_RANGE_US
     if not lo <= cfs_period_us <= hi:
         raise DseError(f"cfs_period_us={cfs_period_us} must be from {lo} to {hi} (1 ms to 1 s)")
