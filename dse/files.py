@@ -15,7 +15,7 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -202,11 +202,15 @@ LOCK = ".dse.lock"
 
 
 @contextmanager
-def owned(directory: Path, what: str = "directory") -> Iterator[None]:
+def owned(
+    directory: Path, what: str = "directory", waiting: Callable[[str], None] | None = None
+) -> Iterator[None]:
     """Own ``directory`` for the block: a second process asking for it is refused in one line
-    naming the owner (pid, host, since, command) while the owner lives. The kernel's lock on
-    :data:`LOCK` (``flock``) ends with the owner, however it ends, so a directory left by a
-    killed process is taken over with no cleanup; the file stays, naming the last owner."""
+    naming the owner (pid, host, since, command) while the owner lives; with ``waiting``, it
+    is told who the owner is (``waiting(who)``, once) and waits for the owner to finish. The
+    kernel's lock on :data:`LOCK` (``flock``) ends with the owner, however it ends, so a
+    directory left by a killed process is taken over with no cleanup; the file stays, naming
+    the last owner."""
     directory = Path(directory)
     path = directory / LOCK
     try:
@@ -218,15 +222,14 @@ def owned(directory: Path, what: str = "directory") -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            owner = os.pread(fd, 4096, 0).decode(errors="replace")
-            try:
-                o = json.loads(owner)
-                who = f"pid {o['pid']} on {o['host']} since {o['since']} ({o['command']})"
-            except (ValueError, KeyError, TypeError):
-                who = "another process"
-            raise DseError(
-                f"{directory} is in use by {who}: wait for it to finish, or choose another {what}"
-            ) from None
+            who = owner(fd)
+            if waiting is None:
+                raise DseError(
+                    f"{directory} is in use by {who}: wait for it to finish, or choose another "
+                    f"{what}"
+                ) from None
+            waiting(who)
+            fcntl.flock(fd, fcntl.LOCK_EX)
         me = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
@@ -238,6 +241,16 @@ def owned(directory: Path, what: str = "directory") -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def owner(fd: int) -> str:
+    """Who owns the lock file open as ``fd``, as :func:`owned` wrote it."""
+    text = os.pread(fd, 4096, 0).decode(errors="replace")
+    try:
+        o = json.loads(text)
+        return f"pid {o['pid']} on {o['host']} since {o['since']} ({o['command']})"
+    except (ValueError, KeyError, TypeError):
+        return "another process"
 
 
 # --- temporary directories and files of a process, even one killed outright ----------------

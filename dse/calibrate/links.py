@@ -124,25 +124,25 @@ def measure_link(
         flags = [*([FEW] if few else []), *([f"{MAX}{max_bytes}"] if max_bytes else [])]
         cmd = launcher.mpiexec_command(2, d, [*program, *flags], placement=ranks)
         env = launcher.environment()
-        finish = launcher.watch(ranks) if launcher.watch is not None else None
-        try:
-            proc = started_again(
-                lambda: subprocess.run(
-                    cmd,
-                    capture_output=True,
-                    text=True,
-                    env=env,
-                    timeout=600,
-                    preexec_fn=die_with_parent(),
-                ),  # fmt: skip
-                process_failed_at_startup,
-            )
-            why = f"{proc.returncode}: " + " | ".join(proc.stderr.strip().splitlines()[-3:])
-        except subprocess.TimeoutExpired:
-            proc, why = None, "timed out after 600 s"
-        if proc is None or proc.returncode != 0 or not out.is_file():
-            result = failed(f"the link benchmark failed under mpiexec ({why})")
-            raise DseError((finish(result) if finish is not None else result)["reason"])
+        with launcher.watched(ranks) as finish:
+            try:
+                proc = started_again(
+                    lambda: subprocess.run(
+                        cmd,
+                        capture_output=True,
+                        text=True,
+                        env=env,
+                        timeout=600,
+                        preexec_fn=die_with_parent(),
+                    ),  # fmt: skip
+                    process_failed_at_startup,
+                )
+                why = f"{proc.returncode}: " + " | ".join(proc.stderr.strip().splitlines()[-3:])
+            except subprocess.TimeoutExpired:
+                proc, why = None, "timed out after 600 s"
+            if proc is None or proc.returncode != 0 or not out.is_file():
+                result = failed(f"the link benchmark failed under mpiexec ({why})")
+                raise DseError(finish(result)["reason"])
         return json.loads(out.read_text())
 
 

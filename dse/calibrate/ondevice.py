@@ -196,29 +196,29 @@ def run_on_device(
         program = [sys.executable, "-m", "dse.calibrate.ondevice", json.dumps(request)]
         ranks = placement(platform, [device])
         cmd = launcher.mpiexec_command(1, d, program, placement=ranks)
-        finish = launcher.watch(ranks) if launcher.watch is not None else None
-        try:
-            proc = started_again(
-                lambda: subprocess.run(
-                    cmd,
-                    capture_output=True,
-                    text=True,
-                    env=launcher.environment(),
-                    timeout=timeout_s,
-                    preexec_fn=die_with_parent(),  # mpiexec dies with this process
-                ),
-                process_failed_at_startup,
-            )
-            lines = [x for x in proc.stdout.splitlines() if x.startswith(MARK)]
-            if proc.returncode == 0 and lines:
-                return json.loads(lines[-1][len(MARK) :])
-            tail = [x for x in proc.stderr.strip().splitlines() if x.strip()][-3:]
-            why = f"exit status {proc.returncode}: " + (" | ".join(tail) or "no stderr")
-        except subprocess.TimeoutExpired:
-            why = f"timed out after {timeout_s:g} s"
-        result = failed(why)
-        reason = (finish(result) if finish is not None else result)["reason"]
-        raise UnitFailed(f"{request['step']} on {dev.name}: {reason}")
+        with launcher.watched(ranks) as finish:
+            try:
+                proc = started_again(
+                    lambda: subprocess.run(
+                        cmd,
+                        capture_output=True,
+                        text=True,
+                        env=launcher.environment(),
+                        timeout=timeout_s,
+                        preexec_fn=die_with_parent(),  # mpiexec dies with this process
+                    ),
+                    process_failed_at_startup,
+                )
+                lines = [x for x in proc.stdout.splitlines() if x.startswith(MARK)]
+                if proc.returncode == 0 and lines:
+                    return json.loads(lines[-1][len(MARK) :])
+                tail = [x for x in proc.stderr.strip().splitlines() if x.strip()][-3:]
+                why = f"exit status {proc.returncode}: " + (" | ".join(tail) or "no stderr")
+            except subprocess.TimeoutExpired:
+                why = f"timed out after {timeout_s:g} s"
+            result = failed(why)
+            reason = finish(result)["reason"]
+            raise UnitFailed(f"{request['step']} on {dev.name}: {reason}")
 
 
 def main(argv: list[str] | None = None) -> int:

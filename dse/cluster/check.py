@@ -43,7 +43,7 @@ from typing import Any
 from dse.cluster import system
 from dse.cluster.mpi import board_files, mpiexec_options
 from dse.cluster.spec import ClusterSpec, DeviceShare, cpu_list, describe_shares
-from dse.cluster.state import State
+from dse.cluster.state import State, one_run
 from dse.errors import DseError
 from dse.runtime.launch import session_processes, started_again, startup_failure
 from dse.runtime.lifetime import die_with_parent
@@ -255,14 +255,16 @@ def check(
     """Measure the running cluster; the summary (its ``errors`` empty when every link is
     within the tolerance)."""
     system.require()
-    links = run_links(state, settings)
-    boards = [b.name for b in state.spec.boards]
-    if links["pairs"] and sorted(links["hosts"]) != sorted(boards):
-        raise DseError(
-            f"the link check's ranks ran on hosts {links['hosts']}, not on the boards {boards}: "
-            "the launcher did not put them on their boards"
-        )
-    return summarise(state, links, run_compute(state, settings), settings, platform_links)
+    with one_run(state):
+        links = run_links(state, settings)
+        boards = [b.name for b in state.spec.boards]
+        if links["pairs"] and sorted(links["hosts"]) != sorted(boards):
+            raise DseError(
+                f"the link check's ranks ran on hosts {links['hosts']}, not on the boards "
+                f"{boards}: the launcher did not put them on their boards"
+            )
+        compute = run_compute(state, settings)
+    return summarise(state, links, compute, settings, platform_links)
 
 
 def _link_rows(result: dict[str, Any]) -> list[list[str]]:

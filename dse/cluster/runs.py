@@ -21,7 +21,8 @@ subnet.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -31,10 +32,10 @@ from dse.cluster.mpi import board_slot, mpiexec_options
 from dse.cluster.names import Names
 from dse.cluster.net import namespaces
 from dse.cluster.spec import ClusterSpec, parse_spec
-from dse.cluster.state import STATE, State, load
+from dse.cluster.state import STATE, State, load, one_run
 from dse.errors import DseError
 from dse.runtime.measurements import Measurement
-from dse.runtime.mpirun import Launcher, Placement
+from dse.runtime.mpirun import Finish, Launcher, Placement
 
 
 def launcher_for(
@@ -98,43 +99,50 @@ def cluster_launcher(state: State) -> Launcher:
 
 @dataclass(frozen=True)
 class RunWatch:
-    """Around each run on the cluster (:data:`dse.runtime.mpirun.Watch`). Before it: one line
-    if a board it uses has its link down (the run would wait for its time limit), and the
-    OOM-kill count of every device it uses. After a failed run: kills every process on the
-    cluster's boards (Open MPI's daemons there outlive mpiexec's session; a cluster runs one
-    deployment at a time) and puts the failure's cause before its reason: a device whose
-    cgroup OOM-killed a process during the run, a board it uses whose link is down."""
+    """Around each run on the cluster (:data:`dse.runtime.mpirun.Watch`).
+
+    A cluster runs one run at a time (:func:`dse.cluster.state.one_run`): from before
+    mpiexec starts until its processes are gone, so a failed run's cleanup, which kills every
+    process on the boards, kills none of another run's.
+
+    Before the run: one line if a board it uses has its link down (the run would wait for its
+    time limit), and the OOM-kill count of every device it uses. After a failed run: kills every
+    process on the cluster's boards (Open MPI's daemons there outlive mpiexec's session) and
+    puts the failure's cause before its reason: a device whose cgroup OOM-killed a process
+    during the run, a board it uses whose link is down."""
 
     state: State
 
-    def __call__(self, placement: Placement) -> Callable[[Measurement], Measurement]:
+    @contextmanager
+    def __call__(self, placement: Placement) -> Iterator[Finish]:
         pairs = list(dict.fromkeys(placement))  # (board, device), each once
         boards = list(dict.fromkeys(board for board, _ in pairs))
-        for b in boards:
-            if not link_carrying(self.state, b):
-                raise DseError(
-                    f"cluster '{self.state.name}': board {b}'s link is down, so a run there "
-                    "cannot finish: restore it (dse.cluster.set_link) or bring the cluster up "
-                    "again"
-                )
-        names = self.state.names
-        before = {pair: oom_kills(names, *pair) for pair in pairs}
+        with one_run(self.state):
+            for b in boards:
+                if not link_carrying(self.state, b):
+                    raise DseError(
+                        f"cluster '{self.state.name}': board {b}'s link is down, so a run there "
+                        "cannot finish: restore it (dse.cluster.set_link) or bring the cluster "
+                        "up again"
+                    )
+            names = self.state.names
+            before = {pair: oom_kills(names, *pair) for pair in pairs}
 
-        def finish(result: Measurement) -> Measurement:
-            if result.get("status") == "ok":
-                return result
-            stop_processes(self.state)
-            causes = [
-                f"{d} ran out of its {self.state.spec.device(d).memory_mb:g} MB memory cap "
-                "(OOM kill)"
-                for (b, d), count in before.items()
-                if oom_kills(names, b, d) > count
-            ]
-            causes += [
-                f"board {b}'s link is down" for b in boards if not link_carrying(self.state, b)
-            ]
-            if not causes:
-                return result
-            return {**result, "reason": "; ".join([*causes, str(result.get("reason", ""))])}
+            def finish(result: Measurement) -> Measurement:
+                if result.get("status") == "ok":
+                    return result
+                stop_processes(self.state)
+                causes = [
+                    f"{d} ran out of its {self.state.spec.device(d).memory_mb:g} MB memory cap "
+                    "(OOM kill)"
+                    for (b, d), count in before.items()
+                    if oom_kills(names, b, d) > count
+                ]
+                causes += [
+                    f"board {b}'s link is down" for b in boards if not link_carrying(self.state, b)
+                ]
+                if not causes:
+                    return result
+                return {**result, "reason": "; ".join([*causes, str(result.get("reason", ""))])}
 
-        return finish
+            yield finish

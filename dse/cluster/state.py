@@ -13,6 +13,7 @@ import fcntl
 import ipaddress
 import json
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from dse.cluster import launcher as scripts
 from dse.cluster.names import STATE_ROOT, Names, board_address, head_address
 from dse.cluster.spec import ClusterSpec
 from dse.errors import DseError
+from dse.files import owned
 
 STATE = "state.json"
 CHECK = "check.json"
@@ -117,3 +119,23 @@ def machine_lock() -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+@contextlib.contextmanager
+def one_run(state: State) -> Iterator[None]:
+    """The cluster for one run (a deployment, a calibration's unit, a self-check): a run of
+    another process waits for it to end, saying once whose run it waits for (the lock is
+    :func:`dse.files.owned`'s, in the state directory, and ends with its process). Two runs at
+    once would share the devices and measure each other's load: a calibration that profiled
+    beside a deployment fitted a device of share 0.6 at 0.52."""
+
+    def waiting(who: str) -> None:
+        print(
+            f"cluster '{state.name}' is running a run of {who}: waiting for it to end (runs at "
+            "once would share the devices and spoil each other's measurements)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    with owned(state.names.state_dir, "cluster", waiting):
+        yield

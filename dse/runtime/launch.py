@@ -83,15 +83,14 @@ def launch(
     cmd = launcher.command(
         directory, len(plan.ranks), warmup, iterations, rank_args, placement=placement
     )
-    with owned(directory, "deployment"):  # one run of a deployment at a time
-        finish = launcher.watch(placement) if launcher.watch is not None else None
+    # one run of a deployment at a time; the launcher's watch around it
+    with owned(directory, "deployment"), launcher.watched(placement) as finish:
         try:
             result = _run_retrying(cmd, directory, timeout_s, launcher)
         except BaseException:
-            if finish is not None:
-                finish(failed("interrupted"))  # nothing of the run stays behind
+            finish(failed("interrupted"))  # nothing of the run stays behind
             raise
-        return finish(result) if finish is not None else result
+        return finish(result)
 
 
 def check_session_folder(launcher: Launcher) -> None:

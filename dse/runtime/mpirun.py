@@ -20,6 +20,7 @@ import shlex
 import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,10 +38,17 @@ HOSTFILE, RANKFILE, RUN_SCRIPT = "hostfile", "rankfile", "run.sh"
 
 #: Each rank's (host, device), in rank order.
 Placement = Sequence[tuple[str, str]]
-#: Around a run: called with its placement before mpiexec starts; what it returns is called
-#: with the run's measurement once mpiexec's session is gone, and returns the measurement to
-#: keep (e.g. a failure with its cause named), after removing whatever of the run is left.
-Watch = Callable[[Placement], Callable[[Measurement], Measurement]]
+#: Called with a failed run's measurement once mpiexec's session is gone; returns the
+#: measurement to keep (e.g. its cause named), after removing whatever of the run is left.
+Finish = Callable[[Measurement], Measurement]
+#: Around a run: ``with watch(placement) as finish:`` is entered before mpiexec starts (it may
+#: wait there until the platform is free for the run, or refuse it) and left after the run.
+Watch = Callable[[Placement], AbstractContextManager[Finish]]
+
+
+def kept(result: Measurement) -> Measurement:
+    """The :data:`Finish` of a launcher without a watch: the measurement as it is."""
+    return result
 
 
 #: Characters Open MPI's launcher cannot take in the hostfile's and rankfile's paths: it splits
@@ -90,6 +98,10 @@ class Launcher:
 
     def host(self, name: str) -> str:
         return self.hosts.get(name, name)
+
+    def watched(self, placement: Placement) -> AbstractContextManager[Finish]:
+        """``with launcher.watched(placement) as finish:`` around a run (:data:`Watch`)."""
+        return self.watch(placement) if self.watch is not None else nullcontext(kept)
 
     def environment(self) -> dict[str, str]:
         """The environment mpiexec runs in: this one, :data:`MPI_ENV`, :data:`ROOT_ENV` as

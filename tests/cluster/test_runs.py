@@ -51,7 +51,7 @@ from dse.runtime.measure import deploy, deploy_and_measure
 from dse.runtime.mpirun import Launcher, mpi_files, placement
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
-from tests.helpers.cli import run_module
+from tests.helpers.cli import ROOT, run_module
 from tests.helpers.cluster import CONF, make_platform, platform_yaml
 from tests.helpers.onnx_factory import model as onnx_model
 from tests.helpers.onnx_factory import weight
@@ -295,6 +295,42 @@ def test_deploy_cli_runs_a_b_a_across_the_boards(edge3, tmp_path: Path) -> None:
     assert period["predicted"] == r["predicted"]["objectives"]["period_ms"]
     assert "stream period" in proc.stdout
     assert left_on_boards(state) == []
+
+
+def test_a_run_waits_for_another_processs_run_on_the_cluster(capped) -> None:
+    """While one process runs on the cluster (it holds ``one_run``, as a deployment, a
+    calibration unit or a self-check does), a run of another process through the cluster's
+    launcher says whose run it waits for and starts only once that run has ended."""
+    _, state = capped
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys; from dse.cluster.state import load, one_run\n"
+         f"with one_run(load({state.name!r})):\n"
+         "    print('held', flush=True); sys.stdin.readline()"],
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    waiter = None
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        waiter = subprocess.Popen(
+            [sys.executable, "-c",
+             "from dse.cluster import cluster_launcher\nfrom dse.cluster.state import load\n"
+             f"with cluster_launcher(load({state.name!r})).watched([('tb0', 'tb0_cpu')]):\n"
+             "    print('ran', flush=True)"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        said = waiter.stderr.readline()
+        assert f"cluster '{state.name}' is running a run of pid {holder.pid}" in said
+        assert "waiting for it to end" in said
+        assert waiter.poll() is None  # still waiting, having said so
+        holder.stdin.close()  # the holder's run ends
+        out, err = waiter.communicate(timeout=30)
+        assert (waiter.returncode, out.strip()) == (0, "ran"), err
+    finally:
+        for proc in (holder, waiter):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 @pytest.mark.mpi

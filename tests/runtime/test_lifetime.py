@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from dse.errors import DseError
-from dse.files import LEFTOVERS, remove_dead_scratch
+from dse.files import LEFTOVERS, LOCK, owned, remove_dead_scratch
 from dse.mapping import to_autodice
 from tests.helpers.cli import ROOT, as_from_a_terminal
 from tests.runtime.test_mpi import aba_batch
@@ -229,3 +229,33 @@ def test_no_temporary_folder_is_one_line(tmp_path: Path, monkeypatch) -> None:
         scratch("x-"),
     ):
         pass
+
+
+def test_a_second_owner_told_to_wait_waits_for_the_first(tmp_path: Path) -> None:
+    """``owned(d, waiting=...)`` while another process owns ``d``: told who (its pid), it waits,
+    and owns ``d`` once that process has ended; the lock file then names it."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; from dse.files import owned\n"
+         f"with owned({str(tmp_path)!r}):\n    print('held', flush=True); sys.stdin.readline()\n"
+         "    print(time.time(), flush=True)"],
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    told: list[str] = []
+
+    def waiting(who: str) -> None:
+        told.append(who)
+        holder.stdin.close()  # the owner finishes once we wait
+
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with owned(tmp_path, "directory", waiting):
+            owned_at = time.time()
+            released_after = float(holder.stdout.readline())  # the holder's last moment as owner
+            assert owned_at > released_after
+            assert json.loads((tmp_path / LOCK).read_text())["pid"] == os.getpid()
+        assert len(told) == 1 and told[0].startswith(f"pid {holder.pid} on ")
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
