@@ -24,8 +24,7 @@ from dse.calibrate.journal import key_of
 from dse.errors import DseError
 from dse.files import scratch
 from dse.platform import Platform
-from dse.runtime.launch import process_failed_at_startup, started_again
-from dse.runtime.lifetime import die_with_parent
+from dse.runtime.launch import captured
 from dse.runtime.measurements import failed
 from dse.runtime.mpirun import HOSTFILE, RANKFILE, Launcher, mpi_files, placement
 from dse.runtime.waits import Waits, spin_s
@@ -126,17 +125,7 @@ def measure_link(
         env = launcher.environment()
         with launcher.watched(ranks) as finish:
             try:
-                proc = started_again(
-                    lambda: subprocess.run(
-                        cmd,
-                        capture_output=True,
-                        text=True,
-                        env=env,
-                        timeout=600,
-                        preexec_fn=die_with_parent(),
-                    ),  # fmt: skip
-                    process_failed_at_startup,
-                )
+                proc = captured(cmd, env, 600)
                 why = f"{proc.returncode}: " + " | ".join(proc.stderr.strip().splitlines()[-3:])
             except subprocess.TimeoutExpired:
                 proc, why = None, "timed out after 600 s"

@@ -50,8 +50,7 @@ from dse.errors import DseError
 from dse.files import scratch
 from dse.net import load_net, zoo
 from dse.platform import Platform
-from dse.runtime.launch import process_failed_at_startup, started_again
-from dse.runtime.lifetime import die_with_parent
+from dse.runtime.launch import captured
 from dse.runtime.measurements import failed
 from dse.runtime.mpirun import HOSTFILE, RANKFILE, Launcher, mpi_files, placement
 from dse.runtime.probe import LOCAL_HOSTS
@@ -198,17 +197,7 @@ def run_on_device(
         cmd = launcher.mpiexec_command(1, d, program, placement=ranks)
         with launcher.watched(ranks) as finish:
             try:
-                proc = started_again(
-                    lambda: subprocess.run(
-                        cmd,
-                        capture_output=True,
-                        text=True,
-                        env=launcher.environment(),
-                        timeout=timeout_s,
-                        preexec_fn=die_with_parent(),  # mpiexec dies with this process
-                    ),
-                    process_failed_at_startup,
-                )
+                proc = captured(cmd, launcher.environment(), timeout_s)
                 lines = [x for x in proc.stdout.splitlines() if x.startswith(MARK)]
                 if proc.returncode == 0 and lines:
                     return json.loads(lines[-1][len(MARK) :])

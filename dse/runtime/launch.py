@@ -142,6 +142,23 @@ def _failed_at_startup(directory: Path) -> bool:
         return False
 
 
+def captured(cmd: list[str], env: dict[str, str], timeout_s: float) -> subprocess.CompletedProcess:
+    """mpiexec ``cmd`` run to its end with its output captured as text, dying with this
+    process, at most ``timeout_s`` (else :class:`subprocess.TimeoutExpired`); run again after a
+    startup failure that does not last (:func:`started_again`)."""
+    return started_again(
+        lambda: subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout_s,
+            preexec_fn=die_with_parent(),  # mpiexec dies with this process
+        ),
+        process_failed_at_startup,
+    )
+
+
 def process_failed_at_startup(proc: subprocess.CompletedProcess) -> bool:
     """Whether a finished mpiexec (run with its stderr captured as text) failed at startup."""
     return proc.returncode != 0 and startup_failure(proc.stderr)
