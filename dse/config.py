@@ -299,9 +299,15 @@ class FidelityConfig(BaseConfig):
     out: str | None = None  # default: runs/fidelity/<net>-<platform>-<time>
 
 
-#: How an emulated cluster's devices get their CPU shares (dse/cluster/cpu.py), the default first;
-#: dse.cluster.spec checks a spec's against these too.
+#: How an emulated cluster's devices get their CPU shares (dse/cluster/cpu.py), the default first.
 CPU_SHARES = ("corunner", "quota")
+
+
+def check_cpu_share(value: str, where: str = "") -> None:
+    """One line unless ``value`` is one of :data:`CPU_SHARES` (``where``: a prefix naming the
+    config); the cluster's config and :func:`dse.cluster.spec.parse_spec` both check with it."""
+    if value not in CPU_SHARES:
+        raise DseError(f"{where}cpu_share={value!r} must be {' or '.join(CPU_SHARES)}")
 
 
 @dataclass
@@ -333,10 +339,7 @@ class ClusterConfig:
     def __post_init__(self) -> None:
         if self.check_mb <= 0 or self.check_reps < 1 or self.check_rounds < 1:
             raise DseError("cluster: check_mb must be positive, check_reps and check_rounds >= 1")
-        if self.cpu_share not in CPU_SHARES:
-            raise DseError(
-                f"cluster: cpu_share={self.cpu_share!r} must be {' or '.join(CPU_SHARES)}"
-            )
+        check_cpu_share(self.cpu_share, "cluster: ")
         if not self.check_chunk_ms > 0 or not 0 < self.tolerance < 1:
             raise DseError("cluster: check_chunk_ms must be positive and tolerance in (0, 1)")
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from dse.cluster.names import MAX_BOARDS, check_board_name, check_cluster_name
-from dse.config import CPU_SHARES
+from dse.config import check_cpu_share
 from dse.errors import DseError
 from dse.platform import load_platform, number
 
@@ -293,8 +293,7 @@ def parse_spec(
     if section.get("rate_mbit") is None:
         raise DseError(f"{where} has no rate_mbit: give the port (or medium) rate in Mbit/s")
     rate = number(section["rate_mbit"], f"{where}.rate_mbit", positive=True)
-    if cpu_share not in CPU_SHARES:
-        raise DseError(f"cpu_share={cpu_share!r} must be {' or '.join(CPU_SHARES)}")
+    check_cpu_share(cpu_share)
     lo, hi = PERIOD_RANGE_US
     if not lo <= cfs_period_us <= hi:
         raise DseError(f"cfs_period_us={cfs_period_us} must be from {lo} to {hi} (1 ms to 1 s)")

@@ -38,8 +38,8 @@ HOSTFILE, RANKFILE, RUN_SCRIPT = "hostfile", "rankfile", "run.sh"
 
 #: Each rank's (host, device), in rank order.
 Placement = Sequence[tuple[str, str]]
-#: Called with a failed run's measurement once mpiexec's session is gone; returns the
-#: measurement to keep (e.g. its cause named), after removing whatever of the run is left.
+#: Called with the run's measurement once mpiexec's session is gone; returns the measurement
+#: to keep (a failure with its cause named, after removing whatever of the run is left).
 Finish = Callable[[Measurement], Measurement]
 #: Around a run: ``with watch(placement) as finish:`` is entered before mpiexec starts (it may
 #: wait there until the platform is free for the run, or refuse it) and left after the run.
