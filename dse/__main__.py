@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 if __name__ == "__main__":  # before the heavy imports: a signal now ends the process cleanly
+    import sys
+
     from dse.cli import stop_early_on_signals
 
     stop_early_on_signals()
+    # a search (not one of Hydra's options that print and exit: --help, --cfg ...): the
+    # model's kernel compiles ahead, in a child process, while this one starts (a first run
+    # only: models_analytical.ahead)
+    _prints_and_exits = {"-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "-i"}
+    _prints_and_exits |= {"--info", "-sc", "--shell-completion", "-p", "--package", "--resolve"}
+    if not _prints_and_exits.intersection(sys.argv[1:]):
+        from models_analytical import ahead
+
+        if ahead.start():
+            print(ahead.NOTICE, file=sys.stderr, flush=True)
 
 import logging
 import sys
@@ -29,11 +41,13 @@ from dse.results import plot_worker, writers
 from dse.results.outputs import write_outputs
 from dse.search import checkpoint, nsga2
 from dse.search.problem import MappingProblem
+from dse.search.rehearsal import rehearse
+from models_analytical import ahead
 from models_analytical.schedule.kernel import kernel_in_cache
 
-#: What the first run's compilation costs, without and with row splits
-#: (benchmarks/bench_first_run.py).
-FIRST_COMPILE = {False: "20 s", True: "85 s"}
+#: What compiling the model's kernel for row splits costs, once (benchmarks/bench_first_run.py
+#: with chromosome.spatial=true).
+ROWS_COMPILE = "85 s"
 
 
 class Progress:
@@ -102,14 +116,14 @@ def main(cfg: DictConfig) -> dict[str, Any]:
 
 
 def first_run_notice(spatial: bool = False) -> None:
-    """With numba's cache cold (a first run, a first run with row splits (``spatial``), or the
-    kernel's sources changed), say why the first generation takes long, before it starts
-    (stderr; reads one index file)."""
-    if kernel_in_cache(spatial) is False:
+    """With row splits (``spatial``) and numba's cache cold for them, say why the first
+    generations take long, before they start (stderr; reads one index file). The kernel
+    without row splits has its notice when its compilation starts
+    (:data:`models_analytical.ahead.NOTICE`)."""
+    if spatial and kernel_in_cache(True) is False:
         print(
-            "compiling the model's kernels once (numba, into its cache): about "
-            f"{FIRST_COMPILE[spatial]} on an idle 2-core machine; later runs start in a few "
-            "seconds",
+            "compiling the model's kernel for row splits once (numba, into its cache): about "
+            f"{ROWS_COMPILE} on an idle 2-core machine; later runs start in a few seconds",
             file=sys.stderr,
             flush=True,
         )
@@ -148,6 +162,8 @@ def explore(cfg: DictConfig, out: Path, started: float) -> dict[str, Any]:
     )
     # after every check of the input: an error stays one line
     first_run_notice(bool(cfg.chromosome.spatial))
+    if ahead.compiling():  # the search's kernels compile here while the model's compiles there
+        rehearse(problem, settings, int(cfg.seed))
     if not cfg.get("resume"):
         state = nsga2.new_search(problem, settings, int(cfg.seed))
 

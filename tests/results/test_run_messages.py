@@ -94,19 +94,37 @@ def test_a_multirun_names_its_directory_at_the_end(tmp_path):
     )
 
 
-def test_the_first_run_notice_only_with_a_cold_cache(monkeypatch, capsys):
+def test_the_row_splits_notice_only_with_their_kernel_cold(monkeypatch, capsys):
     import dse.__main__ as entry
 
     asked = []
     monkeypatch.setattr(entry, "kernel_in_cache", lambda rows: asked.append(rows) or False)
-    entry.first_run_notice()
+    entry.first_run_notice()  # the kernel without row splits: its notice is the child's
     entry.first_run_notice(spatial=True)
     err = capsys.readouterr().err.splitlines()
-    assert asked == [False, True] and len(err) == 2
-    for line, rows in zip(err, (False, True), strict=True):
-        assert line.startswith("compiling the model's kernels once")
-        assert f"about {entry.FIRST_COMPILE[rows]} on an idle" in line
+    assert asked == [True] and len(err) == 1
+    assert err[0].startswith("compiling the model's kernel for row splits once")
+    assert f"about {entry.ROWS_COMPILE} on an idle" in err[0]
     for cached in (True, None):  # compiled already, or numba's cache internals moved
         monkeypatch.setattr(entry, "kernel_in_cache", lambda rows, c=cached: c)
-        entry.first_run_notice()
+        entry.first_run_notice(spatial=True)
         assert capsys.readouterr().err == ""
+
+
+def test_a_first_run_says_so_first_and_finds_what_a_later_run_finds(tmp_path):
+    """With numba's cache empty, the first line a search writes to stderr is the notice of the
+    kernel compiling in a second process (models_analytical.ahead); a later run prints none,
+    and both runs find the same front."""
+    from models_analytical.ahead import NOTICE
+
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    fronts = []
+    for run in ("first", "later"):
+        out = tmp_path / run
+        r = run_module("dse", *SMALL, "algorithm.n_gen=3", f"hydra.run.dir={out}", env=env)
+        assert r.returncode == 0, r.stderr
+        notices = [line == NOTICE for line in r.stderr.splitlines()]
+        assert notices[:1] == [True] if run == "first" else not any(notices), r.stderr
+        assert sum(notices) == (run == "first")
+        fronts.append((out / "pareto.csv").read_text())
+    assert fronts[0] == fronts[1]

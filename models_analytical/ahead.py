@@ -1,0 +1,117 @@
+"""The model's kernel compiled ahead, in a child process, while its parent starts.
+
+A first run (numba's cache cold) compiles the kernel's one big function,
+:func:`~models_analytical.schedule.kernel.simulate_chunk`: about 12 s of CPU on this 2-core
+machine, where the search's other kernels take about 6 s and its start (imports,
+configuration, network, model) about 2 s. One after another they add up; side by side, on two
+cores, the longest of them is most of the first run's extra time.
+
+:func:`start` launches ``python -m models_analytical.ahead`` when the cache lacks the kernel
+for batches without row splits (else nothing starts). The child compiles it by evaluating one
+mapping of a small network (AlexNet on ``localhost``: the kernel's argument types are the same
+for every network and platform, which ``tests/model/test_ahead.py`` checks on others), and
+numba writes it to its cache. :func:`wait`, which
+:func:`~models_analytical.schedule.kernel.simulate` calls before every batch, waits for the
+child: the parent then loads the kernel from the cache rather than compiling it a second
+time. Meanwhile the parent compiles the search's own kernels (:mod:`dse.search.rehearsal`).
+
+The child dies with its parent (:func:`dse.runtime.lifetime.die_with_parent`; numba writes a
+cache file whole or not at all). Should it fail, the parent compiles the kernel itself, as
+before: slower, never wrong.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+from dse.runtime.lifetime import die_with_parent
+
+#: What the user reads when the child compiles the kernel (the first-run extra time of
+#: ``python -m dse +net=vgg16 chromosome=advanced``, benchmarks/bench_first_run.py).
+NOTICE = (
+    "compiling the model's kernel once (numba, into its cache) in a second process while dse "
+    "starts: about 12 s on an idle 2-core machine; later runs start in a few seconds"
+)
+
+#: The child compiling the kernel, while it may still run, and the file of its stderr.
+_CHILD: subprocess.Popen | None = None
+_STDERR: Any = None
+
+
+def start() -> bool:
+    """Start the child if numba's cache lacks the kernel (once per process); whether it
+    started. Reads one index file; the import it needs (numba and the kernel's modules,
+    about 0.6 s) is one its caller makes anyway."""
+    global _CHILD, _STDERR
+    from models_analytical.schedule.kernel import kernel_in_cache
+
+    if _CHILD is not None or kernel_in_cache(False) is not False:
+        return False
+    # a file, not a pipe (a full pipe would block the child); closed by wait()
+    _STDERR = tempfile.TemporaryFile()  # noqa: SIM115
+    _CHILD = subprocess.Popen(
+        [sys.executable, "-m", __name__],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=_STDERR,
+        preexec_fn=die_with_parent(),
+    )
+    return True
+
+
+def compiling() -> bool:
+    """Whether the child of :func:`start` is still compiling the kernel."""
+    return _CHILD is not None and _CHILD.poll() is None
+
+
+def wait() -> None:
+    """Wait for the child of :func:`start`, if one runs (nothing otherwise); a child that
+    failed is logged, and the caller compiles the kernel itself."""
+    global _CHILD, _STDERR
+    child, stderr, _CHILD, _STDERR = _CHILD, _STDERR, None, None
+    if child is None:
+        return
+    child.wait()
+    stderr.seek(0)
+    err = stderr.read()
+    stderr.close()
+    if child.returncode != 0:
+        last = err.decode(errors="replace").strip().splitlines()[-1:] or ["no message"]
+        logging.getLogger("dse").warning(
+            f"compiling the model's kernel in a child process failed (exit {child.returncode}: "
+            f"{last[0]}); compiling it here"
+        )
+
+
+def compile_kernel() -> None:
+    """What the child does: evaluate one mapping of AlexNet on ``localhost`` (every layer on
+    its first device), on one thread."""
+    import numpy as np
+    import yaml
+
+    from dse.mapping import Mappings
+    from dse.mapping.mappings import layer_units
+    from dse.net import load_net
+    from dse.paths import CONF_DIR
+    from dse.platform import load_platform
+    from models_analytical.coefficients import load_coefficients
+    from models_analytical.model import AnalyticalModel
+
+    cfg = yaml.safe_load((CONF_DIR / "platform" / "localhost.yaml").read_text())
+    platform = load_platform(cfg)
+    coefficients = load_coefficients(CONF_DIR / "platform" / cfg["coefficients"])
+    graph = load_net({"name": "alexnet"}).graph
+    split = graph.split_layers
+    device = np.zeros((1, len(graph)), dtype=np.int64)
+    device[0, split] = -1
+    sizes = np.zeros((1, len(split), len(platform)), dtype=np.int32)
+    sizes[0, :, 0] = layer_units(graph)[0, split]  # all its output channels on the first
+    AnalyticalModel(graph, platform, coefficients, 1).evaluate(Mappings(device, sizes))
+
+
+if __name__ == "__main__":
+    compile_kernel()
