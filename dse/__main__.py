@@ -164,6 +164,7 @@ def explore(cfg: DictConfig, out: Path, started: float) -> dict[str, Any]:
     first_run_notice(bool(cfg.chromosome.spatial))
     if ahead.compiling():  # the search's kernels compile here while the model's compiles there
         rehearse(problem, settings, int(cfg.seed))
+    ahead.wait()  # the model's kernel then comes from numba's cache, not compiled twice
     if not cfg.get("resume"):
         state = nsga2.new_search(problem, settings, int(cfg.seed))
 

@@ -10,12 +10,12 @@ cores, the longest of them is most of the first run's extra time.
 for batches without row splits (else nothing starts). The child compiles it by evaluating one
 mapping of a small network (AlexNet on ``localhost``: the kernel's argument types are the same
 for every network and platform, which ``tests/model/test_ahead.py`` checks on others), and
-numba writes it to its cache. :func:`wait`, which
-:func:`~models_analytical.schedule.kernel.simulate` calls before every batch, waits for the
-child: the parent then loads the kernel from the cache rather than compiling it a second
-time. Meanwhile the parent compiles the search's own kernels (:mod:`dse.search.rehearsal`).
+numba writes it to its cache. The parent calls :func:`wait` before its first batch (``python -m
+dse`` does, after its rehearsal): the kernel then comes from the cache rather than being
+compiled a second time. Meanwhile the parent compiles the search's own kernels
+(:mod:`dse.search.rehearsal`).
 
-The child dies with its parent (:func:`dse.runtime.lifetime.die_with_parent`; numba writes a
+The child dies with its parent (:func:`dse.lifetime.die_with_parent`; numba writes a
 cache file whole or not at all). Should it fail, the parent compiles the kernel itself, as
 before: slower, never wrong.
 """
@@ -28,7 +28,7 @@ import sys
 import tempfile
 from typing import Any
 
-from dse.runtime.lifetime import die_with_parent
+from dse.lifetime import die_with_parent
 
 #: What the user reads when the child compiles the kernel (the first-run extra time of
 #: ``python -m dse +net=vgg16 chromosome=advanced``, benchmarks/bench_first_run.py).

@@ -16,7 +16,7 @@ PACKAGES = ("dse", "chromosomes", "models_analytical", "hydra_plugins")
 
 #: Bottom to top: (layer name, module prefixes).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("dse.errors", "dse.files", "dse.host", "dse.paths", "dse.values")),
+    ("base", ("dse.errors", "dse.files", "dse.host", "dse.lifetime", "dse.paths", "dse.values")),
     ("networks", ("dse.net",)),
     ("contract", ("dse.platform", "dse.objectives", "dse.mapping", "dse.config")),
     ("encodings and model", ("chromosomes", "models_analytical")),

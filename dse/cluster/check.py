@@ -45,8 +45,8 @@ from dse.cluster.mpi import board_files, mpiexec_options
 from dse.cluster.spec import ClusterSpec, DeviceShare, cpu_list, describe_shares
 from dse.cluster.state import State, one_run
 from dse.errors import DseError
+from dse.lifetime import die_with_parent
 from dse.runtime.launch import session_processes, started_again, startup_failure
-from dse.runtime.lifetime import die_with_parent
 
 PAYLOAD = 1448 / 1514
 DEVICE_TOLERANCE = 0.15

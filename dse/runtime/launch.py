@@ -1,5 +1,5 @@
 """Run a deployment directory under mpiexec with a time limit; no process outlives it, nor
-the launching process (:mod:`dse.runtime.lifetime`)."""
+the launching process (:mod:`dse.lifetime`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import TypeVar
 from dse.config import TIMEOUT_S
 from dse.errors import DseError
 from dse.files import owned, why_unwritable
-from dse.runtime.lifetime import die_with_parent
+from dse.lifetime import die_with_parent
 from dse.runtime.measurements import MEASUREMENTS, Measurement, failed, read_measurements
 from dse.runtime.mpirun import Launcher
 from dse.runtime.reader import read_plan

@@ -13,7 +13,6 @@ from numba import types
 
 from dse.mapping.mappings import AXES
 from dse.mapping.rules import dense_one
-from models_analytical import ahead
 from models_analytical.schedule.bands import layout_rows, no_rows
 from models_analytical.schedule.compiled import compiled, in_cache, stage
 from models_analytical.schedule.layer import run_layer, run_parts_layer
@@ -213,11 +212,7 @@ def simulate(
     kernel's first compilation took a third less CPU time without one. The calling thread
     starts at once and the chunks go to whichever thread is free: a pool thread asleep
     between generations wakes milliseconds late on this VM, and with every chunk waiting for
-    the pool a DenseNet-121 search spent 5-10 % more in the model (benchmarks/bench_dse.py).
-
-    A child process compiling the kernel ahead (:mod:`models_analytical.ahead`) is waited
-    for first: the kernel then comes from numba's cache."""
-    ahead.wait()
+    the pool a DenseNet-121 search spent 5-10 % more in the model (benchmarks/bench_dse.py)."""
     n_pop = device.shape[0]
     n_dev = sizes.shape[2]
     out = ScheduleResult(

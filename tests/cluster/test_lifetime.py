@@ -1,5 +1,5 @@
 """On an emulated cluster, a deploy killed outright leaves nothing on the boards: mpiexec dies
-with it (:mod:`dse.runtime.lifetime`) and Open MPI's daemons on the boards, started through the
+with it (:mod:`dse.lifetime`) and Open MPI's daemons on the boards, started through the
 cluster's launcher in the boards' namespaces, take their ranks down when they lose mpiexec."""
 
 from __future__ import annotations

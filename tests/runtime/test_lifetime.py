@@ -98,7 +98,7 @@ def test_a_closed_terminal_stops_a_deploy_cleanly(tmp_path: Path) -> None:
 #: A process that starts a sleeping child as dse starts mpiexec, prints its pid, then waits for it.
 PARENT = """
 import subprocess, sys
-from dse.runtime.lifetime import die_with_parent
+from dse.lifetime import die_with_parent
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", sys.argv[1]],
                          start_new_session=True,
                          preexec_fn=die_with_parent())

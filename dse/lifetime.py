@@ -1,4 +1,6 @@
-"""A child process (mpiexec) that dies with the process that started it, however that one ends.
+"""A child process that dies with the process that started it, however that one ends:
+mpiexec (:mod:`dse.runtime.launch`), the model's kernel compiling ahead
+(:mod:`models_analytical.ahead`).
 
 mpiexec runs in a session of its own (so that Ctrl-C at the terminal reaches the launching
 process first, which then stops every rank: :func:`dse.runtime.launch.kill_session`). A
@@ -9,9 +11,9 @@ cleanup at all, and mpiexec and its ranks went on running. :func:`die_with_paren
 mpiexec (Open MPI's ``prterun``) stops its ranks on SIGTERM, and Open MPI's daemons on other
 hosts or boards stop theirs when they lose mpiexec.
 
-"Its parent" is the thread that started the child: start mpiexec from a thread that waits for
-it (as every caller here does). Outside Linux nothing is set (the caller's own cleanup then is
-all there is).
+"Its parent" is the thread that started the child: start it from a thread that waits for it or
+lives as long as the process (as every caller here does). Outside Linux nothing is set (the
+caller's own cleanup then is all there is).
 """
 
 from __future__ import annotations
