@@ -5,15 +5,12 @@ from __future__ import annotations
 if __name__ == "__main__":  # before the heavy imports: a signal now ends the process cleanly
     import sys
 
-    from dse.cli import stop_early_on_signals
+    from dse.cli import PRINTS_AND_EXITS, stop_early_on_signals
 
     stop_early_on_signals()
-    # a search (not one of Hydra's options that print and exit: --help, --cfg ...): the
-    # model's kernel compiles ahead, in a child process, while this one starts (a first run
-    # only: models_analytical.ahead)
-    _prints_and_exits = {"-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "-i"}
-    _prints_and_exits |= {"--info", "-sc", "--shell-completion", "-p", "--package", "--resolve"}
-    if not _prints_and_exits.intersection(sys.argv[1:]):
+    # a search (not a page: --help, --cfg ...): the model's kernel compiles ahead, in a child
+    # process, while this one starts (a first run only: models_analytical.ahead)
+    if not PRINTS_AND_EXITS.intersection(sys.argv[1:]):
         from models_analytical import ahead
 
         if ahead.start():

@@ -84,6 +84,13 @@ def one_line(exc: BaseException) -> str:
     return ": ".join(parts) or "invalid configuration"
 
 
+#: Options after which nothing but a page is printed: dse's own (:func:`info_flags`) and
+#: Hydra's (its help, the config, run information, shell completion).
+PRINTS_AND_EXITS = frozenset(
+    {"-h", "--help", "--version", "--hydra-help", "-c", "--cfg", "-i", "--info"}
+    | {"-sc", "--shell-completion", "-p", "--package", "--resolve"}
+)
+
 _FLAGS_WITH_VALUE = frozenset(
     {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn"}
     | {"--config-dir", "-cd", "--info", "-i", "--experimental-rerun"}

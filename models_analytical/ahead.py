@@ -26,7 +26,7 @@ import logging
 import subprocess
 import sys
 import tempfile
-from typing import Any
+from typing import IO
 
 from dse.lifetime import die_with_parent
 
@@ -37,44 +37,44 @@ NOTICE = (
     "starts: about 12 s on an idle 2-core machine; later runs start in a few seconds"
 )
 
-#: The child compiling the kernel, while it may still run, and the file of its stderr.
-_CHILD: subprocess.Popen | None = None
-_STDERR: Any = None
+#: The child compiling the kernel and the file of its stderr, until :func:`wait` is done.
+_CHILD: tuple[subprocess.Popen, IO[bytes]] | None = None
 
 
 def start() -> bool:
-    """Start the child if numba's cache lacks the kernel (once per process); whether it
-    started. Reads one index file; the import it needs (numba and the kernel's modules,
-    about 0.6 s) is one its caller makes anyway."""
-    global _CHILD, _STDERR
+    """Start the child if numba's cache lacks the kernel and none was started and not yet
+    waited for; whether it started. Reads one index file; the import it needs (numba and the
+    kernel's modules, about 0.6 s) is one its caller makes anyway."""
+    global _CHILD
     from models_analytical.schedule.kernel import kernel_in_cache
 
     if _CHILD is not None or kernel_in_cache(False) is not False:
         return False
     # a file, not a pipe (a full pipe would block the child); closed by wait()
-    _STDERR = tempfile.TemporaryFile()  # noqa: SIM115
-    _CHILD = subprocess.Popen(
+    stderr = tempfile.TemporaryFile()  # noqa: SIM115
+    child = subprocess.Popen(
         [sys.executable, "-m", __name__],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
-        stderr=_STDERR,
+        stderr=stderr,
         preexec_fn=die_with_parent(),
     )
+    _CHILD = (child, stderr)
     return True
 
 
 def compiling() -> bool:
     """Whether the child of :func:`start` is still compiling the kernel."""
-    return _CHILD is not None and _CHILD.poll() is None
+    return _CHILD is not None and _CHILD[0].poll() is None
 
 
 def wait() -> None:
     """Wait for the child of :func:`start`, if one runs (nothing otherwise); a child that
     failed is logged, and the caller compiles the kernel itself."""
-    global _CHILD, _STDERR
-    child, stderr, _CHILD, _STDERR = _CHILD, _STDERR, None, None
-    if child is None:
+    global _CHILD
+    if _CHILD is None:
         return
+    (child, stderr), _CHILD = _CHILD, None
     child.wait()
     stderr.seek(0)
     err = stderr.read()

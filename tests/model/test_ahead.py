@@ -122,8 +122,7 @@ def test_a_failed_child_is_named_and_left_to_the_parent(monkeypatch, caplog):
         [sys.executable, "-c", "import sys; sys.stderr.write('one\\nboom\\n'); sys.exit(3)"],
         stderr=err,
     )
-    monkeypatch.setattr(ahead, "_CHILD", child)
-    monkeypatch.setattr(ahead, "_STDERR", err)
+    monkeypatch.setattr(ahead, "_CHILD", (child, err))
     with caplog.at_level("WARNING", logger="dse"):
         ahead.wait()
     assert [r.getMessage() for r in caplog.records] == [
