@@ -9,9 +9,13 @@ and 0.4 share one CPU (as edge1 of conf/platform/edge3_*.yaml), built by dse.clu
 each ``cpu_share``: ``corunner`` (co-runner processes running, as the launcher starts them while
 something runs on a board) and ``quota`` (a CFS quota of the share per 10 ms period). A worker
 in one device's cgroup (the other idle) sleeps ``--gap-ms``, then computes a burst of a given
-CPU time (single-threaded float32 matrix products), and again, for bursts of 1 to 64 ms. Per
-mechanism, device and burst: the median speed (the burst's CPU time over its wall time)
-against the device's share, and its p10-p90. Mechanisms run interleaved in rounds. Needs root
+CPU time (single-threaded float32 matrix products), and again, for bursts of 0.25 to 64 ms.
+``paced`` is ``corunner`` with the worker paced as a rank on the device is
+(:mod:`dse.runtime.pace`: after each burst it yields its CPU until the burst has lasted its CPU
+time over the device's speed). The worker runs under the scheduling policy the launcher gives
+ranks (``SCHED_BATCH`` under co-runners). Per mechanism, device and burst: the median speed
+(the burst's CPU time over its wall time, pacing included) against the device's share, and
+its p10-p90. Mechanisms run interleaved in rounds. Needs root
 and cgroup v1 (cpu, cpuset, memory); its cgroups are ``dse.bench-bursts-<pid>-<mechanism>``,
 removed at the end.
 """
@@ -30,11 +34,15 @@ import numpy as np
 from cluster_cpu import SHARES, clusters_per_mechanism  # the same two devices
 
 from dse.cluster import cpu
+from dse.cluster.cpu import RANK_POLICY
 from dse.cluster.names import Names
 from dse.cluster.spec import ClusterSpec
+from dse.runtime.pace import PACE_ENV, pace_from_env
 
-BURSTS_MS = (1, 2, 4, 8, 16, 32, 64)
-MECHANISMS = ("corunner", "quota")
+BURSTS_MS = (0.25, 0.5, 1, 2, 4, 8, 16, 32, 64)
+MECHANISMS = ("corunner", "paced", "quota")
+#: The cluster's cpu_share per mechanism.
+CPU_SHARE = {"corunner": "corunner", "paced": "corunner", "quota": "quota"}
 N = 64
 PERIOD_US = 10_000  # the quotas' (the cluster's default)
 
@@ -42,25 +50,37 @@ PERIOD_US = 10_000  # the quotas' (the cluster's default)
 def worker(cluster: str, device: str, gap_ms: float, repeats: int) -> None:
     """In the device's cgroups: bursts after gaps; prints {burst_ms: [speed, ...]} as JSON."""
     cpu.join(os.getpid(), Names(cluster), "board", device)
+    pace = pace_from_env()  # set by run() for the paced mechanism, as the rank script sets it
     a = np.random.default_rng(0).standard_normal((N, N), dtype=np.float32)
     speeds: dict[str, list[float]] = {str(b): [] for b in BURSTS_MS}
     for _ in range(repeats):
         for burst in BURSTS_MS:
             time.sleep(gap_ms / 1e3)
-            t, c = time.perf_counter(), time.thread_time()
-            while time.thread_time() - c < burst / 1e3:
+            t, c = time.perf_counter(), time.process_time()
+            while time.process_time() - c < burst / 1e3:
                 a @ a
-            speeds[str(burst)].append((time.thread_time() - c) / (time.perf_counter() - t))
+            used = time.process_time() - c
+            if pace is not None:
+                pace.until(t, c)
+            speeds[str(burst)].append(used / (time.perf_counter() - t))
     json.dump(speeds, sys.stdout)
 
 
-def run(cluster: str, spec: ClusterSpec, device: str, args: argparse.Namespace) -> dict:
+def run(
+    cluster: str, spec: ClusterSpec, device: str, paced: bool, args: argparse.Namespace
+) -> dict:
     names = Names(cluster)
     corunners = cpu.start_corunners(spec, names, "board")  # none under quotas
     try:
         env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+        env.pop(PACE_ENV, None)
+        speed = cpu.pace_speed(spec, device)
+        if paced and speed is not None:
+            env[PACE_ENV] = f"{speed:g}"
+        policy = RANK_POLICY[spec.cpu_share]
+        chrt = ["chrt", policy, "0"] if policy else []
         out = subprocess.run(
-            [sys.executable, __file__, "--worker", cluster, device, str(args.gap_ms),
+            [*chrt, sys.executable, __file__, "--worker", cluster, device, str(args.gap_ms),
              str(args.repeats)],
             capture_output=True, text=True, env=env, check=True,
         ).stdout  # fmt: skip
@@ -83,20 +103,22 @@ def main() -> None:
         cluster, device, gap, repeats = args.worker
         worker(cluster, device, float(gap), int(repeats))
         return
-    clusters, specs = clusters_per_mechanism("bursts", args.cpu, PERIOD_US, MECHANISMS)
+    shares = tuple(dict.fromkeys(CPU_SHARE.values()))
+    clusters, specs = clusters_per_mechanism("bursts", args.cpu, PERIOD_US, shares)
     speeds: dict[tuple[str, str, str], list[float]] = {}
     try:
-        for m in MECHANISMS:
+        for m in shares:
             cpu.build(specs[m], Names(clusters[m]))
         for r in range(args.rounds):
             for m in MECHANISMS if r % 2 == 0 else MECHANISMS[::-1]:
                 for device in SHARES:
-                    got = run(clusters[m], specs[m], device, args)
+                    c = CPU_SHARE[m]
+                    got = run(clusters[c], specs[c], device, m == "paced", args)
                     for burst, values in got.items():
                         speeds.setdefault((m, device, burst), []).extend(values)
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     finally:
-        for m in MECHANISMS:
+        for m in shares:
             cpu.teardown(Names(clusters[m]))
     n = args.rounds * args.repeats
     print(f"speed of a burst after {args.gap_ms:g} ms of waiting (its CPU time over its wall "

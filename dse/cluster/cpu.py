@@ -24,11 +24,13 @@ How a device gets its share ``s`` of its board's CPUs is the cluster's ``cpu_sha
     by weights: a board's devices by their shares, boards by the sums of their devices' shares,
     and a CPU's unused share goes to its ``rest_cpu<N>`` group. A device that computes gets
     ``s`` of each CPU from its first scheduler tick (4 ms here) on, however long it waited
-    before, as a slower processor would; but a device that wakes (a message came) may wait for
-    the other devices' time slice before it runs (the launcher runs ranks under
-    ``SCHED_BATCH``, which does not preempt: :mod:`dse.cluster.launcher`), where a real board
-    answers at once. The co-runners leave with the process that started them: they poll their
-    parent.
+    before; before that tick a burst after a wait runs at up to a whole CPU, so each rank of a
+    device of a share paces its onnxruntime runs to the device's speed
+    (:func:`pace_speed`, :mod:`dse.runtime.pace`): every burst then computes at ``s``, as on a
+    slower processor. A device that wakes (a message came) may still wait for the other
+    devices' time slice before it runs (the launcher runs ranks under ``SCHED_BATCH``, which
+    does not preempt: :mod:`dse.cluster.launcher`), where a real board answers at once. The
+    co-runners leave with the process that started them: they poll their parent.
 ``quota``
     A CFS quota of ``s`` times the board's CPUs per period (``cfs_period_us``). A device runs at
     full speed until its quota for the period is spent, then waits: a burst of work shorter
@@ -175,6 +177,16 @@ def rest_group(cpu: int) -> str:
     """The top-level cgroup of CPU ``cpu``'s unused share (not a board's name: those have no
     '_')."""
     return f"rest_cpu{cpu}"
+
+
+def pace_speed(spec: ClusterSpec, device: str) -> float | None:
+    """Under ``cpu_share`` corunner, the speed in CPUs a rank on ``device`` is paced to
+    (:data:`dse.runtime.pace.PACE_ENV`: its share of its board's CPUs), or None for a
+    device of a whole share. Under quotas a rank is not paced: yielding would spend its quota."""
+    d = spec.device(device)
+    if spec.cpu_share != "corunner" or d.share >= 1.0 - SHARE_SLACK:
+        return None
+    return d.share * len(spec.board(d.board).cpus)
 
 
 def cpu_use(spec: ClusterSpec) -> dict[int, float]:

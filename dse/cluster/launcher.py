@@ -14,7 +14,10 @@
     co-runners, as above).
 ``rank BOARD/DEVICE,BOARD/DEVICE,... PROGRAM...``
     put before each rank's program: the rank (``OMPI_COMM_WORLD_RANK``) joins the cgroups of
-    the device at its place in the list (its CPU share and memory cap), then execs PROGRAM. (A
+    the device at its place in the list (its CPU share and memory cap), then execs PROGRAM.
+    On a device of a share below a whole CPU (under co-runners) PROGRAM gets the device's speed
+    in :data:`~dse.runtime.pace.PACE_ENV`, as with ``--in`` on a device: its onnxruntime
+    sessions compute each burst at the device's speed (:mod:`dse.runtime.pace`). (A
     file of its own: mpiexec mistakes a program whose path equals its ssh agent's for the
     agent's argument and takes the rest of its own command line for the program's.)
 
@@ -35,10 +38,17 @@ import shlex
 import sys
 from pathlib import Path
 
-from dse.cluster.cpu import CORUNNER_PROGRAM, RANK_POLICY, corunner_dirs, corunner_groups
+from dse.cluster.cpu import (
+    CORUNNER_PROGRAM,
+    RANK_POLICY,
+    corunner_dirs,
+    corunner_groups,
+    pace_speed,
+)
 from dse.cluster.names import CGROUP_ROOT, CONTROLLERS, PREFIX, Names
 from dse.cluster.net import NETNS_DIR
 from dse.cluster.spec import ClusterSpec
+from dse.runtime.pace import PACE_ENV
 
 LAUNCHER = "launcher"
 RANK = "rank"
@@ -69,6 +79,7 @@ if [ "${1:-}" = --in ]; then
   board "$b"
   corun "$b"
   join "$target"
+  pace "$target"
   exec nsenter --net="$NETNS.$b" unshare --uts \
     sh -c 'printf %s "$0" > /proc/sys/kernel/hostname && exec "$@"' "$b" "$@"
 fi
@@ -91,6 +102,7 @@ rank=${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-}}
 target=$(printf '%s\n' "$list" | cut -d, -f$((rank + 1)))
 [ -n "$target" ] || { say "rank: rank $rank has no device in $list"; exit 126; }
 join "$target"
+pace "$target"
 exec "$@"
 """
 
@@ -112,6 +124,18 @@ def corun_function(spec: ClusterSpec, names: Names) -> str:
     return "\n".join(lines)
 
 
+def pace_function(spec: ClusterSpec) -> str:
+    """Both scripts' ``pace BOARD/DEVICE``: export :data:`~dse.runtime.pace.PACE_ENV`, the
+    speed a rank on the device is paced to (:func:`dse.cluster.cpu.pace_speed`), if any."""
+    lines = ["pace() {", '  case "$1" in']
+    for d in spec.devices:
+        speed = pace_speed(spec, d.name)
+        if speed is not None:
+            lines.append(f"    {d.board}/{d.name}) export {PACE_ENV}={speed:g} ;;")
+    lines += ["  esac", "}", ""]
+    return "\n".join(lines)
+
+
 def policy_line(spec: ClusterSpec) -> str:
     """The line of ``join`` that sets the shell's scheduling policy (:data:`RANK_POLICY`; what
     it execs keeps it), or nothing."""
@@ -126,6 +150,7 @@ def script(names: Names, which: str, spec: ClusterSpec) -> str:
     """The ``launcher`` or ``rank`` script of the cluster ``names.cluster`` (its name is
     letters, digits, _ and -: safe inside the script's quotes)."""
     body = LAUNCHER_BODY if which == LAUNCHER else RANK_BODY
+    body = pace_function(spec) + body
     if which == LAUNCHER:
         body = corun_function(spec, names) + body
     values = {

@@ -1,4 +1,6 @@
-"""onnxruntime sessions as a device runs them: its thread count, spinning off, CPU or CUDA."""
+"""onnxruntime sessions as a device runs them: its thread count, spinning off, CPU or CUDA, and
+on an emulated device of a CPU share, paced to the device's speed (:mod:`dse.runtime.pace`).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import onnx
 import onnxruntime as ort
 
 from dse.errors import DseError
+from dse.runtime.pace import paced
 
 
 @cache
@@ -41,7 +44,8 @@ def session_options(kind: str = "cpu", threads: int = 1):
 
 def session(model: onnx.ModelProto | str | Path, kind: str = "cpu", threads: int = 1):
     """An InferenceSession for one sub-model on a ``cpu`` or ``gpu`` device (CUDA execution
-    provider; one clear error where CUDA is not available), with :func:`session_options`."""
+    provider; one clear error where CUDA is not available), with :func:`session_options`,
+    :func:`paced` on an emulated device."""
     opts = session_options(kind, threads)
     if kind == "gpu":
         if "CUDAExecutionProvider" not in ort.get_available_providers():
@@ -53,4 +57,4 @@ def session(model: onnx.ModelProto | str | Path, kind: str = "cpu", threads: int
     else:
         providers = ["CPUExecutionProvider"]
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
-    return ort.InferenceSession(source, opts, providers=providers)
+    return paced(ort.InferenceSession(source, opts, providers=providers))

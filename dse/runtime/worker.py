@@ -41,6 +41,7 @@ from dse.runtime.measurements import (
     stats,
     write_measurements,
 )
+from dse.runtime.pace import pace_from_env
 from dse.runtime.plan import Gather, Plan, Recv, RunSettings, Send, input_arrays
 from dse.runtime.reader import host_memory_bytes, read_plan
 from dse.runtime.sessions import session
@@ -121,6 +122,8 @@ class Rank:
         self.held: list[list[np.ndarray]] = []
         self.run_queue = RunQueue()
         self.waits = Waits(comm, spin_s())  # every wait of the rank (dse.runtime.waits)
+        pace = pace_from_env()
+        self.paced_s = (lambda: pace.spent_s) if pace is not None else (lambda: 0.0)
 
     def stream(self, frames: int, window: int = 4) -> float:
         """Push ``frames`` inferences through back to back, at most ``window`` frames of sends
@@ -156,7 +159,7 @@ class Rank:
         compute = wait = communication = 0.0
         sent = 0
         clock = time.perf_counter
-        cpu0, queued0 = time.process_time(), self.run_queue()
+        cpu0, queued0, paced0 = time.process_time(), self.run_queue(), self.paced_s()
         for s in self.spec.steps:
             op = s.op
             if op == "run":
@@ -211,7 +214,8 @@ class Rank:
             t0 = clock()
             self.waits.complete(pending)
             communication += clock() - t0
-        cpu = time.process_time() - cpu0  # every thread of the rank, waiting included
+        # every thread of the rank, waiting included, pacing (dse.runtime.pace) left out
+        cpu = time.process_time() - cpu0 - (self.paced_s() - paced0)
         return {
             "compute": compute,
             "wait": wait,

@@ -424,7 +424,8 @@ PROGRAM = textwrap.dedent(
     cgroups = [line.split(":")[2] for line in open("/proc/self/cgroup").read().split()
                if line.split(":")[1] in ("cpu", "memory")]
     out = {"rank": rank, "host": socket.gethostname(), "total": total, "echoed": echoed,
-           "cgroups": sorted(set(cgroups)), "policy": os.sched_getscheduler(0)}
+           "cgroups": sorted(set(cgroups)), "policy": os.sched_getscheduler(0),
+           "pace": os.environ.get("DSE_PACE")}
     with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as f:
         json.dump(out, f)
     """
@@ -451,6 +452,8 @@ def test_two_ranks_on_two_boards_over_tcp(cluster: State, tmp_path: Path) -> Non
     assert r1["cgroups"] == [f"{top}/tb1/tb1_cpu1"]
     # a waking rank does not preempt the device beside it (dse.cluster.launcher)
     assert r0["policy"] == r1["policy"] == os.SCHED_BATCH
+    # a device of a share paces its sessions to its speed (dse.runtime.pace); a whole CPU not
+    assert (r0["pace"], r1["pace"]) == (None, "0.4")
 
 
 GREEDY = textwrap.dedent(
@@ -631,6 +634,9 @@ def test_cli_up_status_down_on_a_shared_medium(cluster_names) -> None:
     on_board = [str(shared.launcher), "--in", "edge1/edge1_cpu1", sys.executable, "-c", policy]
     ran = subprocess.run(on_board, capture_output=True, text=True, timeout=30)
     assert ran.stdout.strip() == str(os.SCHED_OTHER), ran.stderr
+    # nor paces its sessions: yielding would spend the device's quota (dse.cluster.cpu)
+    env = [*on_board[:4], "-c", "import os; print(os.environ.get('DSE_PACE'))"]
+    assert subprocess.run(env, capture_output=True, text=True, timeout=30).stdout.strip() == "None"
     (pair,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("  edge0 <-> edge1")]
     assert pair.split()[3:5] == ["100", "Mbit/s"]  # configured: the medium's rate
     assert "every link within its tolerance" in proc.stdout
