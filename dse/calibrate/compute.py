@@ -80,6 +80,17 @@ def type_device(s: CalibrationSettings, dtype: str) -> int:
     return next(i for i, d in enumerate(s.platform.devices) if d.type == dtype)
 
 
+def key_times(graph: Any, layer_s: Sequence[float]) -> dict[str, float]:
+    """Per layer key, the mean time of the network's layers of that key (ResNet-50 has five
+    of some). Where the device is a CPU share, a layer's time varies from run to run
+    (:func:`dse.calibrate.profile.profile_model`): one layer standing for all of its key gave
+    them all its error."""
+    same: dict[str, list[float]] = {}
+    for layer, t in zip(graph, layer_s, strict=True):
+        same.setdefault(layer_key(layer), []).append(float(t))
+    return {key: float(np.mean(times)) for key, times in same.items()}
+
+
 def calibrate_compute(
     s: CalibrationSettings,
     dtype: str,
@@ -112,8 +123,9 @@ def calibrate_compute(
             skipped[name] = str(exc)
             tick(f"{dtype}: {name} left out")
             continue
+        for key, t in key_times(g, prof["layer_s"]).items():
+            layer_s.setdefault(key, t)  # the first network profiled with a key gives its time
         for layer, t in zip(g, prof["layer_s"], strict=True):
-            layer_s.setdefault(layer_key(layer), float(t))
             nets_of.append(name)
             fams.append(family(layer))
             terms.append(regression_terms(layer))

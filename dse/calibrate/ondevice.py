@@ -53,6 +53,7 @@ from dse.platform import Platform
 from dse.runtime.launch import captured
 from dse.runtime.measurements import failed
 from dse.runtime.mpirun import HOSTFILE, RANKFILE, Launcher, mpi_files, placement
+from dse.runtime.pace import pace_from_env
 from dse.runtime.probe import LOCAL_HOSTS
 from dse.runtime.reader import read_plan
 from dse.runtime.sessions import session
@@ -86,7 +87,10 @@ def profile_unit(r: Unit) -> Unit:
     for attempt in range(2):
         before = machine_state()
         wall0, cpu0 = time.perf_counter(), time.process_time()
-        prof = profile_model(path, g, prior, int(r["threads"]), warmup=r["warmup"], runs=r["runs"])
+        prof = profile_model(
+            path, g, prior, int(r["threads"]), warmup=r["warmup"], runs=r["runs"],
+            by_mean=pace_from_env() is not None,  # a CPU share of an emulated cluster
+        )  # fmt: skip
         # below 1 / threads, this process did not get its cores: other work ran beside it
         cpu_share = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
         whole = float(np.median(prof.whole_s))

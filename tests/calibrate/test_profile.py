@@ -1,5 +1,6 @@
 """Calibration's compute step: the profiler's kernels map back to every layer of the zoo, a
-layer timed alone as parts is that layer sliced."""
+layer timed alone as parts is that layer sliced, a key's time is its layers' mean, and a
+profile on a CPU share takes the mean of its runs."""
 
 from __future__ import annotations
 
@@ -10,9 +11,13 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+from dse.calibrate import ondevice
 from dse.calibrate.channels import one_layer, part_channels, write_weights
-from dse.calibrate.profile import layer_for_kernel, profile_model
+from dse.calibrate.compute import key_times
+from dse.calibrate.profile import Profile, layer_for_kernel, profile_model
 from dse.net import load_net, zoo
+from dse.runtime.pace import PACE_ENV, pace_from_env
+from models_analytical.layer_costs import layer_key
 
 
 def test_kernel_names_map_to_layers() -> None:
@@ -149,3 +154,39 @@ def test_alexnets_parts_are_timed_in_weight_groups(monkeypatch) -> None:
         assert [r["seconds"] for r in mine] == [
             1000.0 * (first + k) + r["channels"] for k, r in enumerate(mine)
         ]
+
+
+def test_a_keys_time_is_the_mean_of_the_networks_layers_of_that_key() -> None:
+    """ResNet-50's 3x3 convolutions of layer3.1 to layer3.5 (layers 93, 103, ..., 133) are one
+    key: each gets the mean of their five times, not the first one's."""
+    g = load_net({"name": "resnet50"}).graph
+    times = [float(i) for i in range(len(g))]
+    by_key = key_times(g, times)
+    layers = list(g)
+    assert by_key[layer_key(layers[103])] == (93 + 103 + 113 + 123 + 133) / 5
+    assert by_key[layer_key(layers[0])] == 0.0  # the stem's convolution: one of its key
+
+
+@pytest.mark.parametrize(("pace", "by_mean"), [(None, False), ("0.4", True)])
+def test_a_profile_on_a_cpu_share_takes_the_mean_of_its_runs(monkeypatch, pace, by_mean) -> None:
+    """On an emulated device of a CPU share (DSE_PACE set by the cluster) a layer's time is the
+    mean of its runs (dse.calibrate.profile.profile_model says why); elsewhere the median."""
+    seen = {}
+
+    def fake_profile(path, graph, prior, threads, *, warmup, runs, by_mean=False):
+        seen["by_mean"] = by_mean
+        n = len(graph)
+        return Profile(graph.name, threads, np.ones(n), np.zeros(n), np.ones(3), n, n, ())
+
+    monkeypatch.setattr(ondevice, "profile_model", fake_profile)
+    if pace is None:
+        monkeypatch.delenv(PACE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(PACE_ENV, pace)
+    pace_from_env.cache_clear()
+    try:
+        request = {"net": "mobilenetv2", "seed": 0, "threads": 1, "warmup": 0, "runs": 1}
+        ondevice.profile_unit({**request, "prior_rate": 1e10})
+    finally:
+        pace_from_env.cache_clear()
+    assert seen["by_mean"] is by_mean
