@@ -57,7 +57,7 @@ class Profile:
     net: str
     threads: int
     layer_s: np.ndarray  # [L] median (or mean) per layer
-    spread: np.ndarray  # [L] (p90 - p10) / median per layer, 0 where the layer costs nothing
+    spread: np.ndarray  # [L] (p90 - p10) / layer_s per layer, 0 where the layer costs nothing
     whole_s: np.ndarray  # [runs] wall time of each run of the model without the profiler
     kernels: int  # kernels reported per run
     kernel_s: float  # the kernels' total time in the first profiled run
