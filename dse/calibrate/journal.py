@@ -28,11 +28,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dse.calibrate.ondevice import UnitFailed
 from dse.errors import DseError
 from dse.platform import Platform
 
 #: The journal of ``OUT`` is ``OUT`` with this suffix in place of its own.
 SUFFIX = ".measurements.jsonl"
+#: A unit's result that says it failed on its device, and why (:meth:`Journal.unit`).
+FAILED = "unit_failed"
 #: The largest journal read (a full calibration's is a few MB).
 MAX_BYTES = 256 * 2**20
 
@@ -141,8 +144,23 @@ class Journal:
 
     def unit(self, what: str, run: Callable[[dict], T]) -> Callable[[dict], T]:
         """``run`` (a request -> its result) through the journal, keyed by ``what`` and the
-        request."""
-        return lambda request: self.take(key_of(what, request), lambda: run(request))
+        request. A unit that failed on its device (:class:`UnitFailed`: VGG-16 on 512 MB) is
+        kept as its reason, and fails again when taken back: a refit leaves that network
+        out as the calibration did, where it used to find no measurement and stop."""
+
+        def failed_as_result(request: dict) -> Any:
+            try:
+                return run(request)
+            except UnitFailed as exc:
+                return {FAILED: str(exc)}
+
+        def journaled(request: dict) -> T:
+            result = self.take(key_of(what, request), lambda: failed_as_result(request))
+            if isinstance(result, dict) and FAILED in result:
+                raise UnitFailed(result[FAILED])
+            return result
+
+        return journaled
 
     def finish(self) -> None:
         """The coefficients are written: the journal is complete."""

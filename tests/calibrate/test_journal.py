@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from dse.calibrate.journal import Journal, journal_path, key_of
+from dse.calibrate.ondevice import UnitFailed
 from dse.errors import DseError
 from models_analytical.coefficients import load_coefficients
 from tests.helpers.calibrate import platform_localhost
@@ -61,6 +62,34 @@ def test_each_measurement_is_on_the_disk_once_taken_and_a_resume_takes_it_back(t
         j.take(key_of("c", {}), measure(first))
     Journal(out, plat, resume=False, refit=False)
     assert len(journal_path(out).read_text().splitlines()) == 1  # the header alone
+
+
+def test_a_unit_that_failed_on_its_device_fails_again_when_refitted(tmp_path):
+    """A unit's failure on its device (the OOM kill of VGG-16 on 512 MB) is kept with its
+    reason: a refit raises the same UnitFailed (the calibration leaves that network out again)
+    without running anything, where it stopped for want of a measurement; a unit that ran is
+    taken back."""
+    out = tmp_path / "c.json"
+    plat = platform_localhost()
+    calls = []
+
+    def run(request):
+        calls.append(request["net"])
+        if request["net"] == "vgg16":
+            raise UnitFailed("edge1_cpu1 was killed: out of its memory cap of 512 MB")
+        return {"layer_s": [0.5]}
+
+    j = Journal(out, plat, resume=False, refit=False)
+    unit = j.unit("compute on edge1_cpu1", run)
+    with pytest.raises(UnitFailed, match="out of its memory cap of 512 MB"):
+        unit({"net": "vgg16"})
+    assert unit({"net": "alexnet"}) == {"layer_s": [0.5]}
+    j.finish()
+    again = Journal(out, plat, resume=False, refit=True).unit("compute on edge1_cpu1", run)
+    with pytest.raises(UnitFailed, match="out of its memory cap of 512 MB"):
+        again({"net": "vgg16"})
+    assert again({"net": "alexnet"}) == {"layer_s": [0.5]}
+    assert calls == ["vgg16", "alexnet"]  # the refit ran nothing
 
 
 def test_a_line_cut_short_by_a_kill_is_left_out(tmp_path):
