@@ -107,16 +107,23 @@ def borrowed_profiles(coefficients: Coefficients) -> dict[str, list[tuple[dict, 
     for name, coeff in coefficients.types.items():
         found = []
         for other_name, other in coefficients.types.items():
-            if other_name == name:
-                continue
-            common = [k for k in coeff.layer_s if k in other.layer_s and other.layer_s[k] > 0]
-            if len(common) < SCALE_MIN_COMMON:
-                continue
-            ratio = sum(coeff.layer_s[k] for k in common) / sum(other.layer_s[k] for k in common)
-            found.append((len(common), other_name, other.layer_s, ratio))
+            compared = profile_ratio(coeff, other) if other_name != name else None
+            if compared is not None:
+                found.append((compared[0], other_name, other.layer_s, compared[1]))
         found.sort(key=lambda f: (-f[0], f[1]))
         out[name] = [(layer_s, ratio) for _, _, layer_s, ratio in found]
     return out
+
+
+def profile_ratio(coeff: TypeCoefficients, other: TypeCoefficients) -> tuple[int, float] | None:
+    """How ``coeff``'s type compares with ``other``'s on the layer keys both profiled: their
+    count and the ratio of the two types' total times over them; None below
+    :data:`SCALE_MIN_COMMON` keys."""
+    common = [k for k in coeff.layer_s if k in other.layer_s and other.layer_s[k] > 0]
+    if len(common) < SCALE_MIN_COMMON:
+        return None
+    ratio = sum(coeff.layer_s[k] for k in common) / sum(other.layer_s[k] for k in common)
+    return len(common), ratio
 
 
 def layer_tables(graph: LayerGraph, coefficients: Coefficients) -> LayerTables:

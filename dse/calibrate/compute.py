@@ -19,7 +19,7 @@ runtime.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -31,8 +31,8 @@ from dse.calibrate.settings import CalibrationSettings
 from dse.errors import DseError
 from dse.net import load_net
 from models_analytical.calibration import MeasuredRun
-from models_analytical.coefficients import TypeCoefficients
-from models_analytical.layer_costs import family, layer_key, regression_terms
+from models_analytical.coefficients import Coefficients, TypeCoefficients
+from models_analytical.layer_costs import family, layer_key, profile_ratio, regression_terms
 from models_analytical.layer_fits import (
     fit_channel_block,
     fit_part_fixed,
@@ -61,6 +61,7 @@ class TypeCompute:
     samples: ProfileSamples
     whole_ms: dict[str, float]  # each network's whole run on the type's device
     here: bool  # profiled in this process (not as a rank on the device)
+    time_sliced: bool = False  # profiled on a CPU share of a core (see steady_regressions)
 
 
 def check_kind(kind: str, platform_name: str) -> None:
@@ -112,6 +113,7 @@ def calibrate_compute(
     nets_prov: dict[str, Any] = {}
     whole_ms: dict[str, float] = {}
     skipped: dict[str, str] = {}
+    sliced = False
     for name in s.nets:
         g = load_net({"name": name}).graph
         request = {"step": "profile", "net": name, "seed": s.seed, "threads": dev.threads,
@@ -123,6 +125,7 @@ def calibrate_compute(
             skipped[name] = str(exc)
             tick(f"{dtype}: {name} left out")
             continue
+        sliced = sliced or bool(prof.get("time_sliced", False))
         for key, t in key_times(g, prof["layer_s"]).items():
             layer_s.setdefault(key, t)  # the first network profiled with a key gives its time
         for layer, t in zip(g, prof["layer_s"], strict=True):
@@ -170,6 +173,7 @@ def calibrate_compute(
         "device": dev.name,
         "where": "this process" if here else f"a rank on {dev.name} ({dev.host})",
         "threads": dev.threads,
+        "time_sliced": sliced,
         "profiled_networks": nets_prov,
         **({"left_out": skipped} if skipped else {}),
         "channel_scaling": {**block.provenance, "rows": rows},
@@ -177,7 +181,7 @@ def calibrate_compute(
         "part_fixed": parts.provenance,
         "row_fixed": bands.provenance,
     }
-    return TypeCompute(bands.apply(parts.apply(k)), prov, samples, whole_ms, here)
+    return TypeCompute(bands.apply(parts.apply(k)), prov, samples, whole_ms, here, sliced)
 
 
 def timed_alone(
@@ -257,3 +261,33 @@ def anchor_to_runtime(
         regression=fit_regression(samples.family, samples.terms, secs).per_family,
     )
     return anchored, {n: round(f, 4) for n, f in factors.items()}
+
+
+def steady_regressions(
+    c: Coefficients, sliced: Collection[str]
+) -> tuple[Coefficients, dict[str, Any]]:
+    """``c`` with each time-sliced type's regression (``sliced``: types profiled on a CPU
+    share of a core) replaced by a steady type's, times the ratio of the two types' profiled
+    times (:func:`~models_analytical.layer_costs.profile_ratio`, as a layer borrowed from
+    another type's profile is scaled; the steady type with most layer keys in common). On a
+    share, a short layer's profiled time is its full-speed time in most runs and a slice
+    longer in a few: its mean is right but noisy, and a fit on relative residuals follows the
+    many fast runs. Each of the four calibration networks the 0.4 share profiled, held out of
+    the fits, got 0.44-12 times its profiled time from that share's own regression, and
+    0.74-1.19 times from the whole CPU's times the ratio (whose own regression gives them
+    0.75-1.14). The provenance names, per type, the steady type and the ratio; a sliced type
+    with no steady type to compare keeps its own."""
+    out, prov = dict(c.types), {}
+    for name in sliced:
+        found = [
+            (compared, other)
+            for other, k in c.types.items()
+            if other not in sliced and (compared := profile_ratio(c[name], k)) is not None
+        ]
+        if not found:
+            continue
+        (_, ratio), other = max(found, key=lambda f: (f[0][0], f[1]))
+        regression = {f: [x * ratio for x in coef] for f, coef in c[other].regression.items()}
+        out[name] = replace(c[name], regression=regression)
+        prov[name] = {"from": other, "ratio": round(ratio, 4)}
+    return replace(c, types=out), prov

@@ -23,7 +23,9 @@ Per device type of the platform (on its first device, at that device's thread co
 6. **memory**: the ranks' peak RSS while loading and running give the memory terms;
 7. **cuts**: what the cut mappings' latencies still show is charged per tensor crossing
    devices (fixed and per byte);
-8. **energy** is not measured (no counter on most machines): the power figures stay those of
+8. **regressions** of types profiled on a CPU share (time-sliced) become a steady type's,
+   scaled by how the two compare on the layers both profiled (:func:`steady_regressions`);
+9. **energy** is not measured (no counter on most machines): the power figures stay those of
    the platform's file, and the file says so (:mod:`dse.calibrate.writer`).
 
 Steps 4 and 5 concern cpu types (the deployments run on two cpu devices). Each step's model is
@@ -41,7 +43,13 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from dse.calibrate.compute import TypeCompute, anchor_to_runtime, calibrate_compute, type_device
+from dse.calibrate.compute import (
+    TypeCompute,
+    anchor_to_runtime,
+    calibrate_compute,
+    steady_regressions,
+    type_device,
+)
 from dse.calibrate.deployments import (
     SINGLE,
     cut_costs,
@@ -136,10 +144,13 @@ def calibrate(s: CalibrationSettings, journal: Journal | None = None) -> Calibra
         for dtype, extra in deployed.per_type.items():
             types_prov[dtype] = {**types_prov[dtype], **extra}
     progress.close()
+    sliced = [dtype for dtype, c in computed.items() if c.time_sliced]
+    coefficients, steady = steady_regressions(coefficients, sliced)
     prov = {
         "types": types_prov,
         "links": links.provenance,
         **(deployed.provenance if deployed else {}),
+        **({"regression_from_steady_type": steady} if steady else {}),
     }
     return Calibration(coefficients, prov, time.perf_counter() - started)
 

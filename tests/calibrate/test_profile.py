@@ -186,7 +186,8 @@ def test_a_profile_on_a_cpu_share_takes_the_mean_of_its_runs(monkeypatch, pace, 
     pace_from_env.cache_clear()
     try:
         request = {"net": "mobilenetv2", "seed": 0, "threads": 1, "warmup": 0, "runs": 1}
-        ondevice.profile_unit({**request, "prior_rate": 1e10})
+        got = ondevice.profile_unit({**request, "prior_rate": 1e10})
     finally:
         pace_from_env.cache_clear()
     assert seen["by_mean"] is by_mean
+    assert got["time_sliced"] is by_mean  # its type's regression is then a steady type's
