@@ -286,7 +286,7 @@ def steady_regressions(
         ]
         if not found:
             continue
-        (_, ratio), other = max(found, key=lambda f: (f[0][0], f[1]))
+        (_, ratio), other = min(found, key=lambda f: (-f[0][0], f[1]))  # as borrowed_profiles
         regression = {f: [x * ratio for x in coef] for f, coef in c[other].regression.items()}
         out[name] = replace(c[name], regression=regression)
         prov[name] = {"from": other, "ratio": round(ratio, 4)}
