@@ -146,7 +146,8 @@ def main() -> int:
     got: dict[tuple, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="dse-exchange-") as tmp, one_run(state):
         for r in range(a.rounds):
-            for pattern, (label, d0, d1), nbytes in cases:
+            for pattern, pair, nbytes in cases:
+                _, d0, d1 = pair
                 program = [sys.executable, os.path.abspath(__file__), "--worker", pattern,
                            str(nbytes)]  # fmt: skip
                 cmd, env = command(state, [d0, d1], tmp, program, mpiexec_path())
@@ -155,18 +156,20 @@ def main() -> int:
                 )
                 line = next((x for x in run.stdout.splitlines() if x.startswith(MARK)), None)
                 if run.returncode or line is None:
-                    print(f"error: {pattern} on {d0}, {d1} failed: {run.stderr[-500:]}")
+                    why = " | ".join(run.stderr.strip().splitlines()[-3:])
+                    print(f"error: {pattern} on {d0}, {d1} failed: {why}", file=sys.stderr)
                     return 1
                 ranks = json.loads(line[len(MARK) :])
-                got.setdefault((pattern, label, nbytes), []).append(extra_ms(pattern, ranks))
+                got.setdefault((pattern, pair, nbytes), []).append(extra_ms(pattern, ranks))
             print(f"round {r + 1} of {a.rounds} done", file=sys.stderr, flush=True)
     print(f"cluster {a.cluster}: {STEPS} steps of {WORK_MS:g} ms per device (paced), "
           f"{ITERATIONS} iterations, {a.rounds} rounds interleaved")  # fmt: skip
     print(f"{'pattern':9s} {'devices':42s} {'bytes':>8s} {'per step':>9s}  rounds")
-    for (pattern, label, nbytes), values in got.items():
-        pair = next(f"{label}: {d0}, {d1}" for lab, d0, d1 in chosen if lab == label)
+    for (pattern, (label, d0, d1), nbytes), values in got.items():
+        devices = f"{label}: {d0}, {d1}"
         spread = " ".join(f"{v:.2f}" for v in values)
-        print(f"{pattern:9s} {pair:42s} {nbytes:8d} {statistics.median(values):7.2f} ms  {spread}")
+        median = statistics.median(values)
+        print(f"{pattern:9s} {devices:42s} {nbytes:8d} {median:7.2f} ms  {spread}")
     return 0
 
 
