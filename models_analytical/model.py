@@ -137,6 +137,7 @@ def kernel_inputs(
         row_stride=np.asarray(graph.row_stride, dtype=np.int64),
         row_span=np.asarray(graph.row_span, dtype=np.int64),
         row_pad=np.asarray(graph.row_pad, dtype=np.int64),
+        row_transposed=np.asarray(graph.row_transposed, dtype=np.bool_),
         in_rows=np.asarray(graph.in_rows, dtype=np.int64),
         out_rows=np.asarray(graph.out_rows, dtype=np.int64),
         row_fixed=tables.row_fixed,

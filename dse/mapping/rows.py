@@ -11,7 +11,8 @@ parts are. Everything else follows from these rules, written here and nowhere el
   ``F(x) = min(out_rows, ceil((x + pad) / stride))``: output row o goes to the device whose
   band holds the first input row its window reads (clamped to 0). A band may be empty.
 * **Needed rows.** A band ``[o0, o1)`` reads the input rows ``[o0 x stride - pad, (o1 - 1) x
-  stride - pad + span)`` clipped to the input (:func:`needed`); an empty band none.
+  stride - pad + span)`` clipped to the input (:func:`needed`); an empty band none. A
+  transposed convolution's window runs the other way (:func:`needed` with ``transposed``).
 * **Bands kept or gathered.** The output of the last layer of a chain on bands stays as bands
   (each device keeping its own, the next layer fetching the rows it needs from the devices
   holding them: halos) when it is no graph output and every layer reading it is a root split
@@ -39,10 +40,21 @@ def follow(x, stride, pad, in_rows, out_rows):
 
 
 @njit(cache=True, nogil=True)
-def needed(o0, o1, stride, span, pad, in_rows):
-    """The input rows ``(lo, hi)`` output rows ``[o0, o1)`` read, clipped; (0, 0) when empty."""
+def needed(o0, o1, stride, span, pad, in_rows, transposed=False):
+    """The input rows ``(lo, hi)`` output rows ``[o0, o1)`` read, clipped; (0, 0) when empty.
+
+    ``transposed`` (a ConvTranspose): input row i reaches output rows ``i x stride - pad`` to
+    ``i x stride - pad + span`` (exclusive), so output row o reads the input rows from
+    ``ceil((o + pad - span + 1) / stride)`` to ``floor((o + pad) / stride)``. A band past
+    every input row's reach (in ``output_padding``) reads the last row, so no band reads
+    none."""
     if o1 <= o0:
         return 0, 0
+    if transposed:
+        lo = max(0, -((span - 1 - o0 - pad) // stride))  # ceil((o0 + pad - span + 1) / stride)
+        hi = min(in_rows, (o1 - 1 + pad) // stride + 1)
+        lo = min(lo, in_rows - 1)
+        return lo, max(lo + 1, hi)
     lo = max(0, o0 * stride - pad)
     hi = min(in_rows, (o1 - 1) * stride - pad + span)
     return lo, max(lo, hi)

@@ -171,9 +171,9 @@ class LayerGraph:
     @cached_property
     def _rows(self) -> tuple[np.ndarray, ...]:
         """Each layer's row window (:func:`dse.net.ops.row_window`) as arrays: row-local,
-        stride, span, top pad, input rows and output rows (0 where not 4-D)."""
+        stride, span, top pad, input rows, output rows (0 where not 4-D) and transposed."""
         n = len(self.layers)
-        local = np.zeros(n, dtype=bool)
+        local, transposed = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
         stride, span, pad = np.ones(n, np.int64), np.ones(n, np.int64), np.zeros(n, np.int64)
         in_rows, out_rows = np.zeros(n, np.int64), np.zeros(n, np.int64)
         for i, layer in enumerate(self.layers):
@@ -185,7 +185,8 @@ class LayerGraph:
             if w is not None and out_rows[i] > 0 and in_rows[i] > 0:
                 local[i] = True
                 stride[i], span[i], pad[i] = w.stride, w.span, w.pad
-        arrays = (local, stride, span, pad, in_rows, out_rows)
+                transposed[i] = w.transposed
+        arrays = (local, stride, span, pad, in_rows, out_rows, transposed)
         for a in arrays:
             a.setflags(write=False)
         return arrays
@@ -221,9 +222,16 @@ class LayerGraph:
         """int64 [L]: rows of the output (axis 2; 0 where not 4-D)."""
         return self._rows[5]
 
+    @property
+    def row_transposed(self) -> np.ndarray:
+        """bool [L]: the window runs the other way (a ConvTranspose: input row i reaches output
+        rows from ``i * row_stride - row_pad``, ``row_span`` of them)."""
+        return self._rows[6]
+
     @cached_property
     def row_splittable(self) -> np.ndarray:
-        """bool [L]: a splittable layer that can also split by output rows (a Conv)."""
+        """bool [L]: a splittable layer that can also split by output rows (a Conv, a
+        ConvTranspose where its rows fit)."""
         out = self.splittable & self.row_local & (self.out_rows >= 1)
         out.setflags(write=False)
         return out

@@ -151,8 +151,7 @@ def run_on_bands(walk: _Walk, layer: Layer) -> None:
     in_rows = int(g.in_rows[i])
     bands = walk.rows.bands(i)
     for d, band in bands.items():
-        needed = rows.needed(band[0], band[1], window.stride, window.span, window.pad, in_rows)
-        lo, hi = int(needed[0]), int(needed[1])
+        lo, hi = window.needed(band[0], band[1], in_rows)
         act = Action("compute", layer=i)
         source = _input_rows(walk, act, x, d, (lo, hi), f"{out}{TAG}{d}")
         part = ops.row_part(

@@ -46,6 +46,7 @@ class KernelInputs(NamedTuple):
     row_stride: np.ndarray  # int64 [L] output row o reads input rows from o x stride - pad,
     row_span: np.ndarray  # int64 [L] ... span rows
     row_pad: np.ndarray  # int64 [L]
+    row_transposed: np.ndarray  # bool [L] a ConvTranspose: the window runs the other way
     in_rows: np.ndarray  # int64 [L] rows of the first activation input
     out_rows: np.ndarray  # int64 [L] rows of the output
     row_fixed: np.ndarray  # [Y, L] share of the whole layer's time every band of it pays

@@ -62,6 +62,7 @@ def band_rows(k_in, st, layer, d):
         k_in.row_span[layer],
         k_in.row_pad[layer],
         k_in.in_rows[layer],
+        k_in.row_transposed[layer],
     )
 
 

@@ -42,6 +42,17 @@ def test_needed_rows_through_the_receptive_field_by_hand():
     assert needed(0, 4, 1, 2, 1, 4) == (0, 4)
 
 
+def test_needed_rows_of_a_transposed_convolution_by_hand():
+    # ConvTranspose stride 2, 3 rows (span 3), top pad 1, 7 input rows: input row i reaches
+    # output rows 2i - 1 .. 2i + 1, so output row o reads rows ceil((o - 1) / 2) .. (o + 1) // 2
+    assert needed(0, 5, 2, 3, 1, 7, True) == (0, 3)  # rows 0..2
+    assert needed(5, 14, 2, 3, 1, 7, True) == (2, 7)  # rows 2..7, clipped at the bottom
+    assert needed(14, 15, 2, 3, 1, 7, True) == (6, 7)  # past every row's reach: the last row
+    assert needed(3, 3, 2, 3, 1, 7, True) == (0, 0)  # an empty band reads nothing
+    # stride 3, span 5 (3 rows dilated by 2), pad 2: row o reads ceil((o - 2) / 3) .. (o + 2) // 3
+    assert needed(4, 9, 3, 5, 2, 10, True) == (1, 4)
+
+
 def test_two_convs_by_rows_send_a_slice_halos_and_a_gather():
     """conv1 and conv2 split by rows 4/4 over h0 and h1, the image entering on h0:
     h1's band [4, 8) of conv1 reads image rows [3, 8) (5 rows x 2 ch x 8 x 4 B = 320 B from

@@ -219,6 +219,88 @@ def test_depthwise_conv_by_rows(tmp_path: Path) -> None:
     assert_equal_outputs(net, m, platform(2))
 
 
+def conv_transpose_net(tmp_path: Path, name: str, attrs: dict, rows: int = 7) -> Net:
+    """conv (3x3, pads 1) -> ConvTranspose (``attrs``) -> Relu, on a 3 x ``rows`` x 6 image:
+    the ConvTranspose reads a row-split Conv's bands, and a Relu follows it on its bands."""
+    k = attrs.pop("kernel", 3)
+    nodes = [
+        n("Conv", ["x", "w1", "b1"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        n("ConvTranspose", ["c", "wt", "bt"], ["t"], name="convt", **attrs),
+        n("Relu", ["t"], ["y"], name="relu"),
+    ]
+    inits = [weight("w1", [4, 3, 3, 3], 1), weight("b1", [4], 2)]
+    inits += [weight("wt", [4, 5, k, k], 3), weight("bt", [5], 4)]
+    return onnx_net(tmp_path, name, nodes, [1, 3, rows, 6], ["y"], inits)
+
+
+CONV_TRANSPOSE = {
+    # upsampling as PyTorch writes it: 2 x rows (7 -> 14), the last row from output_padding
+    "k3s2p1op1": {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]},
+    # no bottom padding: the last output row lies past every input row's reach (bias only)
+    "k3s2top1": {"strides": [2, 2], "pads": [1, 0, 0, 0], "output_padding": [1, 0]},
+    "k4s2p1": {"strides": [2, 2], "pads": [1, 1, 1, 1], "kernel": 4},
+    "k3s3d2": {"strides": [3, 3], "dilations": [2, 2], "pads": [2, 0, 1, 0]},
+    "k3s1p1": {"pads": [1, 1, 1, 1]},
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONV_TRANSPOSE))
+def test_conv_transpose_by_rows(tmp_path: Path, case: str) -> None:
+    """A ConvTranspose split by rows into three uneven bands, reading a Conv's bands (kept:
+    halos cross) and followed by a Relu on its bands, equals the whole model: strides 1 to 3,
+    dilation, asymmetric pads, output_padding (a band reaching into it gets its own)."""
+    net = conv_transpose_net(tmp_path, case, dict(CONV_TRANSPOSE[case]))
+    g = net.graph
+    i = g.index["convt"]
+    assert g.row_splittable[i] and g.row_transposed[i]
+    out = int(g.out_rows[i])
+    bands = [out // 3, out - out // 3 - 2, 2]
+    m = sized(g, 3, {"conv": [3, 2, 2], "convt": bands})
+    assert_equal_outputs(net, m, platform(3))
+    last = sized(g, 3, {"conv": [2, 3, 2], "convt": [out - 2, 1, 1]})
+    assert_equal_outputs(net, last, platform(3))
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"strides": [2, 2], "auto_pad": "SAME_UPPER"},  # padding resolved from the output
+        {"strides": [2, 2], "output_shape": [14, 12]},  # an output size of its own
+        {"strides": [2, 2], "kernel": 1},  # rows no input row reaches between the strides
+    ],
+)
+def test_conv_transpose_that_does_not_fit_rows_splits_by_channels_only(
+    tmp_path: Path, attrs: dict
+) -> None:
+    net = conv_transpose_net(tmp_path, "nofit", dict(attrs))
+    i = net.graph.index["convt"]
+    assert net.graph.splittable[i] and not net.graph.row_splittable[i]
+
+
+def test_conv_transpose_bands_by_hand(tmp_path: Path) -> None:
+    """k3s2, pads top 1 only, output_padding 1, over 7 rows: 15 output rows, row o is u = o + 1
+    of the rows the node makes unpadded, input row i reaches u in [2i, 2i + 3), and u = 15
+    (o = 14) is output_padding's, reached by no input row. Bands [0, 5), [5, 14), [14, 15)
+    read input rows [0, 3), [2, 7) and [6, 7) (the last one, past every row's reach, reads the
+    last row). Their top pads u0 - 2 lo: 1, 2, 3; their bottom (hi - lo - 1) x 2 + 3 - top -
+    rows: 1, 0 and -1, which the last band makes up with an output_padding of 1."""
+    net = conv_transpose_net(tmp_path, "byhand", dict(CONV_TRANSPOSE["k3s2top1"]))
+    g = net.graph
+    assert int(g.out_rows[g.index["convt"]]) == 15
+    m = sized(g, 3, {"convt": [5, 9, 1]})
+    dep = partition(net, m, platform(3))
+    got = {}
+    for d, node in band_nodes(dep, "convt").items():
+        a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+        got[d] = (list(a["pads"]), list(a["output_padding"]))
+    assert got == {
+        0: ([1, 0, 1, 0], [0, 0]), 1: ([2, 0, 0, 0], [0, 0]), 2: ([3, 0, 0, 0], [1, 0])
+    }  # fmt: skip
+    # the input rows each band reads: cut from c on device 0, which computed it whole
+    assert sorted(sends(dep.plan, "c")) == [(0, "c.rows2_7", 1), (0, "c.rows6_7", 2)]
+    assert_equal_outputs(net, m, platform(3))
+
+
 def two_convs(tmp_path: Path, opset: int = 17) -> Net:
     nodes = [
         n("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
@@ -338,7 +420,12 @@ def test_plan_sends_what_the_model_counts(tmp_path: Path, kind: str) -> None:
     from tests.helpers.platforms import model
 
     rng = np.random.default_rng(11)
-    nets = (three_kinds(tmp_path), channel_local_net(tmp_path), pool_chain(tmp_path))
+    nets = (
+        three_kinds(tmp_path),
+        channel_local_net(tmp_path),
+        pool_chain(tmp_path),
+        conv_transpose_net(tmp_path, "convt", dict(CONV_TRANSPOSE["k3s2top1"])),
+    )
     checked = 0
     for net in nets:
         batch = random_mappings(net.graph, 3, kind, 30, rng)

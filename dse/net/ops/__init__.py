@@ -109,19 +109,22 @@ class ChannelSplit:
 @dataclass(frozen=True)
 class RowWindow:
     """The rows of a layer's first input that its output row o reads: ``o * stride - pad``
-    to ``o * stride - pad + span`` (exclusive), clipped to the input's rows."""
+    to ``o * stride - pad + span`` (exclusive), clipped to the input's rows. ``transposed``
+    (ConvTranspose): the other way round, input row i reaching output rows ``i * stride -
+    pad`` to ``i * stride - pad + span``."""
 
     stride: int
     span: int  # (kernel rows - 1) x dilation + 1
     pad: int  # top padding (explicit, or as auto_pad resolves it)
+    transposed: bool = False
 
     def needed(self, o0: int, o1: int, in_rows: int) -> tuple[int, int]:
-        """Input rows ``[lo, hi)`` that output rows ``[o0, o1)`` read (empty band: (0, 0))."""
-        if o1 <= o0:
-            return (0, 0)
-        lo = max(0, o0 * self.stride - self.pad)
-        hi = min(in_rows, (o1 - 1) * self.stride - self.pad + self.span)
-        return (lo, max(lo, hi))
+        """Input rows ``[lo, hi)`` that output rows ``[o0, o1)`` read (empty band: (0, 0)):
+        :func:`dse.mapping.rows.needed`, the one home of the rule."""
+        from dse.mapping.rows import needed  # the mapping package reads the ops: import late
+
+        lo, hi = needed(o0, o1, self.stride, self.span, self.pad, in_rows, self.transposed)
+        return int(lo), int(hi)
 
 
 MacRule = Callable[[OpView], int]
@@ -298,7 +301,9 @@ def row_part(
     of the band): the node as it is, reading ``x`` and writing ``out``, its top and bottom
     padding what the band needs (the image's own padding at its borders, none inside: the
     rows there are real), its column padding as it was (``auto_pad`` made explicit: a
-    ``SAME_*`` one needs ``columns``, the input's width and the kernel's columns)."""
+    ``SAME_*`` one needs ``columns``, the input's width and the kernel's columns). A
+    ConvTranspose band sets its row padding and ``output_padding`` instead
+    (:func:`_transposed_pads`)."""
     o0, o1 = band
     lo, hi = rows
     n = NodeProto()
@@ -307,7 +312,9 @@ def row_part(
     n.input[0] = x
     del n.output[:]
     n.output.append(out)
-    if window.span > 1 or window.stride > 1 or window.pad > 0 or _has_pads(node):
+    if window.transposed:
+        _transposed_pads(n, band, rows, window)
+    elif window.span > 1 or window.stride > 1 or window.pad > 0 or _has_pads(node):
         top = max(0, window.pad - o0 * window.stride)
         bottom = max(0, (o1 - 1) * window.stride - window.pad + window.span - in_rows)
         left, right = _column_pads(node, columns)
@@ -316,6 +323,31 @@ def row_part(
         n.attribute.extend(attrs)
         n.attribute.append(helper.make_attribute("pads", [top, left, bottom, right]))
     return Part(nodes=[n], keep=[t for t in node.input[1:] if t])
+
+
+def _transposed_pads(
+    n: NodeProto,
+    band: tuple[int, int],
+    rows: tuple[int, int],
+    window: RowWindow,
+) -> None:
+    """A ConvTranspose band's rows: over input rows ``rows`` = [lo, hi) the node without row
+    padding makes rows ``u`` of ``(hi - lo - 1) x stride + span`` (u = 0 at input row lo's
+    first); output row o of the whole layer is u = o + pad - lo x stride there. The band's
+    top and bottom padding cut the rows before and after it, and where the band runs past
+    them (into the layer's ``output_padding``) its own ``output_padding`` adds them."""
+    o0, o1 = band
+    lo, hi = rows
+    top = o0 + window.pad - lo * window.stride
+    bottom = (hi - lo - 1) * window.stride + window.span - top - (o1 - o0)
+    attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+    pads = list(attrs.get("pads") or [0, 0, 0, 0])
+    out_pad = list(attrs.get("output_padding") or [0, 0])
+    kept = [a for a in n.attribute if a.name not in ("pads", "output_padding")]
+    del n.attribute[:]
+    n.attribute.extend(kept)
+    n.attribute.append(helper.make_attribute("pads", [top, pads[1], max(bottom, 0), pads[3]]))
+    n.attribute.append(helper.make_attribute("output_padding", [max(-bottom, 0), out_pad[1]]))
 
 
 def _has_pads(node: NodeProto) -> bool:

@@ -166,7 +166,36 @@ def _conv(v: OpView) -> int:
     return numel(v.out_shapes[0]) * math.prod(w[1:])
 
 
-@register("ConvTranspose", family=conv_family, channels=ChannelSplit(1, 1, conv_part))
+def conv_transpose_rows(layer: LayerLike) -> RowWindow | None:
+    """A 2-D transposed convolution's row window, where a band fits: explicit pads (no
+    ``auto_pad``, no ``output_shape``), and a kernel spanning at least its stride (every
+    output row then reads an input row; a band's own padding never goes below zero)."""
+    out = getattr(layer, "output_shape", ())
+    inputs = getattr(layer, "inputs", ())
+    if not layer.weights or len(layer.weights[0].shape) != 4 or len(out) != 4:
+        return None
+    if not inputs or len(inputs[0].shape) != 4:
+        return None
+    a = layer.attrs
+    auto = a.get("auto_pad", "NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else str(auto)
+    if auto != "NOTSET" or a.get("output_shape"):
+        return None
+    stride = int((a.get("strides") or [1, 1])[0])
+    dilation = int((a.get("dilations") or [1, 1])[0])
+    span = (int(layer.weights[0].shape[2]) - 1) * dilation + 1
+    pad = int((a.get("pads") or [0, 0, 0, 0])[0])
+    if stride < 1 or span < stride or pad < 0:
+        return None
+    return RowWindow(stride, span, pad, transposed=True)
+
+
+@register(
+    "ConvTranspose",
+    family=conv_family,
+    channels=ChannelSplit(1, 1, conv_part),
+    rows=conv_transpose_rows,
+)
 def _conv_transpose(v: OpView) -> int:
     # every input element is multiplied into a (Cout/groups) x k... patch of the output
     x, w = v.in_shapes[0], v.in_shapes[1]
