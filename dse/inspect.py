@@ -34,6 +34,8 @@ def layer_rows(graph: LayerGraph) -> list[dict]:
             "follows": graph.names[follows[layer.index]] if follows[layer.index] >= 0 else None,
             # ... and on its bands when that one is split by rows (row-local too)
             "on_bands": bool(graph.row_chain[layer.index] and follows[layer.index] >= 0),
+            # ... or, not split itself, on the bands of its inputs when all are on bands
+            "row_join": bool(graph.row_join[layer.index]),
             "estimated": layer.estimated,
             "out_channels": layer.out_channels,
             "weight_bytes": layer.weight_bytes,
@@ -67,7 +69,9 @@ def as_table(graph: LayerGraph) -> str:
             f"{r['macs']:,}",
             f"{r['params']:,}",
             "yes" if r["splittable"] else ("parts" if r["follows"] else ""),
-            "yes" if r["row_splittable"] else ("bands" if r["on_bands"] else ""),
+            "yes"
+            if r["row_splittable"]
+            else ("bands" if r["on_bands"] else ("join" if r["row_join"] else "")),
             "est." if r["estimated"] else "",
         )
         for i, r in enumerate(layer_rows(graph))

@@ -134,6 +134,7 @@ def kernel_inputs(
         follower=np.asarray(graph.follower, dtype=np.int64),
         split_index=split_index(graph),
         row_chain=np.asarray(graph.row_chain, dtype=np.bool_),
+        row_join=np.asarray(graph.row_join, dtype=np.bool_),
         row_stride=np.asarray(graph.row_stride, dtype=np.int64),
         row_span=np.asarray(graph.row_span, dtype=np.int64),
         row_pad=np.asarray(graph.row_pad, dtype=np.int64),

@@ -13,11 +13,17 @@ parts are. Everything else follows from these rules, written here and nowhere el
 * **Needed rows.** A band ``[o0, o1)`` reads the input rows ``[o0 x stride - pad, (o1 - 1) x
   stride - pad + span)`` clipped to the input (:func:`needed`); an empty band none. A
   transposed convolution's window runs the other way (:func:`needed` with ``transposed``).
+* **Joins.** A layer not split itself that reads bands (``LayerGraph.row_join``: an Add, Mul
+  or Concat along the channels, an activation or a pooling after one) runs on bands too where
+  every input is on bands over the same devices: on its first input's bands carried through
+  its window as a follower's are, each device reading its rows of every input (its own, and
+  halos or pieces from the others).
 * **Bands kept or gathered.** The output of the last layer of a chain on bands stays as bands
   (each device keeping its own, the next layer fetching the rows it needs from the devices
   holding them: halos) when it is no graph output and every layer reading it is a root split
-  by rows over the same devices; else its bands are gathered along the rows, as channel parts
-  are gathered (:func:`row_layout`).
+  by rows, or a join, over the same devices; else its bands are gathered along the rows, as
+  channel parts are gathered (:func:`row_layout`). A join one of whose inputs is gathered runs
+  whole after all.
 
 The model's kernel (:mod:`models_analytical.schedule`) and the runtime's partitioner
 (:mod:`dse.runtime.programs`) both call :func:`row_layout`.
@@ -27,6 +33,10 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+from dse.net.window import needed
+
+__all__ = ["follow", "layout_of", "needed", "row_layout"]
 
 
 @njit(cache=True, nogil=True)
@@ -40,37 +50,19 @@ def follow(x, stride, pad, in_rows, out_rows):
 
 
 @njit(cache=True, nogil=True)
-def needed(o0, o1, stride, span, pad, in_rows, transposed=False):
-    """The input rows ``(lo, hi)`` output rows ``[o0, o1)`` read, clipped; (0, 0) when empty.
-
-    ``transposed`` (a ConvTranspose): input row i reaches output rows ``i x stride - pad`` to
-    ``i x stride - pad + span`` (exclusive), so output row o reads the input rows from
-    ``ceil((o + pad - span + 1) / stride)`` to ``floor((o + pad) / stride)``. A band past
-    every input row's reach (in ``output_padding``) reads the last row, so no band reads
-    none."""
-    if o1 <= o0:
-        return 0, 0
-    if transposed:
-        lo = max(0, -((span - 1 - o0 - pad) // stride))  # ceil((o0 + pad - span + 1) / stride)
-        hi = min(in_rows, (o1 - 1 + pad) // stride + 1)
-        lo = min(lo, in_rows - 1)
-        return lo, max(lo + 1, hi)
-    lo = max(0, o0 * stride - pad)
-    hi = min(in_rows, (o1 - 1) * stride - pad + span)
-    return lo, max(lo, hi)
-
-
-@njit(cache=True, nogil=True)
 def row_layout(
     sizes,
     axis,
     split_index,
     follows,
     row_chain,
+    row_join,
     stride,
     pad,
     in_rows,
     out_rows,
+    in_ptr,
+    in_src,
     out_ptr,
     out_dst,
     is_output,
@@ -81,11 +73,13 @@ def row_layout(
 ):
     """One mapping's rows: ``sizes[S, D]`` and ``axis[S]`` (its whole numbers);
     ``split_index[L]`` each layer's index among the splittable ones (-1: not splittable);
-    the graph's ``follows``, ``row_chain``, ``row_stride``, ``row_pad``, ``in_rows``,
-    ``out_rows`` [L], its consumers (``out_ptr`` [L+1], ``out_dst``) and ``is_output`` [L].
-    Fills ``root[L]`` (the root split by rows whose bands each layer runs on, -1: none),
-    ``band_lo`` / ``band_hi`` [L, D] (each device's output rows of such a layer; 0, 0 for a
-    device without a part) and ``keep[L]`` (the layer's output stays as bands)."""
+    the graph's ``follows``, ``row_chain``, ``row_join``, ``row_stride``, ``row_pad``,
+    ``in_rows``, ``out_rows`` [L], its inputs (``in_ptr`` [L+1], ``in_src``: CSR, -1 the
+    graph input), its consumers (``out_ptr`` [L+1], ``out_dst``) and ``is_output`` [L].
+    Fills ``root[L]`` (the root split by rows whose bands each layer runs on, the layer itself
+    for a join, -1: none), ``band_lo`` / ``band_hi`` [L, D] (each device's output rows of such
+    a layer; 0, 0 for a device without a part) and ``keep[L]`` (the layer's output stays as
+    bands)."""
     n_layers, n_dev = band_lo.shape
     for layer in range(n_layers):
         root[layer] = -1
@@ -120,28 +114,80 @@ def row_layout(
                     band_hi[layer, d] = follow(
                         band_hi[p, d], stride[layer], pad[layer], in_rows[layer], out_rows[layer]
                     )
-    # a chain's last layer keeps its bands where every reader is a root on the same devices
-    for layer in range(n_layers):
-        r = root[layer]
-        if r < 0 or is_output[layer] or out_ptr[layer + 1] == out_ptr[layer]:
             continue
-        kept = True
-        for j in range(out_ptr[layer], out_ptr[layer + 1]):
-            c = out_dst[j]
-            if root[c] == r:  # a follower on the same bands: not the chain's last layer
-                kept = False
-                break
-            if root[c] != c:
-                kept = False
-                break
-            sr, sc = split_index[r], split_index[c]
+        if row_join[layer] and join_inputs_on_bands(layer, in_ptr, in_src, root, band_lo, band_hi):
+            root[layer] = layer  # a join: on the bands of its first input
+            first = in_src[in_ptr[layer]]
             for d in range(n_dev):
-                if (sizes[sr, d] > 0) != (sizes[sc, d] > 0):
-                    kept = False
+                if band_hi[first, d] > band_lo[first, d]:
+                    band_lo[layer, d] = follow(
+                        band_lo[first, d], stride[layer], pad[layer], in_rows[layer],
+                        out_rows[layer],
+                    )  # fmt: skip
+                    band_hi[layer, d] = follow(
+                        band_hi[first, d], stride[layer], pad[layer], in_rows[layer],
+                        out_rows[layer],
+                    )  # fmt: skip
+    # a chain's last layer keeps its bands where every reader is a root or a join on the same
+    # devices; a join whose inputs do not all stay as bands runs whole after all, which may
+    # leave another's inputs without a reason to stay: again until nothing changes
+    changed = True
+    while changed:
+        for layer in range(n_layers):
+            keep[layer] = kept_bands(
+                layer, sizes, split_index, root, band_lo, band_hi, out_ptr, out_dst, is_output
+            )
+        changed = False
+        for layer in range(n_layers):
+            if root[layer] != layer or split_index[layer] >= 0:
+                continue  # not a join
+            for e in range(in_ptr[layer], in_ptr[layer + 1]):
+                if not keep[in_src[e]]:
+                    root[layer] = -1
+                    for d in range(n_dev):
+                        band_lo[layer, d] = 0
+                        band_hi[layer, d] = 0
+                    changed = True
                     break
-            if not kept:
-                break
-        keep[layer] = kept
+
+
+@njit(cache=True, nogil=True)
+def join_inputs_on_bands(layer, in_ptr, in_src, root, band_lo, band_hi):
+    """Whether every input of ``layer`` is on bands, all of them on the same devices."""
+    first = in_src[in_ptr[layer]]
+    for e in range(in_ptr[layer], in_ptr[layer + 1]):
+        src = in_src[e]
+        if src < 0 or root[src] < 0:
+            return False
+        for d in range(band_lo.shape[1]):
+            if (band_hi[src, d] > band_lo[src, d]) != (band_hi[first, d] > band_lo[first, d]):
+                return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def kept_bands(layer, sizes, split_index, root, band_lo, band_hi, out_ptr, out_dst, is_output):
+    """Whether ``layer``'s output stays as bands: it is on bands, no graph output, read, and
+    every reader is a root split by rows over the same devices or a join on its bands' devices
+    (not a follower on the same bands: the layer would not be its chain's last)."""
+    r = root[layer]
+    if r < 0 or is_output[layer] or out_ptr[layer + 1] == out_ptr[layer]:
+        return False
+    n_dev = band_lo.shape[1]
+    for j in range(out_ptr[layer], out_ptr[layer + 1]):
+        c = out_dst[j]
+        if root[c] == r or root[c] != c:
+            return False
+        sc = split_index[c]
+        for d in range(n_dev):
+            if split_index[r] >= 0:  # a chain of a root split by rows: its root's devices
+                here = sizes[split_index[r], d] > 0
+            else:  # a join: the devices of its bands
+                here = band_hi[layer, d] > band_lo[layer, d]
+            there = sizes[sc, d] > 0 if sc >= 0 else band_hi[c, d] > band_lo[c, d]
+            if here != there:
+                return False
+    return True
 
 
 def layout_of(graph, sizes: np.ndarray, axis: np.ndarray) -> tuple[np.ndarray, ...]:  # noqa: ANN001
@@ -151,6 +197,7 @@ def layout_of(graph, sizes: np.ndarray, axis: np.ndarray) -> tuple[np.ndarray, .
     split_index = np.full(n, -1, dtype=np.int64)
     split_index[graph.split_layers] = np.arange(len(graph.split_layers))
     out_ptr, out_dst = consumers(graph)
+    in_ptr, in_src = producers(graph)
     is_output = np.zeros(n, dtype=bool)
     names = {t.name for t in graph.outputs}
     for layer in graph:
@@ -165,10 +212,13 @@ def layout_of(graph, sizes: np.ndarray, axis: np.ndarray) -> tuple[np.ndarray, .
         split_index,
         graph.follows,
         graph.row_chain,
+        graph.row_join,
         graph.row_stride,
         graph.row_pad,
         graph.in_rows,
         graph.out_rows,
+        in_ptr,
+        in_src,
         out_ptr,
         out_dst,
         is_output,
@@ -192,3 +242,13 @@ def consumers(graph) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
     ptr[1:] = np.cumsum([len(x) for x in lists])
     dst = np.array([c for x in lists for c in sorted(x)], dtype=np.int64)
     return ptr, dst
+
+
+def producers(graph) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
+    """Each layer's activation inputs as CSR (``in_ptr`` [L+1], ``in_src``: the producing
+    layer, -1 for a graph input), in the order of the graph's edges, as the model's kernel
+    reads them (:func:`models_analytical.schedule.inputs.input_csr`)."""
+    order = np.argsort(graph.edge_dst, kind="stable")
+    ptr = np.zeros(len(graph) + 1, dtype=np.int64)
+    np.add.at(ptr, graph.edge_dst[order] + 1, 1)
+    return np.cumsum(ptr), graph.edge_src[order].astype(np.int64)

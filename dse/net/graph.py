@@ -250,6 +250,22 @@ class LayerGraph:
         return chain
 
     @cached_property
+    def row_join(self) -> np.ndarray:
+        """bool [L]: a layer not split itself that runs on bands of rows where all its inputs
+        are on bands over the same devices (:func:`dse.mapping.rows.row_layout`): row-local,
+        not splittable, following no layer (a follower runs on its root's bands already), and
+        every activation input as tall as the first (Add, Mul, Concat along the channels, an
+        activation or a pooling after them)."""
+        out = self.row_local & ~self.splittable & (self.follows < 0)
+        for i in np.flatnonzero(out).tolist():
+            ins = self.layers[i].inputs
+            out[i] = bool(ins) and all(
+                len(t.shape) == 4 and int(t.shape[2]) == int(self.in_rows[i]) for t in ins
+            )
+        out.setflags(write=False)
+        return out
+
+    @cached_property
     def split_layers(self) -> np.ndarray:
         """int64 [S]: the splittable layers, in graph order (index s of a mapping's sizes)."""
         out = np.flatnonzero(self.splittable).astype(np.int64)

@@ -3,10 +3,11 @@ where each band's input rows come from, and where a chain's bands go. The bands 
 (which layer runs on whose bands, each device's rows, which outputs stay as bands) are the
 mapping's row layout, :func:`dse.mapping.rows.layout_of`; this module only carries it out.
 
-* **On bands.** A layer whose layout root is set (a root split by rows, or a row-local
-  follower of one) runs on bands: device d computes its output rows ``[lo, hi)``
+* **On bands.** A layer whose layout root is set (a root split by rows, a row-local
+  follower of one, or a join reading bands only) runs on bands: device d computes its output
+  rows ``[lo, hi)`` (a join from the same rows of each of its inputs)
   (:func:`dse.net.ops.row_part`, the layer's whole weights) from the input rows they read
-  (:func:`dse.mapping.rows.needed`). A device whose band is empty computes nothing of the
+  (:func:`dse.net.window.needed`). A device whose band is empty computes nothing of the
   layer, and nothing is sent to it or gathered from it for it.
 * **Input held whole** (on its owner, the graph input on the entry, a device that gathered
   or received it): a device holding it slices its rows itself (a Slice in its part's nodes);
@@ -138,26 +139,35 @@ def slice_rows(
 def run_on_bands(walk: _Walk, layer: Layer) -> None:
     """Every device's band of ``layer``, then where its bands go (module docstring)."""
     node = walk.nodes[layer.node]
-    if len(layer.inputs) != 1:
+    i, g = layer.index, walk.graph
+    if len(layer.inputs) != 1 and not g.row_join[i]:
         raise DseError(
             f"layer '{layer.name}' runs on bands of rows but reads {len(layer.inputs)} "
-            "activation tensors: only layers of one image input can"
+            "activation tensors: only layers of one image input, and joins, can"
         )
     window = ops.row_window(layer)
     if window is None:
         raise DseError(f"layer '{layer.name}' ({layer.op}) cannot compute a band of its rows")
-    i, g = layer.index, walk.graph
-    out, x = node.output[0], layer.inputs[0].name
+    out = node.output[0]
     in_rows = int(g.in_rows[i])
     bands = walk.rows.bands(i)
     for d, band in bands.items():
         lo, hi = window.needed(band[0], band[1], in_rows)
         act = Action("compute", layer=i)
-        source = _input_rows(walk, act, x, d, (lo, hi), f"{out}{TAG}{d}")
+        base = f"{out}{TAG}{d}"
+        sources = {}  # each input's rows on d, by the input's name
+        for k, t in enumerate(layer.inputs):
+            if t.name not in sources:
+                name = base if k == 0 else f"{base}.i{k}"
+                sources[t.name] = _input_rows(walk, act, t.name, d, (lo, hi), name)
         part = ops.row_part(
-            node, layer.name, band, (lo, hi), window, in_rows, f"{TAG}{d}", source,
-            band_name(out, d), ops.row_columns(layer),
+            node, layer.name, band, (lo, hi), window, in_rows, f"{TAG}{d}",
+            sources[layer.inputs[0].name], band_name(out, d), ops.row_columns(layer),
         )  # fmt: skip
+        if g.row_join[i]:  # every input by name, wherever it stands among the node's
+            del part.nodes[0].input[:]
+            part.nodes[0].input.extend([sources.get(t, t) for t in node.input])
+            part.keep = [t for t in node.input if t and t not in sources]
         add_part(act, part, walk.statics, True)
         act.makes = [band_name(out, d)]
         walk.types[band_name(out, d)] = with_rows(walk.types[out], band[1] - band[0])

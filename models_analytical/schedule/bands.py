@@ -35,10 +35,13 @@ def layout_rows(k_in, sizes, axis, st):
             k_in.split_index,
             k_in.follows,
             k_in.row_chain,
+            k_in.row_join,
             k_in.row_stride,
             k_in.row_pad,
             k_in.in_rows,
             k_in.out_rows,
+            k_in.in_ptr,
+            k_in.in_src,
             k_in.out_ptr,
             k_in.out_dst,
             k_in.is_output,
@@ -120,17 +123,28 @@ def run_band(k_in, owner, st, layer, d, n_here, t_in):
 
 @stage
 def receive_rows(k_in, owner, st, layer, d):
-    """When the input rows d's band of ``layer`` reads are on d: from the devices holding them
-    as bands (d's own rows, and each other's overlap sent to d: halos), or a slice of the input
-    held whole elsewhere (sent by its owner, the image by the entry device); all of its rows are
-    the whole input, received as a part's input is (:func:`receive`). Rows d holds whole
-    already, or received already as the same piece, come at no cost. Each piece received lands
-    in a buffer kept for good; a piece sent is held on its sender until the end (sends
-    complete there) and ends the sender's sub-model after the layer that made it."""
-    e = k_in.in_ptr[layer]
+    """When the input rows d's band of ``layer`` reads are on d, of each of its inputs (one,
+    but for a join): from the devices holding them as bands (d's own rows, and each other's
+    overlap sent to d: halos), or a slice of the input held whole elsewhere (sent by its owner,
+    the image by the entry device); all of its rows are the whole input, received as a part's
+    input is (:func:`receive`). Rows d holds whole already, or received already as the same
+    piece, come at no cost. Each piece received lands in a buffer kept for good; a piece sent
+    is held on its sender until the end (sends complete there) and ends the sender's sub-model
+    after the layer that made it."""
+    lo, hi = band_rows(k_in, st, layer, d)
+    t_in = 0.0
+    for e in range(k_in.in_ptr[layer], k_in.in_ptr[layer + 1]):
+        a = receive_edge_rows(k_in, owner, st, layer, d, e, lo, hi)
+        if a > t_in:
+            t_in = a
+    return t_in
+
+
+@stage
+def receive_edge_rows(k_in, owner, st, layer, d, e, lo, hi):
+    """:func:`receive_rows` of input edge ``e``: rows ``[lo, hi)`` of its tensor."""
     src = k_in.in_src[e]
     t = k_in.in_tensor[e]
-    lo, hi = band_rows(k_in, st, layer, d)
     row_bytes = k_in.in_bytes[e] / max(k_in.in_rows[layer], 1)
     t_in = 0.0
     if on_bands(st, src, layer):
@@ -141,7 +155,7 @@ def receive_rows(k_in, owner, st, layer, d):
                 continue
             rdy = st.band_ready[src, h]
             if h != d:
-                rdy = piece_in(k_in, owner, st, layer, t, src, h, d, a, b, row_bytes, rdy)
+                rdy = piece_in(k_in, owner, st, layer, e, src, h, d, a, b, row_bytes, rdy)
             if rdy > t_in:
                 t_in = rdy
         return t_in
@@ -152,14 +166,15 @@ def receive_rows(k_in, owner, st, layer, d):
         return st.arrival[t, d]
     if lo == 0 and hi == k_in.in_rows[layer]:  # every row: the whole input
         return receive(k_in, owner, st, layer, e, loc, d, rdy)
-    return piece_in(k_in, owner, st, layer, t, src, loc, d, lo, hi, row_bytes, rdy)
+    return piece_in(k_in, owner, st, layer, e, src, loc, d, lo, hi, row_bytes, rdy)
 
 
 @stage
-def piece_in(k_in, owner, st, layer, t, src, h, d, a, b, row_bytes, rdy):
-    """Rows ``[a, b)`` of tensor t (``src``'s output, -1: the image) from h, where they are
-    ready at ``rdy``, to d for its band of ``layer``; returns when they are in: at once if d
-    received this very piece before (then nothing moves)."""
+def piece_in(k_in, owner, st, layer, e, src, h, d, a, b, row_bytes, rdy):
+    """Rows ``[a, b)`` of input edge e's tensor (``src``'s output, -1: the image) from h,
+    where they are ready at ``rdy``, to d for its band of ``layer``; returns when they are
+    in: at once if d received this very piece before (then nothing moves)."""
+    t = k_in.in_tensor[e]
     slot = piece_slot(st, t, d, a, b)
     if slot >= 0 and st.piece_gen[slot] == st.gen[0]:
         return st.piece_at[slot]
@@ -167,9 +182,13 @@ def piece_in(k_in, owner, st, layer, t, src, h, d, a, b, row_bytes, rdy):
     gathered = src >= 0 and (st.root[src] >= 0 or st.part_count[st.row[src]] > 1)
     if not on_bands(st, src, layer) and (src < 0 or gathered):
         # h made no computation of it (the image, a gathered tensor): a sub-model of its own
-        rdy = slicer(k_in, st, h, k_in.in_bytes[k_in.in_ptr[layer]], rdy)
+        rdy = slicer(k_in, st, h, k_in.in_bytes[e], rdy)
     if src >= 0:
-        rdy = send_piece(k_in, owner, st, h, src, nbytes, rdy)
+        dl = src
+        if on_bands(st, src, layer):
+            dl = piece_deadline(k_in, st, layer, d, h, src)
+            rdy = max(rdy, st.band_ready[dl, h])
+        rdy = send_piece(k_in, owner, st, h, src, dl, nbytes, rdy)
     else:
         hold(st, h, 0, k_in.out_bytes.size, nbytes)
     arrival = transfer(k_in, st, h, d, nbytes, rdy)
@@ -217,16 +236,42 @@ def slicer(k_in, st, h, whole_bytes, rdy):
 
 
 @stage
-def send_piece(k_in, owner, st, h, src, nbytes, rdy):
+def send_piece(k_in, owner, st, h, src, dl, nbytes, rdy):
     """Device h sends ``nbytes`` of ``src``'s output (a slice, made with it): it leaves h's
-    sub-model (charged there), which ends after ``src`` (a send's deadline), and is held on h
-    until the end. Returns when it can go."""
+    sub-model (charged there), which ends after ``dl`` (the send's deadline), and is held on
+    h until the end. Returns when it can go."""
     c_out = k_in.segment_out_per_byte_s[k_in.device_type[h]] * nbytes * st.slowdown[h]
     charge(k_in, st, h, c_out)
     hold(st, h, src, k_in.out_bytes.size, nbytes)
-    if not st.ends_at[h, src]:
-        end_after_send(k_in, owner, st, h, src)
+    if not st.ends_at[h, dl]:
+        end_after_send(k_in, owner, st, h, dl)
     return rdy + c_out
+
+
+@stage
+def piece_deadline(k_in, st, layer, d, h, src):
+    """The layer after which h sends d rows of ``src``'s output for d's band of ``layer``:
+    ``src``, or, where that band reads rows of other inputs from h too (a join), the latest of
+    them h made in the same run of work as ``src`` (no receive or gather on h between): the
+    runtime sends them together after it (:func:`dse.runtime.segments.send_deadlines`), as a
+    whole tensor's send waits for its reader's other inputs
+    (:func:`~models_analytical.schedule.segments.send_deadline`)."""
+    lo, hi = band_rows(k_in, st, layer, d)
+    dl = src
+    for e in range(k_in.in_ptr[layer], k_in.in_ptr[layer + 1]):
+        s2 = k_in.in_src[e]
+        if s2 <= dl or not on_bands(st, s2, layer):
+            continue
+        if max(lo, st.band_lo[s2, h]) >= min(hi, st.band_hi[s2, h]):
+            continue  # h sends d none of it
+        same_run = True
+        for m in range(src + 1, s2 + 1):
+            if st.receives_at[h, m] or (m < s2 and st.gathers_at[h, m]):
+                same_run = False
+                break
+        if same_run:
+            dl = s2
+    return dl
 
 
 @stage

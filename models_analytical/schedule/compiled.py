@@ -11,9 +11,9 @@ Stamped: numba stamps a cached function with its own file only, yet its compiled
 what it calls from other modules, so an edited stage would leave its callers' cached code stale
 (the batch would go on running the old stage). A cached function of this package is stamped,
 besides numba's own stamp, with the content of every module of the package and of
-:mod:`dse.mapping.rules` and :mod:`dse.mapping.rows` (whose ``dense_one`` and ``row_layout``
-the batch calls): an edit anywhere recompiles the kernel. This goes through numba's cache
-locators (``numba.core.caching``, not public API);
+:mod:`dse.mapping.rules`, :mod:`dse.mapping.rows` and :mod:`dse.net.window` (whose
+``dense_one``, ``row_layout`` and ``needed`` the batch calls): an edit anywhere recompiles the
+kernel. This goes through numba's cache locators (``numba.core.caching``, not public API);
 where they are missing the kernel still runs, stamped by numba alone, and ``tests/test_model``
 fails.
 """
@@ -31,6 +31,7 @@ from numba.core import caching
 
 import dse.mapping.rows
 import dse.mapping.rules
+import dse.net.window
 from models_analytical.schedule.pipeline import KernelCompiler
 
 PACKAGE = Path(__file__).resolve().parent
@@ -40,7 +41,11 @@ PACKAGE = Path(__file__).resolve().parent
 def sources_digest() -> str:
     """SHA-256 of the kernel's source files (this package's modules and the mapping rules)."""
     digest = hashlib.sha256()
-    mapping = (Path(dse.mapping.rules.__file__), Path(dse.mapping.rows.__file__))
+    mapping = (
+        Path(dse.mapping.rules.__file__),
+        Path(dse.mapping.rows.__file__),
+        Path(dse.net.window.__file__),
+    )
     for path in (*sorted(PACKAGE.glob("*.py")), *(m.resolve() for m in mapping)):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())

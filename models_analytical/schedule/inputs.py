@@ -43,6 +43,7 @@ class KernelInputs(NamedTuple):
     # rows (dse.mapping.rows; LayerGraph's row arrays)
     split_index: np.ndarray  # int64 [L] index among the splittable layers, -1: not splittable
     row_chain: np.ndarray  # bool [L] runs on its root's bands where the root splits by rows
+    row_join: np.ndarray  # bool [L] runs on its inputs' bands where they all are on bands
     row_stride: np.ndarray  # int64 [L] output row o reads input rows from o x stride - pad,
     row_span: np.ndarray  # int64 [L] ... span rows
     row_pad: np.ndarray  # int64 [L]

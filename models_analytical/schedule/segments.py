@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dse.mapping.rows import needed
+from dse.net.window import needed
 from models_analytical.schedule.compiled import stage
 from models_analytical.schedule.parts import inputs_end
 from models_analytical.schedule.timeline import charge
@@ -54,7 +54,7 @@ def enter_segment(k_in, owner, st, layer, d, n_here):
 
 @stage
 def band_rows(k_in, st, layer, d):
-    """The input rows ``(lo, hi)`` d's band of ``layer`` reads (:func:`dse.mapping.rows.needed`)."""
+    """The input rows ``(lo, hi)`` d's band of ``layer`` reads (:func:`dse.net.window.needed`)."""
     return needed(
         st.band_lo[layer, d],
         st.band_hi[layer, d],
@@ -69,16 +69,18 @@ def band_rows(k_in, st, layer, d):
 @stage
 def band_taken_in(k_in, owner, st, layer, d, seg):
     """What d's band of ``layer`` takes into its sub-model ``seg``, per byte: the input rows it
-    reads, unless they were made in ``seg`` on d (its own band of the layer before, or a
-    tensor d made whole there) and nothing was received for it."""
-    e = k_in.in_ptr[layer]
-    src = k_in.in_src[e]
-    here = src >= 0 and st.seg_of[d, src] == seg and not st.receives_at[d, layer]
-    if here and (st.root[src] >= 0 or (owner[src] == d and st.part_count[st.row[src]] == 1)):
-        return 0.0
+    reads of each input, unless they were made in ``seg`` on d (its own band of the layer
+    before, or a tensor d made whole there) and nothing was received for it."""
     lo, hi = band_rows(k_in, st, layer, d)
-    nbytes = k_in.in_bytes[e] * (hi - lo) / max(k_in.in_rows[layer], 1)
-    return k_in.segment_in_per_byte_s[k_in.device_type[d]] * nbytes
+    cost = 0.0
+    for e in range(k_in.in_ptr[layer], k_in.in_ptr[layer + 1]):
+        src = k_in.in_src[e]
+        here = src >= 0 and st.seg_of[d, src] == seg and not st.receives_at[d, layer]
+        if here and (st.root[src] >= 0 or (owner[src] == d and st.part_count[st.row[src]] == 1)):
+            continue
+        nbytes = k_in.in_bytes[e] * (hi - lo) / max(k_in.in_rows[layer], 1)
+        cost += k_in.segment_in_per_byte_s[k_in.device_type[d]] * nbytes
+    return cost
 
 
 @stage

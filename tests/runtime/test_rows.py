@@ -478,11 +478,8 @@ def test_a_follower_that_cannot_run_on_bands_runs_whole(tmp_path: Path) -> None:
     assert_equal_outputs(net, channels, platform(2))
 
 
-def test_residual_add_after_row_split_convs(tmp_path: Path) -> None:
-    """conv1 -> relu1 -> conv2 -> Add(relu1, conv2) -> Relu, both convs by rows over 0 and 1:
-    relu1 is read by conv2 and by the Add, so it is gathered along the rows (both devices
-    need it: each gathers it, and cuts its band's rows of it itself), and the Add runs
-    whole on device 1."""
+def residual_net(tmp_path: Path) -> Net:
+    """conv1 -> relu1 -> conv2 -> Add(relu1, conv2) -> relu2, on 8 x 10 x 10."""
     nodes = [
         n("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
         n("Relu", ["c1"], ["r1"], name="relu1"),
@@ -491,13 +488,52 @@ def test_residual_add_after_row_split_convs(tmp_path: Path) -> None:
         n("Relu", ["s"], ["y"], name="relu2"),
     ]
     inits = [weight("w1", [8, 8, 3, 3], 1), weight("w2", [8, 8, 3, 3], 2)]
-    net = onnx_net(tmp_path, "residual", nodes, [1, 8, 10, 10], ["y"], inits)
-    m = sized(net.graph, 2, {"conv1": [5, 5], "conv2": [4, 6]}, devices={"add": 1, "relu2": 1})
+    return onnx_net(tmp_path, "residual", nodes, [1, 8, 10, 10], ["y"], inits)
+
+
+def test_residual_add_runs_on_the_bands_of_row_split_convs(tmp_path: Path) -> None:
+    """Both convs by rows over 0 and 1 (conv1 5/5, conv2 4/6): the Add and the Relu after it
+    are joins, on the bands of the Add's first input (relu1's, [0, 5) and [5, 10)), so relu1
+    stays as bands for conv2 and the Add alike and nothing is gathered before the output.
+    What crosses, worked out by hand (a row is 8 channels x 10 x 4 B = 320 B): conv1's band
+    [5, 10) on 1 reads the image's rows [4, 10) from the entry, 0 (1920 B); conv2's band
+    [4, 10) on 1 reads relu1's rows [3, 10), [3, 5) from 0 (640 B); the Add's band [0, 5) on 0
+    reads conv2's row 4 from 1 (320 B); relu2 makes the graph output, whose band [0, 5) on 0
+    is gathered on its owner, 1 (1600 B). The model counts the same."""
+    net = residual_net(tmp_path)
+    g = net.graph
+    m = sized(g, 2, {"conv1": [5, 5], "conv2": [4, 6]}, devices={"add": 1, "relu2": 1})
+    root, lo, hi, keep = layout_of(g, m.sizes[0], m.axis[0])
+    assert root.tolist() == [0, 0, 2, 3, 4]
+    assert lo[3:, :2].tolist() == [[0, 5], [0, 5]] and hi[3:, :2].tolist() == [[5, 10]] * 2
+    assert keep.tolist() == [False, True, True, True, False]
+    plan = partition(net, m, platform(2)).plan
+    assert not [s for r in plan.ranks for s in r.steps if s.op == "gather" and s.tensor != "y"]
+    assert sends(plan, "") == {
+        (0, "x.rows4_10", 1): 1920,
+        (0, "r1.rows3_5", 1): 640,
+        (1, "c2.rows4_5", 0): 320,
+        (0, "y.band0", 1): 1600,
+    }
+    assert_equal_outputs(net, m, platform(2))
+    from tests.helpers.platforms import model
+
+    assert model(g, platform(2)).evaluate(m).bytes_sent[0].tolist() == [1920 + 640 + 1600, 320]
+
+
+def test_a_join_whose_input_is_read_whole_elsewhere_runs_whole(tmp_path: Path) -> None:
+    """conv2 by channels, not rows: relu1's bands are gathered (conv2's parts read it
+    whole), so the Add, one of whose inputs is not on bands, runs whole on its device, and
+    relu2 after it."""
+    net = residual_net(tmp_path)
+    g = net.graph
+    m = sized(g, 2, {"conv1": [5, 5]}, {"conv2": [4, 4]}, devices={"add": 1, "relu2": 1})
+    root, _, _, keep = layout_of(g, m.sizes[0], m.axis[0])
+    assert root.tolist() == [0, 0, -1, -1, -1] and not keep.any()
     plan = partition(net, m, platform(2)).plan
     for dev in (0, 1):
         (gather,) = steps_on(plan, dev, "gather", "r1")
         assert gather.axis == 2
-    assert sends(plan, "r1.rows") == {}
     assert_equal_outputs(net, m, platform(2))
 
 
@@ -509,6 +545,25 @@ def test_dense_block_concat_after_row_split_convs(tmp_path: Path, early_reader: 
     g = net.graph
     on = {name: 1 for name in g.names if name not in ("a", "b", "c")}
     m = sized(g, 2, {"a": [3, 3], "b": [2, 4], "c": [4, 2]}, devices=on)
+    assert_equal_outputs(net, m, platform(2))
+
+
+def test_dense_block_concats_run_on_the_bands(tmp_path: Path) -> None:
+    """The dense block with every conv by rows over 0 and 1 (3 rows each): both Concats are
+    joins on the bands (along the channels, each device its own rows of every input), so
+    a, b and c stay as bands for the convs and the Concats alike; the 1x1 convs d and f
+    read no halo, and only f, the output, is gathered. What crosses, by hand: the image's rows
+    [2, 6) to device 1 (4 rows x 8 channels x 6 x 4 B = 768 B), one halo row each way of a
+    and of b for the 3x3 convs b and c (192 B each), and f's band on device 1 to its owner,
+    0 (3 x 8 x 6 x 4 B = 576 B)."""
+    net = dense_block_net(tmp_path, False)
+    g = net.graph
+    m = sized(g, 2, {name: [3, 3] for name in ("a", "b", "c", "d", "f")})
+    root = layout_of(g, m.sizes[0], m.axis[0])[0]
+    assert root[g.index["cat"]] == g.index["cat"] and root[g.index["cat2"]] == g.index["cat2"]
+    plan = partition(net, m, platform(2)).plan
+    assert [s.tensor for r in plan.ranks for s in r.steps if s.op == "gather"] == ["f"]
+    assert sent_by_device(plan, 2).tolist() == [768 + 192 * 2, 192 * 2 + 576]
     assert_equal_outputs(net, m, platform(2))
 
 
@@ -526,7 +581,7 @@ def test_zoo_networks_by_rows(name: str) -> None:
     """VGG-16 (13 Convs, their Relus and MaxPools on the bands, kept from Conv to Conv: only
     halos cross until the last MaxPool's bands are gathered for the classifier) and
     MobileNetV2 (52 Convs, depthwise ones of stride 2 among them; BatchNormalization and
-    Clip on the bands; gathered for the residual Adds) with every row-splittable layer by
+    Clip on the bands; the residual Adds joins on them) with every row-splittable layer by
     rows over two devices."""
     net = load_net({"name": name})
     m = every_row_layer_by_rows(net)
@@ -537,6 +592,10 @@ def test_zoo_networks_by_rows(name: str) -> None:
         gathers = [s for r in plan.ranks for s in r.steps if s.op == "gather"]
         pool5 = net.graph.layers[net.graph.index["pool5"]].outputs[0].name
         assert [(s.tensor, s.axis) for s in gathers] == [(pool5, 2)]
+    if name == "mobilenetv2":  # one gather too: the last Clip's bands, for the global pool
+        plan = partition(net, m, platform(2)).plan
+        gathers = [s for r in plan.ranks for s in r.steps if s.op == "gather"]
+        assert len(gathers) == 1 and gathers[0].axis == 2
 
 
 def test_a_layer_that_cannot_split_by_rows_is_one_line(tmp_path: Path) -> None:

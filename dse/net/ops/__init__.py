@@ -50,6 +50,8 @@ from typing import Any, Protocol
 import numpy as np
 from onnx import NodeProto, helper
 
+from dse.net.window import needed
+
 Shape = tuple[int, ...]
 
 
@@ -120,9 +122,7 @@ class RowWindow:
 
     def needed(self, o0: int, o1: int, in_rows: int) -> tuple[int, int]:
         """Input rows ``[lo, hi)`` that output rows ``[o0, o1)`` read (empty band: (0, 0)):
-        :func:`dse.mapping.rows.needed`, the one home of the rule."""
-        from dse.mapping.rows import needed  # the mapping package reads the ops: import late
-
+        :func:`dse.net.window.needed`, the one home of the rule."""
         lo, hi = needed(o0, o1, self.stride, self.span, self.pad, in_rows, self.transposed)
         return int(lo), int(hi)
 

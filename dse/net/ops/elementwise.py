@@ -35,12 +35,13 @@ register(
 register("InstanceNormalization", "LayerNormalization", family=NORM)(_per_output_element)
 register("GroupNormalization", "Softmax", "LogSoftmax", "Hardmax", family=EW)(_per_output_element)
 
-# arithmetic and math
-register("Add", "Sum", "Mul", family=EW, fused=True)(_per_output_element)
+# arithmetic and math: row-local (a band of their output from the same rows of every input:
+# a join on bands, dse.mapping.rows) where no static operand varies along the rows
+register("Add", "Sum", "Mul", family=EW, fused=True, rows=same_row)(_per_output_element)
 register(
     "Sub", "Div", "Pow", "Mod", "Max", "Min", "Mean", "Neg", "Abs", "Sqrt", "Reciprocal", "Exp",
     "Log", "Erf", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos",
-    family=EW,
+    family=EW, rows=same_row,
 )(_per_output_element)  # fmt: skip
 
 # comparisons, selection and quantisation

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dse.errors import DseError
-from dse.net.ops import OpView, family_of, numel, register
+from dse.net.ops import LayerLike, OpView, RowWindow, family_of, numel, register
 
 
 @register("Identity", "Dropout", family=family_of("elementwise"), local="any", fused=True)
@@ -28,7 +28,15 @@ def _same_elements(v: OpView) -> int:
     return 0
 
 
-@register("Concat", family=family_of("concat"))
+def concat_rows(layer: LayerLike) -> RowWindow | None:
+    """A Concat along the channels of NCHW tensors reads the same rows of every input."""
+    axis = int(layer.attrs.get("axis", 0))
+    if len(getattr(layer, "output_shape", ())) != 4 or axis not in (1, -3):
+        return None
+    return RowWindow(1, 1, 0)
+
+
+@register("Concat", family=family_of("concat"), rows=concat_rows)
 @register("Pad", family=family_of("elementwise"), not_parameters=frozenset({1, 2, 3}))
 @register(
     "Slice",
