@@ -14,9 +14,11 @@ below channels in the first blocks at the same speed-up), bytes sent predicted a
 and the equivalence verdict of every run.
 
 ``mobilenetv2``: two searches of MobileNetV2 on ``localhost`` (vertical and channel splits;
-the same with rows: ``chromosome.spatial=true``), then the ``--top`` best-latency mappings of
-each front deployed and measured interleaved; prints the best measured latency of each
-(target: with rows below without).
+the same with rows: ``chromosome.spatial=true``), both with structured seeds
+(``algorithm.seed_structured=true``: every splittable layer over both devices in the first
+population, by channels, and by rows where the search has rows), then the ``--top``
+best-latency mappings of each front deployed and measured interleaved; prints the best
+measured latency of each (target: with rows below without).
 
 ``mobilenetv2-by-hand``: MobileNetV2's first ``--first`` row-splittable layers split over the
 two cores by rows and by channels, against one device: whether any row split pays there.
@@ -145,7 +147,7 @@ def search_front(net: str, spatial: bool, out: Path, args) -> list[Path]:
         sys.executable, "-m", "dse", f"+net={net}", "platform=localhost", "progress=false",
         f"chromosome.spatial={str(spatial).lower()}", f"hydra.run.dir={out}",
         f"algorithm.pop_size={args.pop}", f"algorithm.n_gen={args.gen}",
-        "objectives=[latency,memory]",
+        "objectives=[latency,memory]", "algorithm.seed_structured=true",
     ]  # fmt: skip
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)

@@ -12,7 +12,7 @@ from models_analytical.schedule.costs import band_share
 from models_analytical.schedule.gather import all_gather
 from models_analytical.schedule.memory import hold, hold_weights
 from models_analytical.schedule.receive import held_whole, receive
-from models_analytical.schedule.segments import band_rows, end_after_send, enter_segment
+from models_analytical.schedule.segments import band_rows, end_after_send, enter_band_segment
 from models_analytical.schedule.state import PIECES
 from models_analytical.schedule.timeline import begin, charge, compute, transfer
 
@@ -113,7 +113,7 @@ def run_band(k_in, owner, st, layer, d, n_here, t_in):
     of the rows' work and what every band pays (``row_fixed``), the layer's fixed per-part cost
     and its sub-model's costs, slower by d's host slowdown; it holds the whole weights."""
     ty = k_in.device_type[d]
-    over = enter_segment(k_in, owner, st, layer, d, n_here)
+    over = enter_band_segment(k_in, owner, st, layer, d)
     s = band_share(k_in, ty, layer, st.frac[d], n_here)
     if n_here > 1:  # bands run side by side
         s *= k_in.split_work_factor[ty]

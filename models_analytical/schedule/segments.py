@@ -15,24 +15,13 @@ from models_analytical.schedule.timeline import charge
 
 @stage
 def enter_segment(k_in, owner, st, layer, d, n_here):
-    """Puts d's part of ``layer`` (cut into ``n_here`` parts) in a sub-model: a new one after
-    a cut or where it receives, else d's current one. Returns the seconds (before the host
-    slowdown) of what that costs: the run of a new one, what enters it (received, gathered, or
-    made by an earlier one here) and what leaves an earlier one here, per byte."""
+    """Puts d's part of ``layer`` (cut into ``n_here`` parts; whole or channels, not a band:
+    :func:`enter_band_segment`) in a sub-model: a new one after a cut or where it receives,
+    else d's current one. Returns the seconds (before the host slowdown) of what that costs:
+    the run of a new one, what enters it (received, gathered, or made by an earlier one here)
+    and what leaves an earlier one here, per byte."""
     ty = k_in.device_type[d]
-    seg = st.seg_current[d]
-    if seg < 0 or st.receives_at[d, layer]:
-        st.seg_last[d] += 1
-        seg = st.seg_last[d]
-        st.seg_current[d] = seg
-        st.seg_starts[d, layer] = True
-        over = k_in.segment_run_s[ty]
-    else:
-        over = 0.0
-    st.seg_of[d, layer] = seg
-    st.part_list[d, st.parts[d]] = layer  # counted when it runs
-    if st.root[layer] >= 0:
-        return over + band_taken_in(k_in, owner, st, layer, d, seg)
+    seg, over = segment_of(k_in, st, layer, d)
     for e in range(k_in.in_ptr[layer], inputs_end(k_in, st, layer)):
         src = k_in.in_src[e]
         t = k_in.in_tensor[e]
@@ -50,6 +39,33 @@ def enter_segment(k_in, owner, st, layer, d, n_here):
         st.out_charged[layer] = True
         over += k_in.segment_out_per_byte_s[ty] * k_in.out_bytes[layer]
     return over
+
+
+@stage
+def enter_band_segment(k_in, owner, st, layer, d):
+    """:func:`enter_segment` for d's band of ``layer``: what enters its sub-model are the
+    input rows the band reads (:func:`band_taken_in`). Apart, so that a mapping without bands
+    runs (and compiles) none of it."""
+    seg, over = segment_of(k_in, st, layer, d)
+    return over + band_taken_in(k_in, owner, st, layer, d, seg)
+
+
+@stage
+def segment_of(k_in, st, layer, d):
+    """The sub-model d's part of ``layer`` joins (a new one after a cut or where it receives,
+    else d's current one) and the seconds its run costs if new (else 0)."""
+    seg = st.seg_current[d]
+    if seg < 0 or st.receives_at[d, layer]:
+        st.seg_last[d] += 1
+        seg = st.seg_last[d]
+        st.seg_current[d] = seg
+        st.seg_starts[d, layer] = True
+        over = k_in.segment_run_s[k_in.device_type[d]]
+    else:
+        over = 0.0
+    st.seg_of[d, layer] = seg
+    st.part_list[d, st.parts[d]] = layer  # counted when it runs
+    return seg, over
 
 
 @stage
