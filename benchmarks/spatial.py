@@ -85,7 +85,11 @@ def measure(
             dirs, args.rounds, args.warmup, args.iterations, 1800, np.random.default_rng(0)
         )
     return {
-        name: {"measured": meas, "predicted": model.evaluate(m)}
+        name: {
+            "measured": meas,
+            "predicted": model.evaluate(m),
+            "memory_phases": model.memory_phases(m),
+        }
         for (name, m), meas in zip(named.items(), done, strict=True)
     }
 
@@ -94,26 +98,34 @@ def report(results: dict[str, dict], base: str) -> None:
     one = results[base]["measured"]["latency_ms"]["median"]
     print(
         "| mapping | measured ms (median [p10, p90]) | speed-up | predicted ms | peak RSS per rank "
-        "MB, measured (predicted) | MB sent, measured (predicted) | outputs |"
+        "MB, measured (predicted) | running / loading, measured (predicted) | MB sent, measured "
+        "(predicted) | outputs |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for name, r in results.items():
         meas, ev = r["measured"], r["predicted"]
         if meas.get("status") != "ok":
-            print(f"| {name} | failed: {meas.get('reason')} | | | | | |")
+            print(f"| {name} | failed: {meas.get('reason')} | | | | | | |")
             continue
         lat = meas["latency_ms"]
         ranks = meas["ranks"]
         used = np.flatnonzero(ev.used[0])
+        running, loading = r.get("memory_phases", (ev.memory_mb, ev.memory_mb))
+        peak = ", ".join(
+            f"{max(rk['peak_rss_running_mb'] or 0, rk['peak_rss_loading_mb'] or 0):.0f} "
+            f"({ev.memory_mb[0, d]:.0f})"
+            for rk, d in zip(ranks, used, strict=False)
+        )
         mem = ", ".join(
-            f"{rk['peak_rss_running_mb'] or 0:.0f} ({ev.memory_mb[0, d]:.0f})"
+            f"{rk['peak_rss_running_mb'] or 0:.0f} / {rk['peak_rss_loading_mb'] or 0:.0f} "
+            f"({running[0, d]:.0f} / {loading[0, d]:.0f})"
             for rk, d in zip(ranks, used, strict=False)
         )
         sent = sum(rk["bytes_sent"] for rk in ranks) / 1e6
         eq = meas.get("equivalence", {})
         print(
             f"| {name} | {lat['median']:.1f} [{lat['p10']:.1f}, {lat['p90']:.1f}] | "
-            f"{one / lat['median']:.2f}x | {ev.latency_s[0] * 1e3:.1f} | {mem} | "
+            f"{one / lat['median']:.2f}x | {ev.latency_s[0] * 1e3:.1f} | {peak} | {mem} | "
             f"{sent:.2f} ({ev.bytes_sent[0].sum() / 1e6:.2f}) | "
             f"{'equal' if eq.get('passed') else 'DIFFER'} "
             f"(max rel {eq.get('max_rel_error', float('nan')):.1e}) |"

@@ -296,6 +296,38 @@ class AnalyticalModel:
         """The figures of every mapping of the batch."""
         return self._evaluation(self._simulate(mappings))
 
+    def memory_phases(self, mappings: Mappings) -> tuple[np.ndarray, np.ndarray]:
+        """Each device's memory (MB, [P, D]) while running and while loading its sub-models
+        (NaN where the coefficients have no loading terms), whose larger is ``memory_mb``."""
+        result = self._simulate(mappings)
+        used = self._used(result)
+        running, loading = self._memory(result)
+        return np.where(used, running, 0.0), np.where(used, loading, 0.0)
+
+    @staticmethod
+    def _used(result: ScheduleResult) -> np.ndarray:
+        return (result.parts > 0) | (result.peak_bytes > 0) | (result.held_bytes > 0)
+
+    def _memory(self, result: ScheduleResult) -> tuple[np.ndarray, np.ndarray]:
+        """Eq. 4.9 while running, with a per-layer term for the runtime structures each layer
+        keeps (a rank that runs no sub-model, it only holds tensors, has a baseline of its
+        own), and while loading, where onnxruntime holds weights twice and packs conv weights
+        (NaN without loading terms)."""
+        parts, segments = result.parts, result.segments
+        peak, held, weights = result.peak_bytes, result.held_bytes, result.weights_mb
+        bias = np.where(parts > 0, self._mem_bias, self._mem_empty)
+        memory = bias + parts * self._mem_layer + segments * self._mem_segment
+        memory = memory + (held / MB) * self._mem_held  # buffers kept for good
+        if self._by_class:  # resident weights: the liveness peak is weights + activations
+            act = np.maximum(peak / MB - weights.sum(axis=2), 0.0)
+            memory = memory + act * self._mem_coef + (weights * self._mem_w).sum(axis=2)
+        else:
+            memory = memory + (peak / MB) * self._mem_coef
+        loading = np.full_like(memory, np.nan)
+        if self._mem_load.any():
+            loading = bias + (weights * self._mem_load).sum(axis=2)
+        return memory, loading
+
     def memory_terms(self, mappings: Mappings) -> dict[str, np.ndarray]:
         """What the memory of each device is made of, before coefficients (each [P, D]):
         ``peak_mb`` the liveness peak of tensors and weights, ``held_mb`` buffers kept for good,
@@ -341,35 +373,15 @@ class AnalyticalModel:
     def _evaluation(self, result: ScheduleResult) -> Evaluation:
         """The Evaluation of the kernel's figures (its ``weights_mb`` read only when the
         coefficients have weight-class memory terms, the case it is computed in)."""
-        latency, busy, parts, segments = (
-            result.latency_s,
-            result.busy_s,
-            result.parts,
-            result.segments,
-        )
-        peak, held, weights = result.peak_bytes, result.held_bytes, result.weights_mb
+        latency, busy, segments = result.latency_s, result.busy_s, result.segments
         # a device takes part when it computes, or only holds tensors (the entry device of the
         # input image, a device that gathers the parts of a channel-local layer it owns): the
         # runtime runs a rank there too
-        used = (parts > 0) | (peak > 0) | (held > 0)
+        used = self._used(result)
         idle = np.where(used, np.maximum(latency[:, None] - busy, 0.0), 0.0)
         energy = result.energy_j + idle * self._idle_w
-        # Eq. 4.9, with a per-layer term for the runtime structures each layer keeps; a rank
-        # that runs no sub-model (it only holds tensors) has a baseline of its own
-        bias = np.where(parts > 0, self._mem_bias, self._mem_empty)
-        memory = bias + parts * self._mem_layer + segments * self._mem_segment
-        memory = memory + (held / MB) * self._mem_held  # buffers kept for good
-        if self._by_class:  # resident weights: the liveness peak is weights + activations
-            act = np.maximum(peak / MB - weights.sum(axis=2), 0.0)
-            memory = memory + act * self._mem_coef + (weights * self._mem_w).sum(axis=2)
-        else:
-            memory = memory + (peak / MB) * self._mem_coef
-        if self._mem_load.any():
-            # while loading, onnxruntime holds weights twice and packs conv weights: the peak
-            # RSS is the larger of that and the running footprint
-            loading = bias + (weights * self._mem_load).sum(axis=2)
-            memory = np.maximum(memory, loading)
-        memory = np.where(used, memory, 0.0)
+        # the peak RSS: the larger of the running footprint and the loading one
+        memory = np.where(used, np.fmax(*self._memory(result)), 0.0)
         return Evaluation(
             latency_s=latency,
             busy_s=busy,

@@ -12,7 +12,12 @@ from models_analytical.schedule.costs import band_share
 from models_analytical.schedule.gather import all_gather
 from models_analytical.schedule.memory import hold, hold_weights
 from models_analytical.schedule.receive import held_whole, receive
-from models_analytical.schedule.segments import band_rows, end_after_send, enter_band_segment
+from models_analytical.schedule.segments import (
+    band_rows,
+    end_after_send,
+    enter_band_segment,
+    same_run,
+)
 from models_analytical.schedule.state import PIECES
 from models_analytical.schedule.timeline import begin, charge, compute, transfer
 
@@ -264,12 +269,7 @@ def piece_deadline(k_in, st, layer, d, h, src):
             continue
         if max(lo, st.band_lo[s2, h]) >= min(hi, st.band_hi[s2, h]):
             continue  # h sends d none of it
-        same_run = True
-        for m in range(src + 1, s2 + 1):
-            if st.receives_at[h, m] or (m < s2 and st.gathers_at[h, m]):
-                same_run = False
-                break
-        if same_run:
+        if same_run(st, h, src, s2):
             dl = s2
     return dl
 

@@ -109,14 +109,19 @@ def send_deadline(k_in, owner, st, loc, src, layer):
         s2 = k_in.in_src[e]
         if s2 <= dl or owner[s2] != loc or st.part_count[st.row[s2]] != 1:
             continue
-        same_run = True
-        for m in range(src + 1, s2 + 1):
-            if st.receives_at[loc, m] or (m < s2 and st.gathers_at[loc, m]):
-                same_run = False
-                break
-        if same_run:
+        if same_run(st, loc, src, s2):
             dl = s2
     return dl
+
+
+@stage
+def same_run(st, loc, src, later):
+    """Whether ``loc`` computes layers ``src`` and ``later`` in one run of work: no receive
+    for a layer after ``src`` up to ``later``, nor a gather after one before ``later``."""
+    for m in range(src + 1, later + 1):
+        if st.receives_at[loc, m] or (m < later and st.gathers_at[loc, m]):
+            return False
+    return True
 
 
 @stage

@@ -253,6 +253,12 @@ def test_memory_by_weight_class_and_loading_peak_by_hand() -> None:
     w_mb = graph.weight_bytes.sum() / 1e6  # every weight is a conv's
     run = 100.0 + 2.0 * (peak_mb - w_mb) + 3.0 * w_mb + 0.5 * 1
     assert m.evaluate(batch).memory_mb[0, 0] == pytest.approx(run)
+    running, loading = m.memory_phases(batch)  # each phase apart: the larger is the peak
+    assert running[0, 0] == pytest.approx(run) and loading[0, 0] == pytest.approx(100.0 + w_mb)
     cpu = dataclasses.replace(cpu, memory_loading={"conv": 50.0, "other": 1.0})
     _, m = chain_model(Coefficients({"cpu": cpu}))
     assert m.evaluate(batch).memory_mb[0, 0] == pytest.approx(100.0 + 50.0 * w_mb)
+    running, loading = m.memory_phases(batch)
+    assert running[0, 0] == pytest.approx(run)
+    assert loading[0, 0] == pytest.approx(100.0 + 50.0 * w_mb)
+    assert np.isnan(plain.memory_phases(batch)[1][0, 0])  # no loading terms: no loading phase
