@@ -663,12 +663,13 @@ def localhost():
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("kind", ["spatial", "three"])
+@pytest.mark.parametrize("kind", ["spatial", "three", "joins"])
 def test_two_ranks(tmp_path: Path, localhost, kind: str) -> None:
-    """Under mpiexec with two ranks: the pooling chain by rows (halos inside it), and the
-    three-kinds net with conv_a by rows, conv_b by channels and a vertical cut: rank 0
-    checks the outputs against the whole model's, after measured iterations and a stream of
-    frames."""
+    """Under mpiexec with two ranks: the pooling chain by rows (halos inside it); the
+    three-kinds net with conv_a by rows, conv_b by channels and a vertical cut; and the dense
+    block by rows everywhere, b and c on other bands than a's, so that each Concat (a join,
+    on a's bands) reads a row of each from the other rank. Rank 0 checks the outputs against the whole model's, after measured iterations and a
+    stream of frames."""
     from dse.runtime.launch import launch
     from dse.runtime.measure import deploy
     from tests.runtime.test_partition import RTOL
@@ -677,10 +678,16 @@ def test_two_ranks(tmp_path: Path, localhost, kind: str) -> None:
         net = pool_chain(tmp_path)
         on = dict.fromkeys(("relu1", "maxpool", "avgpool"), 1)
         m = sized(net.graph, 2, {"conv1": [7, 8]}, devices=on)
-    else:
+    elif kind == "three":
         net = three_kinds(tmp_path)
         on = {"relu_a": 1, "relu_b": 1, "maxpool": 1, "conv_c": 1, "gap": 1, "flatten": 1}
         m = sized(net.graph, 2, {"conv_a": [9, 7]}, {"conv_b": [5, 7]}, on)
+    else:
+        net = dense_block_net(tmp_path, False)
+        bands = {"a": [3, 3], "b": [2, 4], "c": [2, 4], "d": [3, 3], "f": [3, 3]}
+        m = sized(net.graph, 2, bands)
+        root = layout_of(net.graph, m.sizes[0], m.axis[0])[0]
+        assert root[net.graph.index["cat"]] == net.graph.index["cat"]
     out = tmp_path / kind
     plan = deploy(net, localhost, m, out, warmup=1, iterations=2, stream=4)
     assert any(s.op == "gather" and s.axis == 2 for r in plan.ranks for s in r.steps)
