@@ -52,9 +52,12 @@ def test_a_paced_run_lasts_its_cpu_time_over_the_speed_and_computes_the_same(spe
         (got,) = paced.run(None, {"x": x})
         wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
         np.testing.assert_array_equal(got, want)
-        # the run's own CPU time is what is left of the whole once the yielding is taken out
+        # the run's own CPU time is what is left of the whole once the yielding is taken out;
+        # the pacer reads its own clocks, a little apart from these (a clean clone's CI once
+        # measured 9.28 ms of wall against 9.39 = 2.35 / 0.25): 5 % slack, where an unpaced
+        # run would last a quarter of it
         own = cpu - (p.spent_s - spent0)
-        assert own > 0 and wall >= own / 0.25 * 0.99
+        assert own > 0 and wall >= own / 0.25 * 0.95
 
 
 def test_the_yielding_is_counted_apart(speed) -> None:
