@@ -668,8 +668,8 @@ def test_two_ranks(tmp_path: Path, localhost, kind: str) -> None:
     """Under mpiexec with two ranks: the pooling chain by rows (halos inside it); the
     three-kinds net with conv_a by rows, conv_b by channels and a vertical cut; and the dense
     block by rows everywhere, b and c on other bands than a's, so that each Concat (a join,
-    on a's bands) reads a row of each from the other rank. Rank 0 checks the outputs against the whole model's, after measured iterations and a
-    stream of frames."""
+    on a's bands) reads a row of each from the other rank. Rank 0 checks the outputs against
+    the whole model's, after measured iterations and a stream of frames."""
     from dse.runtime.launch import launch
     from dse.runtime.measure import deploy
     from tests.runtime.test_partition import RTOL
