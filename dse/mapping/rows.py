@@ -108,26 +108,14 @@ def row_layout(
             r = root[p]
             for d in range(n_dev):
                 if sizes[split_index[r], d] > 0:  # a device of the root's parts
-                    band_lo[layer, d] = follow(
-                        band_lo[p, d], stride[layer], pad[layer], in_rows[layer], out_rows[layer]
-                    )
-                    band_hi[layer, d] = follow(
-                        band_hi[p, d], stride[layer], pad[layer], in_rows[layer], out_rows[layer]
-                    )
+                    follow_band(layer, p, d, stride, pad, in_rows, out_rows, band_lo, band_hi)
             continue
         if row_join[layer] and join_inputs_on_bands(layer, in_ptr, in_src, root, band_lo, band_hi):
             root[layer] = layer  # a join: on the bands of its first input
             first = in_src[in_ptr[layer]]
             for d in range(n_dev):
                 if band_hi[first, d] > band_lo[first, d]:
-                    band_lo[layer, d] = follow(
-                        band_lo[first, d], stride[layer], pad[layer], in_rows[layer],
-                        out_rows[layer],
-                    )  # fmt: skip
-                    band_hi[layer, d] = follow(
-                        band_hi[first, d], stride[layer], pad[layer], in_rows[layer],
-                        out_rows[layer],
-                    )  # fmt: skip
+                    follow_band(layer, first, d, stride, pad, in_rows, out_rows, band_lo, band_hi)
     # a chain's last layer keeps its bands where every reader is a root or a join on the same
     # devices; a join whose inputs do not all stay as bands runs whole after all, which may
     # leave another's inputs without a reason to stay: again until nothing changes
@@ -149,6 +137,15 @@ def row_layout(
                         band_hi[layer, d] = 0
                     changed = True
                     break
+
+
+@njit(cache=True, nogil=True)
+def follow_band(layer, p, d, stride, pad, in_rows, out_rows, band_lo, band_hi):
+    """Device d's band of ``layer``: its band of ``p``, the layer ``layer`` reads, carried
+    through ``layer``'s window (:func:`follow` of both ends)."""
+    s, q, n_in, n_out = stride[layer], pad[layer], in_rows[layer], out_rows[layer]
+    band_lo[layer, d] = follow(band_lo[p, d], s, q, n_in, n_out)
+    band_hi[layer, d] = follow(band_hi[p, d], s, q, n_in, n_out)
 
 
 @njit(cache=True, nogil=True)
@@ -197,7 +194,7 @@ def layout_of(graph, sizes: np.ndarray, axis: np.ndarray) -> tuple[np.ndarray, .
     split_index = np.full(n, -1, dtype=np.int64)
     split_index[graph.split_layers] = np.arange(len(graph.split_layers))
     out_ptr, out_dst = consumers(graph)
-    in_ptr, in_src = producers(graph)
+    in_ptr, in_src, _ = producers(graph.edge_src, graph.edge_dst, n)
     is_output = np.zeros(n, dtype=bool)
     names = {t.name for t in graph.outputs}
     for layer in graph:
@@ -244,11 +241,14 @@ def consumers(graph) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
     return ptr, dst
 
 
-def producers(graph) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
+def producers(
+    edge_src: np.ndarray, edge_dst: np.ndarray, n_layers: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each layer's activation inputs as CSR (``in_ptr`` [L+1], ``in_src``: the producing
-    layer, -1 for a graph input), in the order of the graph's edges, as the model's kernel
-    reads them (:func:`models_analytical.schedule.inputs.input_csr`)."""
-    order = np.argsort(graph.edge_dst, kind="stable")
-    ptr = np.zeros(len(graph) + 1, dtype=np.int64)
-    np.add.at(ptr, graph.edge_dst[order] + 1, 1)
-    return np.cumsum(ptr), graph.edge_src[order].astype(np.int64)
+    layer, -1 for a graph input) from a graph's edges, in their order, and that order of the
+    edges (``order``): the one order the row layout and the model's kernel read them in
+    (:func:`models_analytical.schedule.inputs.input_csr` builds on it)."""
+    order = np.argsort(edge_dst, kind="stable")
+    ptr = np.zeros(n_layers + 1, dtype=np.int64)
+    np.add.at(ptr, edge_dst[order] + 1, 1)
+    return np.cumsum(ptr), edge_src[order].astype(np.int64), order

@@ -7,6 +7,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from dse.mapping.rows import producers
+
 
 class KernelInputs(NamedTuple):
     """Read by field name in compiled code (a numba namedtuple). Per-type arrays are indexed
@@ -85,15 +87,9 @@ def input_csr(
     edge_bytes: np.ndarray,
     n_layers: int,
 ) -> tuple[np.ndarray, ...]:
-    """Per-layer input lists (CSR) with integer tensor ids."""
-    order = np.argsort(edge_dst, kind="stable")
+    """Per-layer input lists (CSR, :func:`dse.mapping.rows.producers`) with integer tensor
+    ids and the tensors' bytes."""
+    ptr, src, order = producers(edge_src, edge_dst, n_layers)
     ids: dict[str, int] = {}
     tensor = np.array([ids.setdefault(edge_tensor[i], len(ids)) for i in order], dtype=np.int64)
-    ptr = np.zeros(n_layers + 1, dtype=np.int64)
-    np.add.at(ptr, edge_dst[order] + 1, 1)
-    return (
-        np.cumsum(ptr),
-        edge_src[order].astype(np.int64),
-        tensor,
-        edge_bytes[order].astype(np.float64),
-    )
+    return ptr, src, tensor, edge_bytes[order].astype(np.float64)
