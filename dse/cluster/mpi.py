@@ -50,7 +50,8 @@ def mpiexec_options(state: State) -> tuple[list[str], dict[str, str]]:
     args = [word for option in options for word in option]
     wait = {"DSE_WAIT_SPIN_US": os.environ.get("DSE_WAIT_SPIN_US", WAIT_US)}
     # MPI_ENV: a rank blocked in a receive yields its core (1 byte between boards then takes
-    # ~15 us instead of a 4 ms scheduler tick); ROOT_ENV: Open MPI refuses root without it
+    # ~15 us instead of a 4 ms scheduler tick), and a message between boards moves while its
+    # sender computes; ROOT_ENV: Open MPI refuses root without it
     env = {**MPI_ENV, **wait, **(ROOT_ENV if os.geteuid() == 0 else {})}
     return args, env
 

@@ -30,10 +30,15 @@ from dse.runtime.measurements import Measurement
 
 #: Open MPI refuses to run as root without these.
 ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
-#: A rank blocked in a receive yields its core instead of spinning on it: on a busy machine a
-#: spinning rank took the core from the work it was waiting for (2x slower runs); idle, the
-#: core has nothing else to run and the wait is as short.
-MPI_ENV = {"OMPI_MCA_mpi_yield_when_idle": "1"}
+#: ``mpi_yield_when_idle``: a rank blocked in a receive yields its core instead of spinning on
+#: it: on a busy machine a spinning rank took the core from the work it was waiting for (2x
+#: slower runs); idle, the core has nothing else to run and the wait is as short.
+#: ``btl_tcp_progress_thread``: a message between hosts moves while its sender computes. Over
+#: TCP a message above the eager limit (64 kB) waits for the receiver's go-ahead, and without
+#: this thread the sender acts on it only in its next MPI call: an 8 MB message sent before
+#: 200 ms of work arrived after 203-216 ms, and 9-18 ms with the thread
+#: (``benchmarks/bench_progress.py``). Shared memory needs no thread: the receiver copies.
+MPI_ENV = {"OMPI_MCA_mpi_yield_when_idle": "1", "OMPI_MCA_btl_tcp_progress_thread": "1"}
 HOSTFILE, RANKFILE, RUN_SCRIPT = "hostfile", "rankfile", "run.sh"
 
 #: Each rank's (host, device), in rank order.
@@ -182,8 +187,9 @@ class Launcher:
             "directory).",
             "# Open MPI refuses root without these; they do nothing for other users.",
             "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
-            "# A rank waiting for a message yields its core rather than spinning on it.",
-            "export OMPI_MCA_mpi_yield_when_idle=1",
+            "# A rank waiting for a message yields its core rather than spinning on it, and a",
+            "# message between hosts moves while its sender computes (dse.runtime.mpirun.MPI_ENV).",
+            *(f"export {k}={v}" for k, v in MPI_ENV.items()),
             *(f"export {k}={shlex.quote(v)}" for k, v in extra.items()),
             "# The plan and files checked before any rank starts (each rank checks them again).",
             f"{shlex.join(check)} || exit 2",

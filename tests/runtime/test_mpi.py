@@ -303,7 +303,9 @@ def test_the_launcher_takes_mpiexec_arguments_environment_and_boards(
     env = agent.environment()
     assert env["OMPI_MCA_btl_tcp_if_include"] == "10.9.0.0/24"
     assert env["OMPI_MCA_mpi_yield_when_idle"] == "1"
+    assert env["OMPI_MCA_btl_tcp_progress_thread"] == "1"
     script = agent.run_script(cmd, tmp_path)
+    assert "\nexport OMPI_MCA_btl_tcp_progress_thread=1\n" in script
     assert "\nexport OMPI_MCA_btl_tcp_if_include=10.9.0.0/24\n" in script
     assert script.endswith(f'exec {" ".join(cmd)} "$@"\n')
     plain = mpirun.Launcher(mpiexec="mpiexec").command(tmp_path, 2)
@@ -325,6 +327,47 @@ def test_the_launcher_forwards_dses_variables_to_other_hosts(
     cmd = launcher.mpiexec_command(2, tmp_path, ["prog"])
     assert cmd[:3] == ["mpiexec", "-n", "2"] and cmd[-1] == "prog"
     assert cmd[7:11] == ["-x", "DSE_WAIT_SPIN_US", "-x", "LD_LIBRARY_PATH"]
+
+
+SENDER_WAITS = """
+import sys, time
+from pathlib import Path
+import numpy as np
+from mpi4py import MPI
+comm, flag = MPI.COMM_WORLD, Path(sys.argv[1])
+buf = np.arange(2_000_000, dtype=np.float32)  # 8 MB: far above TCP's eager limit
+if comm.Get_rank() == 0:
+    req = comm.Isend(buf, dest=1, tag=7)
+    end = time.monotonic() + 60
+    while not flag.exists() and time.monotonic() < end:  # no MPI call in here
+        time.sleep(0.001)
+    req.Wait()
+    print("moved" if flag.exists() else "stuck", flush=True)
+else:
+    got = np.empty_like(buf)
+    comm.Recv(got, source=0, tag=7)
+    flag.write_text(str(int(np.array_equal(got, buf))))
+"""
+
+
+@pytest.mark.mpi
+def test_a_message_between_hosts_moves_while_its_sender_makes_no_mpi_call(
+    tmp_path: Path,
+) -> None:
+    """Two ranks over TCP, as on two hosts, in the launcher's environment: rank 0 sends 8 MB,
+    then makes no MPI call (as while it runs a sub-model) until rank 1 has the whole message
+    and says so through a file. Without Open MPI's TCP progress thread (``MPI_ENV``) the
+    message waits for rank 0's next MPI call, and rank 0 gives up after 60 s: "stuck"."""
+    prog = tmp_path / "sender_waits.py"
+    prog.write_text(SENDER_WAITS)
+    flag = tmp_path / "received"
+    cmd = [mpirun.mpiexec_path(), "-n", "2", "--mca", "btl", "tcp,self",
+           sys.executable, str(prog), str(flag)]  # fmt: skip
+    env = mpirun.Launcher().environment()
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["moved"]
+    assert flag.read_text() == "1"  # and every byte arrived
 
 
 @pytest.mark.mpi
