@@ -94,7 +94,7 @@ def test_signal_at_any_moment_leaves_complete_outputs_and_resume_is_exact(
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=300)
         if sig == signal.SIGKILL:
-            assert proc.returncode == -signal.SIGKILL
+            assert proc.returncode in (-signal.SIGKILL, 0), err  # 0: it finished before
         else:
             assert proc.returncode in (130, 0), err  # 0: it finished before the signal
             if proc.returncode == 130:
@@ -103,7 +103,7 @@ def test_signal_at_any_moment_leaves_complete_outputs_and_resume_is_exact(
                 # interrupted, or complete when the signal came while its outputs were written
                 assert summary is not None
                 assert summary["interrupted"] or summary["generations"] == 300
-        assert_complete(out, killed=sig == signal.SIGKILL)
+        assert_complete(out, killed=proc.returncode == -signal.SIGKILL)
         # resume with nothing but the directory: the run's own settings, to its own n_gen
         r = run_module("dse", "progress=false", f"resume={out}")
         assert r.returncode == 0, r.stderr
