@@ -23,11 +23,12 @@ import subprocess
 import sys
 import time
 
-from dse.runtime.mpirun import ROOT_ENV, mpiexec_path
+from dse.runtime.mpirun import MPI_ENV, ROOT_ENV, mpiexec_path
 
 SIZES = (40_000, 8_000_000)  # below TCP's eager limit, far above it
 ITERATIONS = 5
 MARK = "bench-progress: "
+THREAD = "OMPI_MCA_btl_tcp_progress_thread"
 
 
 def rank(nbytes: int, busy_s: float) -> None:
@@ -58,7 +59,9 @@ def measure(nbytes: int, busy_s: float, thread: bool) -> list[float]:
     cmd = [mpiexec_path(), "-n", "2", "--mca", "btl", "tcp,self",
            "--mca", "btl_tcp_progress_thread", "1" if thread else "0",
            sys.executable, __file__, "--rank", str(nbytes), str(busy_s)]  # fmt: skip
-    env = {**os.environ, **ROOT_ENV, "OMPI_MCA_mpi_yield_when_idle": "1"}
+    # the launcher's settings but the one compared, which --mca alone sets here
+    ours = {k: v for k, v in MPI_ENV.items() if k != THREAD}
+    env = {**{k: v for k, v in os.environ.items() if k != THREAD}, **ROOT_ENV, **ours}
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=True)
     line = next(x for x in out.stdout.splitlines() if x.startswith(MARK))
     return json.loads(line[len(MARK) :])

@@ -110,7 +110,7 @@ def report(results: dict[str, dict], base: str) -> None:
         lat = meas["latency_ms"]
         ranks = meas["ranks"]
         used = np.flatnonzero(ev.used[0])
-        running, loading = r.get("memory_phases", (ev.memory_mb, ev.memory_mb))
+        running, loading = r["memory_phases"]
         peak = ", ".join(
             f"{max(rk['peak_rss_running_mb'] or 0, rk['peak_rss_loading_mb'] or 0):.0f} "
             f"({ev.memory_mb[0, d]:.0f})"
