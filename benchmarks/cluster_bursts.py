@@ -12,8 +12,10 @@ in one device's cgroup (the other idle) sleeps ``--gap-ms``, then computes a bur
 CPU time (single-threaded float32 matrix products), and again, for bursts of 0.25 to 64 ms.
 ``paced`` is ``corunner`` with the worker paced as a rank on the device is
 (:mod:`dse.runtime.pace`: after each burst it yields its CPU until the burst has lasted its CPU
-time over the device's speed). The worker runs under the scheduling policy the launcher gives
-ranks (``SCHED_BATCH`` under co-runners). Per mechanism, device and burst: the median speed
+time over the device's speed). ``weight`` (the cluster's default) has no co-runners: the
+devices' cgroups divide the CPU by their CPU weights (their shares) when both compute, and the
+worker is paced. The worker runs under the scheduling policy the launcher gives ranks
+(``SCHED_BATCH`` under co-runners and weights). Per mechanism, device and burst: the median speed
 (the burst's CPU time over its wall time, pacing included) against the device's share, and
 its p10-p90. Mechanisms run interleaved in rounds. Needs root
 and cgroup v1 (cpu, cpuset, memory); its cgroups are ``dse.bench-bursts-<pid>-<mechanism>``,
@@ -40,9 +42,11 @@ from dse.cluster.spec import ClusterSpec
 from dse.runtime.pace import PACE_ENV, pace_from_env
 
 BURSTS_MS = (0.25, 0.5, 1, 2, 4, 8, 16, 32, 64)
-MECHANISMS = ("corunner", "paced", "quota")
+MECHANISMS = ("corunner", "paced", "quota", "weight")
 #: The cluster's cpu_share per mechanism.
-CPU_SHARE = {"corunner": "corunner", "paced": "corunner", "quota": "quota"}
+CPU_SHARE = {"corunner": "corunner", "paced": "corunner", "quota": "quota", "weight": "weight"}
+#: The mechanisms whose worker is paced as a rank on the device is.
+PACED = ("paced", "weight")
 N = 64
 PERIOD_US = 10_000  # the quotas' (the cluster's default)
 
@@ -113,7 +117,7 @@ def main() -> None:
             for m in MECHANISMS if r % 2 == 0 else MECHANISMS[::-1]:
                 for device in SHARES:
                     c = CPU_SHARE[m]
-                    got = run(clusters[c], specs[c], device, m == "paced", args)
+                    got = run(clusters[c], specs[c], device, m in PACED, args)
                     for burst, values in got.items():
                         speeds.setdefault((m, device, burst), []).extend(values)
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)

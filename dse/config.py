@@ -300,14 +300,14 @@ class FidelityConfig(BaseConfig):
 
 
 #: How an emulated cluster's devices get their CPU shares (dse/cluster/cpu.py), the default first.
-CPU_SHARES = ("corunner", "quota")
+CPU_SHARES = ("weight", "corunner", "quota")
 
 
 def check_cpu_share(value: str, where: str = "") -> None:
     """One line unless ``value`` is one of :data:`CPU_SHARES` (``where``: a prefix naming the
     config); the cluster's config and :func:`dse.cluster.spec.parse_spec` both check with it."""
     if value not in CPU_SHARES:
-        raise DseError(f"{where}cpu_share={value!r} must be {' or '.join(CPU_SHARES)}")
+        raise DseError(f"{where}cpu_share={value!r} must be {', '.join(CPU_SHARES)}")
 
 
 @dataclass
@@ -318,12 +318,14 @@ class ClusterConfig:
     platform: Any = None
     name: str | None = None  # the cluster's name; null: the platform's
     check: bool = True  # after up: measure every link and device against the platform
-    # how a device gets its CPU share (dse/cluster/cpu.py): corunner, co-runner processes share
-    # each CPU with the device while something runs on its board, so it computes at its share
-    # from its first scheduler tick, but a waiting device may wait a time slice more to run;
-    # quota, a CFS quota per period, under which a device that computes in bursts shorter than
-    # its quota runs at a whole CPU's speed (docs/results/cluster.md compares them)
-    cpu_share: str = "corunner"
+    # how a device gets its CPU share (dse/cluster/cpu.py): weight, the device's cgroup weighs
+    # its share (two devices of a CPU computing at once divide it so) and its ranks are paced to
+    # it (alone, each run lasts its CPU time over the share); corunner, co-runner processes
+    # share each CPU with the device while something runs on its board, so it computes at its
+    # share from its first scheduler tick, but a waiting device may wait a time slice more to
+    # run; quota, a CFS quota per period, under which a device that computes in bursts shorter
+    # than its quota runs at a whole CPU's speed (docs/results/cluster.md compares them)
+    cpu_share: str = "weight"
     # CFS period of the devices' CPU quotas, cpu_share=quota only (benchmarks/cluster_cpu.py):
     # at 10 ms a 35 ms inference took its share's time within 3 %, alone and beside the other
     # device of its CPU; 2.5-5 ms ran up to 76 % slower (the kernel enforces quotas at its 4 ms

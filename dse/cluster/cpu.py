@@ -15,7 +15,16 @@ the board look like a machine of that many cores: Open MPI numbers them from 0 (
 
 How a device gets its share ``s`` of its board's CPUs is the cluster's ``cpu_share``:
 
-``corunner`` (the default)
+``weight`` (the default)
+    The device's cgroup has a CPU weight of its share (``cpu.shares``), and so has its board
+    (the sum of its devices'). Where two devices of a CPU compute at once, the kernel divides
+    the CPU by their weights; where one computes alone, it may use the whole CPU, so each rank
+    of a device of a share is **paced** to the device's speed (:func:`pace_speed`,
+    :mod:`dse.runtime.pace`): each onnxruntime run lasts at least its CPU time over ``s``, the
+    rank yielding its CPU until then. Every burst then computes at ``s``, as on a slower
+    processor, and nothing runs on a CPU while its devices wait: a device that wakes (a message
+    came) finds its CPU free unless the other device of the CPU computes.
+``corunner``
     While anything runs on a board (what the launcher starts: Open MPI's daemon, a profile;
     and the self-check's probe), every device of share below 1 has co-runners, one per CPU of
     its board: processes that spin, yielding, in the device's ``corunner`` cgroup, whose weight
@@ -24,13 +33,12 @@ How a device gets its share ``s`` of its board's CPUs is the cluster's ``cpu_sha
     by weights: a board's devices by their shares, boards by the sums of their devices' shares,
     and a CPU's unused share goes to its ``rest_cpu<N>`` group. A device that computes gets
     ``s`` of each CPU from its first scheduler tick (4 ms here) on, however long it waited
-    before; before that tick a burst after a wait runs at up to a whole CPU, so each rank of a
-    device of a share paces its onnxruntime runs to the device's speed
-    (:func:`pace_speed`, :mod:`dse.runtime.pace`): every burst then computes at ``s``, as on a
-    slower processor. A device that wakes (a message came) may still wait for the other
-    devices' time slice before it runs (the launcher runs ranks under ``SCHED_BATCH``, which
-    does not preempt: :mod:`dse.cluster.launcher`), where a real board answers at once. The
-    co-runners leave with the process that started them: they poll their parent.
+    before; its ranks are paced as under ``weight``. A device that wakes (a message came) may
+    still wait for the other devices' co-runners' time slice before it runs (the launcher runs
+    ranks under ``SCHED_BATCH``, which does not preempt: :mod:`dse.cluster.launcher`), where a
+    real board answers at once: a short part on the 0.4 device of ``edge3_ethernet`` took
+    2.6-3.0 ms where its share gives 1.2. The co-runners leave with the process that started
+    them: they poll their parent.
 ``quota``
     A CFS quota of ``s`` times the board's CPUs per period (``cfs_period_us``). A device runs at
     full speed until its quota for the period is spent, then waits: a burst of work shorter
@@ -40,20 +48,21 @@ How a device gets its share ``s`` of its board's CPUs is the cluster's ``cpu_sha
     share (the kernel enforces a quota at its 4 ms tick), longer ones paused inferences for
     longer. The kernel refuses quotas under 1 ms.
 
-``benchmarks/cluster_bursts.py`` measures both on bursts of work after a wait, and
-``docs/results/cluster.md`` ("One run at a time, and both mechanisms on the fixed emulator")
-compares the model's fidelity under each on edge3_ethernet, each calibrated on its own cluster:
-co-runners predicted three networks of five better, and the pipelined period within 10 % on
-all five (quotas: three). So co-runners are the default.
+``benchmarks/cluster_bursts.py`` measures the three on bursts of work after a wait, and
+``docs/results/cluster.md`` compares the model's fidelity under each on edge3_ethernet, each
+calibrated on its own cluster ("One run at a time, and both mechanisms on the fixed emulator";
+"CPU shares by weights, without co-runners"): co-runners predicted three networks of five
+better than quotas, and weights predicted MobileNetV2's mappings on the 0.4 device better than
+co-runners (93 % within 10 % against 70 %), the others as well. So weights are the default.
 
 A device gets its share whatever else the machine runs: the cluster's top cgroup has the
 largest CPU weight the kernel takes (``cpu.shares`` :data:`TOP_SHARES`). With the default
 weight (1024) the whole cluster weighed as much as one process of the machine: on a machine
 loaded by other work (load 4.5 on 2 cores) edge3_ethernet's edge1 devices were ready to run
 but not running 136-190 ms of each 163-271 ms MobileNetV2 inference, with their quotas hardly
-ever spent; at the largest weight the same deployment took 36-44 ms. Under quotas the machine's
-other work gets every CPU time the devices leave; under co-runners it gets a board's CPUs only
-when nothing runs on the board.
+ever spent; at the largest weight the same deployment took 36-44 ms. Under quotas and weights
+the machine's other work gets every CPU time the devices leave (a pacing rank's yields
+excepted); under co-runners it gets a board's CPUs only when nothing runs on the board.
 
 An OOM kill inside a device's cgroup increments ``oom_kill`` in its ``memory.oom_control``:
 :func:`oom_kills` reads it, so a run can tell which device ran out of its cap.
@@ -104,7 +113,7 @@ CORUNNER_PROGRAM = (
 #: sees its message a little later (``benchmarks/cluster_neighbour.py``, "Waiting ranks that do
 #: not preempt" in ``docs/results/cluster.md``). It pays under co-runners only: under quotas a
 #: device that waited runs ahead at full speed, and the later wake-ups cost more than they save.
-RANK_POLICY: dict[str, str | None] = {"quota": None, "corunner": "-b"}
+RANK_POLICY: dict[str, str | None] = {"quota": None, "corunner": "-b", "weight": "-b"}
 
 
 def _write(path: Path, value: str) -> None:
@@ -137,13 +146,13 @@ def build(spec: ClusterSpec, names: Names) -> None:
     _write(names.cgroup("cpu") / "cpu.shares", str(TOP_SHARES))
     _write(names.cgroup("cpuset") / "cpuset.cpus", cpu_list(every_cpu))
     _write(names.cgroup("cpuset") / "cpuset.mems", mems)
-    corunning = spec.cpu_share == "corunner"
+    weighted = spec.cpu_share in ("corunner", "weight")
     for board in spec.boards:
         for controller in CONTROLLERS:
             make_group(controller, names.cgroup(controller, board.name))
         _write(names.cgroup("cpuset", board.name) / "cpuset.cpus", cpu_list(board.cpus))
         _write(names.cgroup("cpuset", board.name) / "cpuset.mems", mems)
-        if corunning:  # boards sharing a CPU divide it by their devices' shares
+        if weighted:  # boards sharing a CPU divide it by their devices' shares
             total = sum(d.share for d in spec.devices_of(board.name))
             _write(names.cgroup("cpu", board.name) / "cpu.shares", str(device_shares(total)))
         for d in spec.devices_of(board.name):
@@ -153,7 +162,7 @@ def build(spec: ClusterSpec, names: Names) -> None:
             _write(cpuset / "cpuset.cpus", cpu_list(board.cpus))
             _write(cpuset / "cpuset.mems", mems)
             cpu = names.cgroup("cpu", board.name, d.name)
-            if not corunning:
+            if not weighted:
                 _write(cpu / "cpu.cfs_period_us", str(spec.cfs_period_us))
                 _write(cpu / "cpu.cfs_quota_us", str(spec.quota_us(d)))
             _write(cpu / "cpu.shares", str(device_shares(d.share)))
@@ -180,11 +189,11 @@ def rest_group(cpu: int) -> str:
 
 
 def pace_speed(spec: ClusterSpec, device: str) -> float | None:
-    """Under ``cpu_share`` corunner, the speed in CPUs a rank on ``device`` is paced to
-    (:data:`dse.runtime.pace.PACE_ENV`: its share of its board's CPUs), or None for a
+    """Under ``cpu_share`` weight and corunner, the speed in CPUs a rank on ``device`` is paced
+    to (:data:`dse.runtime.pace.PACE_ENV`: its share of its board's CPUs), or None for a
     device of a whole share. Under quotas a rank is not paced: yielding would spend its quota."""
     d = spec.device(device)
-    if spec.cpu_share != "corunner" or d.share >= 1.0 - SHARE_SLACK:
+    if spec.cpu_share == "quota" or d.share >= 1.0 - SHARE_SLACK:
         return None
     return d.share * len(spec.board(d.board).cpus)
 

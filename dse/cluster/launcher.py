@@ -4,26 +4,28 @@
 
 ``launcher BOARD COMMAND...``
     what ``ssh BOARD COMMAND...`` is to a real board, for Open MPI's ``plm_ssh_agent``: starts
-    the board's co-runners (:func:`dse.cluster.cpu.corunner_groups`; they end with it), joins
-    the board's cgroups, enters its network namespace and a new UTS namespace named after the
-    board (ranks of boards that share a host name hang after connecting), and runs COMMAND with
-    ``sh -c``, as sshd would. Leading ``-options`` (ssh's) are skipped. Open MPI's daemon of the
-    board stays a child of it, in mpiexec's session: killing the session kills the daemon.
+    the board's co-runners if any (:func:`dse.cluster.cpu.corunner_groups`; they end with
+    it), joins the board's cgroups, enters its network namespace and a new UTS namespace named
+    after the board (ranks of boards that share a host name hang after connecting), and runs
+    COMMAND with ``sh -c``, as sshd would. Leading ``-options`` (ssh's) are skipped. Open MPI's
+    daemon of the board stays a child of it, in mpiexec's session: killing the session kills
+    the daemon.
 ``launcher --in BOARD[/DEVICE] PROGRAM...``
     runs PROGRAM on a board, in the board's or a device's cgroups (with the board's
     co-runners, as above).
 ``rank BOARD/DEVICE,BOARD/DEVICE,... PROGRAM...``
     put before each rank's program: the rank (``OMPI_COMM_WORLD_RANK``) joins the cgroups of
     the device at its place in the list (its CPU share and memory cap), then execs PROGRAM.
-    On a device of a share below a whole CPU (under co-runners) PROGRAM gets the device's speed
-    in :data:`~dse.runtime.pace.PACE_ENV`, as with ``--in`` on a device: its onnxruntime
-    sessions compute each burst at the device's speed (:mod:`dse.runtime.pace`). (A
+    On a device of a share below a whole CPU (under weights or co-runners) PROGRAM gets the
+    device's speed in :data:`~dse.runtime.pace.PACE_ENV`, as with ``--in`` on a device: its
+    onnxruntime sessions compute each burst at the device's speed (:mod:`dse.runtime.pace`). (A
     file of its own: mpiexec mistakes a program whose path equals its ssh agent's for the
     agent's argument and takes the rest of its own command line for the program's.)
 
-Under co-runners, everything the launcher puts on a board runs under ``SCHED_BATCH`` (``chrt
--b``; Open MPI's daemon, and the ranks it starts, inherit it): a process of that policy that
-wakes does not preempt the one running, it waits for the scheduler's next decision. A rank that
+Under weights and co-runners, everything the launcher puts on a board runs under
+``SCHED_BATCH`` (``chrt -b``; Open MPI's daemon, and the ranks it starts, inherit it): a
+process of that policy that wakes does not preempt the one running, it waits for the
+scheduler's next decision. A rank that
 waits for a message wakes every ~70 us to poll (:mod:`dse.runtime.waits`); under the default
 policy each poll preempted the device beside it on its CPU (:data:`dse.cluster.cpu.RANK_POLICY`
 says why not under quotas). Real boards' devices do not share a core.

@@ -9,10 +9,11 @@ directions at once (on a shared medium they share it). Rank 0 writes the times t
 compute kernel (single-threaded float32 matrix products) timed in rounds, wall and CPU time; in
 each round the process runs one chunk of it in the board's cgroup (the board's CPUs, no share)
 and one in each device's (its share), moving itself between them, with the board's co-runners
-running as the launcher starts them (:func:`dse.cluster.cpu.corunner_groups`; stopped for the
-board's chunk). The board's chunk, per second of CPU it got, is what a whole CPU does; a
-device's, per second of wall time, what the device does. Measured in the same rounds, they see
-the same moment of a machine whose load changes. Prints JSON.
+(if any) running as the launcher starts them (:func:`dse.cluster.cpu.corunner_groups`; stopped
+for the board's chunk), and a device's chunk paced as a rank on the device is
+(:func:`dse.cluster.cpu.pace_speed`). The board's chunk, per second of CPU it got, is what a
+whole CPU does; a device's, per second of wall time, what the device does. Measured in the
+same rounds, they see the same moment of a machine whose load changes. Prints JSON.
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from dse.cluster.cpu import join, start_corunners
+from dse.cluster.cpu import join, pace_speed, start_corunners
 from dse.cluster.names import Names
 from dse.cluster.state import load
+from dse.runtime.pace import Pace
 
 LATENCY_REPS = 200
 KERNEL_N = 128
@@ -91,12 +93,15 @@ def links(out: str, size: int, reps: int) -> None:
             json.dump(result, f)
 
 
-def _chunk(a: Any, b: Any, iterations: int) -> tuple[float, float]:
-    """(wall, CPU) seconds of ``iterations`` products."""
-    t, c = time.perf_counter(), time.thread_time()
+def _chunk(a: Any, b: Any, iterations: int, pace: Pace | None = None) -> tuple[float, float]:
+    """(wall, CPU) seconds of ``iterations`` products, paced as a rank's run is if ``pace``."""
+    t, c, c0 = time.perf_counter(), time.thread_time(), time.process_time()
     for _ in range(iterations):
         a @ b
-    return time.perf_counter() - t, time.thread_time() - c
+    cpu = time.thread_time() - c
+    if pace is not None:
+        pace.until(t, c0)
+    return time.perf_counter() - t, cpu
 
 
 @contextlib.contextmanager
@@ -127,8 +132,9 @@ def compute(cluster: str, board: str, devices: list[str], rounds: int, chunk_ms:
     for _ in range(rounds):
         for target in (board, *devices):
             join(os.getpid(), names, *((board,) if target == board else (board, target)))
+            speed = None if target == board else pace_speed(spec, target)
             with _paused(corunners) if target == board else contextlib.nullcontext():
-                w, c = _chunk(a, b, iterations)
+                w, c = _chunk(a, b, iterations, None if speed is None else Pace(speed))
             wall[target].append(w)
             cpu[target].append(c)
     json.dump({"board": board, "iterations": iterations, "wall_s": wall, "cpu_s": cpu}, sys.stdout)

@@ -15,8 +15,9 @@ The section (documented in ``conf/platform/edge3_ethernet.yaml``)::
 
 A device's memory cap is its platform entry's ``memory_mb``. How a device gets its share of
 its board's CPUs is the cluster's ``cpu_share`` (:data:`dse.config.CPU_SHARES`, see
-:mod:`dse.cluster.cpu`): ``corunner`` (the default), ``s`` of every CPU of its board while
-anything runs on it; ``quota``, a CFS quota of ``s * c`` CPUs on a board of ``c``. A CPU's
+:mod:`dse.cluster.cpu`): ``weight`` (the default), a CPU weight of its share and its ranks paced
+to ``s * c`` CPUs on a board of ``c``; ``corunner``, ``s`` of every CPU of its board while
+anything runs on it; ``quota``, a CFS quota of ``s * c`` CPUs. A CPU's
 devices (of every board holding it) may ask for at most all of it. Everything is checked
 before anything is built: one clear line per problem.
 """
@@ -67,7 +68,7 @@ class ClusterSpec:
     boards: tuple[Board, ...]
     devices: tuple[DeviceShare, ...]
     cfs_period_us: int  # of the quotas (cpu_share quota)
-    cpu_share: str = "corunner"  # corunner | quota (CPU_SHARES)
+    cpu_share: str = "weight"  # weight | corunner | quota (CPU_SHARES)
 
     def board(self, name: str) -> Board:
         for b in self.boards:
@@ -124,6 +125,8 @@ def describe_shares(cpu_share: str, cfs_period_us: int) -> str:
     """How a cluster's devices get their CPU shares, in words (``up``'s and the check's)."""
     if cpu_share == "corunner":
         return "CPU shares by co-runners"
+    if cpu_share == "weight":
+        return "CPU shares by CPU weights and paced ranks"
     return f"CPU shares by CFS quotas of period {cfs_period_us / 1000:g} ms"
 
 
@@ -267,7 +270,7 @@ def parse_spec(
     name: str | None = None,
     cfs_period_us: int = 10_000,
     available: Sequence[int] | None = None,
-    cpu_share: str = "corunner",
+    cpu_share: str = "weight",
 ) -> ClusterSpec:
     """The cluster a platform config (``conf/platform/NAME.yaml`` as a mapping) describes."""
     platform = load_platform(platform_cfg)
@@ -316,6 +319,6 @@ def parse_spec(
             raise DseError(
                 f"{where}.devices.{d.name}: a share of {d.share:g} is a CFS quota of "
                 f"{spec.quota_us(d)} us per {cfs_period_us} us period, under the kernel's 1 ms "
-                "minimum: raise the share or cfs_period_us, or use cpu_share=corunner"
+                "minimum: raise the share or cfs_period_us, or use cpu_share=weight"
             )
     return spec

@@ -40,7 +40,7 @@ from dse.cluster import (
 )
 from dse.cluster import build as build_module
 from dse.cluster.check import exchange_ok, run_mpi, summarise
-from dse.cluster.cpu import CoGroup, corunner_groups, tasks
+from dse.cluster.cpu import CoGroup, corunner_groups, pace_speed, tasks
 from dse.cluster.names import CGROUP_ROOT, CONTROLLERS, Names
 from dse.cluster.net import bucket
 from dse.cluster.state import State
@@ -120,11 +120,11 @@ def test_bad_emulation_is_one_line(edit, needle: str) -> None:
 def test_a_quota_under_the_kernels_minimum_is_one_line() -> None:
     cfg = make_platform()
     cfg["emulation"]["devices"]["tb1_cpu1"]["share"] = 0.05  # 0.5 ms of every 10 ms
-    with pytest.raises(DseError, match=r"under the kernel's 1 ms minimum.*cpu_share=corunner$"):
+    with pytest.raises(DseError, match=r"under the kernel's 1 ms minimum.*cpu_share=weight$"):
         parse_spec(cfg, available=[0, 1], cpu_share="quota")
-    spec = parse_spec(cfg, available=[0, 1])  # co-runners, the default: no minimum
-    assert spec.cpu_share == "corunner" and spec.device("tb1_cpu1").share == 0.05
-    with pytest.raises(DseError, match="cpu_share='nice' must be corunner or quota"):
+    spec = parse_spec(cfg, available=[0, 1])  # weights, the default: no minimum
+    assert spec.cpu_share == "weight" and spec.device("tb1_cpu1").share == 0.05
+    with pytest.raises(DseError, match="cpu_share='nice' must be weight, corunner, quota$"):
         parse_spec(cfg, available=[0, 1], cpu_share="nice")
 
 
@@ -150,8 +150,14 @@ def test_corunner_groups_fill_each_cpu_to_its_devices_shares() -> None:
         CoGroup(("rest_cpu2",), 512, (2,)),
     ]
     # a thread of a device gets its share of a CPU under co-runners, of the board under quotas
+    # and weights (paced to it: a process of a 0.3 share of two CPUs computes 0.6 of one)
     assert spec.thread_speed(spec.device("tb1_cpu0")) == 0.3
     assert replace(spec, cpu_share="quota").thread_speed(spec.device("tb1_cpu0")) == 0.6
+    weighted = replace(spec, cpu_share="weight")
+    assert corunner_groups(weighted, "tb1") == []
+    assert weighted.thread_speed(spec.device("tb1_cpu0")) == 0.6
+    assert pace_speed(weighted, "tb1_cpu0") == pytest.approx(0.6)
+    assert pace_speed(replace(spec, cpu_share="quota"), "tb1_cpu0") is None
 
 
 def test_bad_platform_level_input_is_one_line() -> None:
@@ -331,7 +337,8 @@ def test_the_link_check_starts_mpiexec_again_after_a_startup_failure(tmp_path: P
 @pytest.fixture(scope="module")
 def cluster(cluster_names) -> State:
     """A two-board switched cluster (ports of 200 and 100 Mbit/s), up for the module, its CPU
-    shares by co-runners (the CLI's test below builds one with quotas, the default)."""
+    shares by co-runners (a test below builds one by weights, the default; the CLI's test one
+    with quotas)."""
     return up(parse_spec(make_platform(), name=cluster_names("main"), cpu_share="corunner"))
 
 
@@ -652,6 +659,40 @@ def test_cli_up_status_down_on_a_shared_medium(cluster_names) -> None:
     gone = run_module("dse.cluster", "down", f"name={name}")
     assert gone.returncode == 0 and f"cluster {name} removed" in gone.stdout
     assert leftovers(name) == []
+
+
+def test_shares_by_weights_pace_ranks_and_start_nothing_beside_them(cluster_names) -> None:
+    """The default cpu_share: each device's cgroup weighs its share, with no quota and no
+    co-runner cgroup; a rank on a device of a share gets its speed to pace to (0.4 of tb1's one
+    CPU), one on a whole CPU none; both run under SCHED_BATCH (dse.cluster.cpu)."""
+    spec = parse_spec(make_platform(), name=cluster_names("weight"))
+    assert spec.cpu_share == "weight"
+    state = up(spec)
+    top = CGROUP_ROOT / "cpu" / f"dse.{spec.name}"
+    for d, share in (("tb1_cpu0", 0.6), ("tb1_cpu1", 0.4)):
+        assert (top / "tb1" / d / "cpu.shares").read_text().strip() == str(round(share * 1024))
+        assert (top / "tb1" / d / "cpu.cfs_quota_us").read_text().strip() == "-1"
+    assert not list(top.rglob("corunner")) and not list(top.glob("rest_cpu*"))
+    # what a command on a device sees: its pace, its policy, and how many other processes
+    # run in its board's cgroups (co-runners would)
+    probe = (
+        "import os, pathlib, sys\n"
+        "pids = {int(x) for f in pathlib.Path(sys.argv[1]).rglob('cgroup.procs')"
+        " for x in f.read_text().split()}\n"
+        "print(os.environ.get('DSE_PACE'), os.sched_getscheduler(0), len(pids - {os.getpid()}))"
+    )
+    got = {}
+    for where in ("tb1/tb1_cpu1", "tb0/tb0_cpu"):
+        board = str(top / where.split("/")[0])
+        cmd = [str(state.launcher), "--in", where, sys.executable, "-c", probe, board]
+        ran = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        got[where] = ran.stdout.split()
+    assert got == {
+        "tb1/tb1_cpu1": ["0.4", str(os.SCHED_BATCH), "0"],
+        "tb0/tb0_cpu": ["None", str(os.SCHED_BATCH), "0"],
+    }
+    down(spec.name)
+    assert leftovers(spec.name) == []
 
 
 def test_cli_bad_input_is_one_line(cluster_names) -> None:
