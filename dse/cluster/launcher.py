@@ -12,7 +12,7 @@
     the daemon.
 ``launcher --in BOARD[/DEVICE] PROGRAM...``
     runs PROGRAM on a board, in the board's or a device's cgroups (with the board's
-    co-runners, as above).
+    co-runners if any, as above).
 ``rank BOARD/DEVICE,BOARD/DEVICE,... PROGRAM...``
     put before each rank's program: the rank (``OMPI_COMM_WORLD_RANK``) joins the cgroups of
     the device at its place in the list (its CPU share and memory cap), then execs PROGRAM.
@@ -25,10 +25,10 @@
 Under weights and co-runners, everything the launcher puts on a board runs under
 ``SCHED_BATCH`` (``chrt -b``; Open MPI's daemon, and the ranks it starts, inherit it): a
 process of that policy that wakes does not preempt the one running, it waits for the
-scheduler's next decision. A rank that
-waits for a message wakes every ~70 us to poll (:mod:`dse.runtime.waits`); under the default
-policy each poll preempted the device beside it on its CPU (:data:`dse.cluster.cpu.RANK_POLICY`
-says why not under quotas). Real boards' devices do not share a core.
+scheduler's next decision. A rank that waits for a message wakes every ~70 us to poll
+(:mod:`dse.runtime.waits`); under the default policy each poll preempted the device beside it
+on its CPU (:data:`dse.cluster.cpu.RANK_POLICY` says why not under quotas). Real boards'
+devices do not share a core.
 
 Shell scripts, not Python: Open MPI starts the launcher once per board and every rank passes
 through ``rank``, and sh starts in a millisecond.
