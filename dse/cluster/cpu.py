@@ -111,8 +111,9 @@ CORUNNER_PROGRAM = (
 #: not preempt the one running: a rank that polls for a message (every ~70 us,
 #: :mod:`dse.runtime.waits`) no longer interrupts its board's other device at each poll, and
 #: sees its message a little later (``benchmarks/cluster_neighbour.py``, "Waiting ranks that do
-#: not preempt" in ``docs/results/cluster.md``). It pays under co-runners only: under quotas a
-#: device that waited runs ahead at full speed, and the later wake-ups cost more than they save.
+#: not preempt" in ``docs/results/cluster.md``). It paid under co-runners, and weights keep it
+#: (not measured against the default policy under weights); under quotas a device that waited
+#: runs ahead at full speed, and the later wake-ups cost more than they save.
 RANK_POLICY: dict[str, str | None] = {"quota": None, "corunner": "-b", "weight": "-b"}
 
 
@@ -146,13 +147,12 @@ def build(spec: ClusterSpec, names: Names) -> None:
     _write(names.cgroup("cpu") / "cpu.shares", str(TOP_SHARES))
     _write(names.cgroup("cpuset") / "cpuset.cpus", cpu_list(every_cpu))
     _write(names.cgroup("cpuset") / "cpuset.mems", mems)
-    weighted = spec.cpu_share in ("corunner", "weight")
     for board in spec.boards:
         for controller in CONTROLLERS:
             make_group(controller, names.cgroup(controller, board.name))
         _write(names.cgroup("cpuset", board.name) / "cpuset.cpus", cpu_list(board.cpus))
         _write(names.cgroup("cpuset", board.name) / "cpuset.mems", mems)
-        if weighted:  # boards sharing a CPU divide it by their devices' shares
+        if spec.weighted:  # boards sharing a CPU divide it by their devices' shares
             total = sum(d.share for d in spec.devices_of(board.name))
             _write(names.cgroup("cpu", board.name) / "cpu.shares", str(device_shares(total)))
         for d in spec.devices_of(board.name):
@@ -162,7 +162,7 @@ def build(spec: ClusterSpec, names: Names) -> None:
             _write(cpuset / "cpuset.cpus", cpu_list(board.cpus))
             _write(cpuset / "cpuset.mems", mems)
             cpu = names.cgroup("cpu", board.name, d.name)
-            if not weighted:
+            if not spec.weighted:
                 _write(cpu / "cpu.cfs_period_us", str(spec.cfs_period_us))
                 _write(cpu / "cpu.cfs_quota_us", str(spec.quota_us(d)))
             _write(cpu / "cpu.shares", str(device_shares(d.share)))
@@ -193,7 +193,7 @@ def pace_speed(spec: ClusterSpec, device: str) -> float | None:
     to (:data:`dse.runtime.pace.PACE_ENV`: its share of its board's CPUs), or None for a
     device of a whole share. Under quotas a rank is not paced: yielding would spend its quota."""
     d = spec.device(device)
-    if spec.cpu_share == "quota" or d.share >= 1.0 - SHARE_SLACK:
+    if not spec.weighted or d.share >= 1.0 - SHARE_SLACK:
         return None
     return d.share * len(spec.board(d.board).cpus)
 

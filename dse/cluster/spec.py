@@ -85,6 +85,12 @@ class ClusterSpec:
     def devices_of(self, board: str) -> list[DeviceShare]:
         return [d for d in self.devices if d.board == board]
 
+    @property
+    def weighted(self) -> bool:
+        """Whether devices share a CPU by CPU weights, their ranks paced to their shares
+        (``weight``, ``corunner``), rather than by CFS quotas (``quota``)."""
+        return self.cpu_share in ("weight", "corunner")
+
     def thread_speed(self, device: DeviceShare) -> float:
         """What one thread on the device computes against a whole CPU: under co-runners its
         share of a CPU, under a quota its share of the board's CPUs (at most one)."""
