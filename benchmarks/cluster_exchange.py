@@ -10,14 +10,15 @@ CPU share, memory cap, ``DSE_PACE``), repeat a step 6 times:
     both compute for 4 ms, each its device's speed times that in CPU time (paced to its
     device's speed, as the runtime's onnxruntime runs are: :mod:`dse.runtime.pace`), as a
     layer split in proportion to the devices' speeds; then each sends the other its part and
-    receives the other's, as split parts are gathered on both;
+    receives the other's, as split parts are gathered on both (the sends completed at the
+    end of the iteration, as the runtime completes them at the end of an inference);
 ``handoff``
     one computes 4 ms of CPU time and sends, the other receives, then computes and sends
     back: a vertical cut.
 
 Every wait is the runtime's (:class:`dse.runtime.waits.Waits` with the cluster's setting).
 Printed per pattern, pair and message size: the time per step beyond the compute the pattern
-needs (the slower device's, for an exchange; both devices' in turn, for a handoff), the median
+needs (4 ms, for an exchange; both devices' in turn, for a handoff), the median
 over iterations and then over rounds (interleaved). The pairs: the two devices of a board
 (sharing its CPUs by time slices) and a device of each of two boards. Runs one at a time on the
 cluster (:func:`dse.cluster.state.one_run`); run it on a quiet machine.
@@ -50,37 +51,42 @@ def worker(pattern: str, nbytes: int) -> None:
 
     comm = MPI.COMM_WORLD
     rank, other = comm.Get_rank(), 1 - comm.Get_rank()
-    waits, pace = Waits(comm, spin_s()), pace_from_env()
-    out, back = np.ones(nbytes // 4, np.float32), np.empty(nbytes // 4, np.float32)
+    pace = pace_from_env()
+    waits = Waits(comm, spin_s(), pace)
+    out = [np.ones(nbytes // 4, np.float32) for _ in range(STEPS)]
+    back = np.empty(nbytes // 4, np.float32)
 
     # an exchange's parts are in proportion to the devices' speeds: both take WORK_MS
     work_s = WORK_MS * 1e-3 * (pace.speed if pace and pattern == "exchange" else 1.0)
 
     def compute() -> float:
+        credit = pace.start() if pace is not None else 0.0
         wall0, cpu0 = time.perf_counter(), time.process_time()
         while time.process_time() - cpu0 < work_s:
             pass
         if pace is not None:
-            pace.until(wall0, cpu0)
+            pace.until(wall0, cpu0, credit)
         return time.perf_counter() - wall0
 
     rows = []
     for it in range(ITERATIONS + 2):
         waits.barrier()
-        t0, busy = time.perf_counter(), 0.0
+        t0, busy, sends = time.perf_counter(), 0.0, []
         for step in range(STEPS):
             if pattern == "exchange":
                 busy += compute()
-                request = comm.Isend(out, dest=other, tag=step)
+                if sends:
+                    MPI.Request.Testall(sends)  # as the runtime, after each run
+                sends.append(comm.Isend(out[step], dest=other, tag=step))
                 waits.probe(other, step)
                 waits.recv(back, other, step)
-                waits.complete([request])
             elif step % 2 == rank:
                 busy += compute()
-                waits.send(out, other, step)
+                waits.send(out[step], other, step)
             else:
                 waits.probe(other, step)
                 waits.recv(back, other, step)
+        waits.complete(sends)  # as the runtime, at the end of the inference
         if it >= 2:  # two warm-up iterations
             rows.append([time.perf_counter() - t0, busy])
     every = comm.gather(rows, root=0)
@@ -93,10 +99,9 @@ def extra_ms(pattern: str, ranks: list[list[list[float]]]) -> float:
     per_iteration = []
     for k in range(len(ranks[0])):
         total = max(r[k][0] for r in ranks)
-        if pattern == "exchange":
-            needed = max(r[k][1] for r in ranks)
-        else:
-            needed = sum(r[k][1] for r in ranks)
+        # an exchange: both devices' 4 ms side by side; a handoff: each one's in turn
+        exchange = pattern == "exchange"
+        needed = STEPS * WORK_MS * 1e-3 if exchange else sum(r[k][1] for r in ranks)
         per_iteration.append((total - needed) / STEPS * 1e3)
     return statistics.median(per_iteration)
 

@@ -8,9 +8,20 @@ computes every burst at its speed, and a mapping of many short segments (rows sp
 device, DenseNet-121's small layers) is made of such bursts. So the cluster's rank script sets
 :data:`PACE_ENV` to the device's speed in CPUs, and every run of a session of this process
 then lasts at least its CPU time over that speed: once onnxruntime returns, the rank yields
-its CPU (``sched_yield``) until then. The device's co-runners keep its cgroup busy all along,
-so the yielding takes nothing from the devices beside it. Where :data:`PACE_ENV` is unset (a
-real board, ``localhost``) sessions are onnxruntime's own.
+its CPU (``sched_yield``) until then. Where :data:`PACE_ENV` is unset (a real board,
+``localhost``) sessions are onnxruntime's own.
+
+**Credit for a late wake.** Two devices of one CPU take turns on it, each for a scheduler
+tick (4 ms here) or until it waits: a rank woken by its message (a poll of
+:func:`dse.runtime.waits.until`) waits in the CPU's queue until the other device's burst ends,
+where a device of a real board starts at once. Without a remedy, a layer split over the two
+devices runs its parts one after the other, and the second, paced from the moment it got the
+CPU, ends up to the first's CPU time late (``benchmarks/cluster_exchange.py``: 2.0-2.6 ms per
+exchange of 4 ms parts). So a run's pacing counts from earlier by the time the rank sat in
+the run queue since its last run (:class:`RunQueue`), but for the queueing of its waits before
+their messages were there (all of a wait's sleeps but the last): the rank computes at its
+device's speed from when it could have started. Pacing only ever delays a run, so a credit
+cannot make a device faster than the CPU lets it.
 """
 
 from __future__ import annotations
@@ -27,22 +38,61 @@ from dse.errors import DseError
 PACE_ENV = "DSE_PACE"
 
 
+class RunQueue:
+    """How long this rank's main thread has been ready to run but not running (s, Linux
+    ``/proc/self/schedstat``: its CPU taken by other work, or its device's CPU quota spent);
+    0 where the file is not readable. A read costs ~3 us (the file stays open)."""
+
+    def __init__(self) -> None:
+        try:
+            self.fd: int | None = os.open("/proc/self/schedstat", os.O_RDONLY)
+        except OSError:
+            self.fd = None
+
+    def __call__(self) -> float:
+        if self.fd is None:
+            return 0.0
+        try:
+            return int(os.pread(self.fd, 128, 0).split()[1]) * 1e-9
+        except (OSError, IndexError, ValueError):
+            return 0.0
+
+
 class Pace:
-    """Makes runs last at least their CPU time over ``speed`` (CPUs); ``spent_s``: the CPU time
-    this process has spent yielding to do so (a rank leaves it out of its own CPU time)."""
+    """Makes runs last at least their CPU time over ``speed`` (CPUs), counted from the run's
+    start less its credit (:meth:`start`); ``spent_s``: the CPU time this process has spent
+    yielding to do so (a rank leaves it out of its own CPU time)."""
 
     def __init__(self, speed: float) -> None:
         self.speed = speed
         self.spent_s = 0.0
+        self.queued_s = RunQueue()
+        self._since: float | None = None  # queued_s at the end of the last run
+        self._idle = 0.0  # of it since, queued while it slept for a message not yet there
 
-    def until(self, wall0: float, cpu0: float) -> None:
+    def slept(self, idle_s: float) -> None:
+        """A wait sat ``idle_s`` in the run queue before its message was there (its sleeps
+        but the last, :func:`dse.runtime.waits.until`): no credit for that."""
+        self._idle += idle_s
+
+    def start(self) -> float:
+        """At a run's start: its credit, the seconds the rank sat in the run queue since its
+        last run ended, but for the waits' idle queueing (:meth:`slept`); a device of a real
+        board would have started the run that much earlier."""
+        if self._since is None:
+            return 0.0
+        return max(self.queued_s() - self._since - self._idle, 0.0)
+
+    def until(self, wall0: float, cpu0: float, credit: float = 0.0) -> None:
         """Yield the CPU until a run that started at ``wall0`` (perf_counter) and ``cpu0``
-        (process_time) has lasted its CPU time over the speed."""
+        (process_time) has lasted its CPU time over the speed, counted from ``credit``
+        seconds before ``wall0``."""
         now_cpu = time.process_time()
-        due = wall0 + (now_cpu - cpu0) / self.speed
+        due = wall0 - credit + (now_cpu - cpu0) / self.speed
         while time.perf_counter() < due:
             os.sched_yield()
         self.spent_s += time.process_time() - now_cpu
+        self._since, self._idle = self.queued_s(), 0.0
 
 
 @cache
@@ -69,9 +119,10 @@ class PacedSession:
         self._inner, self._pace = inner, pace
 
     def run(self, output_names: Any, input_feed: Any, run_options: Any = None) -> Any:
+        credit = self._pace.start()
         wall0, cpu0 = time.perf_counter(), time.process_time()
         out = self._inner.run(output_names, input_feed, run_options)
-        self._pace.until(wall0, cpu0)
+        self._pace.until(wall0, cpu0, credit)
         return out
 
     def __getattr__(self, name: str) -> Any:

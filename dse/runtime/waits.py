@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from dse.errors import DseError
+from dse.runtime.pace import Pace
 
 #: Between polls once past the spin time (time.sleep's own slack adds ~50 us on Linux).
 SLEEP_S = 20e-6
@@ -51,9 +52,11 @@ def spin_s(raw: str | None = None) -> float | None:
     return value * 1e-6
 
 
-def until(done: Callable[[], Any], spin: float) -> None:
+def until(done: Callable[[], Any], spin: float, pace: Pace | None = None) -> None:
     """Return once ``done()`` is true: polled for ``spin`` seconds, then every
-    :data:`SLEEP_S` with the caller asleep in between."""
+    :data:`SLEEP_S` with the caller asleep in between. With ``pace`` (a rank of an emulated
+    device), a wait that slept tells it how long the rank sat in the run queue before its last
+    sleep, while its message was not there yet (:meth:`~dse.runtime.pace.Pace.slept`)."""
     if done():
         return
     clock = time.perf_counter
@@ -61,23 +64,31 @@ def until(done: Callable[[], Any], spin: float) -> None:
     while clock() < end:
         if done():
             return
+    if pace is None:
+        while not done():
+            time.sleep(SLEEP_S)
+        return
+    first = mark = pace.queued_s()
     while not done():
+        mark = pace.queued_s()
         time.sleep(SLEEP_S)
+    pace.slept(mark - first)
 
 
 class Waits:
     """A rank's waits, all of one kind (the module's docstring); ``spin`` None: MPI's
-    blocking calls."""
+    blocking calls. ``pace``: the rank's pacing, told of its waits' idle queueing
+    (:func:`until`)."""
 
-    def __init__(self, comm: Any, spin: float | None) -> None:
-        self.comm, self.spin = comm, spin
+    def __init__(self, comm: Any, spin: float | None, pace: Pace | None = None) -> None:
+        self.comm, self.spin, self.pace = comm, spin, pace
 
     def probe(self, source: int, tag: int) -> None:
         """Return once a message from ``source`` with ``tag`` is there."""
         if self.spin is None:
             self.comm.Probe(source=source, tag=tag)
         else:
-            until(lambda: self.comm.Iprobe(source=source, tag=tag), self.spin)
+            until(lambda: self.comm.Iprobe(source=source, tag=tag), self.spin, self.pace)
 
     def recv(self, buf: np.ndarray, source: int, tag: int) -> None:
         """Receive into ``buf`` (all of the message, however long its bytes take)."""
@@ -85,14 +96,14 @@ class Waits:
             self.comm.Recv(buf, source=source, tag=tag)
         else:
             request = self.comm.Irecv(buf, source=source, tag=tag)
-            until(request.Test, self.spin)
+            until(request.Test, self.spin, self.pace)
 
     def send(self, buf: np.ndarray, dest: int, tag: int) -> None:
         """Send ``buf`` and return once it is sent (its buffer may be reused)."""
         if self.spin is None:
             self.comm.Send(buf, dest=dest, tag=tag)
         else:
-            until(self.comm.Isend(buf, dest=dest, tag=tag).Test, self.spin)
+            until(self.comm.Isend(buf, dest=dest, tag=tag).Test, self.spin, self.pace)
 
     def complete(self, requests: Sequence[Any]) -> None:
         """Return once every request (sends) is complete."""
@@ -101,13 +112,13 @@ class Waits:
         if self.spin is None:
             MPI.Request.Waitall(list(requests))
         elif requests:
-            until(lambda: MPI.Request.Testall(list(requests)), self.spin)
+            until(lambda: MPI.Request.Testall(list(requests)), self.spin, self.pace)
 
     def barrier(self) -> None:
         if self.spin is None:
             self.comm.Barrier()
         else:
-            until(self.comm.Ibarrier().Test, self.spin)
+            until(self.comm.Ibarrier().Test, self.spin, self.pace)
 
     def max(self, value: float) -> float:
         """The largest ``value`` over the ranks (every rank gets it)."""
@@ -116,5 +127,5 @@ class Waits:
         if self.spin is None:
             return float(self.comm.allreduce(value, op=MPI.MAX))
         mine, out = np.array([value], dtype=np.float64), np.empty(1, dtype=np.float64)
-        until(self.comm.Iallreduce(mine, out, op=MPI.MAX).Test, self.spin)
+        until(self.comm.Iallreduce(mine, out, op=MPI.MAX).Test, self.spin, self.pace)
         return float(out[0])

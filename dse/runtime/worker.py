@@ -41,7 +41,7 @@ from dse.runtime.measurements import (
     stats,
     write_measurements,
 )
-from dse.runtime.pace import pace_from_env
+from dse.runtime.pace import RunQueue, pace_from_env
 from dse.runtime.plan import Gather, Plan, Recv, RunSettings, Send, input_arrays
 from dse.runtime.reader import host_memory_bytes, read_plan
 from dse.runtime.sessions import session
@@ -50,26 +50,6 @@ from dse.runtime.waits import Waits, spin_s
 
 # mpi4py.MPI is imported where a rank needs it: importing it initialises MPI (1.1 s here), and
 # Rank's helpers and whole_model_session are used outside ranks too.
-
-
-class RunQueue:
-    """How long this rank's main thread has been ready to run but not running (s, Linux
-    ``/proc/self/schedstat``: its CPU taken by other work, or its device's CPU quota spent);
-    0 where the file is not readable. A read costs ~3 us (the file stays open)."""
-
-    def __init__(self) -> None:
-        try:
-            self.fd: int | None = os.open("/proc/self/schedstat", os.O_RDONLY)
-        except OSError:
-            self.fd = None
-
-    def __call__(self) -> float:
-        if self.fd is None:
-            return 0.0
-        try:
-            return int(os.pread(self.fd, 128, 0).split()[1]) * 1e-9
-        except (OSError, IndexError, ValueError):
-            return 0.0
 
 
 def peak_rss_mb() -> float | None:
@@ -121,8 +101,8 @@ class Rank:
         self.local: dict[str, np.ndarray] = {}
         self.held: list[list[np.ndarray]] = []
         self.run_queue = RunQueue()
-        self.waits = Waits(comm, spin_s())  # every wait of the rank (dse.runtime.waits)
         pace = pace_from_env()
+        self.waits = Waits(comm, spin_s(), pace)  # every wait of the rank (dse.runtime.waits)
         self.paced_s = (lambda: pace.spent_s) if pace is not None else (lambda: 0.0)
 
     def stream(self, frames: int, window: int = 4) -> float:

@@ -80,3 +80,48 @@ def test_a_bad_speed_is_one_line(speed, bad: str) -> None:
     assert str(err.value) == (
         f"DSE_PACE={bad!r} is not a device speed in CPUs: unset it, or give one (e.g. 0.4)"
     )
+
+
+class Queue:
+    """A stand-in for a rank's run-queue clock (:class:`dse.runtime.pace.RunQueue`): the
+    seconds it has sat in the run queue, set by the test."""
+
+    def __init__(self) -> None:
+        self.s = 0.0
+
+    def __call__(self) -> float:
+        return self.s
+
+
+def test_a_runs_credit_is_its_queueing_since_the_last_run_but_the_waits_idle_queueing() -> None:
+    p, q = pace.Pace(0.4), Queue()
+    p.queued_s = q
+    q.s = 5.0
+    assert p.start() == 0.0  # no run yet: nothing to count from
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    p.until(wall0 - 1.0, cpu0)  # a run long over: ends at once, queued 5.0 s at its end
+    q.s = 5.0 + 0.003  # 3 ms queued since, of which 1.2 ms while nothing had come
+    p.slept(0.0012)
+    assert p.start() == pytest.approx(0.0018)
+    p.slept(0.0030)  # more idle queueing than queueing: no credit, never a debt
+    assert p.start() == 0.0
+    p.until(wall0 - 1.0, cpu0)  # the next run starts the count again
+    assert p.start() == 0.0
+    q.s += 0.002
+    assert p.start() == pytest.approx(0.002)
+
+
+def test_a_credited_run_is_paced_from_that_much_earlier(monkeypatch: pytest.MonkeyPatch) -> None:
+    yields = []
+    monkeypatch.setattr(pace.os, "sched_yield", lambda: yields.append(1))
+    p = pace.Pace(0.05)
+    for credit, paced in ((0.0, True), (1.0, False)):
+        yields.clear()
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        while time.process_time() - cpu0 < 0.005:  # 5 ms of work: due 100 ms after wall0
+            pass
+        p.until(wall0, cpu0, credit)
+        # uncredited, it yields until 100 ms are over; credited a second, its due time has
+        # passed when its work ends
+        assert bool(yields) is paced
+        assert (time.perf_counter() - wall0 >= 0.1) is paced

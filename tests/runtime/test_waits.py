@@ -120,3 +120,30 @@ def test_ranks_that_poll_then_sleep_give_the_whole_models_outputs(
         ]
         for x in r["ranks"]:  # the rank's CPU time and time ready but not running, per iteration
             assert x["cpu_ms"]["median"] > 0 and x["runnable_ms"]["median"] >= 0
+
+
+class Pacing:
+    """A stand-in :class:`dse.runtime.pace.Pace`: its run-queue clock advances 1 ms at each
+    read, and it records what waits report idle."""
+
+    def __init__(self) -> None:
+        self.clock, self.idle = 0.0, []
+
+    def queued_s(self) -> float:
+        self.clock += 1e-3
+        return self.clock
+
+    def slept(self, idle_s: float) -> None:
+        self.idle.append(idle_s)
+
+
+def test_a_wait_reports_its_queueing_before_its_last_sleep_as_idle() -> None:
+    p = Pacing()
+    waits.until(Request(4).Test, 0.0, p)  # not done at the first 3 tests: slept twice
+    # read at the start (1 ms), before the first sleep (2 ms) and before the last (3 ms):
+    # idle is the queueing from the start to the last sleep, 2 ms
+    assert p.idle == [pytest.approx(2e-3)]
+    p.idle.clear()
+    waits.until(Request(1).Test, 0.0, p)  # done at once: never slept, nothing reported
+    waits.until(Request(2).Test, 1.0, p)  # done while it polled (spin 1 s): nothing either
+    assert p.idle == []
