@@ -106,14 +106,15 @@ def repeatability(directory: Path, adjusted: bool = False) -> dict[str, float] |
     the Spearman correlation of one round's latencies with another's over the mappings
     (median over pairs of rounds), and the share of (mapping, round) whose round median lies
     within ±10 % of the median of that mapping's other rounds, %. ``adjusted``: the rounds
-    with the machine's drift taken out (``latency_ms.drift``). None with fewer than 2 rounds
-    or 3 mappings."""
-    rounds = [
+    with the machine's drift taken out (``latency_ms.drift``). A mapping without rounds (it
+    failed) is left out. None with fewer than 2 rounds or 3 mappings."""
+    every = [
         (lat.get("drift") or {}).get("rounds_adjusted_ms") or []
         if adjusted
         else lat.get("rounds_ms") or []
         for lat in _latencies(directory, ordered=True)
     ]
+    rounds = [r for r in every if r]
     n = min((len(r) for r in rounds), default=0)
     if n < 2 or len(rounds) < 3:
         return None

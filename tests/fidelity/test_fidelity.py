@@ -84,6 +84,8 @@ def test_repeatability_of_rounds_by_hand(tmp_path) -> None:
         (tmp_path / name / "comparison.json").write_text(
             json.dumps({"latency_ms": {"median": float(np.median(r)), "rounds_ms": r}})
         )
+    (tmp_path / "m0").mkdir()  # a mapping that failed: no rounds, left out
+    (tmp_path / "m0" / "comparison.json").write_text(json.dumps({"latency_ms": {}}))
     rep = repeatability(tmp_path)
     # rounds 0-1 rank the mappings alike (1.0); 0-2 and 1-2 swap m2 and m3: 1 - 6*2/(3*8)
     assert rep["spearman_round_vs_round"] == pytest.approx(0.5)
@@ -91,7 +93,7 @@ def test_repeatability_of_rounds_by_hand(tmp_path) -> None:
     # m3 only round 1 (25/25.5): 4 of 9
     assert rep["round_within_10_pct"] == pytest.approx(44.4)
     (tmp_path / "m3" / "comparison.json").write_text(json.dumps({"latency_ms": {}}))
-    assert repeatability(tmp_path) is None  # a mapping without rounds: nothing to compare
+    assert repeatability(tmp_path) is None  # two mappings with rounds: too few to compare
 
 
 @pytest.mark.parametrize("kind", ["single", "vertical", "split", "mixed"])
