@@ -20,11 +20,16 @@ from dse.runtime.measurements import MEASUREMENTS, Measurement, failed, read_mea
 from dse.runtime.mpirun import Launcher
 from dse.runtime.reader import read_plan
 
-# What Open MPI prints when its launcher failed to start before any rank ran, for a cause
-# that does not last: a run that ends with one of these is started again (RETRIES times). The
-# PMIx server's listener of mpiexec failed 30 ms into one run of a CI run's test suite (an
-# emulated cluster's; not reproduced since), and the next deployment's launch worked.
-STARTUP_FAILURES = ("The PMIx server's listener thread failed to start",)
+# What Open MPI prints (on stderr or stdout) when its launcher failed to start before any rank
+# ran, for a cause that does not last: a run that ends with one of these is started again
+# (RETRIES times). The PMIx server's listener of mpiexec failed 30 ms into one run of a CI run's
+# test suite (an emulated cluster's; not reproduced since), and the next deployment's launch
+# worked. A board's daemon failed to report back (exit status 213, on stdout) in one of 90
+# deployments of a Wi-Fi cluster's fidelity run, and the next deployment's launch worked.
+STARTUP_FAILURES = (
+    "The PMIx server's listener thread failed to start",
+    "A daemon failed to report back after being spawned",
+)
 RETRIES = 2
 RETRY_PAUSE_S = 0.5
 
@@ -132,14 +137,18 @@ def started_again(attempt: Callable[[], R], failed_at_startup: Callable[[R], boo
 
 
 def _failed_at_startup(directory: Path) -> bool:
-    """Whether no rank wrote a measurement in ``directory`` and mpiexec's stderr there names
-    a startup failure that does not last."""
+    """Whether no rank wrote a measurement in ``directory`` and mpiexec's stderr or stdout
+    there names a startup failure that does not last."""
     if (directory / MEASUREMENTS).is_file():
         return False
+    return any(startup_failure(_read(directory / name)) for name in ("stderr.log", "stdout.log"))
+
+
+def _read(path: Path) -> str:
     try:
-        return startup_failure((directory / "stderr.log").read_text(errors="replace"))
+        return path.read_text(errors="replace")
     except OSError:
-        return False
+        return ""
 
 
 def captured(cmd: list[str], env: dict[str, str], timeout_s: float) -> subprocess.CompletedProcess:
@@ -160,8 +169,8 @@ def captured(cmd: list[str], env: dict[str, str], timeout_s: float) -> subproces
 
 
 def process_failed_at_startup(proc: subprocess.CompletedProcess) -> bool:
-    """Whether a finished mpiexec (run with its stderr captured as text) failed at startup."""
-    return proc.returncode != 0 and startup_failure(proc.stderr)
+    """Whether a finished mpiexec (run with its output captured as text) failed at startup."""
+    return proc.returncode != 0 and startup_failure(f"{proc.stderr}\n{proc.stdout}")
 
 
 def startup_failure(stderr: str) -> bool:
@@ -201,15 +210,25 @@ def _run(cmd: list[str], directory: Path, timeout_s: float, launcher: Launcher) 
         result = read_measurements(directory)
         if code == 0 or result["status"] != "ok":
             return result
-    return failed(f"mpiexec exited with {code}: {_tail(err_path)}")
+    return failed(f"mpiexec exited with {code}: {_why(directory)}")
+
+
+def _why(directory: Path) -> str:
+    """What mpiexec said: a startup failure it names (:data:`STARTUP_FAILURES`, on stderr or
+    stdout, where Open MPI prints some of them), else its stderr's lines (:func:`_tail`), else
+    its stdout's."""
+    for name in ("stderr.log", "stdout.log"):
+        text = " ".join(_read(directory / name).split())
+        for message in STARTUP_FAILURES:
+            if message in text:
+                return f"{message} (Open MPI, in {name})"
+    return _tail(directory / "stderr.log") or _tail(directory / "stdout.log") or "no output"
 
 
 def _tail(path: Path, lines: int = 4) -> str:
-    """The ranks' own error lines, else the last lines of ``path`` (banners left out)."""
-    try:
-        text = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return "no stderr"
+    """The ranks' own error lines, else the last lines of ``path`` (banners left out); empty
+    for a file without any."""
+    text = _read(path).strip().splitlines()
     keep = [t.strip() for t in text if t.strip() and not set(t.strip()) <= set("-=*")]
     ours = [t for t in keep if t.startswith("error: ")]
-    return " | ".join(ours[:lines] or keep[-lines:]) or "no stderr"
+    return " | ".join(ours[:lines] or keep[-lines:])

@@ -16,12 +16,12 @@ tick (4 ms here) or until it waits: a rank woken by its message (a poll of
 :func:`dse.runtime.waits.until`) waits in the CPU's queue until the other device's burst ends,
 where a device of a real board starts at once. Without a remedy, a layer split over the two
 devices runs its parts one after the other, and the second, paced from the moment it got the
-CPU, ends up to the first's CPU time late (``benchmarks/cluster_exchange.py``: 2.0-2.6 ms per
-exchange of 4 ms parts). So a run's pacing counts from earlier by the time the rank sat in
-the run queue since its last run (:class:`RunQueue`), but for the queueing of its waits before
-their messages were there (all of a wait's sleeps but the last): the rank computes at its
-device's speed from when it could have started. Pacing only ever delays a run, so a credit
-cannot make a device faster than the CPU lets it.
+CPU, ends up to the first's CPU time late (``benchmarks/cluster_exchange.py``: 2.1-2.4 ms per
+exchange of 4 ms parts, 0.2-0.5 ms with the credit below). So a run's pacing counts from
+earlier by the time the rank sat in the run queue since its last run (:class:`RunQueue`), but
+for the queueing of its waits before their messages were there (all of a wait's sleeps but the
+last): the rank computes at its device's speed from when it could have started. Pacing only
+ever delays a run, so a credit cannot make a device faster than the CPU lets it.
 """
 
 from __future__ import annotations
