@@ -97,10 +97,10 @@ def worker(pattern: str, nbytes: int) -> None:
 def extra_ms(pattern: str, ranks: list[list[list[float]]]) -> float:
     """Per step, the median iteration's time beyond the compute the pattern needs."""
     per_iteration = []
+    exchange = pattern == "exchange"
     for k in range(len(ranks[0])):
         total = max(r[k][0] for r in ranks)
         # an exchange: both devices' 4 ms side by side; a handoff: each one's in turn
-        exchange = pattern == "exchange"
         needed = STEPS * WORK_MS * 1e-3 if exchange else sum(r[k][1] for r in ranks)
         per_iteration.append((total - needed) / STEPS * 1e3)
     return statistics.median(per_iteration)

@@ -93,7 +93,8 @@ class ClusterSpec:
 
     def thread_speed(self, device: DeviceShare) -> float:
         """What one thread on the device computes against a whole CPU: under co-runners its
-        share of a CPU, under a quota its share of the board's CPUs (at most one)."""
+        share of a CPU, under weights (its ranks' pace) and a quota its share of the board's
+        CPUs (at most one)."""
         if self.cpu_share == "corunner":
             return device.share
         return min(1.0, device.share * len(self.board(device.board).cpus))

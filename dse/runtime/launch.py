@@ -173,11 +173,16 @@ def process_failed_at_startup(proc: subprocess.CompletedProcess) -> bool:
     return proc.returncode != 0 and startup_failure(f"{proc.stderr}\n{proc.stdout}")
 
 
-def startup_failure(stderr: str) -> bool:
-    """Whether mpiexec's ``stderr`` names a startup failure that does not last
-    (:data:`STARTUP_FAILURES`; Open MPI breaks its lines anywhere)."""
-    text = " ".join(stderr.split())
-    return any(message in text for message in STARTUP_FAILURES)
+def startup_failure(output: str) -> bool:
+    """Whether mpiexec's ``output`` names a startup failure that does not last."""
+    return startup_message(output) is not None
+
+
+def startup_message(output: str) -> str | None:
+    """The startup failure that does not last (:data:`STARTUP_FAILURES`) mpiexec's ``output``
+    names, if any (Open MPI breaks its lines anywhere)."""
+    text = " ".join(output.split())
+    return next((message for message in STARTUP_FAILURES if message in text), None)
 
 
 def _run(cmd: list[str], directory: Path, timeout_s: float, launcher: Launcher) -> Measurement:
@@ -218,10 +223,9 @@ def _why(directory: Path) -> str:
     stdout, where Open MPI prints some of them), else its stderr's lines (:func:`_tail`), else
     its stdout's."""
     for name in ("stderr.log", "stdout.log"):
-        text = " ".join(_read(directory / name).split())
-        for message in STARTUP_FAILURES:
-            if message in text:
-                return f"{message} (Open MPI, in {name})"
+        message = startup_message(_read(directory / name))
+        if message is not None:
+            return f"{message} (Open MPI, in {name})"
     return _tail(directory / "stderr.log") or _tail(directory / "stdout.log") or "no output"
 
 
