@@ -91,7 +91,9 @@ class Launcher:
     own; a board of an emulated cluster may differ), ``slots``: the cores every rank of a
     platform host is bound to (default: :func:`core_slots`; ranks then share them, each under
     its own quota), ``rank_wrapper``: a program each rank starts through (the module's
-    docstring), and ``watch``: what happens around each run (:data:`Watch`)."""
+    docstring), ``watch``: what happens around each run (:data:`Watch`), and
+    ``machine_cores``: where the hosts are emulated on this machine, each host's CPUs of it
+    (what a speed probe times, :mod:`dse.runtime.probe`)."""
 
     mpiexec: str | None = None
     args: tuple[str, ...] = ()
@@ -100,6 +102,7 @@ class Launcher:
     slots: Mapping[str, str] = field(default_factory=dict)
     rank_wrapper: str | None = None
     watch: Watch | None = field(default=None, compare=False)
+    machine_cores: tuple[frozenset[int], ...] = ()
 
     def host(self, name: str) -> str:
         return self.hosts.get(name, name)
