@@ -231,7 +231,7 @@ def run_rounds(
     """The deployments in ``dirs`` run in interleaved rounds (a slow spell hits one round of
     each mapping, and the one-device run the layer times are anchored to is measured beside
     the cut ones), a speed probe beside them; Ctrl-C ends the calibration."""
-    probe = speed_probe(dirs[0], s.platform, s.launcher) if s.probe else None
+    probe = speed_probe(dirs[0], s.platform) if s.probe else None
     results, interrupted = measure_interleaved(
         dirs, s.rounds, s.warmup, s.iterations, s.timeout_s, rng, probe=probe,
         launcher=s.launcher,

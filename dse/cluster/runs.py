@@ -94,7 +94,6 @@ def cluster_launcher(state: State) -> Launcher:
         slots={b.name: board_slot(state, b.name) for b in state.spec.boards},
         rank_wrapper=str(state.rank_script),
         watch=RunWatch(state),
-        machine_cores=tuple(dict.fromkeys(frozenset(b.cpus) for b in state.spec.boards)),
     )
 
 

@@ -91,9 +91,7 @@ class Launcher:
     own; a board of an emulated cluster may differ), ``slots``: the cores every rank of a
     platform host is bound to (default: :func:`core_slots`; ranks then share them, each under
     its own quota), ``rank_wrapper``: a program each rank starts through (the module's
-    docstring), ``watch``: what happens around each run (:data:`Watch`), and
-    ``machine_cores``: where the hosts are emulated on this machine, each host's CPUs of it
-    (what a speed probe times, :mod:`dse.runtime.probe`)."""
+    docstring), and ``watch``: what happens around each run (:data:`Watch`)."""
 
     mpiexec: str | None = None
     args: tuple[str, ...] = ()
@@ -102,7 +100,6 @@ class Launcher:
     slots: Mapping[str, str] = field(default_factory=dict)
     rank_wrapper: str | None = None
     watch: Watch | None = field(default=None, compare=False)
-    machine_cores: tuple[frozenset[int], ...] = ()
 
     def host(self, name: str) -> str:
         return self.hosts.get(name, name)

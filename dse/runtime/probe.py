@@ -9,8 +9,7 @@ runs; :func:`dse.runtime.measure.measure_interleaved` calls it before the first 
 every run, so each run has a probe on either side, and :func:`dse.runtime.measure.take_out_drift`
 scales each run by the speed they show. The probe runs in the launching process while no rank
 runs: it measures the machine, never competes with a measurement. It measures this machine
-only, so a platform with no cpu device here gets none (:func:`speed_probe`), but for an
-emulated cluster, whose boards are this machine's CPUs: it is timed on each board's.
+only, so a platform with no cpu device here gets none (:func:`speed_probe`).
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ import numpy as np
 
 from dse.platform import Platform
 from dse.runtime.equivalence import whole_model_session
-from dse.runtime.mpirun import Launcher, core_slots
+from dse.runtime.mpirun import core_slots
 from dse.runtime.plan import input_arrays
 from dse.runtime.reader import read_plan
 
@@ -56,16 +55,10 @@ def probe_cores(platform: Platform) -> list[set[int]]:
     return cores
 
 
-def speed_probe(
-    directory: Path, platform: Platform, launcher: Launcher | None = None
-) -> SpeedProbe | None:
-    """A probe of the whole model of the deployment in ``directory`` on the core sets of
-    ``platform``'s cpu devices here (:func:`probe_cores`), or on its hosts' CPUs of this
-    machine where ``launcher`` emulates them (``Launcher.machine_cores``: a cluster's boards);
-    None when neither is on this machine (the probe would time the wrong one)."""
-    allowed = os.sched_getaffinity(0)
-    emulated = [set(c) & allowed for c in (launcher.machine_cores if launcher else ())]
-    cores = [c for c in emulated if c] or probe_cores(platform)
+def speed_probe(directory: Path, platform: Platform) -> SpeedProbe | None:
+    """A probe of the whole model of the deployment in ``directory``, or None when no cpu
+    device of ``platform`` is on this machine (the probe would time the wrong one)."""
+    cores = probe_cores(platform)
     return SpeedProbe(Path(directory), cores, probe_threads(platform)) if cores else None
 
 

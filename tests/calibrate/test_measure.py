@@ -138,11 +138,6 @@ def test_probe_times_the_whole_model_on_each_core_of_the_platform(monkeypatch, t
     assert probe_mod.probe_cores(remote) == [] and probe_mod.speed_probe(tmp_path, remote) is None
     net = load_net({"name": "mobilenetv2"})
     deploy(net, plat, whole_on(net.graph, 2, np.zeros(len(net.graph), int)), tmp_path / "d")
-    # boards emulated on this machine (a cluster's launcher): timed on each board's CPUs
-    emulated = Launcher(machine_cores=(frozenset({0}), frozenset({1})))
-    on_boards = probe_mod.speed_probe(tmp_path / "d", remote, emulated)
-    assert on_boards is not None and on_boards.cores == [c for c in ({0}, {1}) if c <= allowed]
-    assert probe_mod.speed_probe(tmp_path / "d", remote, Launcher()) is None
     probe = probe_mod.speed_probe(tmp_path / "d", plat)
     probe()  # loads its sessions
     assert 1 <= probe.repeats <= 8 and probe.threads == 1

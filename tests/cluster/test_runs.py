@@ -188,8 +188,6 @@ def test_the_cluster_launcher_places_each_rank_on_its_board(
         sys.executable, "-m", "mpi4py", "-m", "dse.runtime", str(d),
     ]  # fmt: skip
     assert launcher.environment()["OMPI_MCA_mpi_yield_when_idle"] == "1"
-    # its boards are this machine's CPUs, which a speed probe times (edge0: CPU 0, edge1: 1)
-    assert launcher.machine_cores == (frozenset({0}), frozenset({1}))
     # its ranks poll then sleep while they wait (a spinning rank burns its device's quota)
     assert launcher.env["DSE_WAIT_SPIN_US"] == "50"
     with pytest.raises(ValueError, match="needs the 3 ranks' placement"):
