@@ -127,7 +127,7 @@ def _run_retrying(
 def started_again(attempt: Callable[[], R], failed_at_startup: Callable[[R], bool]) -> R:
     """What ``attempt()`` (an mpiexec run) returns, after running it again, at most
     :data:`RETRIES` more times :data:`RETRY_PAUSE_S` apart, while ``failed_at_startup`` says
-    it failed at startup (:func:`startup_failure` of its stderr)."""
+    it failed at startup (:func:`startup_failure` of its output)."""
     for i in range(RETRIES + 1):
         result = attempt()
         if i == RETRIES or not failed_at_startup(result):
@@ -139,9 +139,17 @@ def started_again(attempt: Callable[[], R], failed_at_startup: Callable[[R], boo
 def _failed_at_startup(directory: Path) -> bool:
     """Whether no rank wrote a measurement in ``directory`` and mpiexec's stderr or stdout
     there names a startup failure that does not last."""
-    if (directory / MEASUREMENTS).is_file():
-        return False
-    return any(startup_failure(_read(directory / name)) for name in ("stderr.log", "stdout.log"))
+    return not (directory / MEASUREMENTS).is_file() and _startup_named(directory) is not None
+
+
+def _startup_named(directory: Path) -> str | None:
+    """The startup failure that does not last (:func:`startup_message`) mpiexec's stderr or
+    stdout in ``directory`` names, and which of them: the first that names one."""
+    for name in ("stderr.log", "stdout.log"):
+        message = startup_message(_read(directory / name))
+        if message is not None:
+            return f"{message} (Open MPI, in {name})"
+    return None
 
 
 def _read(path: Path) -> str:
@@ -222,11 +230,12 @@ def _why(directory: Path) -> str:
     """What mpiexec said: a startup failure it names (:data:`STARTUP_FAILURES`, on stderr or
     stdout, where Open MPI prints some of them), else its stderr's lines (:func:`_tail`), else
     its stdout's."""
-    for name in ("stderr.log", "stdout.log"):
-        message = startup_message(_read(directory / name))
-        if message is not None:
-            return f"{message} (Open MPI, in {name})"
-    return _tail(directory / "stderr.log") or _tail(directory / "stdout.log") or "no output"
+    return (
+        _startup_named(directory)
+        or _tail(directory / "stderr.log")
+        or _tail(directory / "stdout.log")
+        or "no output"
+    )
 
 
 def _tail(path: Path, lines: int = 4) -> str:
