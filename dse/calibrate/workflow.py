@@ -193,6 +193,10 @@ def _fit_deployments(
         coefficients = replace(coefficients, notes={"speed_reference": reference})
     runs = deployments.runs
     prov: dict[str, Any] = {}
+    again = {f"{r.net}/{r.label}": r.result["measured_again"] for r in runs
+             if "measured_again" in r.result}  # fmt: skip
+    if again:
+        prov["measured_again"] = again
     per_type: dict[str, dict[str, Any]] = {}
     cpus = cpu_types(s)
     if cpus:  # the deployments run on cpu devices
