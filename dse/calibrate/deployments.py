@@ -5,8 +5,8 @@ and a random mix (:data:`LABELS`), run in interleaved rounds (``rounds``, each i
 order; each mapping keeps the median of its rounds' medians, and one whose rounds disagree
 runs them again: :data:`DISAGREE`). The first network also runs whole on a device other than
 the entry, whose rank then only sends the image (:data:`ENTRY_ONLY`): the memory of a rank
-that runs no sub-model. A speed probe beside the
-runs gives the speed every latency is brought to (:func:`dse.runtime.measure.take_out_drift`).
+that runs no sub-model. A speed probe beside the runs gives the speed every latency is brought
+to (:func:`dse.runtime.measure.take_out_drift`).
 
 The measurements become the fits' :class:`~models_analytical.calibration.MeasuredRun` beside
 a model of given coefficients (:func:`measured`); the fits that need the deployments' own
@@ -57,6 +57,13 @@ ENTRY_ONLY = "entry-only"
 #: Each network's one-device run on every other cpu type's device (``single:<type>``): what
 #: that type's layer times are anchored to.
 SINGLE = "single"
+
+#: A mapping whose rounds' medians span more than this share of their median runs its rounds
+#: again. On the first calibration of edge3_ethernet at its defaults (2026-11-29), MobileNetV2
+#: alone on edge0_cpu took 9.70, 7.93, 9.63, 8.68 and 9.57 ms in its five rounds (a spread of
+#: 18 %) and 7.26-7.75 ms in every launch after: the slow spell of the machine set the median
+#: every prediction of that network was anchored to.
+DISAGREE = 0.10
 
 
 def single_label(dtype: str) -> str:
@@ -250,14 +257,6 @@ def run_rounds(
         for i, second in zip(again, rounds([dirs[i] for i in again]), strict=True):
             results[i] = steadier(results[i], second)
     return results
-
-
-#: A mapping whose rounds' medians span more than this share of their median runs its rounds
-#: again. On the first calibration of edge3_ethernet at its defaults (2026-11-29), MobileNetV2
-#: alone on edge0_cpu took 9.70, 7.93, 9.63, 8.68 and 9.57 ms in its five rounds (a spread of
-#: 18 %) and 7.26-7.75 ms in every launch after: the slow spell of the machine set the median
-#: every prediction of that network was anchored to.
-DISAGREE = 0.10
 
 
 def disagree(result: Measurement) -> bool:
