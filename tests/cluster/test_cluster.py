@@ -443,8 +443,17 @@ def _mpi(state: State, devices: list[str], program: str, tmp: Path) -> subproces
     (tmp / "program.py").write_text(program)
     cmd, env = command(state, devices, tmp, [sys.executable, str(tmp / "program.py"), str(tmp)],
                        mpiexec=str(Path(sys.executable).parent / "mpiexec"))  # fmt: skip
-    return subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True,
-                          timeout=120, cwd=tmp)  # fmt: skip
+    # into files, as the runtime does (dse.runtime.launch): a board's daemon or rank that
+    # outlives mpiexec for a moment (a loaded machine) would hold pipes open past its end
+    with open(tmp / "stdout.log", "w") as out, open(tmp / "stderr.log", "w") as err:
+        proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=out, stderr=err, cwd=tmp)
+        try:
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    logs = ((tmp / f"{n}.log").read_text() for n in ("stdout", "stderr"))
+    return subprocess.CompletedProcess(cmd, proc.returncode, *logs)
 
 
 def test_two_ranks_on_two_boards_over_tcp(cluster: State, tmp_path: Path) -> None:
