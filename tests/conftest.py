@@ -7,14 +7,34 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import tempfile
 
 import pytest
 
+from tests.helpers import warm
 from tests.helpers.mpi import MPIEXEC
 
 # A calibration of this machine (dse.calibrate) must not change what the tests predict.
 os.environ["DSE_CALIBRATION_DIR"] = tempfile.mkdtemp(prefix="dse-test-calibration-")
+
+
+#: The child compiling the model's kernel for the suite (:mod:`tests.helpers.warm`).
+WARM = pytest.StashKey[subprocess.Popen]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # the controller (or the only process): the model's kernel compiled once, not by every
+    # worker that reaches it first (tests.helpers.warm)
+    if not hasattr(config, "workerinput"):
+        config.stash[WARM] = warm.start()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    child = config.stash.get(WARM, None)
+    if child is not None and child.poll() is None:
+        child.kill()
+        child.wait()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -16,12 +16,18 @@ besides numba's own stamp, with the content of every module of the package and o
 kernel. This goes through numba's cache locators (``numba.core.caching``, not public API);
 where they are missing the kernel still runs, stamped by numba alone, and ``tests/test_model``
 fails.
+
+Compiled once: on a cold cache, processes that reach the kernel at the same time would each
+compile it (a minute or more each for the batch with row splits, on cores they share);
+:func:`one_compiler` lets one compile while the others wait, then read numba's cache.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -126,3 +132,24 @@ def in_cache(func: Any, accept: Callable[[tuple], bool] | None = None) -> bool |
         return any(accept(tuple(key[0])) for key in index)
     except (TypeError, IndexError):
         return None
+
+
+@contextmanager
+def one_compiler(func: Any, accept: Callable[[tuple], bool] | None = None) -> Iterator[None]:
+    """Run the block (the first call of ``func`` for types ``accept`` takes) holding a lock
+    while numba's cache lacks that code (:func:`in_cache`): processes that reach a cold kernel
+    together compile it once, the others waiting for the lock and then reading the cache. The
+    lock is ``flock`` on a file beside the cache (``NAME.lock``), released when its holder ends,
+    killed or not. Where the cache is warm, or no lock file can be made (no cache directory,
+    a read-only one), the block runs at once."""
+    if in_cache(func, accept) is not False:
+        yield
+        return
+    try:
+        fh = open(Path(func._cache._cache_path) / f"{func.__name__}.lock", "a")  # noqa: SIM115
+    except (AttributeError, OSError):
+        yield
+        return
+    with fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -14,7 +15,7 @@ from numba import types
 from dse.mapping.mappings import AXES
 from dse.mapping.rules import dense_one
 from models_analytical.schedule.bands import layout_rows, no_rows
-from models_analytical.schedule.compiled import compiled, in_cache, stage
+from models_analytical.schedule.compiled import compiled, in_cache, one_compiler, stage
 from models_analytical.schedule.layer import run_layer, run_parts_layer
 from models_analytical.schedule.memory import held_buffers, memory_peaks
 from models_analytical.schedule.parts import assign_parts, host_slowdown
@@ -159,11 +160,21 @@ def simulate_chunk(
                             out.weights_mb[p, d, c] += w_class[layer, c]
 
 
+def variant(with_rows: bool) -> Callable[[tuple], bool]:
+    """Whether argument types of :func:`simulate_chunk` are those of batches with (or without)
+    layers split by rows."""
+    at = list(inspect.signature(simulate_chunk.py_func).parameters).index("with_rows")
+    return lambda sig: isinstance(sig[at], types.NoneType) != with_rows
+
+
 def kernel_in_cache(with_rows: bool) -> bool | None:
     """Whether numba's cache holds :func:`simulate_chunk` compiled for batches with (or
     without) layers split by rows (:func:`~models_analytical.schedule.compiled.in_cache`)."""
-    at = list(inspect.signature(simulate_chunk.py_func).parameters).index("with_rows")
-    return in_cache(simulate_chunk, lambda sig: isinstance(sig[at], types.NoneType) != with_rows)
+    return in_cache(simulate_chunk, variant(with_rows))
+
+
+#: The variants of :func:`simulate_chunk` (with row splits: True) this process has run.
+_RUN: set[bool] = set()
 
 
 def new_scratch(k_in, n_layers: int, n_dev: int) -> tuple:
@@ -231,6 +242,11 @@ def simulate(
     with_rows = True if (axis == ROWS).any() else None
     args = (device, sizes, axis, units, consumer, producer, w_class, with_weights, with_rows)
     args = (*args, k_in, out)
+    rows = with_rows is not None
+    if rows not in _RUN:  # its first batch: compiled here, or read from the cache
+        with one_compiler(simulate_chunk, variant(rows)):
+            simulate_chunk(*args, 0, 0, 1, new_scratch(k_in, device.shape[1], n_dev))
+        _RUN.add(rows)
     n_threads = max(min(threads, n_pop), 1)
     if scratch is None:
         scratch = []

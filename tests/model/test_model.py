@@ -441,6 +441,46 @@ def test_an_edited_stage_recompiles_its_cached_callers(tmp_path):
     assert run()[0] == "202"  # numba alone would load g's stale code: 4
 
 
+ONE_COMPILER = """
+import os, sys, time
+sys.path.insert(0, os.getcwd())
+import kern
+from models_analytical.schedule.compiled import in_cache, one_compiler
+open(f"ready{os.getpid()}", "w").close()
+while sum(n.startswith("ready") for n in os.listdir()) < 2:  # both imported, neither compiled
+    time.sleep(0.01)
+cold = in_cache(kern.f) is False
+with one_compiler(kern.f):
+    time.sleep(2.0)  # the holder compiles late: the other reaches the lock meanwhile
+    kern.f(1)
+print(int(cold), sum(kern.f.stats.cache_misses.values()), sum(kern.f.stats.cache_hits.values()))
+"""
+
+
+def test_processes_at_a_cold_kernel_compile_it_once(tmp_path):
+    """Two processes reach a cached function with numba's cache cold: under one_compiler one
+    compiles it (a cache miss) while the other waits, then reads the cache (a hit). Without the
+    lock both would compile: each waits 2 s before compiling, after finding the cache cold."""
+    (tmp_path / "kern.py").write_text(
+        "from numba import njit\n\n@njit(cache=True)\ndef f(x):\n    return x + 1\n"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", ONE_COMPILER],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
+    got = sorted(tuple(map(int, out.split())) for out, _ in outs)
+    assert got == [(1, 0, 1), (1, 1, 0)]  # (found it cold, compiled, read the cache)
+    assert (tmp_path / "__pycache__" / "f.lock").exists()
+
+
 # --- the kernel's threads, chosen by timing them ------------------------------------------------
 
 
