@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import compileall
 import os
 import subprocess
 import tempfile
@@ -13,20 +14,27 @@ import tempfile
 import pytest
 
 from tests.helpers import warm
+from tests.helpers.cli import ROOT
 from tests.helpers.mpi import MPIEXEC
 
 # A calibration of this machine (dse.calibrate) must not change what the tests predict.
 os.environ["DSE_CALIBRATION_DIR"] = tempfile.mkdtemp(prefix="dse-test-calibration-")
 
 
+#: The project's packages (their bytecode is written before the tests start).
+PACKAGES = ("dse", "models_analytical", "chromosomes")
 #: The child compiling the model's kernel for the suite (:mod:`tests.helpers.warm`).
 WARM = pytest.StashKey[subprocess.Popen]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # the controller (or the only process): the model's kernel compiled once, not by every
-    # worker that reaches it first (tests.helpers.warm)
+    # the controller (or the only process) makes, once, what every process of the suite would
+    # otherwise make again: the bytecode of dse's modules (where PYTHONDONTWRITEBYTECODE is
+    # set, every command and rank the suite starts compiled them anew), and the model's
+    # kernel, not compiled by every worker that reaches it first (tests.helpers.warm)
     if not hasattr(config, "workerinput"):
+        for package in PACKAGES:
+            compileall.compile_dir(ROOT / package, quiet=1)
         config.stash[WARM] = warm.start()
 
 

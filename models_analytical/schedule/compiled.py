@@ -135,18 +135,22 @@ def in_cache(func: Any, accept: Callable[[tuple], bool] | None = None) -> bool |
 
 
 @contextmanager
-def one_compiler(func: Any, accept: Callable[[tuple], bool] | None = None) -> Iterator[None]:
+def one_compiler(
+    func: Any, accept: Callable[[tuple], bool] | None = None, tag: str = ""
+) -> Iterator[None]:
     """Run the block (the first call of ``func`` for types ``accept`` takes) holding a lock
     while numba's cache lacks that code (:func:`in_cache`): processes that reach a cold kernel
     together compile it once, the others waiting for the lock and then reading the cache. The
-    lock is ``flock`` on a file beside the cache (``NAME.lock``), released when its holder ends,
-    killed or not. Where the cache is warm, or no lock file can be made (no cache directory,
-    a read-only one), the block runs at once."""
+    lock is ``flock`` on a file beside the cache (``NAME{tag}.lock``: one per ``tag``, so a
+    variant is not kept waiting for another), released when its holder ends, killed or not.
+    Where the cache is warm, or no lock file can be made (no cache directory, a read-only one),
+    the block runs at once."""
     if in_cache(func, accept) is not False:
         yield
         return
     try:
-        fh = open(Path(func._cache._cache_path) / f"{func.__name__}.lock", "a")  # noqa: SIM115
+        lock = Path(func._cache._cache_path) / f"{func.__name__}{tag}.lock"
+        fh = open(lock, "a")  # noqa: SIM115
     except (AttributeError, OSError):
         yield
         return

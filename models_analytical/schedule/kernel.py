@@ -244,7 +244,7 @@ def simulate(
     args = (*args, k_in, out)
     rows = with_rows is not None
     if rows not in _RUN:  # its first batch: compiled here, or read from the cache
-        with one_compiler(simulate_chunk, variant(rows)):
+        with one_compiler(simulate_chunk, variant(rows), "-rows" if rows else ""):
             simulate_chunk(*args, 0, 0, 1, new_scratch(k_in, device.shape[1], n_dev))
         _RUN.add(rows)
     n_threads = max(min(threads, n_pop), 1)
