@@ -2,7 +2,7 @@
 
 On a cold numba cache (a clean clone: CI) the suite's first tests that evaluate a mapping
 each compiled the kernel, two workers and their subprocesses at once: the variant for batches
-with row splits took 130-150 s of CPU each time, twice or more per run. :func:`start` (from
+with row splits took 130-150 s each time, twice in the run timed (2026-12-02). :func:`start` (from
 the controller, before the workers start) launches ``python -m tests.helpers.warm``, which
 evaluates one mapping of AlexNet on ``localhost`` without row splits, then one with conv1
 split by rows. The kernel's :func:`~models_analytical.schedule.compiled.one_compiler` makes
