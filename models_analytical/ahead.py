@@ -87,13 +87,15 @@ def wait() -> None:
         )
 
 
-def compile_kernel() -> None:
+def compile_kernel(variants: tuple[bool, ...] = (False,)) -> None:
     """What the child does: evaluate one mapping of AlexNet on ``localhost`` (every layer on
-    its first device), on one thread."""
+    its first device), on one thread. ``variants``: the kernel's variants to compile, False
+    for batches without row splits (that mapping), True for batches with them (conv1 split by
+    rows over both cores instead; ``tests/helpers/warm.py`` compiles both)."""
     import numpy as np
     import yaml
 
-    from dse.mapping import Mappings
+    from dse.mapping import Mappings, from_device_lists
     from dse.mapping.mappings import layer_units
     from dse.net import load_net
     from dse.paths import CONF_DIR
@@ -105,12 +107,19 @@ def compile_kernel() -> None:
     platform = load_platform(cfg)
     coefficients = load_coefficients(CONF_DIR / "platform" / cfg["coefficients"])
     graph = load_net({"name": "alexnet"}).graph
-    split = graph.split_layers
-    device = np.zeros((1, len(graph)), dtype=np.int64)
-    device[0, split] = -1
-    sizes = np.zeros((1, len(split), len(platform)), dtype=np.int32)
-    sizes[0, :, 0] = layer_units(graph)[0, split]  # all its output channels on the first
-    AnalyticalModel(graph, platform, coefficients, 1).evaluate(Mappings(device, sizes))
+    model = AnalyticalModel(graph, platform, coefficients, 1)
+    for rows in variants:
+        if rows:
+            layers = [[0] for _ in range(len(graph))]
+            layers[0] = [0, 1]  # conv1, by rows over both cores
+            model.evaluate(from_device_lists(graph, len(platform), [layers], rows=[0]))
+            continue
+        split = graph.split_layers
+        device = np.zeros((1, len(graph)), dtype=np.int64)
+        device[0, split] = -1
+        sizes = np.zeros((1, len(split), len(platform)), dtype=np.int32)
+        sizes[0, :, 0] = layer_units(graph)[0, split]  # all its output channels on the first
+        model.evaluate(Mappings(device, sizes))
 
 
 if __name__ == "__main__":
