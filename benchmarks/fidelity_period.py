@@ -13,10 +13,12 @@ at a time, which the cap cannot follow) and the median errors of the predicted p
 latency.
 
 ``--send-ms-per-mb C`` also prints the period MAPE had every device paid C ms of its own work
-per MB it sends, divided by its CPU share (``edge3_*`` devices: 1.0, 0.6, 0.4): the
-what-if of a term that charges a transfer's CPU work to its sender. It adds that work to the
-device's predicted compute (its busy time) and keeps the rest of the prediction: an upper
-bound on what such a term could move, since it only makes a period longer.
+per MB it sends, divided by its CPU share (from the run's platform file, ``emulation:``; 1
+without one): the what-if of a term that charges a transfer's CPU work to its sender. It adds
+that work to the device's predicted compute (its busy time) and keeps the predicted latency,
+and with it the cap: an estimate, not a bound. A real term would also lengthen the latencies
+of mappings where the sender computes next, raise their cap, and change what calibration
+fits to the cut costs.
 """
 
 from __future__ import annotations
@@ -27,9 +29,20 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import yaml
 
-#: CPU share of each device of the shipped emulated platforms (conf/platform/edge3_*.yaml).
-SHARES = {"edge0_cpu": 1.0, "edge1_cpu0": 0.6, "edge1_cpu1": 0.4}
+from dse.cluster import parse_spec
+from dse.paths import CONF_DIR
+
+
+def shares(run: Path) -> dict[str, float]:
+    """Each device's CPU share on the run's platform (``fidelity.json``'s ``platform``, its
+    file's ``emulation:``); empty for a platform without one."""
+    name = json.loads((run / "fidelity.json").read_text())["platform"]
+    cfg = yaml.safe_load((CONF_DIR / "platform" / f"{name}.yaml").read_text())
+    if not cfg.get("emulation"):
+        return {}
+    return {d.name: d.share for d in parse_spec(cfg).devices}
 
 
 def comparisons(run: Path) -> list[dict]:
@@ -42,13 +55,13 @@ def comparisons(run: Path) -> list[dict]:
     return out
 
 
-def with_send_cost(c: dict, ms_per_mb: float) -> float:
-    """The predicted period (ms) had each device also worked ``ms_per_mb`` / share per MB it
-    sends; never above the predicted latency (the model's cap)."""
+def with_send_cost(c: dict, ms_per_mb: float, share: dict[str, float]) -> float:
+    """The predicted period (ms) had each device also worked ``ms_per_mb`` / its ``share``
+    per MB it sends; never above the predicted latency (the model's cap)."""
     pred = c["predicted"]
     period = pred["objectives"]["period_ms"]
     for device, compute in pred["compute_ms"].items():
-        extra = ms_per_mb / SHARES.get(device, 1.0) * pred["bytes_sent"].get(device, 0) / 1e6
+        extra = ms_per_mb / share.get(device, 1.0) * pred["bytes_sent"].get(device, 0) / 1e6
         period = max(period, compute + extra)
     return min(period, pred["latency_ms"])
 
@@ -89,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  predicted period = latency: {group(capped)}")
         print(f"  predicted to pipeline:      {group(piped)}")
         if args.send_ms_per_mb is not None:
-            what_if = np.array([with_send_cost(c, args.send_ms_per_mb) for c in rows])
+            share = shares(run)
+            what_if = np.array([with_send_cost(c, args.send_ms_per_mb, share) for c in rows])
             mape = 100 * np.mean(abs(what_if / measured - 1))
             print(f"  with {args.send_ms_per_mb} ms/MB sent charged to the sender: {mape:.1f} %")
     return 0
