@@ -53,6 +53,11 @@ def summary(name: str, model: AnalyticalModel, mappings, kinds, measured, period
     )
 
 
+def fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", type=Path, help="run directories of dse.fidelity")
@@ -63,6 +68,11 @@ def main() -> None:
     register()
     fixed = [float(x) for x in args.transfer_fixed_ms.split(",") if x.strip()]
     for run in args.runs:
+        if not (run / "fidelity.json").is_file() or not (run / "fidelity.csv").is_file():
+            fail(
+                f"{run} holds no fidelity.json and fidelity.csv: pass the run directories of "
+                "python -m dse.fidelity (runs/fidelity/NET-PLATFORM-DATE)"
+            )
         doc = json.loads((run / "fidelity.json").read_text())
         rows = {r["mapping"]: r for r in csv.DictReader((run / "fidelity.csv").open())}
         overrides = [f"+net={doc['net']}", f"platform={doc['platform']}", f"mappings={len(rows)}",
@@ -83,8 +93,11 @@ def main() -> None:
         period = np.array([float(r.get("period_measured_ms") or "nan") for r in got])
         as_run = np.array([float(r["latency_predicted_ms"]) for r in got])
         if not np.allclose(model.evaluate(mappings).latency_s * 1e3, as_run, rtol=1e-3):
-            sys.exit(f"{run}: the mappings drawn again are not predicted as the run predicted "
-                     "them (the code or the coefficients file changed since the run)")  # fmt: skip
+            fail(
+                f"{run}: the mappings drawn again are not predicted as the run predicted them "
+                "(the code or the platform's calibration changed since the run; --set KEY=VALUE "
+                "for a setting the run was given)"
+            )
         print(f"{run} ({doc['net']}, {len(ok)} mappings measured)")
         print(summary("as run", model, mappings, kinds, measured, period))
         if args.coefficients:
