@@ -23,33 +23,32 @@ import argparse
 import csv
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 from dse import app
 from dse.config import register
-from dse.fidelity.choose import choose
 from dse.fidelity.settings import settings_from
+from dse.fidelity.statistics import by_kind, stats
+from dse.fidelity.workflow import draw
 from dse.objectives import OBJECTIVES
 from dse.paths import CONF_DIR
-from dse.search.problem import MappingProblem
-from models_analytical.model import AnalyticalModel
+from models_analytical.model import Evaluation
 
 
-def summary(name: str, model: AnalyticalModel, mappings, kinds, measured, period) -> str:
-    ev = model.evaluate(mappings)
-    err = (ev.latency_s * 1e3 / measured - 1.0) * 100.0
-    p_err = (OBJECTIVES["period"].values(ev) / period - 1.0) * 100.0
-    at = {k: [i for i, x in enumerate(kinds) if x == k] for k in dict.fromkeys(kinds)}
-    by_kind = {k: float(np.mean(err[i])) for k, i in at.items()}
+def summary(name: str, ev: Evaluation, kinds: list[str], measured, period) -> str:
+    """One line: ``ev``'s latency and period against the measured ones (NaN: not measured)."""
+    latency = ev.latency_s * 1e3
+    lat = stats(latency, measured)
+    streamed = ~np.isnan(period)
+    per = stats(OBJECTIVES["period"].values(ev)[streamed], period[streamed])
+    bias = by_kind(list(zip(latency, measured, kinds, strict=True)))
     return (
-        f"  {name:28} latency MAPE {np.mean(np.abs(err)):4.1f} %, within 10 % "
-        f"{np.mean(np.abs(err) <= 10) * 100:3.0f} %, period MAPE {np.nanmean(np.abs(p_err)):4.1f} %"
-        f"  by kind: " + ", ".join(f"{k} {v:+.1f} %" for k, v in by_kind.items())
+        f"  {name:28} latency MAPE {lat['mape_pct']:4.1f} %, within 10 % "
+        f"{lat['within_10_pct']:3.0f} %, period MAPE {per['mape_pct']:4.1f} %"
+        "  by kind: " + ", ".join(f"{k} {v['bias_pct']:+.1f} %" for k, v in bias.items())
     )
 
 
@@ -81,10 +80,7 @@ def main() -> None:
             cfg = compose("fidelity", overrides)
         s = settings_from(cfg)
         net, _, model = app.model_from(cfg)
-        problem = MappingProblem(app.chromosome_from(cfg, net, model), model, cfg.objectives)
-        algorithm = replace(OmegaConf.to_object(cfg.algorithm), pop_size=s.search_pop_size,
-                            n_gen=s.search_generations, max_evaluations=None)  # fmt: skip
-        chosen = choose(problem, algorithm, s.mappings, s.seed)
+        chosen = draw(cfg, net, model, s)
         ok = [i for i, label in enumerate(chosen.labels) if rows[label]["status"] == "ok"]
         mappings = chosen.mappings.take(np.array(ok))
         kinds = [chosen.kinds[i] for i in ok]
@@ -92,23 +88,25 @@ def main() -> None:
         measured = np.array([float(r["latency_measured_ms"]) for r in got])
         period = np.array([float(r.get("period_measured_ms") or "nan") for r in got])
         as_run = np.array([float(r["latency_predicted_ms"]) for r in got])
-        if not np.allclose(model.evaluate(mappings).latency_s * 1e3, as_run, rtol=1e-3):
+        ev = model.evaluate(mappings)
+        if not np.allclose(ev.latency_s * 1e3, as_run, rtol=1e-3):
             fail(
                 f"{run}: the mappings drawn again are not predicted as the run predicted them "
                 "(the code or the platform's calibration changed since the run; --set KEY=VALUE "
                 "for a setting the run was given)"
             )
         print(f"{run} ({doc['net']}, {len(ok)} mappings measured)")
-        print(summary("as run", model, mappings, kinds, measured, period))
+        print(summary("as run", ev, kinds, measured, period))
         if args.coefficients:
             with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
                 other = compose("fidelity", [*overrides, f"coefficients={args.coefficients}"])
             _, _, model2 = app.model_from(other)
-            print(summary(Path(args.coefficients).name, model2, mappings, kinds, measured, period))
+            ev2 = model2.evaluate(mappings)
+            print(summary(Path(args.coefficients).name, ev2, kinds, measured, period))
         per_byte = float(model.inputs.transfer_per_byte_s[0])
         for f in fixed:
-            m = model.with_transfer_costs(f / 1e3, per_byte)
-            print(summary(f"{f:g} ms per tensor", m, mappings, kinds, measured, period))
+            ev_f = model.with_transfer_costs(f / 1e3, per_byte).evaluate(mappings)
+            print(summary(f"{f:g} ms per tensor", ev_f, kinds, measured, period))
 
 
 if __name__ == "__main__":

@@ -25,18 +25,20 @@ from tqdm import tqdm
 
 from dse import app
 from dse.errors import DseError
-from dse.fidelity.choose import choose
+from dse.fidelity.choose import Chosen, choose
 from dse.fidelity.measure import measure
 from dse.fidelity.plot import plot
 from dse.fidelity.report import figures
-from dse.fidelity.settings import out_dir, settings_from
+from dse.fidelity.settings import FidelitySettings, out_dir, settings_from
 from dse.fidelity.statistics import points
 from dse.files import finite, writable_dir, write_text
+from dse.net import Net
 
 # the runtime's CSV row of a measured mapping (phase2.csv's columns); private there for now
 from dse.results.phase2 import csv_row, write_csv
 from dse.runtime.mpirun import mpiexec_path
 from dse.search.problem import MappingProblem
+from models_analytical.model import AnalyticalModel
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,20 @@ class FidelityReport:
 
     out: Path
     doc: dict[str, Any]
+
+
+def draw(cfg: DictConfig, net: Net, model: AnalyticalModel, s: FidelitySettings) -> Chosen:
+    """The mappings a run of ``cfg`` measures (:func:`~dse.fidelity.choose.choose` after a
+    short search at the run's own search settings): the same ones each time for the same
+    settings, code and coefficients."""
+    problem = MappingProblem(app.chromosome_from(cfg, net, model), model, cfg.objectives)
+    algorithm = replace(
+        OmegaConf.to_object(cfg.algorithm),
+        pop_size=s.search_pop_size,
+        n_gen=s.search_generations,
+        max_evaluations=None,
+    )
+    return choose(problem, algorithm, s.mappings, s.seed)
 
 
 def run_fidelity(cfg: DictConfig, tell: Callable[..., None]) -> FidelityReport:
@@ -64,14 +80,7 @@ def run_fidelity(cfg: DictConfig, tell: Callable[..., None]) -> FidelityReport:
             f"python -m dse.calibrate platform={platform.name} first",
             error=True,
         )
-    problem = MappingProblem(app.chromosome_from(cfg, net, model), model, cfg.objectives)
-    algorithm = replace(
-        OmegaConf.to_object(cfg.algorithm),
-        pop_size=s.search_pop_size,
-        n_gen=s.search_generations,
-        max_evaluations=None,
-    )
-    chosen = choose(problem, algorithm, s.mappings, s.seed)
+    chosen = draw(cfg, net, model, s)
     tell(f"measuring {len(chosen.labels)} mappings of {net.name} on {platform.name} into {out}")
     bar = tqdm(total=len(chosen.labels) * (s.rounds + 1), desc="fidelity", unit="run")
     measured = measure(
