@@ -37,6 +37,8 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     say(f"calibrated platform '{name}' in {seconds:.0f} s: {out}")
     for line in link_lines(doc["provenance"].get("links", {})):
         say(f"  {line}")
+    for line in step_lines(doc["provenance"].get("links", {})):
+        say(f"  warning: {line}")
     for what, why in left_out(doc["provenance"]).items():
         say(f"  left out {what}: {why}")
     if settings.default_out:
@@ -55,6 +57,24 @@ def link_lines(links: dict[str, Any]) -> list[str]:
         f"{what}: latency {f['latency_s'] * 1e6:.0f} us, {f['bandwidth_Bps'] / 1e6:.1f} MB/s"
         for what, f in fits.items()
     ]
+
+
+def step_lines(links: dict[str, Any]) -> list[str]:
+    """A line for each link class whose table has a step at small messages
+    (:func:`dse.calibrate.links.small_message_step`): what it took, what its line gives, and
+    what to do."""
+    out = []
+    for cls, t in links.items():
+        step = t.get("small_message_step") if isinstance(t, dict) else None
+        if step:
+            out.append(
+                f"link {cls}: {step['bytes'] / 1024:g} kB one way took "
+                f"{step['seconds'] * 1e3:.2f} ms, its line gives {step['line_s'] * 1e3:.2f} ms: "
+                "on an emulated cluster, other work on this machine's CPUs during the link "
+                "benchmark does this; run the calibration again on a quiet machine (keep it "
+                "only if your real link has such a step)"
+            )
+    return out
 
 
 def left_out(provenance: dict[str, Any]) -> dict[str, str]:

@@ -175,6 +175,31 @@ def fit_link(table: dict[str, Any]) -> dict[str, float]:
     return {"latency_s": float(y[0]), "bandwidth_Bps": float(1.0 / max(slope, 1e-15))}
 
 
+#: A message under 1 MiB whose one-way time exceeds its link's line (:func:`fit_link`) by more
+#: than both of these is a step at small messages (:func:`small_message_step`).
+STEP_EXCESS_S = 1e-3
+STEP_RATIO = 1.5
+
+
+def small_message_step(table: dict[str, Any]) -> dict[str, float] | None:
+    """The worst message under 1 MiB of a one-way table that takes more than its link's line
+    (the smallest message's time + bytes / the large messages' bandwidth) by over
+    :data:`STEP_EXCESS_S` and :data:`STEP_RATIO` times: ``{"bytes", "seconds", "line_s"}``;
+    None if there is none. On an emulated cluster's shared medium such a step is what a process
+    busy on the machine's CPUs during the benchmark leaves (each message waits for the kernel's
+    deferred network work, up to a scheduler tick), not the medium: measured, a busy loop on
+    one core turned a 4 kB message's 0.19 ms into 2.0 ms (docs/results/cluster.md)."""
+    fit = fit_link(table)
+    steps = [
+        {"bytes": float(x), "seconds": float(y), "line_s": float(line)}
+        for x, y in zip(table["bytes"], table["one_way_s"], strict=True)
+        if x < 1 << 20
+        and y - (line := fit["latency_s"] + x / fit["bandwidth_Bps"]) > STEP_EXCESS_S
+        and y > STEP_RATIO * line
+    ]
+    return max(steps, key=lambda s: s["seconds"] / s["line_s"], default=None)
+
+
 def port_tables(
     platform: Platform, measured: dict[tuple[int, int], dict[str, Any]]
 ) -> dict[str, dict[str, Any]]:
@@ -233,6 +258,9 @@ def measure_links(
         tables[cls] = {"bytes": t["bytes"], "seconds": t["one_way_s"]}
         names = [platform.devices[a].name, platform.devices[b].name]
         prov[cls] = {"devices": names, **t, "fit": fit_link(t)}
+        step = small_message_step(t)
+        if step is not None:
+            prov[cls]["small_message_step"] = step
         if cls == "network":
             measured[a, b] = t
         tick(f"link {cls}")
