@@ -22,13 +22,13 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 from hydra import compose, initialize_config_dir
 
 from dse import app
+from dse.cli import fail
 from dse.config import register
 from dse.fidelity.settings import settings_from
 from dse.fidelity.statistics import by_kind, stats
@@ -50,11 +50,6 @@ def summary(name: str, ev: Evaluation, kinds: list[str], measured, period) -> st
         f"{lat['within_10_pct']:3.0f} %, period MAPE {per['mape_pct']:4.1f} %"
         "  by kind: " + ", ".join(f"{k} {v['bias_pct']:+.1f} %" for k, v in bias.items())
     )
-
-
-def fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 def main() -> None:

@@ -21,12 +21,9 @@ import sys
 
 import numpy as np
 
+from dse.cli import fail
+
 BUSY = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
-
-
-def fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 def main() -> None:
@@ -58,9 +55,10 @@ def main() -> None:
         launcher = app.launcher_from(cfg)
     except DseError as exc:
         fail(str(exc))
-    if "network" not in link_pairs(platform):
+    pairs = link_pairs(platform)
+    if "network" not in pairs:
         fail(f"platform {args.platform} has one board: no link between boards to measure")
-    a, b = link_pairs(platform)["network"]
+    a, b = pairs["network"]
     tables: dict[str, list[dict]] = {"quiet": [], "busy": []}
     for r in range(args.rounds):
         for name in tables:
