@@ -9,11 +9,11 @@ to fix it. :func:`reference` renders the schema as the manual's table
 A document is a JSON object. A top-level object with one of
 :data:`~models_analytical.coefficients.TYPE_MARKERS` is a device type's section
 (:data:`TYPE_SECTION`: unknown keys refused, so a misspelt key is not silently ignored);
-``calibrated``, ``links`` and ``speed_reference`` are checked as :data:`TOP` says; every other
-key is a note (free JSON: description, provenance, ...). The ranges are generous bounds on what
-any device could show, meant to catch a value in the wrong unit, a typo and an overflow (a
-latency of 2.6e301 ms, or a clock of 1e-300 Hz that makes every layer take forever), not to
-judge a calibration. Size, nesting and duplicate keys of a file
+``calibrated``, ``links``, ``speed_reference`` and ``memory_reference`` are checked as
+:data:`TOP` says; every other key is a note (free JSON: description, provenance, ...). The
+ranges are generous bounds on what any device could show, meant to catch a value in the wrong
+unit, a typo and an overflow (a latency of 2.6e301 ms, or a clock of 1e-300 Hz that makes every
+layer take forever), not to judge a calibration. Size, nesting and duplicate keys of a file
 are bounded where it is read (:func:`dse.files.read_json`; :data:`MAX_BYTES`, :data:`MAX_DEPTH`).
 """
 
@@ -275,6 +275,14 @@ TOP: dict[str, Spec] = {
             "what": Text("what the figures are", default=""),
         },
         "calibration's speed probe (dse.runtime.probe)",
+        default=None,
+    ),
+    "memory_reference": Section(
+        {
+            "start_mb": Number("MB", 1e7, "a rank's RSS before it loads", default=REQUIRED),
+            "what": Text("what the figure is", default=""),
+        },
+        "the runtime's own memory at calibration (dse.fidelity compares)",
         default=None,
     ),
 }

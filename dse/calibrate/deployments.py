@@ -35,6 +35,7 @@ from dse.runtime.measurements import (
     Measurement,
     measured_latency_ms,
     probe_times,
+    start_rss_mb,
     take_out_drift,
 )
 from dse.runtime.probe import probe_threads, speed_probe
@@ -152,6 +153,18 @@ class Deployments:
     runs: tuple[Deployed, ...]
     speed: dict[str, tuple[float, str]]
     left_out: dict[str, str]  # single:<type> runs that failed (a memory cap too small...)
+    start_rss_mb: float | None = None  # a rank's RSS before loading (median over the ranks)
+
+    def memory_reference(self) -> dict[str, Any] | None:
+        """The coefficients' ``memory_reference`` note (:mod:`dse.fidelity` compares with it)."""
+        if self.start_rss_mb is None:
+            return None
+        return {
+            "start_mb": self.start_rss_mb,
+            "what": "a rank's RSS before it loads any sub-model (the interpreter, onnxruntime, "
+            "MPI), median over the deployments' ranks: the baseline every fitted memory figure "
+            "sits on, and dse.fidelity compares its own runs' with it",
+        }
 
     def speed_reference(self, platform: Platform) -> dict[str, Any] | None:
         """The coefficients' ``speed_reference`` note (:mod:`dse.fidelity` compares with it)."""
@@ -183,6 +196,7 @@ def measure_deployments(
     platform = s.platform
     a, b = cut_devices(platform)
     out: list[Deployed] = []
+    measured: list[Measurement] = []
     speed: dict[str, tuple[float, str]] = {}
     left_out: dict[str, str] = {}
     rng = np.random.default_rng(s.seed)
@@ -213,6 +227,7 @@ def measure_deployments(
                    "probe": s.probe, "again_above": DISAGREE}  # fmt: skip
         measure = functools.partial(run_rounds, s, dirs, rng)
         results = journal.take(key_of("deployments", request), measure)
+        measured += results
         probes = probe_times(results)
         if probes:
             speed[name] = (round(float(np.median(probes)), 4), net.fingerprint)
@@ -230,7 +245,7 @@ def measure_deployments(
             res["rounds_ms"] = lat.get("rounds_ms", [lat["median"]])
             out.append(Deployed(name, label, net.graph, batch.take(p), res, dirs[p]))
             tick(f"ran {name} {label}")
-    return Deployments(tuple(out), speed, left_out)
+    return Deployments(tuple(out), speed, left_out, start_rss_mb(measured))
 
 
 def run_rounds(

@@ -188,9 +188,11 @@ def _fit_deployments(
     root: Path,
 ) -> DeploymentFits:
     deployments = measure_deployments(s, coefficients, progress.tick, root, journal)
-    reference = deployments.speed_reference(s.platform)
-    if reference is not None:
-        coefficients = replace(coefficients, notes={"speed_reference": reference})
+    notes = {"speed_reference": deployments.speed_reference(s.platform),
+             "memory_reference": deployments.memory_reference()}  # fmt: skip
+    notes = {k: v for k, v in notes.items() if v is not None}
+    if notes:
+        coefficients = replace(coefficients, notes=notes)
     runs = deployments.runs
     prov: dict[str, Any] = {}
     again = {f"{r.net}/{r.label}": r.result["measured_again"] for r in runs

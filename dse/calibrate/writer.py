@@ -3,8 +3,9 @@
 Layout (kept as it always was, so older files and ``conf/platform/*.json`` read alike):
 ``description``, ``calibrated``, ``energy``, ``provenance`` (each step's figures, then the
 run's date, host, versions, networks, quick, seconds), then one section per device type,
-``links`` and, where probed, ``speed_reference``. What is written must read back
-(:meth:`~models_analytical.coefficients.Coefficients.from_dict`) before it replaces a file.
+``links``, ``memory_reference`` and, where probed, ``speed_reference``. What is written must
+read back (:meth:`~models_analytical.coefficients.Coefficients.from_dict`) before it replaces a
+file.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def document(calibration: Calibration, s: CalibrationSettings) -> dict[str, Any]
         "provenance": prov,
         **{t: k.to_dict() for t, k in c.types.items()},
         "links": c.links,
-        **c.notes,  # speed_reference, where the deployments were probed
+        **c.notes,  # speed_reference where the deployments were probed; memory_reference
     }
 
 

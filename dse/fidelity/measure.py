@@ -19,7 +19,7 @@ from dse.mapping import Mappings
 from dse.net import Net
 from dse.runtime.comparison import with_prediction, write_comparison
 from dse.runtime.measure import check_gpus, deploy, measure_interleaved
-from dse.runtime.measurements import probe_times, take_out_drift
+from dse.runtime.measurements import Measurement, probe_times, start_rss_mb, take_out_drift
 from dse.runtime.mpirun import Launcher
 from dse.runtime.package import SUBMODELS
 from dse.runtime.probe import probe_threads, speed_probe
@@ -40,6 +40,27 @@ def speed_reference(model: AnalyticalModel, net: Net) -> float | None:
     return float(value) if ok and math.isfinite(value) and value > 0 else None
 
 
+#: A rank's start RSS this far (relative) from calibration's is reported as a changed baseline.
+BASELINE_CHANGED = 0.05
+
+
+def memory_baseline(model: AnalyticalModel, merged: list[Measurement]) -> dict[str, Any] | None:
+    """The RSS the runs' ranks started at before loading (median), beside calibration's
+    (``memory_reference``; None without one) and whether it moved by more than
+    :data:`BASELINE_CHANGED`: a memory prediction carries that difference in full."""
+    now = start_rss_mb(merged)
+    if now is None:
+        return None
+    ref = model.coefficients.notes.get("memory_reference")
+    then = ref.get("start_mb") if isinstance(ref, dict) else None
+    then = float(then) if isinstance(then, int | float) and not isinstance(then, bool) else None
+    return {
+        "start_mb": now,
+        "reference_mb": then,
+        "changed": then is not None and abs(now - then) > BASELINE_CHANGED * then,
+    }
+
+
 @dataclass(frozen=True)
 class Measured:
     """Each mapping's merged measurement with the prediction beside it (or why it failed),
@@ -48,6 +69,7 @@ class Measured:
     results: list[dict[str, Any]]
     interrupted: bool
     speed: dict[str, Any] | None
+    memory_baseline: dict[str, Any] | None = None  # :func:`memory_baseline`
 
 
 def measure(
@@ -119,4 +141,5 @@ def measure(
                 result = with_prediction(result, model, mappings.take(p))
             write_comparison(d, result)
             results[p] = result
-    return Measured([results[p] for p in range(len(labels))], interrupted, speed)
+    ordered = [results[p] for p in range(len(labels))]
+    return Measured(ordered, interrupted, speed, memory_baseline(model, merged))

@@ -62,6 +62,20 @@ def drift_line(speed: dict[str, Any], raw: dict[str, Any]) -> str:
     )
 
 
+def baseline_line(base: dict[str, Any], platform: str) -> str:
+    """The runtime's own memory now (a rank before it loads), against calibration's."""
+    line = f"memory baseline: a rank starts at {base['start_mb']:.0f} MB before loading"
+    if base["reference_mb"] is None:
+        return line + " (the coefficients hold no calibration's to compare)"
+    line += f", {base['reference_mb']:.0f} MB at calibration"
+    if base["changed"]:
+        line += (
+            f"; every memory prediction carries the {base['start_mb'] - base['reference_mb']:+.0f}"
+            f" MB: calibrate again (python -m dse.calibrate platform={platform} ...)"
+        )
+    return line
+
+
 def messages(doc: dict[str, Any], out: Path) -> list[str]:
     """The lines printed once ``doc`` (``fidelity.json``) is written; the last is the
     summary."""
@@ -94,6 +108,8 @@ def messages(doc: dict[str, Any], out: Path) -> list[str]:
             )
     if lat["drift_taken_out"]:
         lines.append(drift_line(doc["drift"], doc["latency_as_measured"]))
+    if doc.get("memory_baseline"):
+        lines.append(baseline_line(doc["memory_baseline"], doc["platform"]))
     lines.append(
         "latency error by kind of mapping"
         + (" (drift taken out)" if lat["drift_taken_out"] else "")

@@ -114,6 +114,7 @@ def run_fidelity(cfg: DictConfig, tell: Callable[..., None]) -> FidelityReport:
         "latency_as_measured": f["latency_as_measured"],
         "drift": measured.speed,
         "memory": f["memory"],
+        "memory_baseline": measured.memory_baseline,
         "period": f["period"],
         "stream": s.stream,
         "failed": [r["mapping"] for r in rows if r["status"] != "ok"],

@@ -83,6 +83,9 @@ class RankFigures(TypedDict):
     # by other work, or its device's CPU quota spent; 0 where the kernel does not say)
     runnable_ms: Stats
     bytes_sent: int
+    # its RSS before it loads any sub-model (the interpreter, onnxruntime, MPI): the baseline
+    # its peaks sit on (None where the peak could not be reset)
+    rss_start_mb: float | None
     peak_rss_loading_mb: float | None
     peak_rss_running_mb: float | None
     peak_rss_separate: bool  # whether the running peak was measured apart from loading
@@ -285,6 +288,19 @@ def take_out_drift(merged: Measurement, reference_ms: float) -> Measurement:
 def probe_times(merged: list[Measurement]) -> list[float]:
     """Every round's speed probe (ms) over merged measurements; [] where none was probed."""
     return [x for r in merged for x in (r.get("latency_ms") or {}).get("rounds_probe_ms", [])]
+
+
+def start_rss_mb(merged: list[Measurement]) -> float | None:
+    """The median RSS a rank had before loading any sub-model (``rss_start_mb``), over every
+    rank of ``merged`` that read it: the runtime's own memory on this machine now, which every
+    memory figure sits on; None where none did."""
+    starts = [
+        rank["rss_start_mb"]
+        for r in merged
+        for rank in r.get("ranks") or []
+        if rank.get("rss_start_mb") is not None
+    ]
+    return round(float(np.median(starts)), 1) if starts else None
 
 
 def measured_latency_ms(result: Measurement) -> float:

@@ -72,6 +72,14 @@ def test_quick_calibration_with_deployments_brings_runs_to_its_probe(tmp_path) -
     ):
         by_hand = np.median(np.array(rounds) * ref / np.array(probes))
         assert measured == pytest.approx(by_hand, rel=1e-3)
+    # the runtime's own memory then: the median start RSS of the deployments' ranks, each
+    # below its loading peak, as the journal holds them
+    journal = [json.loads(x) for x in (env_dir / "localhost.measurements.jsonl").open()]
+    ranks = [rank for row in journal if json.loads(row.get("key", "{}")).get("what") ==
+             "deployments" for run in row["result"] for rank in run["ranks"]]  # fmt: skip
+    assert ranks and all(0 < r["rss_start_mb"] <= r["peak_rss_loading_mb"] for r in ranks)
+    start = doc["memory_reference"]["start_mb"]
+    assert start == pytest.approx(np.median([r["rss_start_mb"] for r in ranks]), abs=0.05)
 
 
 def _compose(*overrides: str):

@@ -15,9 +15,9 @@ from onnx import helper
 
 import tests.helpers.onnx_factory as onnx_factory
 from dse.fidelity.choose import by_rows, random_kinds
-from dse.fidelity.measure import speed_reference
+from dse.fidelity.measure import memory_baseline, speed_reference
 from dse.fidelity.plot import plot
-from dse.fidelity.report import figures, messages
+from dse.fidelity.report import baseline_line, figures, messages
 from dse.fidelity.statistics import by_kind, points, repeatability, stats
 from dse.mapping import Mappings, check, random_mappings
 from dse.mapping.build import ROW_KINDS
@@ -246,6 +246,33 @@ def test_fidelity_reads_the_calibration_probe_of_its_network() -> None:
     assert speed_reference(model, net) is None
 
 
+def test_fidelity_compares_the_runtime_memory_baseline_with_calibration() -> None:
+    """The median start RSS over every rank of the runs, beside calibration's; moved by more
+    than 5 % it is reported as carried by every memory prediction, with the fix."""
+    runs = [
+        {"ranks": [{"rss_start_mb": 140.0}, {"rss_start_mb": 141.0}]},
+        {"ranks": [{"rss_start_mb": 142.0}, {"rss_start_mb": None}]},
+        {"status": "failed", "reason": "OOM"},
+    ]  # median of 140, 141, 142
+    model = SimpleNamespace(coefficients=SimpleNamespace(notes={}))
+    assert memory_baseline(model, runs) == {"start_mb": 141.0, "reference_mb": None,
+                                            "changed": False}  # fmt: skip
+    model.coefficients.notes["memory_reference"] = {"start_mb": 218.0}
+    base = memory_baseline(model, runs)
+    assert base == {"start_mb": 141.0, "reference_mb": 218.0, "changed": True}
+    assert baseline_line(base, "edge3_ethernet") == (
+        "memory baseline: a rank starts at 141 MB before loading, 218 MB at calibration; every "
+        "memory prediction carries the -77 MB: calibrate again (python -m dse.calibrate "
+        "platform=edge3_ethernet ...)"
+    )
+    model.coefficients.notes["memory_reference"] = {"start_mb": 146.0}  # 3.4 % apart
+    assert memory_baseline(model, runs)["changed"] is False
+    assert baseline_line(memory_baseline(model, runs), "p").endswith("146 MB at calibration")
+    model.coefficients.notes["memory_reference"] = {"start_mb": True}  # damaged: not used
+    assert memory_baseline(model, runs)["reference_mb"] is None
+    assert memory_baseline(model, [runs[2]]) is None  # no rank read its RSS
+
+
 @pytest.mark.slow
 @pytest.mark.mpi
 def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> None:
@@ -259,6 +286,7 @@ def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> 
         "whole_ms": {"alexnet": 40.0},
         "fingerprints": {"alexnet": fingerprint},
     }
+    coeff["memory_reference"] = {"start_mb": 1.0}  # no process starts this small
     (tmp_path / "c.json").write_text(json.dumps(coeff))
     out = tmp_path / "fid"
     res = run_module(
@@ -285,6 +313,16 @@ def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> 
     doc = json.loads((out / "fidelity.json").read_text())
     assert doc["latency"]["n"] == 3 and not doc["calibrated"]
     assert doc["stream"] == 3 and doc["period"]["n"] == 3  # every mapping's period judged
+    base = doc["memory_baseline"]
+    assert base["reference_mb"] == 1.0 and base["changed"] and base["start_mb"] > 10
+    assert f"a rank starts at {base['start_mb']:.0f} MB before loading, 1 MB at" in res.stdout
+    starts = []
+    for row in rows:  # each rank started below its loading peak; the median over them all
+        for rank in json.loads((out / "phase2" / row["mapping"] / "measurements.json")
+                               .read_text())["ranks"]:  # fmt: skip
+            assert 0 < rank["rss_start_mb"] <= rank["peak_rss_loading_mb"]
+            starts.append(rank["rss_start_mb"])
+    assert base["start_mb"] == pytest.approx(np.median(starts), abs=0.05)
     assert all(float(r["period_measured_ms"]) > 0 for r in rows)
     assert "not calibrated" in res.stderr
     assert (out / "fidelity.png").stat().st_size > 10_000
