@@ -71,7 +71,7 @@ def baseline_line(base: dict[str, Any], platform: str) -> str:
     if base["changed"]:
         line += (
             f"; every memory prediction carries the {base['start_mb'] - base['reference_mb']:+.0f}"
-            f" MB: calibrate again (python -m dse.calibrate platform={platform} ...)"
+            f" MB: calibrate again: python -m dse.calibrate platform={platform}"
         )
     return line
 

@@ -262,8 +262,8 @@ def test_fidelity_compares_the_runtime_memory_baseline_with_calibration() -> Non
     assert base == {"start_mb": 141.0, "reference_mb": 218.0, "changed": True}
     assert baseline_line(base, "edge3_ethernet") == (
         "memory baseline: a rank starts at 141 MB before loading, 218 MB at calibration; every "
-        "memory prediction carries the -77 MB: calibrate again (python -m dse.calibrate "
-        "platform=edge3_ethernet ...)"
+        "memory prediction carries the -77 MB: calibrate again: python -m dse.calibrate "
+        "platform=edge3_ethernet"
     )
     model.coefficients.notes["memory_reference"] = {"start_mb": 146.0}  # 3.4 % apart
     assert memory_baseline(model, runs)["changed"] is False
