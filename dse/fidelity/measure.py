@@ -26,6 +26,13 @@ from dse.runtime.probe import probe_threads, speed_probe
 from models_analytical.model import AnalyticalModel
 
 
+def finite_number(value: Any) -> float | None:
+    """``value`` as a float where it is a finite number (not a bool): a note of the
+    coefficients file as fidelity may use it; None otherwise (absent, or an edited file)."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
+
+
 def speed_reference(model: AnalyticalModel, net: Net) -> float | None:
     """The calibration's speed probe of this network (ms): only for the same network (its
     fingerprint) probed at the same thread count."""
@@ -35,9 +42,8 @@ def speed_reference(model: AnalyticalModel, net: Net) -> float | None:
     fingerprints, whole = ref.get("fingerprints"), ref.get("whole_ms")
     if not isinstance(fingerprints, dict) or fingerprints.get(net.name) != net.fingerprint:
         return None
-    value = whole.get(net.name) if isinstance(whole, dict) else None
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    return float(value) if ok and math.isfinite(value) and value > 0 else None
+    value = finite_number(whole.get(net.name) if isinstance(whole, dict) else None)
+    return value if value is not None and value > 0 else None
 
 
 #: A rank's start RSS this far (relative) from calibration's is reported as a changed baseline.
@@ -52,8 +58,7 @@ def memory_baseline(model: AnalyticalModel, merged: list[Measurement]) -> dict[s
     if now is None:
         return None
     ref = model.coefficients.notes.get("memory_reference")
-    then = ref.get("start_mb") if isinstance(ref, dict) else None
-    then = float(then) if isinstance(then, int | float) and not isinstance(then, bool) else None
+    then = finite_number(ref.get("start_mb") if isinstance(ref, dict) else None)
     return {
         "start_mb": now,
         "reference_mb": then,

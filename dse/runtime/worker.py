@@ -277,7 +277,8 @@ def measure(
     iterations = settings.iterations if iterations is None else iterations
     stream = settings.stream if stream is None else stream
     resettable = reset_peak_rss()
-    start_rss = peak_rss_mb()  # just reset: the current RSS, before any sub-model loads
+    # just reset: the current RSS, before any sub-model loads (unknown where it cannot reset)
+    start_rss = peak_rss_mb() if resettable else None
     t0 = time.perf_counter()
     me = _load(comm, plan, directory)
     load_s = time.perf_counter() - t0
@@ -325,7 +326,7 @@ def measure(
         "cpu_ms": stats([t["cpu"] for t in timers]),
         "runnable_ms": stats([t["runnable"] for t in timers]),
         "bytes_sent": int(timers[-1]["sent"]) if timers else 0,
-        "rss_start_mb": round(start_rss, 1) if start_rss is not None and resettable else None,
+        "rss_start_mb": None if start_rss is None else round(start_rss, 1),
         "peak_rss_loading_mb": None if peak_load is None else round(peak_load, 1),
         "peak_rss_running_mb": None if peak_run is None else round(peak_run, 1),
         "peak_rss_separate": resettable,
