@@ -60,15 +60,17 @@ def link_lines(links: dict[str, Any]) -> list[str]:
 
 
 def step_lines(links: dict[str, Any]) -> list[str]:
-    """A line for each link class whose table has a step at small messages
-    (:func:`dse.calibrate.links.small_message_step`): what it took, what its line gives, and
-    what to do."""
+    """A line for each link class, and each board pair measured for the ports, whose table
+    has a step at small messages (:func:`dse.calibrate.links.small_message_step`): what it
+    took, what its line gives, and what to do."""
+    pairs = links.get("ports", {}).get("pairs", {})
+    tables = {**links, **{f"{pair} (port benchmark)": t for pair, t in pairs.items()}}
     out = []
-    for cls, t in links.items():
+    for what, t in tables.items():
         step = t.get("small_message_step") if isinstance(t, dict) else None
         if step:
             out.append(
-                f"link {cls}: {step['bytes'] / 1024:g} kB one way took "
+                f"link {what}: {step['bytes'] / 1024:g} kB one way took "
                 f"{step['seconds'] * 1e3:.2f} ms, its line gives {step['line_s'] * 1e3:.2f} ms: "
                 "on an emulated cluster, other work on this machine's CPUs during the link "
                 "benchmark does this; run the calibration again on a quiet machine (keep it "

@@ -220,6 +220,14 @@ def port_tables(
     return out
 
 
+def pair_fit(table: dict[str, Any]) -> dict[str, Any]:
+    """A board pair's fitted latency and bandwidth, with its ``small_message_step`` where its
+    table has one (:func:`small_message_step`: every benchmark is checked, not only each
+    class's first pair)."""
+    step = small_message_step(table)
+    return {**fit_link(table), **({"small_message_step": step} if step else {})}
+
+
 @dataclass(frozen=True)
 class LinkTables:
     """Per link class (and, on a switched network, per board's port: ``port:BOARD``): the
@@ -275,7 +283,7 @@ def measure_links(
     if ports:
         prov["ports"] = {
             "pairs": {
-                f"{platform.devices[a].host}-{platform.devices[b].host}": fit_link(t)
+                f"{platform.devices[a].host}-{platform.devices[b].host}": pair_fit(t)
                 for (a, b), t in measured.items()
             },
             **{host: {"pairs": t["pairs"], "fit": t["fit"]} for host, t in ports.items()},

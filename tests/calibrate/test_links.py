@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from dse.calibrate.__main__ import step_lines
-from dse.calibrate.links import SIZES, fit_link, small_message_step
+from dse.calibrate.links import SIZES, fit_link, measure_links, small_message_step
+from dse.platform import load_platform
 
 LATENCY, BANDWIDTH = 15e-6, 11.7e6  # a 100 Mbit/s medium's line
 
@@ -45,3 +48,38 @@ def test_excess_under_a_millisecond_or_at_large_messages_is_no_step() -> None:
     table["one_way_s"][SIZES.index(1024)] = 0.9e-3  # 9x its line, but under 1 ms more
     table["one_way_s"][SIZES.index(1 << 20)] *= 1.6  # 1 MiB and up: the bandwidth's own sizes
     assert small_message_step(table) is None
+
+
+def test_every_board_pair_of_the_port_benchmark_is_checked_for_a_step() -> None:
+    """On three switched boards the ports take a benchmark per board pair beyond the class's
+    first one; a step in such a pair's table is found and named (no MPI: each benchmark's
+    table is handed in, as a calibration's journal would)."""
+    platform = load_platform(
+        {
+            "name": "three",
+            "coefficients": "localhost.json",
+            "network": "switched",
+            "devices": [
+                {"name": f"b{i}_cpu", "host": f"b{i}", "kind": "cpu", "memory_mb": 512}
+                for i in range(3)
+            ],
+            "links": {"network": {"latency_s": 15e-6, "bandwidth_Bps": BANDWIDTH}},
+        }
+    )
+    stepped = line_table()
+    stepped["one_way_s"][SIZES.index(4096)] = 2.0e-3
+    asked = []
+
+    def take(key: str, _measure) -> dict:
+        devices = json.loads(key)["devices"]
+        asked.append(devices)
+        return stepped if devices == ["b1_cpu", "b2_cpu"] else line_table()
+
+    got = measure_links(platform, few=True, take=take)
+    assert asked == [["b0_cpu", "b1_cpu"], ["b0_cpu", "b2_cpu"], ["b1_cpu", "b2_cpu"]]
+    pairs = got.provenance["ports"]["pairs"]
+    assert "small_message_step" not in got.provenance["network"]  # the class's pair: a line
+    assert "small_message_step" not in pairs["b0-b2"]
+    assert pairs["b1-b2"]["small_message_step"]["bytes"] == 4096
+    (line,) = step_lines(got.provenance)
+    assert line.startswith("link b1-b2 (port benchmark): 4 kB one way took 2.00 ms")
