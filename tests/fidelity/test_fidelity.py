@@ -92,6 +92,17 @@ def test_repeatability_of_rounds_by_hand(tmp_path) -> None:
     # within 10 % of the other rounds' median: m1 all 3; m2 none (20/26, 22/25, 30/21);
     # m3 only round 1 (25/25.5): 4 of 9
     assert rep["round_within_10_pct"] == pytest.approx(44.4)
+    # the report warns that rounds this far apart cannot judge a +-10 % prediction
+    doc = {
+        "net": "n", "failed": [], "latency": {**stats([1.0], [1.0]), "by_kind": {},
+        "drift_taken_out": False}, "memory": stats([1.0], [1.0]), "seconds": 1.0,
+        "noise_floor_pct": None, "round_spread_pct": None, "rounds": 3,
+        "repeatability": rep, "repeatability_adjusted": None,
+    }  # fmt: skip
+    (warn,) = [x for x in messages(doc, tmp_path) if x.startswith("warning:")]
+    assert warn.startswith("warning: only 44 % of rounds lie within 10 % of their mapping's")
+    steady = {**rep, "round_within_10_pct": 90.0}
+    assert not [x for x in messages({**doc, "repeatability": steady}, tmp_path) if "warn" in x]
     (tmp_path / "m3" / "comparison.json").write_text(json.dumps({"latency_ms": {}}))
     assert repeatability(tmp_path) is None  # two mappings with rounds: too few to compare
 
