@@ -86,7 +86,8 @@ def noisy_line(within_pct: float) -> str:
     return (
         f"warning: only {within_pct:.0f} % of rounds lie within 10 % of their mapping's other "
         f"rounds (under {REPEATS_ENOUGH_PCT:.0f} %): this machine's noise, not only the model, "
-        "sets 'within 10 %' below; measure again with nothing else running, or with more rounds="
+        "sets 'within 10 %' below; measure again with nothing else running, or with more "
+        "rounds (rounds=N)"
     )
 
 
