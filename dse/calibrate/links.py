@@ -220,12 +220,11 @@ def port_tables(
     return out
 
 
-def pair_fit(table: dict[str, Any]) -> dict[str, Any]:
-    """A board pair's fitted latency and bandwidth, with its ``small_message_step`` where its
-    table has one (:func:`small_message_step`: every benchmark is checked, not only each
-    class's first pair)."""
+def step_note(table: dict[str, Any]) -> dict[str, Any]:
+    """``{"small_message_step": ...}`` where a benchmark's table has one
+    (:func:`small_message_step`), else nothing: what a table's provenance carries."""
     step = small_message_step(table)
-    return {**fit_link(table), **({"small_message_step": step} if step else {})}
+    return {"small_message_step": step} if step is not None else {}
 
 
 @dataclass(frozen=True)
@@ -266,10 +265,7 @@ def measure_links(
         t = bench_pair(a, b)
         tables[cls] = {"bytes": t["bytes"], "seconds": t["one_way_s"]}
         names = [platform.devices[a].name, platform.devices[b].name]
-        prov[cls] = {"devices": names, **t, "fit": fit_link(t)}
-        step = small_message_step(t)
-        if step is not None:
-            prov[cls]["small_message_step"] = step
+        prov[cls] = {"devices": names, **t, "fit": fit_link(t), **step_note(t)}
         if cls == "network":
             measured[a, b] = t
         tick(f"link {cls}")
@@ -281,9 +277,13 @@ def measure_links(
     for host, t in ports.items():
         tables[port_key(host)] = {"bytes": t["bytes"], "seconds": t["one_way_s"]}
     if ports:
+        checked = pairs.get("network")  # its step, if any, is the class's, noted above
         prov["ports"] = {
             "pairs": {
-                f"{platform.devices[a].host}-{platform.devices[b].host}": pair_fit(t)
+                f"{platform.devices[a].host}-{platform.devices[b].host}": {
+                    **fit_link(t),
+                    **(step_note(t) if (a, b) != checked else {}),
+                }
                 for (a, b), t in measured.items()
             },
             **{host: {"pairs": t["pairs"], "fit": t["fit"]} for host, t in ports.items()},

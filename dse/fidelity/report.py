@@ -121,9 +121,9 @@ def messages(doc: dict[str, Any], out: Path) -> list[str]:
                 f"against another, spearman {rep['spearman_round_vs_round']:.2f}; a round "
                 f"within 10 % of the mapping's other rounds {rep['round_within_10_pct']:.0f} %"
             )
-    rep = doc["repeatability_adjusted"] or doc["repeatability"]
-    if rep is not None and rep["round_within_10_pct"] < REPEATS_ENOUGH_PCT:
-        lines.append(noisy_line(rep["round_within_10_pct"]))
+    judged = doc["repeatability_adjusted"] or doc["repeatability"]  # what the summary uses
+    if judged is not None and judged["round_within_10_pct"] < REPEATS_ENOUGH_PCT:
+        lines.append(noisy_line(judged["round_within_10_pct"]))
     if lat["drift_taken_out"]:
         lines.append(drift_line(doc["drift"], doc["latency_as_measured"]))
     if doc.get("memory_baseline"):

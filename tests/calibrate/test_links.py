@@ -83,3 +83,8 @@ def test_every_board_pair_of_the_port_benchmark_is_checked_for_a_step() -> None:
     assert pairs["b1-b2"]["small_message_step"]["bytes"] == 4096
     (line,) = step_lines(got.provenance)
     assert line.startswith("link b1-b2 (port benchmark): 4 kB one way took 2.00 ms")
+    # a step in the class's own pair (b0-b1, the network's benchmark) is one line, the class's
+    got = measure_links(platform, few=True, take=lambda key, _: stepped)
+    assert [x.split(":")[0] for x in step_lines(got.provenance)] == [
+        "link network", "link b0-b2 (port benchmark)", "link b1-b2 (port benchmark)",
+    ]  # fmt: skip
