@@ -255,7 +255,7 @@ def run_rounds(
     each mapping, and the one-device run the layer times are anchored to is measured beside
     the cut ones), a speed probe beside them; Ctrl-C ends the calibration. Those whose rounds
     disagree (:data:`DISAGREE`) run their rounds once more (:func:`steadier`)."""
-    probe = speed_probe(dirs[0], s.platform) if s.probe else None
+    probe = speed_probe(dirs[0], s.platform, s.launcher) if s.probe else None
 
     def rounds(which: list[Path]) -> list[Measurement]:
         results, interrupted = measure_interleaved(

@@ -94,6 +94,7 @@ def cluster_launcher(state: State) -> Launcher:
         slots={b.name: board_slot(state, b.name) for b in state.spec.boards},
         rank_wrapper=str(state.rank_script),
         watch=RunWatch(state),
+        local_cores={b.name: frozenset(b.cpus) for b in state.spec.boards},
     )
 
 

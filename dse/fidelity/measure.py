@@ -117,7 +117,7 @@ def measure(
             except DseError as exc:
                 results[p] = {"status": "failed", "reason": str(exc)}
             tick()
-        probe = speed_probe(dirs[0][1], platform) if s.probe and dirs else None
+        probe = speed_probe(dirs[0][1], platform, launcher) if s.probe and dirs else None
         merged, interrupted = measure_interleaved(
             [d for _, d in dirs],
             s.rounds,

@@ -91,7 +91,9 @@ class Launcher:
     own; a board of an emulated cluster may differ), ``slots``: the cores every rank of a
     platform host is bound to (default: :func:`core_slots`; ranks then share them, each under
     its own quota), ``rank_wrapper``: a program each rank starts through (the module's
-    docstring), and ``watch``: what happens around each run (:data:`Watch`)."""
+    docstring), ``watch``: what happens around each run (:data:`Watch`), and ``local_cores``:
+    the cores of this machine a platform host's ranks run on, for hosts that are on this
+    machine under another name (an emulated cluster's boards; the speed probe times them)."""
 
     mpiexec: str | None = None
     args: tuple[str, ...] = ()
@@ -100,6 +102,7 @@ class Launcher:
     slots: Mapping[str, str] = field(default_factory=dict)
     rank_wrapper: str | None = None
     watch: Watch | None = field(default=None, compare=False)
+    local_cores: Mapping[str, frozenset[int]] = field(default_factory=dict)
 
     def host(self, name: str) -> str:
         return self.hosts.get(name, name)

@@ -9,7 +9,12 @@ runs; :func:`dse.runtime.measure.measure_interleaved` calls it before the first 
 every run, so each run has a probe on either side, and :func:`dse.runtime.measure.take_out_drift`
 scales each run by the speed they show. The probe runs in the launching process while no rank
 runs: it measures the machine, never competes with a measurement. It measures this machine
-only, so a platform with no cpu device here gets none (:func:`speed_probe`).
+only, so a platform with no cpu device here gets none (:func:`speed_probe`). An emulated
+cluster's boards are this machine's cores (the launcher's ``local_cores``): the probe times
+those cores outside the boards' cgroups, the speed every CPU share of them follows. Without
+it the cluster's runs had no drift taken out: VGG-16 alone on edge3_ethernet's whole core ran
+five rounds at 274-283 ms in calibration and 346-373 ms an hour later (2026-12-03), and every
+prediction of that network missed by the difference.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import numpy as np
 
 from dse.platform import Platform
 from dse.runtime.equivalence import whole_model_session
-from dse.runtime.mpirun import core_slots
+from dse.runtime.mpirun import Launcher, core_slots
 from dse.runtime.plan import input_arrays
 from dse.runtime.reader import read_plan
 
@@ -40,25 +45,35 @@ def probe_threads(platform: Platform) -> int:
     return next((d.threads for d in platform.devices if d.kind == "cpu"), 1)
 
 
-def probe_cores(platform: Platform) -> list[set[int]]:
-    """The core sets of the platform's cpu devices on this machine (their ranks' bindings),
-    once each; ``[]`` when none is here."""
+def probe_cores(platform: Platform, launcher: Launcher | None = None) -> list[set[int]]:
+    """The core sets of the platform's cpu devices on this machine, once each: a local
+    host's device's binding, an emulated board's cores (``launcher.local_cores``: all of
+    them, its devices share them); ``[]`` when none is here."""
+    local = launcher.local_cores if launcher is not None else {}
     allowed = os.sched_getaffinity(0)
     cores: list[set[int]] = []
     for dev, slot in zip(platform.devices, core_slots(platform), strict=True):
-        if dev.kind != "cpu" or dev.host not in LOCAL_HOSTS:
+        if dev.kind != "cpu":
             continue
-        lo, _, hi = slot.partition("-")
-        s = set(range(int(lo), int(hi or lo) + 1)) & allowed
+        if dev.host in local:
+            s = set(local[dev.host]) & allowed
+        elif dev.host in LOCAL_HOSTS:
+            lo, _, hi = slot.partition("-")
+            s = set(range(int(lo), int(hi or lo) + 1)) & allowed
+        else:
+            continue
         if s and s not in cores:
             cores.append(s)
     return cores
 
 
-def speed_probe(directory: Path, platform: Platform) -> SpeedProbe | None:
+def speed_probe(
+    directory: Path, platform: Platform, launcher: Launcher | None = None
+) -> SpeedProbe | None:
     """A probe of the whole model of the deployment in ``directory``, or None when no cpu
-    device of ``platform`` is on this machine (the probe would time the wrong one)."""
-    cores = probe_cores(platform)
+    device of ``platform`` is on this machine (the probe would time the wrong one); an
+    emulated cluster's launcher names its boards' cores (:func:`probe_cores`)."""
+    cores = probe_cores(platform, launcher)
     return SpeedProbe(Path(directory), cores, probe_threads(platform)) if cores else None
 
 

@@ -137,6 +137,9 @@ def test_probe_times_the_whole_model_on_each_core_of_the_platform(monkeypatch, t
         plat, devices=[dataclasses.replace(d, host="board7") for d in plat.devices]
     )
     assert probe_mod.probe_cores(remote) == [] and probe_mod.speed_probe(tmp_path, remote) is None
+    # an emulated cluster's board is this machine's cores: all of them, whatever the slot
+    board = Launcher(local_cores={"board7": frozenset({0, 1})})
+    assert probe_mod.probe_cores(remote, board) == [s for s in [{0, 1} & allowed] if s]
     net = load_net({"name": "mobilenetv2"})
     deploy(net, plat, whole_on(net.graph, 2, np.zeros(len(net.graph), int)), tmp_path / "d")
     probe = probe_mod.speed_probe(tmp_path / "d", plat)

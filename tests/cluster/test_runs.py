@@ -49,6 +49,7 @@ from dse.runtime.comparison import read_comparison
 from dse.runtime.launch import launch
 from dse.runtime.measure import deploy, deploy_and_measure
 from dse.runtime.mpirun import Launcher, mpi_files, placement
+from dse.runtime.probe import probe_cores
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
 from tests.helpers.cli import ROOT, run_module
@@ -192,6 +193,9 @@ def test_the_cluster_launcher_places_each_rank_on_its_board(
     assert launcher.env["DSE_WAIT_SPIN_US"] == "50"
     with pytest.raises(ValueError, match="needs the 3 ranks' placement"):
         launcher.command(tmp_path, 3, mpiexec="mpiexec")
+    # the speed probe times each board's cores of this machine (edge1's two devices: once)
+    allowed = os.sched_getaffinity(0)
+    assert probe_cores(platform, launcher) == [c for c in ({0}, {1}) if c <= allowed]
 
 
 def test_a_cluster_not_up_is_one_line() -> None:
