@@ -5,8 +5,11 @@ board, launched through the cluster's launcher): per pair of boards, the latency
 rate of one transfer alone and of both directions at once. A link's rate is the best of its
 repetitions: shaping can only hold a transfer back, while a loaded machine slows some
 repetitions down; the best is what the link delivers, the median what the machine allowed (both
-are printed). A link more than ``tolerance`` (10 %) off its configured rate is an error naming
-it. TCP's payload is at most 95.6 % of a rate (1448 bytes of every 1514-byte frame).
+are printed). A link more than ``tolerance`` (10 %) off its configured rate is measured once
+more after the devices, and its best over both is kept (:func:`joined`): in a CI run beside
+another test worker, a 100 Mbit/s medium's best of 5 was 76 Mbit/s, and the same check alone a
+minute later passed. Still off, it is an error naming it. TCP's payload is at most 95.6 % of
+a rate (1448 bytes of every 1514-byte frame).
 Both directions at once tell a switched port (each direction its rate) from a shared medium
 (one rate for all): a shared medium must give its rate within the tolerance, a switch clearly
 more than one direction's rate (:func:`exchange_ok`), else an error too.
@@ -161,6 +164,7 @@ def link_summary(spec: ClusterSpec, pair: dict[str, Any], size: int, tolerance: 
     row = {
         "a": pair["a"],
         "b": pair["b"],
+        "reps": len(one),
         "configured_mbit": rate,
         "best_mbit": max(one),
         "median_mbit": statistics.median(one),
@@ -256,7 +260,31 @@ def check(
                 f"{boards}: the launcher did not put them on their boards"
             )
         compute = run_compute(state, settings)
-    return summarise(state, links, compute, settings, platform_links)
+        again = missed_rate(state.spec, links, settings.tolerance)
+        if again:
+            links = joined(links, run_links(state, settings))
+    return {**summarise(state, links, compute, settings, platform_links), "again": again}
+
+
+def missed_rate(spec: ClusterSpec, links: dict[str, Any], tolerance: float) -> bool:
+    """Whether a link of the check's raw times is off its rate (an error if it stays so)."""
+    size = links.get("size", 0)
+    return any(link_summary(spec, p, size, tolerance)[1] for p in links["pairs"])
+
+
+def joined(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """Two link checks' raw times as one: each pair's repetitions of both, end to end."""
+    again = {(p["a"], p["b"]): p for p in second["pairs"]}
+    timed = ("latency_s", "one_way_s", "exchange_s")
+    pairs = [{**p, **{k: p[k] + again[p["a"], p["b"]][k] for k in timed}} for p in first["pairs"]]
+    return {**first, "pairs": pairs}
+
+
+def _reps(result: dict[str, Any], reps: int) -> str:
+    """How many repetitions a link's figures are of: ``reps``, twice that measured again."""
+    return (
+        f"{2 * reps} (measured again: a link missed its rate)" if result.get("again") else str(reps)
+    )
 
 
 def _link_rows(result: dict[str, Any]) -> list[list[str]]:
@@ -302,8 +330,9 @@ def format_check(result: dict[str, Any]) -> str:
     lines = [
         f"cluster {result['cluster']} (platform {result['platform']}): {result['network']} "
         f"network, subnet {result['subnet']}, {shares}, checked {result['when']}",
-        f"links: MPI over TCP, {s['size_mb']:g} MB messages, best (and median) of {s['reps']}; "
-        "TCP payload is at most 95.6 % of a rate; no delay is emulated",
+        f"links: MPI over TCP, {s['size_mb']:g} MB messages, best (and median) of "
+        f"{_reps(result, s['reps'])}; TCP payload is at most 95.6 % of a rate; no delay is "
+        "emulated",
     ]
     lines += _table(_link_rows(result)) if result["links"] else ["  (one board: no link)"]
     lines.append(
