@@ -14,25 +14,25 @@ from dse.results.plots import plain_log_ticks
 
 
 def plot(path: Path, pts: dict[str, Any], title: str) -> None:
-    """Predicted against measured, log-log: latency (drift taken out where probed, the raw
-    measurements beside them), per-device peak memory and, where measured, the pipelined
-    period, by kind of mapping."""
+    """Predicted against measured, log-log: latency, per-device peak memory and, where
+    measured, the pipelined period, by kind of mapping (latency and period with the machine's
+    drift taken out where probed, the raw measurements beside them)."""
     panels = [("latency", "ms"), ("memory", "MB")]
     if pts.get("period"):
         panels.append(("period", "ms"))
     # on the Agg canvas, without pyplot (no screen here)
     fig = Figure(figsize=(5.5 * len(panels), 5))
     axes = fig.subplots(1, len(panels))
-    adjusted = bool(pts.get("latency_adjusted"))
     for ax, (name, unit) in zip(axes, panels, strict=True):
-        data = pts["latency_adjusted"] if name == "latency" and adjusted else pts[name]
+        adjusted = bool(pts.get(f"{name}_adjusted"))  # latency and period, where probed
+        data = pts[f"{name}_adjusted"] if adjusted else pts[name]
         if not data:
             ax.set_title(f"{name}: nothing measured")
             continue
         p = np.array([d[0] for d in data], dtype=float)
         m = np.array([d[1] for d in data], dtype=float)
-        # where each latency was before the machine's drift came out of it
-        raw = np.array([d[1] for d in pts["latency"]]) if name == "latency" and adjusted else m
+        # where each figure was before the machine's drift came out of it
+        raw = np.array([d[1] for d in pts[name]]) if adjusted else m
         lo, hi = min(p.min(), m.min(), raw.min()) * 0.8, max(p.max(), m.max(), raw.max()) * 1.25
         x = np.geomspace(lo, hi, 50)
         ax.plot(x, x, "k-", lw=1, label="y = x")
@@ -54,7 +54,7 @@ def plot(path: Path, pts: dict[str, Any], title: str) -> None:
             f"10 %, Spearman {s['spearman']:.2f}",
             fontsize=9,
         )
-        what = " (machine's drift taken out)" if name == "latency" and adjusted else ""
+        what = " (machine's drift taken out)" if adjusted else ""
         ax.set_xlabel(f"measured {name} ({unit}){what}")
         ax.set_ylabel(f"predicted {name} ({unit})")
         ax.legend(fontsize=7, loc="upper left")

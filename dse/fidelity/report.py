@@ -23,17 +23,22 @@ def latency_figures(pts: list[Point]) -> dict[str, Any]:
 
 
 def figures(pts: dict[str, list[Point]], measured_dir: Path) -> dict[str, Any]:
-    """The report's statistics: latency judged with the machine's drift taken out where it
-    was probed (``latency``) and as measured, memory, the pipelined period as measured (None
-    without ``stream``), and how well the measurements in ``measured_dir``
-    (``<label>/comparison.json``) agree with themselves."""
+    """The report's statistics: latency and the pipelined period (None without ``stream``)
+    judged with the machine's drift taken out where it was probed, and as measured; memory;
+    and how well the measurements in ``measured_dir`` (``<label>/comparison.json``) agree
+    with themselves."""
     lat = latency_figures(pts["latency_adjusted"] or pts["latency"])
     lat["drift_taken_out"] = bool(pts["latency_adjusted"])
+    period = None
+    if pts["period"]:
+        period = latency_figures(pts["period_adjusted"] or pts["period"])
+        period["drift_taken_out"] = bool(pts["period_adjusted"])
     return {
         "latency": lat,
         "latency_as_measured": latency_figures(pts["latency"]),
         "memory": stats([x[0] for x in pts["memory"]], [x[1] for x in pts["memory"]]),
-        "period": latency_figures(pts["period"]) if pts["period"] else None,
+        "period": period,
+        "period_as_measured": latency_figures(pts["period"]) if pts["period"] else None,
         "noise_floor_pct": noise_floor(measured_dir),
         "round_spread_pct": round_spread(measured_dir),
         "repeatability": repeatability(measured_dir),
@@ -41,7 +46,9 @@ def figures(pts: dict[str, list[Point]], measured_dir: Path) -> dict[str, Any]:
     }
 
 
-def drift_line(speed: dict[str, Any], raw: dict[str, Any]) -> str:
+def drift_line(
+    speed: dict[str, Any], raw: dict[str, Any], raw_period: dict[str, Any] | None = None
+) -> str:
     """How the machine's speed compared with the reference, and the figures as measured."""
     if speed["reference"] == "calibration":
         how = (
@@ -55,10 +62,16 @@ def drift_line(speed: dict[str, Any], raw: dict[str, Any]) -> str:
             "calibration did not probe this network: runs are brought to this run's median "
             f"speed (the whole network alone: {speed['probe_ms']:.1f} ms)"
         )
+    period = (
+        f", period MAPE {raw_period['mape_pct']:.1f} %, within 10 % "
+        f"{raw_period['within_10_pct']:.0f} %"
+        if raw_period
+        else ""
+    )
     return (
         f"{how}; as measured, latency MAPE {raw['mape_pct']:.1f} %, within 10 % "
-        f"{raw['within_10_pct']:.0f} %, spearman {raw['spearman']:.2f}; the figures below "
-        "(by kind and the summary) take the drift out of every run"
+        f"{raw['within_10_pct']:.0f} %, spearman {raw['spearman']:.2f}{period}; the figures "
+        "below (by kind and the summary) take the drift out of every run"
     )
 
 
@@ -125,7 +138,9 @@ def messages(doc: dict[str, Any], out: Path) -> list[str]:
     if judged is not None and judged["round_within_10_pct"] < REPEATS_ENOUGH_PCT:
         lines.append(noisy_line(judged["round_within_10_pct"]))
     if lat["drift_taken_out"]:
-        lines.append(drift_line(doc["drift"], doc["latency_as_measured"]))
+        period = doc.get("period") or {}
+        as_measured = doc.get("period_as_measured") if period.get("drift_taken_out") else None
+        lines.append(drift_line(doc["drift"], doc["latency_as_measured"], as_measured))
     if doc.get("memory_baseline"):
         lines.append(baseline_line(doc["memory_baseline"], doc["platform"]))
     lines.append(

@@ -33,10 +33,10 @@ def stats(predicted: Any, measured: Any) -> dict[str, float]:
 
 
 def points(rows: list[dict[str, Any]], kinds: list[str]) -> dict[str, list[Point]]:
-    """(predicted, measured, kind) per mapping for latency (``latency_adjusted``: with the
-    machine's drift taken out, where probed) and the pipelined period (where measured), and
-    per used device for memory."""
-    lat, adj, mem, period = [], [], [], []
+    """(predicted, measured, kind) per mapping for latency and the pipelined period (where
+    measured), each also with the machine's drift taken out where probed (``latency_adjusted``,
+    ``period_adjusted``), and per used device for memory."""
+    lat, adj, mem, period, period_adj = [], [], [], [], []
     for row, kind in zip(rows, kinds, strict=True):
         if row["status"] != "ok":
             continue
@@ -45,6 +45,8 @@ def points(rows: list[dict[str, Any]], kinds: list[str]) -> dict[str, list[Point
             adj.append((row["latency_predicted_ms"], row["latency_adjusted_ms"], kind))
         if row.get("period_measured_ms") and row.get("period_predicted_ms") is not None:
             period.append((row["period_predicted_ms"], row["period_measured_ms"], kind))
+            if row.get("period_adjusted_ms") is not None:
+                period_adj.append((row["period_predicted_ms"], row["period_adjusted_ms"], kind))
         for key, value in row.items():
             if key.endswith("_memory_mb_predicted") and value:
                 measured = row[key.replace("_predicted", "_measured")]
@@ -55,6 +57,7 @@ def points(rows: list[dict[str, Any]], kinds: list[str]) -> dict[str, list[Point
         "latency_adjusted": adj if len(adj) == len(lat) else [],
         "memory": mem,
         "period": period,
+        "period_adjusted": period_adj if len(period_adj) == len(period) else [],
     }
 
 

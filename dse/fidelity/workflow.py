@@ -116,6 +116,7 @@ def run_fidelity(cfg: DictConfig, tell: Callable[..., None]) -> FidelityReport:
         "memory": f["memory"],
         "memory_baseline": measured.memory_baseline,
         "period": f["period"],
+        "period_as_measured": f["period_as_measured"],
         "stream": s.stream,
         "failed": [r["mapping"] for r in rows if r["status"] != "ok"],
         "warmup": s.warmup,

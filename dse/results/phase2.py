@@ -83,6 +83,9 @@ def csv_row(label: str, result: Compared | Measurement) -> Row:
         row["period_predicted_ms"] = cmp["period_ms"]["predicted"]
         row["period_measured_ms"] = cmp["period_ms"]["measured"]
         row["period_error_pct"] = cmp["period_ms"]["error_pct"]
+    if "period_adjusted_ms" in cmp:  # measured with a speed probe, as the latency
+        row["period_adjusted_ms"] = cmp["period_adjusted_ms"]["measured"]
+        row["period_adjusted_error_pct"] = cmp["period_adjusted_ms"]["error_pct"]
     for device, figures in cmp.get("devices", {}).items():
         for key in ("memory_mb", "energy_j", "compute_ms", "bytes_sent"):
             f = figures[key]

@@ -269,20 +269,29 @@ def merge_runs(results: list[Measurement]) -> Measurement:
 def take_out_drift(merged: Measurement, reference_ms: float) -> Measurement:
     """``merged`` with ``latency_ms.drift``: each round's median scaled by ``reference_ms`` over
     the speed probe beside it (:mod:`dse.runtime.probe`), i.e. the latency the run would have
-    had with the machine at the reference's speed, and the median of those. Without probes,
-    ``merged`` unchanged."""
+    had with the machine at the reference's speed, and the median of those; likewise
+    ``stream.drift`` for each round's pipelined period. Without probes, ``merged``
+    unchanged."""
     lat = merged.get("latency_ms") or {}
     probes = lat.get("rounds_probe_ms")
     if not probes:
         return merged
-    adjusted = [m * reference_ms / p for m, p in zip(lat["rounds_ms"], probes, strict=True)]
-    lat["drift"] = {
+    lat["drift"] = _scaled(lat["rounds_ms"], probes, reference_ms)
+    stream = merged.get("stream")
+    if stream and len(stream.get("rounds_ms", ())) == len(probes):
+        stream["drift"] = _scaled(stream["rounds_ms"], probes, reference_ms)
+    return merged
+
+
+def _scaled(rounds: list[float], probes: list[float], reference_ms: float) -> dict[str, Any]:
+    """Each round brought to the reference's speed, and their median."""
+    adjusted = [m * reference_ms / p for m, p in zip(rounds, probes, strict=True)]
+    return {
         "reference_ms": round(float(reference_ms), 4),
         "probe_ms": round(float(np.median(probes)), 4),
         "rounds_adjusted_ms": [round(float(a), 4) for a in adjusted],
         "median_adjusted": round(float(np.median(adjusted)), 4),
     }
-    return merged
 
 
 def probe_times(merged: list[Measurement]) -> list[float]:
@@ -307,3 +316,9 @@ def measured_latency_ms(result: Measurement) -> float:
     """A measurement's latency: drift taken out where it was (:func:`take_out_drift`)."""
     lat = result["latency_ms"]
     return float(lat["drift"]["median_adjusted"] if "drift" in lat else lat["median"])
+
+
+def measured_period_ms(result: Measurement) -> float:
+    """A measurement's pipelined period: drift taken out where it was (:func:`take_out_drift`)."""
+    stream = result["stream"]
+    return float(stream["drift"]["median_adjusted"] if "drift" in stream else stream["period_ms"])

@@ -17,7 +17,12 @@ from dse.net import load_net, zoo
 from dse.runtime import measure
 from dse.runtime import probe as probe_mod
 from dse.runtime.measure import deploy
-from dse.runtime.measurements import measured_latency_ms, merge_runs, take_out_drift
+from dse.runtime.measurements import (
+    measured_latency_ms,
+    measured_period_ms,
+    merge_runs,
+    take_out_drift,
+)
 from dse.runtime.mpirun import Launcher
 from dse.runtime.plan import input_arrays
 from dse.runtime.reader import read_plan
@@ -66,6 +71,15 @@ def test_drift_is_taken_out_of_each_round_by_its_probe() -> None:
     drift = take_out_drift(merged, 100.0)["latency_ms"]["drift"]
     assert drift["rounds_adjusted_ms"] == [20, 20, 24] and drift["probe_ms"] == 100
     assert measured_latency_ms(merged) == 20 and merged["latency_ms"]["median"] == 24
+    assert "stream" not in merged  # no period streamed: none to scale
+    # the pipelined period likewise: periods 5, 12 and 7 ms at 50, 150 and 100 ms -> 10, 8, 7
+    streamed = merge_runs(
+        [{**run(m, q), "stream": {"frames": 8, "period_ms": p}}
+         for m, q, p in ((10, [48, 52], 5.0), (30, [150, 150], 12.0), (24, [90, 110], 7.0))]
+    )  # fmt: skip
+    take_out_drift(streamed, 100.0)
+    assert streamed["stream"]["drift"]["rounds_adjusted_ms"] == [10, 8, 7]
+    assert measured_period_ms(streamed) == 8 and streamed["stream"]["period_ms"] == 7
     # a run without its probe after it (Ctrl-C came during that probe): nothing is scaled
     partial = merge_runs([run(10, [50, 50]), run(12, [50])])
     assert "rounds_probe_ms" not in partial["latency_ms"]

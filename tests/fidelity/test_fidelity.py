@@ -365,6 +365,10 @@ def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> 
         probes += lat["rounds_probe_ms"]
         by_hand = np.median(np.array(lat["rounds_ms"]) * 40.0 / np.array(lat["rounds_probe_ms"]))
         assert float(row["latency_adjusted_ms"]) == pytest.approx(by_hand, rel=1e-3)
+        periods = json.loads((out / "phase2" / row["mapping"] / "comparison.json").read_text())
+        periods = np.array(periods["stream"]["rounds_ms"])  # each round's, by its probe too
+        by_hand = np.median(periods * 40.0 / np.array(lat["rounds_probe_ms"]))
+        assert float(row["period_adjusted_ms"]) == pytest.approx(by_hand, rel=1e-3)
     slower = (np.median(probes) / 40.0 - 1) * 100
     assert doc["drift"]["slower_pct"] == pytest.approx(slower, abs=0.1)
     assert "than at calibration" in res.stdout
@@ -375,6 +379,16 @@ def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> 
     for key, against in (("latency", adjusted), ("latency_as_measured", measured)):
         mape = np.mean(np.abs(predicted - against) / against) * 100
         assert doc[key]["mape_pct"] == pytest.approx(mape, rel=1e-3)
+    predicted = np.array([float(r["period_predicted_ms"]) for r in rows])
+    assert doc["period"]["drift_taken_out"]
+    for key, column in (
+        ("period", "period_adjusted_ms"),
+        ("period_as_measured", "period_measured_ms"),
+    ):
+        against = np.array([float(r[column]) for r in rows])
+        mape = np.mean(np.abs(predicted - against) / against) * 100
+        assert doc[key]["mape_pct"] == pytest.approx(mape, rel=1e-3)
+    assert f"period MAPE {doc['period_as_measured']['mape_pct']:.1f} %" in res.stdout
 
 
 @pytest.mark.parametrize(
