@@ -15,6 +15,12 @@ or the calibration changed since: they would not be the run's mappings or predic
 it prints the latency MAPE, the share within 10 %, the period MAPE and the mean latency error
 per kind of mapping: as run, with ``--coefficients FILE``, and with every type's
 ``transfer_fixed_s`` set to each of ``--transfer-fixed-ms`` (everything else as run).
+
+With ``--drift``, each of those is judged three ways where the run probed the machine's speed
+(``dse.runtime.probe``): as measured, each round brought to the reference by its own probe
+(what ``dse.fidelity`` reports), and every round by one factor, the reference over the run's
+median probe (the drift between calibration and the run only). The reference is the
+coefficients' ``speed_reference`` for the network, else the run's median probe.
 """
 
 from __future__ import annotations
@@ -46,10 +52,66 @@ def summary(name: str, ev: Evaluation, kinds: list[str], measured, period) -> st
     per = stats(OBJECTIVES["period"].values(ev)[streamed], period[streamed])
     bias = by_kind(list(zip(latency, measured, kinds, strict=True)))
     return (
-        f"  {name:28} latency MAPE {lat['mape_pct']:4.1f} %, within 10 % "
+        f"  {name:40} latency MAPE {lat['mape_pct']:4.1f} %, within 10 % "
         f"{lat['within_10_pct']:3.0f} %, period MAPE {per['mape_pct']:4.1f} %"
         "  by kind: " + ", ".join(f"{k} {v['bias_pct']:+.1f} %" for k, v in bias.items())
     )
+
+
+def drift_rules(run: Path, labels: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per mapping in ``labels`` its rounds' latencies and periods (NaN without a stream), and
+    the probe beside each round, from the run's ``comparison.json`` files."""
+    lat, per, probes = [], [], []
+    for label in labels:
+        c = json.loads((run / "phase2" / label / "comparison.json").read_text())
+        rounds = c["latency_ms"]
+        if not rounds.get("rounds_probe_ms"):
+            fail(f"{run}/phase2/{label} was not probed: --drift needs a run with probe=true")
+        lat.append(np.array(rounds["rounds_ms"]))
+        per.append(np.array((c.get("stream") or {}).get("rounds_ms") or [np.nan] * len(lat[-1])))
+        probes.append(np.array(rounds["rounds_probe_ms"]))
+    return {"lat": lat, "per": per, "probes": probes}
+
+
+def judged(rounds: dict, reference: float) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """(latencies, periods) as measured, per round by its probe, and by the run's median."""
+    run_probe = float(np.median(np.concatenate(rounds["probes"])))
+    rules = {
+        "as measured": lambda r, p: np.median(r),
+        "drift out per round": lambda r, p: np.median(r * reference / p),
+        "drift out by run median": lambda r, p: np.median(r) * reference / run_probe,
+    }
+    return {
+        name: tuple(
+            np.array([rule(r, p) for r, p in zip(rounds[k], rounds["probes"], strict=True)])
+            for k in ("lat", "per")
+        )
+        for name, rule in rules.items()
+    }
+
+
+class Judge:
+    """Prints a model's predictions against the run's measurements: as the CSV has them, or
+    under each drift rule (:func:`judged`) where ``rounds`` are given."""
+
+    def __init__(self, net: str, kinds: list[str], measured, period, rounds: dict | None):  # noqa: ANN001
+        self.net, self.kinds, self.measured, self.period, self.rounds = (
+            net, kinds, measured, period, rounds,
+        )  # fmt: skip
+
+    def show(self, name: str, ev: Evaluation, model) -> None:  # noqa: ANN001 - the model
+        if self.rounds is None:
+            print(summary(name, ev, self.kinds, self.measured, self.period))
+            return
+        reference = reference_ms(model, self.net, self.rounds)
+        for rule, (lat, per) in judged(self.rounds, reference).items():
+            print(summary(f"{name}, {rule}", ev, self.kinds, lat, per))
+
+
+def reference_ms(model, net: str, rounds: dict) -> float:  # noqa: ANN001 - a model
+    """The coefficients' speed probe of ``net``, else the run's median probe."""
+    ref = (model.coefficients.notes.get("speed_reference") or {}).get("whole_ms", {}).get(net)
+    return float(ref) if ref else float(np.median(np.concatenate(rounds["probes"])))
 
 
 def main() -> None:
@@ -58,6 +120,7 @@ def main() -> None:
     ap.add_argument("--coefficients", help="another coefficients file to predict with")
     ap.add_argument("--transfer-fixed-ms", default="", help="comma-separated costs per tensor")
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE the run was given")
+    ap.add_argument("--drift", action="store_true", help="judge with and without the drift")
     args = ap.parse_args()
     register()
     fixed = [float(x) for x in args.transfer_fixed_ms.split(",") if x.strip()]
@@ -91,13 +154,14 @@ def main() -> None:
                 "for a setting the run was given)"
             )
         print(f"{run} ({doc['net']}, {len(ok)} mappings measured)")
-        print(summary("as run", ev, kinds, measured, period))
+        rounds = drift_rules(run, [chosen.labels[i] for i in ok]) if args.drift else None
+        judge = Judge(doc["net"], kinds, measured, period, rounds)
+        judge.show("as run", ev, model)
         if args.coefficients:
             with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
                 other = compose("fidelity", [*overrides, f"coefficients={args.coefficients}"])
             _, _, model2 = app.model_from(other)
-            ev2 = model2.evaluate(mappings)
-            print(summary(Path(args.coefficients).name, ev2, kinds, measured, period))
+            judge.show(Path(args.coefficients).name, model2.evaluate(mappings), model2)
         per_byte = float(model.inputs.transfer_per_byte_s[0])
         for f in fixed:
             ev_f = model.with_transfer_costs(f / 1e3, per_byte).evaluate(mappings)
