@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -36,12 +37,14 @@ from hydra import compose, initialize_config_dir
 from dse import app
 from dse.cli import fail
 from dse.config import register
+from dse.fidelity.measure import speed_reference
 from dse.fidelity.settings import settings_from
 from dse.fidelity.statistics import by_kind, stats
 from dse.fidelity.workflow import draw
+from dse.net import Net
 from dse.objectives import OBJECTIVES
 from dse.paths import CONF_DIR
-from models_analytical.model import Evaluation
+from models_analytical.model import AnalyticalModel, Evaluation
 
 
 def summary(name: str, ev: Evaluation, kinds: list[str], measured, period) -> str:
@@ -90,28 +93,27 @@ def judged(rounds: dict, reference: float) -> dict[str, tuple[np.ndarray, np.nda
     }
 
 
+@dataclass(frozen=True)
 class Judge:
     """Prints a model's predictions against the run's measurements: as the CSV has them, or
     under each drift rule (:func:`judged`) where ``rounds`` are given."""
 
-    def __init__(self, net: str, kinds: list[str], measured, period, rounds: dict | None):  # noqa: ANN001
-        self.net, self.kinds, self.measured, self.period, self.rounds = (
-            net, kinds, measured, period, rounds,
-        )  # fmt: skip
+    net: Net
+    kinds: list[str]
+    measured: np.ndarray
+    period: np.ndarray
+    rounds: dict | None
 
-    def show(self, name: str, ev: Evaluation, model) -> None:  # noqa: ANN001 - the model
+    def show(self, name: str, ev: Evaluation, model: AnalyticalModel) -> None:
         if self.rounds is None:
             print(summary(name, ev, self.kinds, self.measured, self.period))
             return
-        reference = reference_ms(model, self.net, self.rounds)
+        # the coefficients' probe of this network, as dse.fidelity takes it, else the run's
+        reference = speed_reference(model, self.net)
+        if reference is None:
+            reference = float(np.median(np.concatenate(self.rounds["probes"])))
         for rule, (lat, per) in judged(self.rounds, reference).items():
             print(summary(f"{name}, {rule}", ev, self.kinds, lat, per))
-
-
-def reference_ms(model, net: str, rounds: dict) -> float:  # noqa: ANN001 - a model
-    """The coefficients' speed probe of ``net``, else the run's median probe."""
-    ref = (model.coefficients.notes.get("speed_reference") or {}).get("whole_ms", {}).get(net)
-    return float(ref) if ref else float(np.median(np.concatenate(rounds["probes"])))
 
 
 def main() -> None:
@@ -155,7 +157,7 @@ def main() -> None:
             )
         print(f"{run} ({doc['net']}, {len(ok)} mappings measured)")
         rounds = drift_rules(run, [chosen.labels[i] for i in ok]) if args.drift else None
-        judge = Judge(doc["net"], kinds, measured, period, rounds)
+        judge = Judge(net, kinds, measured, period, rounds)
         judge.show("as run", ev, model)
         if args.coefficients:
             with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
