@@ -129,7 +129,7 @@ def test_links_are_measured_per_class_and_per_port_through_the_ports(cluster_nam
     cfg = three_boards(cluster_names("ports"))
     up(parse_spec(cfg))
     platform = load_platform(cfg)
-    got = measure_links(platform, few=True, launcher=launcher_for(cfg), max_bytes=4 << 20)
+    got = measure_links(platform, few=True, launcher=launcher_for(cfg), max_bytes=1 << 20)
     fits = {h: got.provenance["ports"][h]["fit"]["bandwidth_Bps"] for h in ("tc0", "tc1", "tc2")}
     payload = {h: mbit * 1e6 / 8 * PAYLOAD for h, mbit in (("tc0", 100), ("tc1", 100), ("tc2", 50))}
     # Through the shaped ports: never faster than the port's rate (an unshaped veth moves
