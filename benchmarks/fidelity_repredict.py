@@ -44,6 +44,7 @@ from dse.fidelity.workflow import draw
 from dse.net import Net
 from dse.objectives import OBJECTIVES
 from dse.paths import CONF_DIR
+from dse.runtime.measurements import scaled_rounds
 from models_analytical.model import AnalyticalModel, Evaluation
 
 
@@ -76,13 +77,19 @@ def drift_rules(run: Path, labels: list[str]) -> dict[str, tuple[np.ndarray, np.
     return {"lat": lat, "per": per, "probes": probes}
 
 
+def run_probe(rounds: dict) -> float:
+    """The run's median probe: the machine's speed over the whole run."""
+    return float(np.median(np.concatenate(rounds["probes"])))
+
+
 def judged(rounds: dict, reference: float) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """(latencies, periods) as measured, per round by its probe, and by the run's median."""
-    run_probe = float(np.median(np.concatenate(rounds["probes"])))
+    """(latencies, periods) as measured, per round by its probe (as dse.fidelity takes it out,
+    :func:`dse.runtime.measurements.scaled_rounds`), and by the run's median probe."""
+    whole_run = run_probe(rounds)
     rules = {
         "as measured": lambda r, p: np.median(r),
-        "drift out per round": lambda r, p: np.median(r * reference / p),
-        "drift out by run median": lambda r, p: np.median(r) * reference / run_probe,
+        "drift out per round": lambda r, p: scaled_rounds(r, p, reference)["median_adjusted"],
+        "drift out by run median": lambda r, p: np.median(r) * reference / whole_run,
     }
     return {
         name: tuple(
@@ -111,7 +118,7 @@ class Judge:
         # the coefficients' probe of this network, as dse.fidelity takes it, else the run's
         reference = speed_reference(model, self.net)
         if reference is None:
-            reference = float(np.median(np.concatenate(self.rounds["probes"])))
+            reference = run_probe(self.rounds)
         for rule, (lat, per) in judged(self.rounds, reference).items():
             print(summary(f"{name}, {rule}", ev, self.kinds, lat, per))
 

@@ -22,22 +22,25 @@ def latency_figures(pts: list[Point]) -> dict[str, Any]:
     return figures
 
 
+def drift_figures(pts: dict[str, list[Point]], name: str) -> dict[str, Any]:
+    """:func:`latency_figures` of ``name``'s points (latency or period) with the machine's drift
+    taken out where it was probed (``<name>_adjusted``), else as measured, saying which."""
+    adjusted = pts[f"{name}_adjusted"]
+    out = latency_figures(adjusted or pts[name])
+    out["drift_taken_out"] = bool(adjusted)
+    return out
+
+
 def figures(pts: dict[str, list[Point]], measured_dir: Path) -> dict[str, Any]:
     """The report's statistics: latency and the pipelined period (None without ``stream``)
     judged with the machine's drift taken out where it was probed, and as measured; memory;
     and how well the measurements in ``measured_dir`` (``<label>/comparison.json``) agree
     with themselves."""
-    lat = latency_figures(pts["latency_adjusted"] or pts["latency"])
-    lat["drift_taken_out"] = bool(pts["latency_adjusted"])
-    period = None
-    if pts["period"]:
-        period = latency_figures(pts["period_adjusted"] or pts["period"])
-        period["drift_taken_out"] = bool(pts["period_adjusted"])
     return {
-        "latency": lat,
+        "latency": drift_figures(pts, "latency"),
         "latency_as_measured": latency_figures(pts["latency"]),
         "memory": stats([x[0] for x in pts["memory"]], [x[1] for x in pts["memory"]]),
-        "period": period,
+        "period": drift_figures(pts, "period") if pts["period"] else None,
         "period_as_measured": latency_figures(pts["period"]) if pts["period"] else None,
         "noise_floor_pct": noise_floor(measured_dir),
         "round_spread_pct": round_spread(measured_dir),

@@ -276,14 +276,14 @@ def take_out_drift(merged: Measurement, reference_ms: float) -> Measurement:
     probes = lat.get("rounds_probe_ms")
     if not probes:
         return merged
-    lat["drift"] = _scaled(lat["rounds_ms"], probes, reference_ms)
+    lat["drift"] = scaled_rounds(lat["rounds_ms"], probes, reference_ms)
     stream = merged.get("stream")
     if stream and len(stream.get("rounds_ms", ())) == len(probes):
-        stream["drift"] = _scaled(stream["rounds_ms"], probes, reference_ms)
+        stream["drift"] = scaled_rounds(stream["rounds_ms"], probes, reference_ms)
     return merged
 
 
-def _scaled(rounds: list[float], probes: list[float], reference_ms: float) -> dict[str, Any]:
+def scaled_rounds(rounds: list[float], probes: list[float], reference_ms: float) -> dict[str, Any]:
     """Each round brought to the reference's speed, and their median."""
     adjusted = [m * reference_ms / p for m, p in zip(rounds, probes, strict=True)]
     return {
