@@ -86,6 +86,9 @@ class TypeCoefficients:
     channel_block: int = 1  # a conv part computes its output channels in blocks of this many
     transfer_fixed_s: float = 0.0  # per tensor crossing devices: the segment cut on both ends
     transfer_per_byte_s: float = 0.0  # ... and per byte (layout conversions, copies)
+    # per byte crossing between two devices of one host (shared memory, not a network's
+    # sockets); None: as transfer_per_byte_s
+    transfer_per_byte_same_host_s: float | None = None
     split_work_factor: float = 1.0  # a split layer's parts run side by side: each this slower
     # a device's layers run this much slower while another device of its host has work in the
     # same mapping (they share caches and memory bandwidth; a waiting rank polls for messages)
@@ -173,6 +176,11 @@ class TypeCoefficients:
             transfer_fixed_s=number(k.get("transfer_fixed_s", 0.0), f"{where}.transfer_fixed_s"),
             transfer_per_byte_s=number(
                 k.get("transfer_per_byte_s", 0.0), f"{where}.transfer_per_byte_s"
+            ),
+            transfer_per_byte_same_host_s=None
+            if k.get("transfer_per_byte_same_host_s") is None
+            else number(
+                k["transfer_per_byte_same_host_s"], f"{where}.transfer_per_byte_same_host_s"
             ),
             split_work_factor=number(
                 k.get("split_work_factor", 1.0), f"{where}.split_work_factor", positive=True

@@ -214,6 +214,12 @@ TYPE_SECTION = Section(
         "transfer_per_byte_s": Number(
             "s/B", PER_UNIT_MAX, "per byte crossing devices (copies)", default=0.0
         ),
+        "transfer_per_byte_same_host_s": Number(
+            "s/B",
+            PER_UNIT_MAX,
+            "per byte crossing between devices of one host; null: as transfer_per_byte_s",
+            default=None,
+        ),
         "split_work_factor": Number(
             "", 100, "a split layer's parts each run this much slower", open_low=True, default=1.0
         ),

@@ -153,6 +153,14 @@ def kernel_inputs(
         overhead_power_w=type_power(coefficients, ("overhead",)).ravel(),
         transfer_fixed_s=per_type(coefficients, "transfer_fixed_s"),
         transfer_per_byte_s=per_type(coefficients, "transfer_per_byte_s"),
+        transfer_per_byte_same_host_s=np.array(
+            [
+                c.transfer_per_byte_s
+                if c.transfer_per_byte_same_host_s is None
+                else c.transfer_per_byte_same_host_s
+                for c in coefficients.types.values()
+            ]
+        ),
         split_work_factor=per_type(coefficients, "split_work_factor"),
         shared_host_factor=per_type(coefficients, "shared_host_factor"),
         segment_run_s=per_type(coefficients, "segment_run_s"),
@@ -274,15 +282,20 @@ class AnalyticalModel:
         self.capacity_mb = np.array([d.memory_mb for d in platform.devices])
         self._units = layer_units(graph)
 
-    def with_transfer_costs(self, fixed_s: float, per_byte_s: float) -> AnalyticalModel:
+    def with_transfer_costs(
+        self, fixed_s: float, per_byte_s: float, per_byte_same_host_s: float | None = None
+    ) -> AnalyticalModel:
         """This model with another cost of a tensor crossing devices (every type's
-        ``transfer_fixed_s`` and ``transfer_per_byte_s``), built without redoing its tables:
-        what calibration tries while it fits those two costs."""
+        ``transfer_fixed_s``, ``transfer_per_byte_s`` and ``transfer_per_byte_same_host_s``,
+        None: as ``per_byte_s``), built without redoing its tables: what calibration tries
+        while it fits those costs."""
         other = copy.copy(self)
         k = len(self.inputs.transfer_fixed_s)
+        same = per_byte_s if per_byte_same_host_s is None else per_byte_same_host_s
         other.inputs = self.inputs._replace(
             transfer_fixed_s=np.full(k, float(fixed_s)),
             transfer_per_byte_s=np.full(k, float(per_byte_s)),
+            transfer_per_byte_same_host_s=np.full(k, float(same)),
         )
         return other
 

@@ -5,8 +5,10 @@ and a random mix (:data:`LABELS`), run in interleaved rounds (``rounds``, each i
 order; each mapping keeps the median of its rounds' medians, and one whose rounds disagree
 runs them again: :data:`DISAGREE`). The first network also runs whole on a device other than
 the entry, whose rank then only sends the image (:data:`ENTRY_ONLY`): the memory of a rank
-that runs no sub-model. A speed probe beside the runs gives the speed every latency is brought
-to (:func:`dse.runtime.measure.take_out_drift`).
+that runs no sub-model. Where those two devices are on different hosts and a host has two cpu
+devices, each network's mix also runs on those two, in rounds of its own (:data:`SAME_HOST`):
+crossings within a host cost otherwise per byte. A speed probe beside the runs gives the speed
+every latency is brought to (:func:`dse.runtime.measure.take_out_drift`).
 
 The measurements become the fits' :class:`~models_analytical.calibration.MeasuredRun` beside
 a model of given coefficients (:func:`measured`); the fits that need the deployments' own
@@ -55,6 +57,10 @@ LABELS = ("single", "vertical", "split", "mixed")
 CUTS = LABELS[1:]
 #: The first network's extra mapping: whole on ``b``, so the entry device ``a`` runs nothing.
 ENTRY_ONLY = "entry-only"
+#: Each network's mixed mapping again on two devices of one host (:func:`same_host_pair`), in
+#: rounds of its own after the others (their probe brings it to the same speed): what the cost
+#: per byte crossing within a host is fitted on, where the other cuts all cross between hosts.
+SAME_HOST = "mixed-same-host"
 #: Each network's one-device run on every other cpu type's device (``single:<type>``): what
 #: that type's layer times are anchored to.
 SINGLE = "single"
@@ -105,14 +111,37 @@ def calibration_mappings(
     on[1, cut:, b] = True
     on[2, :, a] = True
     on[2, :, b] = graph.splittable & (graph.out_channels >= 2)
-    rng = np.random.default_rng(12345)
-    batches = [
-        from_devices(graph, on),
-        remap(random_mappings(graph, 2, "mixed", 1, rng), [a, b], n_dev),
-    ]
+    batches = [from_devices(graph, on), mixed_mapping(graph, (a, b), n_dev)]
     if entry_only:
         batches.append(whole(graph, n_dev, np.full(n, b)))
     return Mappings.concat(batches)
+
+
+def may_be_left_out(label: str) -> bool:
+    """A run the calibration goes on without when it fails (a memory cap too small): a
+    one-device run on another type, or :data:`SAME_HOST`; the others' fits need them."""
+    return label == SAME_HOST or (label != SINGLE and is_single(label))
+
+
+def mixed_mapping(graph: LayerGraph, pair: tuple[int, int], n_dev: int) -> Mappings:
+    """Each layer on a random one of ``pair`` (a third of the splittable ones split), the
+    same layers the same way whichever the pair."""
+    rng = np.random.default_rng(12345)
+    return remap(random_mappings(graph, 2, "mixed", 1, rng), list(pair), n_dev)
+
+
+def same_host_pair(platform: Platform) -> tuple[int, int] | None:
+    """The first two cpu devices of the first host that has two, where the deployments' two
+    devices (:func:`cut_devices`) are on different hosts; else None (their cuts already cross
+    within a host, or no host has two cpus)."""
+    a, b = cut_devices(platform)
+    if platform.devices[a].host == platform.devices[b].host:
+        return None
+    by_host: dict[str, list[int]] = {}
+    for i, d in enumerate(platform.devices):
+        if d.kind == "cpu":
+            by_host.setdefault(d.host, []).append(i)
+    return next(((ids[0], ids[1]) for ids in by_host.values() if len(ids) >= 2), None)
 
 
 def cut_devices(platform: Platform) -> tuple[int, int]:
@@ -127,8 +156,9 @@ def cut_devices(platform: Platform) -> tuple[int, int]:
 
 def runs_per_calibration(platform: Platform, networks: int) -> int:
     """How many mappings the deployments measure: :data:`LABELS` and a single per other type
-    per network, and :data:`ENTRY_ONLY` where the entry device can be left idle."""
-    extra = len(other_types(platform))
+    per network, :data:`SAME_HOST` per network where there is a pair for it, and
+    :data:`ENTRY_ONLY` where the entry device can be left idle."""
+    extra = len(other_types(platform)) + (same_host_pair(platform) is not None)
     return (len(LABELS) + extra) * networks + (cut_devices(platform)[0] == platform.entry)
 
 
@@ -189,12 +219,16 @@ def measure_deployments(
 ) -> Deployments:
     """:data:`LABELS` per network (the first network also :data:`ENTRY_ONLY`, where the entry
     is a cpu), placed by the layer times of ``coefficients``, deployed and run in interleaved
-    rounds with a speed probe (``probe``) beside them; ``tick`` after each mapping. The
-    deployments are written under ``root`` (the caller removes it), but for a refit; each
-    network's measurements go through ``journal``."""
+    rounds with a speed probe (``probe``) beside them, then :data:`SAME_HOST` where there is a
+    pair for it; ``tick`` after each mapping. The deployments are written under ``root`` (the
+    caller removes it), but for a refit; each network's measurements go through ``journal``.
+    A one-device run on another type or a :data:`SAME_HOST` run that fails (a memory cap too
+    small) is left out; any other failure ends the calibration."""
     journal = journal or NoJournal()
     platform = s.platform
     a, b = cut_devices(platform)
+    pair = same_host_pair(platform)
+    n_dev = len(platform.devices)
     out: list[Deployed] = []
     measured: list[Measurement] = []
     speed: dict[str, tuple[float, str]] = {}
@@ -208,54 +242,59 @@ def measure_deployments(
         labels = (*LABELS, *((ENTRY_ONLY,) if entry_only else ()),
                   *(single_label(t) for t, _ in others))  # fmt: skip
         n = len(net.graph)
-        batch = calibration_mappings(net.graph, times, a, b, len(platform.devices), entry_only)
+        batch = calibration_mappings(net.graph, times, a, b, n_dev, entry_only)
         if others:
-            alone = [whole(net.graph, len(platform.devices), np.full(n, d)) for _, d in others]
+            alone = [whole(net.graph, n_dev, np.full(n, d)) for _, d in others]
             batch = Mappings.concat([batch, *alone])
-        dirs = [root / f"{name}-{label.replace(':', '-')}" for label in labels]
-        for p, d in enumerate(dirs):
-            if not s.refit:  # the sub-models are timed from these
-                deploy(
-                    net, platform, batch.take(p), d, s.seed, s.warmup, s.iterations,
-                    launcher=s.launcher,
-                )  # fmt: skip
-
-        request = {"net": name, "labels": list(labels),
-                   "mappings": [batch.ident(p) for p in range(len(labels))],
-                   "devices": [d.name for d in platform.devices], "seed": s.seed,
-                   "rounds": s.rounds, "warmup": s.warmup, "iterations": s.iterations,
-                   "probe": s.probe, "again_above": DISAGREE}  # fmt: skip
-        measure = functools.partial(run_rounds, s, dirs, rng)
-        results = journal.take(key_of("deployments", request), measure)
-        measured += results
-        probes = probe_times(results)
-        if probes:
-            speed[name] = (round(float(np.median(probes)), 4), net.fingerprint)
-        for p, (label, res) in enumerate(zip(labels, results, strict=True)):
-            if res.get("status") != "ok" and label != SINGLE and is_single(label):
-                left_out[f"{name}/{label}"] = str(res.get("reason"))
-                tick(f"left out {name} {label}")
-                continue
-            if res.get("status") != "ok":
-                raise DseError(f"calibration run {name}/{label} failed: {res.get('reason')}")
-            if probes:
-                res = take_out_drift(res, speed[name][0])
-            lat = res["latency_ms"]
-            res["spread"] = round((lat["p90"] - lat["p10"]) / lat["median"], 4)
-            res["rounds_ms"] = lat.get("rounds_ms", [lat["median"]])
-            out.append(Deployed(name, label, net.graph, batch.take(p), res, dirs[p]))
-            tick(f"ran {name} {label}")
+        sets = [(labels, batch)]
+        if pair is not None:  # in rounds of their own: a journal from before them still serves
+            sets.append(((SAME_HOST,), mixed_mapping(net.graph, pair, n_dev)))
+        probe_dir = root / f"{name}-{labels[0]}"
+        for labels, batch in sets:
+            dirs = [root / f"{name}-{label.replace(':', '-')}" for label in labels]
+            for p, d in enumerate(dirs):
+                if not s.refit:  # the sub-models are timed from these
+                    deploy(
+                        net, platform, batch.take(p), d, s.seed, s.warmup, s.iterations,
+                        launcher=s.launcher,
+                    )  # fmt: skip
+            request = {"net": name, "labels": list(labels),
+                       "mappings": [batch.ident(p) for p in range(len(labels))],
+                       "devices": [d.name for d in platform.devices], "seed": s.seed,
+                       "rounds": s.rounds, "warmup": s.warmup, "iterations": s.iterations,
+                       "probe": s.probe, "again_above": DISAGREE}  # fmt: skip
+            measure = functools.partial(run_rounds, s, dirs, rng, probe_dir)
+            results = journal.take(key_of("deployments", request), measure)
+            measured += results
+            probes = probe_times(results)
+            if probes and name not in speed:  # the first set's probes set the speed
+                speed[name] = (round(float(np.median(probes)), 4), net.fingerprint)
+            for p, (label, res) in enumerate(zip(labels, results, strict=True)):
+                if res.get("status") != "ok" and may_be_left_out(label):
+                    left_out[f"{name}/{label}"] = str(res.get("reason"))
+                    tick(f"left out {name} {label}")
+                    continue
+                if res.get("status") != "ok":
+                    raise DseError(f"calibration run {name}/{label} failed: {res.get('reason')}")
+                if probes:
+                    res = take_out_drift(res, speed[name][0])
+                lat = res["latency_ms"]
+                res["spread"] = round((lat["p90"] - lat["p10"]) / lat["median"], 4)
+                res["rounds_ms"] = lat.get("rounds_ms", [lat["median"]])
+                out.append(Deployed(name, label, net.graph, batch.take(p), res, dirs[p]))
+                tick(f"ran {name} {label}")
     return Deployments(tuple(out), speed, left_out, start_rss_mb(measured))
 
 
 def run_rounds(
-    s: CalibrationSettings, dirs: list[Path], rng: np.random.Generator
+    s: CalibrationSettings, dirs: list[Path], rng: np.random.Generator, probe_dir: Path
 ) -> list[Measurement]:
     """The deployments in ``dirs`` run in interleaved rounds (a slow spell hits one round of
     each mapping, and the one-device run the layer times are anchored to is measured beside
-    the cut ones), a speed probe beside them; Ctrl-C ends the calibration. Those whose rounds
-    disagree (:data:`DISAGREE`) run their rounds once more (:func:`steadier`)."""
-    probe = speed_probe(dirs[0], s.platform, s.launcher) if s.probe else None
+    the cut ones), a speed probe (of the network in ``probe_dir``) beside them; Ctrl-C ends
+    the calibration. Those whose rounds disagree (:data:`DISAGREE`) run their rounds once
+    more (:func:`steadier`)."""
+    probe = speed_probe(probe_dir, s.platform, s.launcher) if s.probe else None
 
     def rounds(which: list[Path]) -> list[Measurement]:
         results, interrupted = measure_interleaved(

@@ -12,7 +12,8 @@ from models_analytical.schedule.compiled import stage
 def transfer_s(k_in, a, b, nbytes):
     """Seconds to move ``nbytes`` from device a to b: the link (its measured table, linear
     between points and beyond the last, or latency + bytes / bandwidth) plus the cost of
-    cutting the work into segments on both ends (charged by the receiver's type)."""
+    cutting the work into segments on both ends (charged by the receiver's type; per byte,
+    one cost between hosts and another between devices of one host)."""
     c = k_in.link_table[a, b]
     if c >= 0:
         xs = k_in.table_bytes[c]
@@ -24,7 +25,11 @@ def transfer_s(k_in, a, b, nbytes):
     else:
         t = k_in.link_latency_s[a, b] + nbytes * k_in.link_s_per_byte[a, b]
     tb = k_in.device_type[b]
-    return t + k_in.transfer_fixed_s[tb] + nbytes * k_in.transfer_per_byte_s[tb]
+    if k_in.host[a] == k_in.host[b]:
+        per_byte = k_in.transfer_per_byte_same_host_s[tb]
+    else:
+        per_byte = k_in.transfer_per_byte_s[tb]
+    return t + k_in.transfer_fixed_s[tb] + nbytes * per_byte
 
 
 @stage

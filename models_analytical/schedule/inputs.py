@@ -70,7 +70,8 @@ class KernelInputs(NamedTuple):
     power_w: np.ndarray  # [Y, op classes] W while computing
     overhead_power_w: np.ndarray  # [Y] W during per-layer overhead (and sub-model costs)
     transfer_fixed_s: np.ndarray  # [Y] a tensor crossing to a device of this type (the cut into
-    transfer_per_byte_s: np.ndarray  # [Y] segments on both ends): fixed and per byte
+    transfer_per_byte_s: np.ndarray  # [Y] segments on both ends): fixed and per byte,
+    transfer_per_byte_same_host_s: np.ndarray  # [Y] ... the latter between hosts or within one
     split_work_factor: np.ndarray  # [Y] work factor of a split layer's parts (side by side)
     shared_host_factor: np.ndarray  # [Y] work factor while another device of its host works
     segment_run_s: np.ndarray  # [Y] seconds per sub-model run, on the device (session call)

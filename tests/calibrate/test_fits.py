@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from types import SimpleNamespace
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 
 from dse.calibrate.bands import band_rows
 from dse.calibrate.deployments import shared_host
-from dse.mapping import random_mappings
+from dse.mapping import random_mappings, remap
 from dse.mapping import whole as whole_on
 from models_analytical.calibration import (
     MEMORY_COLUMNS,
@@ -31,6 +32,7 @@ from models_analytical.layer_fits import (
     fit_regression,
     fit_row_fixed,
 )
+from tests.calibrate.test_model_terms import board_pair_model
 from tests.helpers.calibrate import chain_model, platform_localhost
 from tests.helpers.platforms import coefficients, platform
 
@@ -364,3 +366,26 @@ def test_cut_costs_recovered_from_synthetic_latencies() -> None:
     assert fit.provenance["mappings"][0] == "chain/vertical0"
     applied = fit.apply(coefficients()["cpu"])
     assert (applied.transfer_fixed_s, applied.transfer_per_byte_s) == (fit.fixed_s, fit.per_byte_s)
+    # every device on a host of its own: no crossing within a host, whose cost takes the other's
+    assert fit.provenance["per_byte_crossed"] == {"between_hosts": True, "same_host": False}
+    assert applied.transfer_per_byte_same_host_s == fit.per_byte_s
+
+
+def test_cut_costs_per_byte_between_boards_and_within_one_recovered() -> None:
+    """Cut mappings over two boards (h0_cpu and h1_cpu0) and within board h1 (h1_cpu0 and
+    h1_cpu1), their latencies made with 0.3 ms per tensor, 2 ns per byte between boards and
+    0.2 ns within one: fit_cuts, from a model without cut costs, finds all three again."""
+    truth = (3e-4, 2e-9, 2e-10)
+    graph, made = board_pair_model(truth[1], truth[2])
+    made = made.with_transfer_costs(*truth)
+    _, fresh = board_pair_model(0.0, None)
+    runs = []
+    for p, (kind, pair) in enumerate(
+        itertools.product(["vertical", "split", "mixed"], [(0, 1), (1, 2)])
+    ):
+        batch = remap(random_mappings(graph, 2, kind, 1, np.random.default_rng(p)), list(pair), 3)
+        latency_ms = float(made.evaluate(batch).latency_s[0]) * 1e3
+        runs.append(MeasuredRun("chain", f"{kind}{pair}", fresh, batch, latency_ms, ()))
+    fit = fit_cuts(runs)
+    assert fit.provenance["per_byte_crossed"] == {"between_hosts": True, "same_host": True}
+    assert (fit.fixed_s, fit.per_byte_s, fit.per_byte_same_host_s) == pytest.approx(truth, rel=2e-2)

@@ -10,10 +10,13 @@ from types import SimpleNamespace
 import numpy as np
 import onnxruntime as ort
 import pytest
+import yaml
 
 from dse.calibrate import deployments
 from dse.mapping import whole as whole_on
 from dse.net import load_net, zoo
+from dse.paths import CONF_DIR
+from dse.platform import load_platform
 from dse.runtime import measure
 from dse.runtime import probe as probe_mod
 from dse.runtime.measure import deploy
@@ -223,7 +226,7 @@ def test_a_deployment_whose_rounds_disagree_runs_them_again(monkeypatch, tmp_pat
     s = SimpleNamespace(platform=None, probe=False, rounds=3, warmup=0, iterations=1,
                         timeout_s=1.0, launcher=None)  # fmt: skip
     dirs = [tmp_path / n for n in "abc"]
-    a, b, c = deployments.run_rounds(s, dirs, np.random.default_rng(0))
+    a, b, c = deployments.run_rounds(s, dirs, np.random.default_rng(0), dirs[0])
     assert runs == {"a": 3, "b": 6, "c": 6}
     assert a["latency_ms"]["median"] == 10.0 and "measured_again" not in a
     assert b["latency_ms"]["median"] == 15.0
@@ -233,3 +236,31 @@ def test_a_deployment_whose_rounds_disagree_runs_them_again(monkeypatch, tmp_pat
     # a second set that fails keeps the first
     failed = {"status": "failed", "reason": "killed"}
     assert deployments.steadier(b, failed)["latency_ms"]["median"] == 15.0
+
+
+@pytest.mark.parametrize(
+    ("name", "pair", "runs"),
+    # per network: single, vertical, split, mixed, a single per other type (edge3: two), and
+    # the mix within edge1; the first network also its entry-only run
+    [("edge3_ethernet", (1, 2), 2 * 7 + 1), ("edge3_wifi", (1, 2), 2 * 7 + 1),
+     ("localhost", None, 2 * 4 + 1)],
+)  # fmt: skip
+def test_the_mix_also_runs_within_a_board_where_the_cuts_cross_boards(name, pair, runs) -> None:
+    """edge3's deployments cut between edge0_cpu and edge1_cpu0 (two boards), so each network's
+    mix runs again on edge1_cpu0 and edge1_cpu1 (one board): the same layers the same way.
+    localhost's two devices are on one host already: no such run."""
+    plat = load_platform(yaml.safe_load((CONF_DIR / "platform" / f"{name}.yaml").read_text()))
+    assert deployments.same_host_pair(plat) == pair
+    assert deployments.runs_per_calibration(plat, 2) == runs
+    if pair is not None:
+        graph = load_net({"name": "alexnet"}).graph
+        a, b = deployments.cut_devices(plat)
+        across = deployments.mixed_mapping(graph, (a, b), 3)
+        within = deployments.mixed_mapping(graph, pair, 3)
+        on = across.device[across.device >= 0]
+        assert set(on.tolist()) == {a, b}  # a mix: layers on both
+        np.testing.assert_array_equal(
+            within.device, np.select([across.device == a, across.device == b], pair, -1)
+        )
+        np.testing.assert_array_equal(within.sizes[..., list(pair)], across.sizes[..., [a, b]])
+        assert a not in pair and not within.sizes[..., a].any()

@@ -262,3 +262,42 @@ def test_memory_by_weight_class_and_loading_peak_by_hand() -> None:
     assert running[0, 0] == pytest.approx(run)
     assert loading[0, 0] == pytest.approx(100.0 + 50.0 * w_mb)
     assert np.isnan(plain.memory_phases(batch)[1][0, 0])  # no loading terms: no loading phase
+
+
+def board_pair_model(per_byte: float, same_host: float | None, entry: int = 0) -> tuple:
+    """The chain on three devices: h0_cpu alone on board h0, h1_cpu0 and h1_cpu1 on board h1
+    (1 GB/s between boards, 10 GB/s within one), with cut costs per byte ``per_byte`` and
+    ``same_host``, the image entering at device ``entry``; the graph and its model."""
+    devices = (
+        Device("h0_cpu", "h0", "cpu", 1, 1e4),
+        Device("h1_cpu0", "h1", "cpu", 1, 1e4),
+        Device("h1_cpu1", "h1", "cpu", 1, 1e4),
+    )
+    links = {"network": Link(0.0, 1e9), "same_host": Link(0.0, 1e10)}
+    cpu = dataclasses.replace(
+        coefficients()["cpu"],
+        transfer_per_byte_s=per_byte,
+        transfer_per_byte_same_host_s=same_host,
+    )
+    graph = build_graph(conv_relu_chain(), "chain")
+    platform = Platform("b", devices, links, entry)
+    return graph, AnalyticalModel(graph, platform, Coefficients({"cpu": cpu}))
+
+
+def test_cut_cost_per_byte_by_crossing_kind_by_hand() -> None:
+    """conv0 and relu0 on the device the image enters, the rest on another: the cut costs 2 ns
+    per byte of relu0's output between boards and 0.5 ns within one, beside the link's time;
+    without a cost of its own within a board (None), a crossing there costs the 2 ns."""
+    graph, _ = board_pair_model(0.0, None)
+    n = len(graph)
+    nbytes = graph.layers[1].output_bytes
+
+    def extra(per_byte: float, same_host: float | None, first: int, rest: int) -> float:
+        """The latency beyond the work: the one crossing's time."""
+        _, m = board_pair_model(per_byte, same_host, entry=first)
+        ev = m.evaluate(whole_on(graph, 3, [first] * 2 + [rest] * (n - 2)))
+        return float(ev.latency_s[0] - m.tables.t_work[0].sum())
+
+    assert extra(2e-9, 0.5e-9, 0, 1) == pytest.approx(nbytes / 1e9 + nbytes * 2e-9, rel=1e-6)
+    assert extra(2e-9, 0.5e-9, 1, 2) == pytest.approx(nbytes / 1e10 + nbytes * 0.5e-9, rel=1e-6)
+    assert extra(2e-9, None, 1, 2) == pytest.approx(nbytes / 1e10 + nbytes * 2e-9, rel=1e-6)
