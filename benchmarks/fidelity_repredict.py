@@ -172,8 +172,9 @@ def main() -> None:
             _, _, model2 = app.model_from(other)
             judge.show(Path(args.coefficients).name, model2.evaluate(mappings), model2)
         per_byte = float(model.inputs.transfer_per_byte_s[0])
+        same_host = float(model.inputs.transfer_per_byte_same_host_s[0])
         for f in fixed:
-            ev_f = model.with_transfer_costs(f / 1e3, per_byte).evaluate(mappings)
+            ev_f = model.with_transfer_costs(f / 1e3, per_byte, same_host).evaluate(mappings)
             print(summary(f"{f:g} ms per tensor", ev_f, kinds, measured, period))
 
 
