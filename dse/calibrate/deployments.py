@@ -264,7 +264,13 @@ def measure_deployments(
                        "rounds": s.rounds, "warmup": s.warmup, "iterations": s.iterations,
                        "probe": s.probe, "again_above": DISAGREE}  # fmt: skip
             measure = functools.partial(run_rounds, s, dirs, rng, probe_dir)
-            results = journal.take(key_of("deployments", request), measure)
+            key = key_of("deployments", request)
+            if s.refit and labels == (SAME_HOST,) and not journal.has(key):
+                # a journal from before these runs: refit it as it was fitted then
+                why = "not in the journal (taken before calibration ran it): resume=true runs it"
+                results = [{"status": "failed", "reason": why}]
+            else:
+                results = journal.take(key, measure)
             measured += results
             probes = probe_times(results)
             if probes and name not in speed:  # the first set's probes set the speed

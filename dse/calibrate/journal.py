@@ -125,6 +125,10 @@ class Journal:
             )
         return {"results": results, "done": done}
 
+    def has(self, key: str) -> bool:
+        """Whether the journal holds a result under ``key``."""
+        return key in self.results
+
     def take(self, key: str, measure: Callable[[], T]) -> T:
         """The result under ``key``: the journal's, else ``measure()``'s, written at once."""
         if key in self.results:
