@@ -383,9 +383,9 @@ def fit_cuts(runs: Sequence[MeasuredRun]) -> CutCosts:
         )
 
     base = predict_with(0.0, 0.0, 0.0)
-    crossed = {
-        "between_hosts": not np.allclose(predict_with(0.0, 1e-9, 0.0), base, rtol=0, atol=1e-12),
-        "same_host": not np.allclose(predict_with(0.0, 0.0, 1e-9), base, rtol=0, atol=1e-12),
+    crossed = {  # does a cost per byte of this kind move any prediction?
+        kind: not np.allclose(predict_with(0.0, *one), base, rtol=0, atol=1e-12)
+        for kind, one in zip(PER_BYTE_KINDS, [(1e-9, 0.0), (0.0, 1e-9)], strict=True)
     }
 
     def unpack(theta: np.ndarray) -> tuple[float, float, float]:
