@@ -32,8 +32,7 @@ from models_analytical.layer_fits import (
     fit_regression,
     fit_row_fixed,
 )
-from tests.calibrate.test_model_terms import board_pair_model
-from tests.helpers.calibrate import chain_model, platform_localhost
+from tests.helpers.calibrate import board_pair_model, chain_model, platform_localhost
 from tests.helpers.platforms import coefficients, platform
 
 

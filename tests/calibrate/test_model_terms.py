@@ -19,7 +19,7 @@ from models_analytical.coefficients import Coefficients
 from models_analytical.layer_costs import family, layer_key
 from models_analytical.layer_fits import fit_row_fixed
 from models_analytical.model import AnalyticalModel
-from tests.helpers.calibrate import chain_model, conv1_split, one_mapping
+from tests.helpers.calibrate import board_pair_model, chain_model, conv1_split, one_mapping
 from tests.helpers.onnx_factory import conv_relu_chain, model, weight
 from tests.helpers.platforms import RATE, coefficients
 from tests.helpers.platforms import platform as small_platform
@@ -262,26 +262,6 @@ def test_memory_by_weight_class_and_loading_peak_by_hand() -> None:
     assert running[0, 0] == pytest.approx(run)
     assert loading[0, 0] == pytest.approx(100.0 + 50.0 * w_mb)
     assert np.isnan(plain.memory_phases(batch)[1][0, 0])  # no loading terms: no loading phase
-
-
-def board_pair_model(per_byte: float, same_host: float | None, entry: int = 0) -> tuple:
-    """The chain on three devices: h0_cpu alone on board h0, h1_cpu0 and h1_cpu1 on board h1
-    (1 GB/s between boards, 10 GB/s within one), with cut costs per byte ``per_byte`` and
-    ``same_host``, the image entering at device ``entry``; the graph and its model."""
-    devices = (
-        Device("h0_cpu", "h0", "cpu", 1, 1e4),
-        Device("h1_cpu0", "h1", "cpu", 1, 1e4),
-        Device("h1_cpu1", "h1", "cpu", 1, 1e4),
-    )
-    links = {"network": Link(0.0, 1e9), "same_host": Link(0.0, 1e10)}
-    cpu = dataclasses.replace(
-        coefficients()["cpu"],
-        transfer_per_byte_s=per_byte,
-        transfer_per_byte_same_host_s=same_host,
-    )
-    graph = build_graph(conv_relu_chain(), "chain")
-    platform = Platform("b", devices, links, entry)
-    return graph, AnalyticalModel(graph, platform, Coefficients({"cpu": cpu}))
 
 
 def test_cut_cost_per_byte_by_crossing_kind_by_hand() -> None:
