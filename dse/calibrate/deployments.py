@@ -117,6 +117,11 @@ def calibration_mappings(
     return Mappings.concat(batches)
 
 
+def deployment_dir(root: Path, net: str, label: str) -> Path:
+    """Where a network's mapping ``label`` is deployed under ``root``."""
+    return root / f"{net}-{label.replace(':', '-')}"
+
+
 def may_be_left_out(label: str) -> bool:
     """A run the calibration goes on without when it fails (a memory cap too small): a
     one-device run on another type, or :data:`SAME_HOST`; the others' fits need them."""
@@ -249,9 +254,9 @@ def measure_deployments(
         sets = [(labels, batch)]
         if pair is not None:  # in rounds of their own: a journal from before them still serves
             sets.append(((SAME_HOST,), mixed_mapping(net.graph, pair, n_dev)))
-        probe_dir = root / f"{name}-{labels[0]}"
+        probe_dir = deployment_dir(root, name, labels[0])
         for labels, batch in sets:
-            dirs = [root / f"{name}-{label.replace(':', '-')}" for label in labels]
+            dirs = [deployment_dir(root, name, label) for label in labels]
             for p, d in enumerate(dirs):
                 if not s.refit:  # the sub-models are timed from these
                     deploy(
@@ -265,8 +270,8 @@ def measure_deployments(
                        "probe": s.probe, "again_above": DISAGREE}  # fmt: skip
             measure = functools.partial(run_rounds, s, dirs, rng, probe_dir)
             key = key_of("deployments", request)
-            if s.refit and labels == (SAME_HOST,) and not journal.has(key):
-                # a journal from before these runs: refit it as it was fitted then
+            if s.refit and all(map(may_be_left_out, labels)) and not journal.has(key):
+                # a journal from before these runs (SAME_HOST): refit it as it was fitted then
                 why = "not in the journal (taken before calibration ran it): resume=true runs it"
                 results = [{"status": "failed", "reason": why}]
             else:
