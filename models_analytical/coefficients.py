@@ -124,6 +124,13 @@ class TypeCoefficients:
     # is created there): its baseline instead of memory_bias_mb; None: memory_bias_mb
     memory_empty_mb: float | None = None
 
+    @property
+    def same_host_per_byte_s(self) -> float:
+        """The cost per byte of a tensor crossing between two devices of one host: its own
+        (``transfer_per_byte_same_host_s``) or, without one, as between hosts."""
+        same = self.transfer_per_byte_same_host_s
+        return self.transfer_per_byte_s if same is None else same
+
     @classmethod
     def from_dict(cls, k: Mapping[str, Any], where: str) -> TypeCoefficients:
         def need(m: Any, key: str, at: str) -> Any:

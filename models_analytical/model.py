@@ -153,14 +153,7 @@ def kernel_inputs(
         overhead_power_w=type_power(coefficients, ("overhead",)).ravel(),
         transfer_fixed_s=per_type(coefficients, "transfer_fixed_s"),
         transfer_per_byte_s=per_type(coefficients, "transfer_per_byte_s"),
-        transfer_per_byte_same_host_s=np.array(
-            [
-                c.transfer_per_byte_s
-                if c.transfer_per_byte_same_host_s is None
-                else c.transfer_per_byte_same_host_s
-                for c in coefficients.types.values()
-            ]
-        ),
+        transfer_per_byte_same_host_s=per_type(coefficients, "same_host_per_byte_s"),
         split_work_factor=per_type(coefficients, "split_work_factor"),
         shared_host_factor=per_type(coefficients, "shared_host_factor"),
         segment_run_s=per_type(coefficients, "segment_run_s"),
