@@ -16,13 +16,14 @@ from dse.errors import DseError
 from dse.fidelity.settings import FidelitySettings
 from dse.files import temporary_files
 from dse.mapping import Mappings
-from dse.net import Net
+from dse.net import Net, zoo
+from dse.net.load import load_net
 from dse.runtime.comparison import with_prediction, write_comparison
 from dse.runtime.measure import check_gpus, deploy, measure_interleaved
 from dse.runtime.measurements import Measurement, probe_times, start_rss_mb, take_out_drift
 from dse.runtime.mpirun import Launcher
 from dse.runtime.package import SUBMODELS
-from dse.runtime.probe import probe_threads, speed_probe
+from dse.runtime.probe import CalibratedSpeed, FileProbe, SpeedProbe, probe_threads, speed_probe
 from models_analytical.model import AnalyticalModel
 
 
@@ -33,17 +34,45 @@ def finite_number(value: Any) -> float | None:
     return float(value) if ok else None
 
 
+def calibration_probes(model: AnalyticalModel) -> dict[str, tuple[str, float]]:
+    """The calibration's speed probes: network -> (its fingerprint, the whole network alone in
+    ms), where probed at this platform's probe thread count; {} otherwise (none, or not of
+    this shape: an edited file)."""
+    ref = model.coefficients.notes.get("speed_reference")
+    if not isinstance(ref, dict) or ref.get("threads") != probe_threads(model.platform):
+        return {}
+    fingerprints, whole = ref.get("fingerprints"), ref.get("whole_ms")
+    if not isinstance(fingerprints, dict) or not isinstance(whole, dict):
+        return {}
+    out = {}
+    for name, fingerprint in fingerprints.items():
+        value = finite_number(whole.get(name))
+        if isinstance(fingerprint, str) and value is not None and value > 0:
+            out[str(name)] = (fingerprint, value)
+    return out
+
+
 def speed_reference(model: AnalyticalModel, net: Net) -> float | None:
     """The calibration's speed probe of this network (ms): only for the same network (its
     fingerprint) probed at the same thread count."""
-    ref = model.coefficients.notes.get("speed_reference")
-    if not isinstance(ref, dict) or ref.get("threads") != probe_threads(model.platform):
-        return None  # none, or not of this shape (an edited file): this run's own probe then
-    fingerprints, whole = ref.get("fingerprints"), ref.get("whole_ms")
-    if not isinstance(fingerprints, dict) or fingerprints.get(net.name) != net.fingerprint:
-        return None
-    value = finite_number(whole.get(net.name) if isinstance(whole, dict) else None)
-    return value if value is not None and value > 0 else None
+    fingerprint, ms = calibration_probes(model).get(net.name, ("", 0.0))
+    return ms if fingerprint == net.fingerprint else None
+
+
+def calibrated_speed(
+    model: AnalyticalModel, net: Net, probe: SpeedProbe, seed: int
+) -> CalibratedSpeed | None:
+    """For a network calibration did not probe: probes of the zoo networks it did (the same
+    graphs as then: their fingerprints), on ``probe``'s cores, beside their calibration
+    probes; None where there are none."""
+    probes = {}
+    for name, (fingerprint, ms) in calibration_probes(model).items():
+        if name == net.name or name not in zoo.NETS:
+            continue  # a user's file calibration probed is not at hand
+        if load_net({"name": name}).fingerprint == fingerprint:
+            path = zoo.materialize(name, seed)
+            probes[name] = (FileProbe(path, probe.cores, probe.threads), ms)
+    return CalibratedSpeed(probes) if probes else None
 
 
 #: A rank's start RSS this far (relative) from calibration's is reported as a changed baseline.
@@ -64,6 +93,39 @@ def memory_baseline(model: AnalyticalModel, merged: list[Measurement]) -> dict[s
         "reference_mb": then,
         "changed": then is not None and abs(now - then) > BASELINE_CHANGED * then,
     }
+
+
+def beside(probe: SpeedProbe, level: CalibratedSpeed) -> Callable[[], float]:
+    """``probe`` with the calibrated networks' probes taken just before it, each time."""
+
+    def both() -> float:
+        level()
+        return probe()
+
+    return both
+
+
+def drift(now: float, reference: float | None, level: CalibratedSpeed | None) -> dict[str, Any]:
+    """The speed every run is brought to (``reference_ms``) from this run's median probe
+    ``now`` (ms): the calibration's probe of this network; for a network it did not probe,
+    ``now`` over how much slower the calibrated networks ran than then (the median of
+    ``level``'s calls); without those, ``now`` itself (only the drift within the run comes
+    out)."""
+    now = round(now, 3)
+    if reference is not None:
+        speed: dict[str, Any] = {"reference_ms": round(reference, 3), "reference": "calibration"}
+    elif level is not None and level.factors:
+        slower = float(np.median(level.factors))
+        speed = {
+            "reference_ms": round(now / slower, 3),
+            "reference": "calibrated networks",
+            "networks": sorted(level.probes),
+        }
+    else:
+        speed = {"reference_ms": now, "reference": "this run's median probe"}
+    speed["probe_ms"] = now
+    speed["slower_pct"] = round((now / speed["reference_ms"] - 1) * 100, 2)
+    return speed
 
 
 @dataclass(frozen=True)
@@ -118,6 +180,10 @@ def measure(
                 results[p] = {"status": "failed", "reason": str(exc)}
             tick()
         probe = speed_probe(dirs[0][1], platform, launcher) if s.probe and dirs else None
+        reference = speed_reference(model, net)
+        level = None
+        if probe is not None and reference is None:  # held out of calibration
+            level = calibrated_speed(model, net, probe, s.seed)
         merged, interrupted = measure_interleaved(
             [d for _, d in dirs],
             s.rounds,
@@ -126,19 +192,12 @@ def measure(
             s.timeout_s,
             np.random.default_rng(s.seed),
             lambda _r, _i: tick(),
-            probe,
+            probe if level is None or probe is None else beside(probe, level),
             launcher,
         )
         probes = probe_times(merged)
         if probes:
-            now = round(float(np.median(probes)), 3)
-            reference = speed_reference(model, net)
-            speed = {
-                "probe_ms": now,
-                "reference_ms": round(reference, 3) if reference else now,
-                "reference": "calibration" if reference else "this run's median probe",
-            }
-            speed["slower_pct"] = round((now / speed["reference_ms"] - 1) * 100, 2)
+            speed = drift(float(np.median(probes)), reference, level)
         for (p, d), result in zip(dirs, merged, strict=True):
             if result.get("status") == "ok":
                 if speed is not None:

@@ -60,6 +60,14 @@ def drift_line(
             f"(the whole network alone: {speed['probe_ms']:.1f} ms against "
             f"{speed['reference_ms']:.1f} ms then)"
         )
+    elif speed["reference"] == "calibrated networks":
+        how = (
+            "calibration did not probe this network: the networks it did "
+            f"({', '.join(speed['networks'])}), probed beside the runs, ran "
+            f"{abs(speed['slower_pct']):.1f} % {'slower' if speed['slower_pct'] >= 0 else 'faster'}"
+            f" than then, so runs are brought to {speed['reference_ms']:.1f} ms of this network "
+            f"alone (its median probe: {speed['probe_ms']:.1f} ms)"
+        )
     else:
         how = (
             "calibration did not probe this network: runs are brought to this run's median "

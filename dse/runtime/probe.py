@@ -23,7 +23,7 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from dse.runtime.equivalence import whole_model_session
 from dse.runtime.mpirun import Launcher, core_slots
 from dse.runtime.plan import input_arrays
 from dse.runtime.reader import read_plan
+from dse.runtime.sessions import session
 
 #: A probe times this much work per core set (at least one run of the model).
 PROBE_S = 0.12
@@ -86,20 +87,24 @@ class SpeedProbe:
     gets its own, created while this thread is bound to it, so onnxruntime's worker threads
     (more than one thread per device) are bound to it too."""
 
-    def __init__(self, directory: Path, cores: list[set[int]], threads: int) -> None:
-        self.directory, self.cores, self.threads = directory, cores, threads
+    def __init__(self, source: Path, cores: list[set[int]], threads: int) -> None:
+        self.source, self.cores, self.threads = source, cores, threads  # source: the deployment
         self.sessions: list[Any] = []
         self.repeats = 1
 
-    def _load(self) -> None:
-        plan = read_plan(self.directory)
+    def _open(self) -> tuple[Callable[[int], Any], dict[str, np.ndarray]]:
+        """A maker of the whole model's session (at a thread count), and its input."""
+        plan = read_plan(self.source)
         assert plan.reference is not None  # read_plan refuses a plan without one
         path = Path(plan.reference.path)
-        self.feeds = input_arrays(plan)
-        shared = None if self.threads > 1 else whole_model_session(plan, path, 1)
+        return lambda threads: whole_model_session(plan, path, threads), input_arrays(plan)
+
+    def _load(self) -> None:
+        make, self.feeds = self._open()
+        shared = None if self.threads > 1 else make(1)
         for cores in self.cores:
             with _bound(cores):
-                self.sessions.append(shared or whole_model_session(plan, path, self.threads))
+                self.sessions.append(shared or make(self.threads))
         with _bound(self.cores[0]):
             self.sessions[0].run(None, self.feeds)  # the first run pays for allocation
             t0 = time.perf_counter()
@@ -110,13 +115,52 @@ class SpeedProbe:
         if not self.sessions:
             self._load()
         times = []
-        for cores, session in zip(self.cores, self.sessions, strict=True):
+        for cores, whole in zip(self.cores, self.sessions, strict=True):
             with _bound(cores):
                 for _ in range(self.repeats):
                     t0 = time.perf_counter()
-                    session.run(None, self.feeds)
+                    whole.run(None, self.feeds)
                     times.append(time.perf_counter() - t0)
         return float(np.median(times) * 1e3)
+
+
+class FileProbe(SpeedProbe):
+    """A :class:`SpeedProbe` of an ONNX file with fixed input shapes (a zoo network's seeded
+    model; ``source``), on a seeded input, rather than of a deployment."""
+
+    def _open(self) -> tuple[Callable[[int], Any], dict[str, np.ndarray]]:
+        first = session(str(self.source), "cpu", 1)  # its inputs; and the one-thread session
+        ports = first.get_inputs()
+        rng = np.random.default_rng(0)
+        shapes = [[d if isinstance(d, int) else 1 for d in p.shape] for p in ports]
+
+        def make(threads: int) -> Any:
+            return first if threads == 1 else session(str(self.source), "cpu", threads)
+
+        return make, {
+            p.name: rng.standard_normal(shape).astype(np.float32)
+            for p, shape in zip(ports, shapes, strict=True)
+        }
+
+
+class CalibratedSpeed:
+    """``()`` -> how much slower than at calibration the machine runs now (1.0: as then): the
+    median over calibrated networks of each one's probe now over its probe then.
+
+    For a network calibration never probed (one held out of it), whose own probe has nothing
+    to compare with. On this machine whole networks' speeds moved together only in part:
+    over 7 minutes of the 2-core VM (2026-12-03), GoogLeNet alone on one core ranged 21 %
+    (p10-p90); divided by DenseNet-121's, VGG-16's or ResNet-50's, probed beside it, 10-12 %;
+    by AlexNet's (its time mostly in memory-bound fully connected layers), 21 %."""
+
+    def __init__(self, probes: dict[str, tuple[SpeedProbe, float]]) -> None:
+        self.probes = probes  # network -> (its probe, its calibration probe in ms)
+        self.factors: list[float] = []  # each call's, in order
+
+    def __call__(self) -> float:
+        ratios = [probe() / then for probe, then in self.probes.values()]
+        self.factors.append(float(np.median(ratios)))
+        return self.factors[-1]
 
 
 @contextlib.contextmanager

@@ -8,10 +8,12 @@ import os
 from types import SimpleNamespace
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 import yaml
 
+import tests.helpers.onnx_factory as onnx_factory
 from dse.calibrate import deployments
 from dse.mapping import whole as whole_on
 from dse.net import load_net, zoo
@@ -206,6 +208,43 @@ def test_probe_times_the_whole_model_on_each_core_of_the_platform(monkeypatch, t
         assert len(got) == len(expected)
         for a, b in zip(got, expected, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_a_file_probe_times_an_onnx_file_on_a_seeded_input(tmp_path) -> None:
+    """A probe of an ONNX file (a calibrated network's, for a network held out of calibration):
+    a symbolic dimension taken as 1, the input standard normal from seed 0, one one-thread
+    session shared by the core sets, the outputs those of the file's own session."""
+    path = tmp_path / "chain.onnx"
+    chain = onnx_factory.conv_relu_chain()
+    chain.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"  # a symbolic batch
+    onnx.save(chain, path)
+    cores = [c for c in ({0}, {1}) if c <= os.sched_getaffinity(0)]
+    probe = probe_mod.FileProbe(path, cores, 1)
+    assert probe() > 0 and 1 <= probe.repeats <= 8
+    x = np.random.default_rng(0).standard_normal([1, 64, 16, 16]).astype(np.float32)
+    assert probe.feeds.keys() == {"x"}
+    np.testing.assert_array_equal(probe.feeds["x"], x)
+    assert len(probe.sessions) == len(cores) and len({id(x) for x in probe.sessions}) == 1
+    (got,) = probe.sessions[0].run(None, probe.feeds)
+    (expected,) = ort.InferenceSession(str(path)).run(None, {"x": x})
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_calibrated_speed_is_the_median_of_the_networks_slowdowns() -> None:
+    """Each call: every calibrated network's probe now over its probe at calibration, and the
+    median of those (66/60, 30/25, 9/10: 1.1, 1.2, 0.9 -> 1.1), kept in call order."""
+    now = {"a": [66.0, 72.0], "b": [30.0, 30.0], "c": [9.0, 12.0]}
+
+    def probe(name):  # noqa: ANN001, ANN202
+        times = iter(now[name])
+        return lambda: next(times)
+
+    level = probe_mod.CalibratedSpeed(
+        {"a": (probe("a"), 60.0), "b": (probe("b"), 25.0), "c": (probe("c"), 10.0)}
+    )
+    assert level() == pytest.approx(1.1)
+    assert level() == pytest.approx(1.2)  # 1.2, 1.2, 1.2
+    assert level.factors == pytest.approx([1.1, 1.2])
 
 
 def test_a_deployment_whose_rounds_disagree_runs_them_again(monkeypatch, tmp_path) -> None:

@@ -49,7 +49,7 @@ from dse.runtime.comparison import read_comparison
 from dse.runtime.launch import launch
 from dse.runtime.measure import deploy, deploy_and_measure
 from dse.runtime.mpirun import Launcher, mpi_files, placement
-from dse.runtime.probe import probe_cores
+from dse.runtime.probe import probe_cores, probe_threads
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
 from tests.helpers.cli import ROOT, run_module
@@ -391,6 +391,13 @@ def test_an_oom_kill_fails_its_mapping_and_the_others_go_on(capped, tmp_path: Pa
         mappings=2, rounds=2, warmup=1, iterations=2, timeout_s=120, stream=3, seed=0,
         probe=True, keep=False, search_pop_size=2, search_generations=1,
     )  # fmt: skip
+    # calibration probed MobileNetV2 (not this network), at an impossible 1 ms (it takes 10-30
+    # here): its probes beside the runs then say the machine runs many times slower than then
+    model.coefficients.notes["speed_reference"] = {
+        "threads": probe_threads(platform),
+        "whole_ms": {"mobilenetv2": 1.0},
+        "fingerprints": {"mobilenetv2": load_net({"name": "mobilenetv2"}).fingerprint},
+    }
     measured = fidelity_measure(
         tmp_path / "fid", net, model, batch, ["capped", "roomy"], s, lambda: None, launcher
     )
@@ -400,9 +407,12 @@ def test_an_oom_kill_fails_its_mapping_and_the_others_go_on(capped, tmp_path: Pa
     assert second["comparison"]["period_ms"]["measured"] == pytest.approx(
         np.median(second["stream"]["rounds_ms"]), abs=1e-3
     )
-    # the boards are this machine's cores: probed between runs, and with no calibration's
-    # probe, each round's period is brought to this run's median probe, by hand here
-    assert measured.speed["reference"] == "this run's median probe"
+    # the boards are this machine's cores: probed between runs. Calibration did not probe
+    # this network, so each round's period is brought to this run's median probe over how
+    # much slower MobileNetV2 ran than then (by hand here)
+    speed = measured.speed
+    assert speed["reference"] == "calibrated networks" and speed["networks"] == ["mobilenetv2"]
+    assert speed["slower_pct"] > 300 and speed["reference_ms"] < speed["probe_ms"] / 4
     by_hand = np.median(
         np.array(second["stream"]["rounds_ms"])
         * measured.speed["reference_ms"]

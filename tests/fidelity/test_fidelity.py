@@ -257,6 +257,61 @@ def test_fidelity_reads_the_calibration_probe_of_its_network() -> None:
     assert speed_reference(model, net) is None
 
 
+def test_a_held_out_network_probes_the_calibrated_zoo_networks(monkeypatch, tmp_path) -> None:
+    """Calibration probed AlexNet (this graph), VGG-16 (another graph under that name), a
+    user's file and GoogLeNet itself: fidelity of GoogLeNet probes AlexNet only, its seeded
+    model on the run's probe's cores at its thread count, beside its calibration probe."""
+    from dse.fidelity import measure
+
+    plat = platform_localhost()
+    ref = {"threads": 1, "whole_ms": {"alexnet": 48.5, "vgg16": 300.0, "mine": 5.0,
+                                      "googlenet": 30.0},
+           "fingerprints": {"alexnet": load_net({"name": "alexnet"}).fingerprint,
+                            "vgg16": "another vgg16", "mine": "f", "googlenet": "g"}}  # fmt: skip
+    model = SimpleNamespace(platform=plat, coefficients=SimpleNamespace(notes={}))
+    model.coefficients.notes["speed_reference"] = ref
+    made: list[tuple[str, int]] = []
+    monkeypatch.setattr(
+        measure.zoo, "materialize",
+        lambda name, seed: made.append((name, seed)) or tmp_path / f"{name}.onnx",
+    )  # fmt: skip
+    own = SimpleNamespace(cores=[{0}, {1}], threads=1)
+    googlenet = SimpleNamespace(name="googlenet", fingerprint="not g")
+    level = measure.calibrated_speed(model, googlenet, own, seed=3)
+    assert list(level.probes) == ["alexnet"] and made == [("alexnet", 3)]
+    probe, then = level.probes["alexnet"]
+    assert then == 48.5 and probe.source == tmp_path / "alexnet.onnx"
+    assert probe.cores == [{0}, {1}] and probe.threads == 1
+    model.coefficients.notes = {}  # nothing calibrated probed: no level
+    assert measure.calibrated_speed(model, googlenet, own, seed=3) is None
+
+
+def test_the_speed_runs_are_brought_to() -> None:
+    """The calibration's probe of the network where it has one; for a held-out network, this
+    run's median probe over the median of the calibrated networks' slowdowns (55 ms / 1.1 =
+    50 ms: 10 % slower); without those, this run's median probe."""
+    from dse.fidelity.measure import drift
+    from dse.fidelity.report import drift_line
+
+    level = SimpleNamespace(factors=[1.0, 1.1, 1.3], probes={"vgg16": 0, "alexnet": 0})
+    speed = drift(55.0, None, level)
+    assert speed == {"reference_ms": 50.0, "reference": "calibrated networks",
+                     "networks": ["alexnet", "vgg16"], "probe_ms": 55.0,
+                     "slower_pct": 10.0}  # fmt: skip
+    raw = {"mape_pct": 12.0, "within_10_pct": 50.0, "spearman": 0.9}
+    assert drift_line(speed, raw).startswith(
+        "calibration did not probe this network: the networks it did (alexnet, vgg16), probed "
+        "beside the runs, ran 10.0 % slower than then, so runs are brought to 50.0 ms of this "
+        "network alone (its median probe: 55.0 ms); as measured, latency MAPE 12.0 %"
+    )
+    assert drift(55.0, 44.0, level) == {"reference_ms": 44.0, "reference": "calibration",
+                                        "probe_ms": 55.0, "slower_pct": 25.0}  # fmt: skip
+    for none in (None, SimpleNamespace(factors=[], probes={})):
+        assert drift(55.0, None, none) == {"reference_ms": 55.0, "probe_ms": 55.0,
+                                           "reference": "this run's median probe",
+                                           "slower_pct": 0.0}  # fmt: skip
+
+
 def test_fidelity_compares_the_runtime_memory_baseline_with_calibration() -> None:
     """The median start RSS over every rank of the runs, beside calibration's; moved by more
     than 5 % it is reported as carried by every memory prediction, with the fix."""
