@@ -125,8 +125,8 @@ class SpeedProbe:
 
 
 class FileProbe(SpeedProbe):
-    """A :class:`SpeedProbe` of an ONNX file with fixed input shapes (a zoo network's seeded
-    model; ``source``), on a seeded input, rather than of a deployment."""
+    """A :class:`SpeedProbe` of an ONNX file (``source``: a zoo network's seeded model) rather
+    than of a deployment, on a standard normal input from seed 0 (a symbolic dimension: 1)."""
 
     def _open(self) -> tuple[Callable[[int], Any], dict[str, np.ndarray]]:
         first = session(str(self.source), "cpu", 1)  # its inputs; and the one-thread session
