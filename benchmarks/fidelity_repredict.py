@@ -110,13 +110,18 @@ class Judge:
     measured: np.ndarray
     period: np.ndarray
     rounds: dict | None
+    held_out_ms: float | None = None  # the run's reference from the calibrated networks
 
-    def show(self, name: str, ev: Evaluation, model: AnalyticalModel) -> None:
+    def show(self, name: str, ev: Evaluation, model: AnalyticalModel, own: bool = True) -> None:
         if self.rounds is None:
             print(summary(name, ev, self.kinds, self.measured, self.period))
             return
-        # the coefficients' probe of this network, as dse.fidelity takes it, else the run's
+        # the coefficients' probe of this network, as dse.fidelity takes it; for a network
+        # held out of the run's own calibration, the speed the calibrated networks' probes
+        # gave it; else the run's median probe
         reference = speed_reference(model, self.net)
+        if reference is None and own and self.held_out_ms is not None:
+            reference = self.held_out_ms
         if reference is None:
             reference = run_probe(self.rounds)
         for rule, (lat, per) in judged(self.rounds, reference).items():
@@ -164,13 +169,17 @@ def main() -> None:
             )
         print(f"{run} ({doc['net']}, {len(ok)} mappings measured)")
         rounds = drift_rules(run, [chosen.labels[i] for i in ok]) if args.drift else None
-        judge = Judge(net, kinds, measured, period, rounds)
+        speed = doc.get("drift") or {}
+        held_out = (
+            speed.get("reference_ms") if speed.get("reference") == "calibrated networks" else None
+        )
+        judge = Judge(net, kinds, measured, period, rounds, held_out)
         judge.show("as run", ev, model)
         if args.coefficients:
             with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
                 other = compose("fidelity", [*overrides, f"coefficients={args.coefficients}"])
             _, _, model2 = app.model_from(other)
-            judge.show(Path(args.coefficients).name, model2.evaluate(mappings), model2)
+            judge.show(Path(args.coefficients).name, model2.evaluate(mappings), model2, own=False)
         per_byte = float(model.inputs.transfer_per_byte_s[0])
         same_host = float(model.inputs.transfer_per_byte_same_host_s[0])
         for f in fixed:
