@@ -53,19 +53,19 @@ def drift_line(
     speed: dict[str, Any], raw: dict[str, Any], raw_period: dict[str, Any] | None = None
 ) -> str:
     """How the machine's speed compared with the reference, and the figures as measured."""
+    pct = speed["slower_pct"]
+    ran = f"{abs(pct):.1f} % {'slower' if pct >= 0 else 'faster'}"
     if speed["reference"] == "calibration":
         how = (
-            f"the machine ran {abs(speed['slower_pct']):.1f} % "
-            f"{'slower' if speed['slower_pct'] >= 0 else 'faster'} than at calibration "
+            f"the machine ran {ran} than at calibration "
             f"(the whole network alone: {speed['probe_ms']:.1f} ms against "
             f"{speed['reference_ms']:.1f} ms then)"
         )
     elif speed["reference"] == "calibrated networks":
         how = (
             "calibration did not probe this network: the networks it did "
-            f"({', '.join(speed['networks'])}), probed beside the runs, ran "
-            f"{abs(speed['slower_pct']):.1f} % {'slower' if speed['slower_pct'] >= 0 else 'faster'}"
-            f" than then, so runs are brought to {speed['reference_ms']:.1f} ms of this network "
+            f"({', '.join(speed['networks'])}), probed beside the runs, ran {ran} than then, "
+            f"so runs are brought to {speed['reference_ms']:.1f} ms of this network "
             f"alone (its median probe: {speed['probe_ms']:.1f} ms)"
         )
     else:
