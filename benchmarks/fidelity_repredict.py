@@ -16,11 +16,14 @@ it prints the latency MAPE, the share within 10 %, the period MAPE and the mean 
 per kind of mapping: as run, with ``--coefficients FILE``, and with every type's
 ``transfer_fixed_s`` set to each of ``--transfer-fixed-ms`` (everything else as run).
 
-With ``--drift``, each of those is judged three ways where the run probed the machine's speed
-(``dse.runtime.probe``): as measured, each round brought to the reference by its own probe
-(what ``dse.fidelity`` reports), and every round by one factor, the reference over the run's
-median probe (the drift between calibration and the run only). The reference is the
-coefficients' ``speed_reference`` for the network, else the run's median probe.
+With ``--drift``, each of those is judged four ways where the run probed the machine's speed
+(``dse.runtime.probe``): as measured; each round brought to the reference by its own probe,
+the devices' work scaled and transfers kept (the model's slowdown of the mapping, what
+``dse.fidelity`` reports); each round wholly scaled by its probe (the rule before
+2026-12-03); and every round wholly by one factor, the reference over the run's median probe
+(the drift between calibration and the run only). The reference is the coefficients'
+``speed_reference`` for the network, else the one the run took from the calibrated networks,
+else the run's median probe.
 """
 
 from __future__ import annotations
@@ -37,14 +40,15 @@ from hydra import compose, initialize_config_dir
 from dse import app
 from dse.cli import fail
 from dse.config import register
-from dse.fidelity.measure import speed_reference
+from dse.fidelity.measure import slowdown, speed_reference
 from dse.fidelity.settings import settings_from
 from dse.fidelity.statistics import by_kind, stats
 from dse.fidelity.workflow import draw
+from dse.mapping import Mappings
 from dse.net import Net
 from dse.objectives import OBJECTIVES
 from dse.paths import CONF_DIR
-from dse.runtime.measurements import scaled_rounds
+from dse.runtime.measurements import Slowdown, scaled_rounds
 from models_analytical.model import AnalyticalModel, Evaluation
 
 
@@ -82,19 +86,32 @@ def run_probe(rounds: dict) -> float:
     return float(np.median(np.concatenate(rounds["probes"])))
 
 
-def judged(rounds: dict, reference: float) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """(latencies, periods) as measured, per round by its probe (as dse.fidelity takes it out,
-    :func:`dse.runtime.measurements.scaled_rounds`), and by the run's median probe."""
+def judged(
+    rounds: dict, reference: float, slowdowns: list[Slowdown]
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """(latencies, periods) as measured; per round by its probe, by each mapping's slowdown
+    (as dse.fidelity takes it out, :func:`dse.runtime.measurements.scaled_rounds`) and wholly;
+    and wholly by the run's median probe."""
     whole_run = run_probe(rounds)
+
+    def work(r, p, s, which):  # noqa: ANN001, ANN202
+        return scaled_rounds(r, p, reference, s, which)["median_adjusted"]
+
     rules = {
-        "as measured": lambda r, p: np.median(r),
-        "drift out per round": lambda r, p: scaled_rounds(r, p, reference)["median_adjusted"],
-        "drift out by run median": lambda r, p: np.median(r) * reference / whole_run,
+        "as measured": lambda r, p, s, w: np.median(r),
+        "drift out of the work per round": work,
+        "drift out wholly per round": lambda r, p, s, w: work(r, p, lambda f: (f, f), w),
+        "drift out wholly by run median": lambda r, p, s, w: np.median(r) * reference / whole_run,
     }
     return {
         name: tuple(
-            np.array([rule(r, p) for r, p in zip(rounds[k], rounds["probes"], strict=True)])
-            for k in ("lat", "per")
+            np.array(
+                [
+                    rule(r, p, s, which)
+                    for r, p, s in zip(rounds[k], rounds["probes"], slowdowns, strict=True)
+                ]
+            )
+            for which, k in enumerate(("lat", "per"))
         )
         for name, rule in rules.items()
     }
@@ -106,6 +123,7 @@ class Judge:
     under each drift rule (:func:`judged`) where ``rounds`` are given."""
 
     net: Net
+    mappings: Mappings
     kinds: list[str]
     measured: np.ndarray
     period: np.ndarray
@@ -124,7 +142,8 @@ class Judge:
             reference = self.held_out_ms
         if reference is None:
             reference = run_probe(self.rounds)
-        for rule, (lat, per) in judged(self.rounds, reference).items():
+        slowdowns = [slowdown(model, self.mappings.take(i)) for i in range(len(self.kinds))]
+        for rule, (lat, per) in judged(self.rounds, reference, slowdowns).items():
             print(summary(f"{name}, {rule}", ev, self.kinds, lat, per))
 
 
@@ -173,7 +192,7 @@ def main() -> None:
         held_out = (
             speed.get("reference_ms") if speed.get("reference") == "calibrated networks" else None
         )
-        judge = Judge(net, kinds, measured, period, rounds, held_out)
+        judge = Judge(net, mappings, kinds, measured, period, rounds, held_out)
         judge.show("as run", ev, model)
         if args.coefficients:
             with initialize_config_dir(str(CONF_DIR), version_base="1.3"):

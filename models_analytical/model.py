@@ -292,6 +292,23 @@ class AnalyticalModel:
         )
         return other
 
+    def with_compute_slower(self, factor: float) -> AnalyticalModel:
+        """This model with every device's own work (its layers, its sub-model runs and their
+        copies in and out) taking ``factor`` times as long and every transfer as it is: the
+        machine running ``factor`` times slower than when it was calibrated, on cores whose
+        links keep their rates (how a fidelity run takes the machine's drift out,
+        :mod:`dse.fidelity.measure`)."""
+        other = copy.copy(self)
+        i, f = self.inputs, float(factor)
+        other.inputs = i._replace(
+            t_work=i.t_work * f,
+            t_fixed=i.t_fixed * f,
+            segment_run_s=i.segment_run_s * f,
+            segment_in_per_byte_s=i.segment_in_per_byte_s * f,
+            segment_out_per_byte_s=i.segment_out_per_byte_s * f,
+        )
+        return other
+
     def device_speed(self) -> np.ndarray:
         """[L, D] relative throughput of each device on each layer: 1 / its modelled work time
         (1 where a layer costs no work), for sizing a split layer's parts to its devices."""

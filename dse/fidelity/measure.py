@@ -18,9 +18,16 @@ from dse.files import temporary_files
 from dse.mapping import Mappings
 from dse.net import Net, zoo
 from dse.net.load import load_net
+from dse.objectives import OBJECTIVES
 from dse.runtime.comparison import with_prediction, write_comparison
 from dse.runtime.measure import check_gpus, deploy, measure_interleaved
-from dse.runtime.measurements import Measurement, probe_times, start_rss_mb, take_out_drift
+from dse.runtime.measurements import (
+    Measurement,
+    Slowdown,
+    probe_times,
+    start_rss_mb,
+    take_out_drift,
+)
 from dse.runtime.mpirun import Launcher
 from dse.runtime.package import SUBMODELS
 from dse.runtime.probe import CalibratedSpeed, FileProbe, SpeedProbe, probe_threads, speed_probe
@@ -128,6 +135,26 @@ def drift(now: float, reference: float | None, level: CalibratedSpeed | None) ->
     return speed
 
 
+def slowdown(model: AnalyticalModel, mapping: Mappings) -> Slowdown:
+    """How much longer ``mapping`` (one) takes in ``model`` with the machine ``f`` times
+    slower than at calibration: its latency and period with every device's own work ``f``
+    times as long and its transfers as they were, over those at calibration. The speed probe
+    times a core, and a shaped link, a wire or a radio does not follow its core: a mapping
+    whose time is half transfers slows by half as much."""
+    at_calibration = model.evaluate(mapping)
+    latency = float(at_calibration.latency_s[0])
+    period = float(OBJECTIVES["period"].values(at_calibration)[0])
+
+    def factors(f: float) -> tuple[float, float]:
+        ev = model.with_compute_slower(f).evaluate(mapping)
+        return (
+            float(ev.latency_s[0]) / latency,
+            float(OBJECTIVES["period"].values(ev)[0]) / period,
+        )
+
+    return factors
+
+
 @dataclass(frozen=True)
 class Measured:
     """Each mapping's merged measurement with the prediction beside it (or why it failed),
@@ -153,8 +180,8 @@ def measure(
     each round in a new random order (a slow spell of the machine then hits one round of
     every mapping instead of every round of one); each mapping's merged measurements with the
     prediction beside them, written to its ``comparison.json``. With ``s.probe`` each run is
-    brought to the calibration's probe of the network, or without one to this run's median
-    probe (:mod:`dse.runtime.probe`).
+    brought to the machine's speed in the calibration (:func:`drift`; :mod:`dse.runtime.probe`),
+    by the model's slowdown of that mapping (:func:`slowdown`).
     With ``s.stream`` each run then measures the pipelined period too (its median over the
     rounds). Sub-models are deleted at the end unless ``s.keep``. ``tick`` after each
     deployment and each run; ``launcher``: how the ranks start (default: on the platform's
@@ -201,7 +228,9 @@ def measure(
         for (p, d), result in zip(dirs, merged, strict=True):
             if result.get("status") == "ok":
                 if speed is not None:
-                    result = take_out_drift(result, speed["reference_ms"])
+                    result = take_out_drift(
+                        result, speed["reference_ms"], slowdown(model, mappings.take(p))
+                    )
                 result = with_prediction(result, model, mappings.take(p))
             write_comparison(d, result)
             results[p] = result

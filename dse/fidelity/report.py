@@ -82,7 +82,8 @@ def drift_line(
     return (
         f"{how}; as measured, latency MAPE {raw['mape_pct']:.1f} %, within 10 % "
         f"{raw['within_10_pct']:.0f} %, spearman {raw['spearman']:.2f}{period}; the figures "
-        "below (by kind and the summary) take the drift out of every run"
+        "below (by kind and the summary) take the drift out of every run, out of each "
+        "device's own work (a transfer keeps its time)"
     )
 
 

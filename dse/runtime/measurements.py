@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
@@ -37,8 +38,19 @@ class Stats(TypedDict):
     p90: float
 
 
+#: How much longer a run takes with the machine ``f`` times slower than at the reference:
+#: its (latency, pipelined period) over theirs at the reference (:func:`take_out_drift`).
+Slowdown = Callable[[float], tuple[float, float]]
+
+
+def whole(f: float) -> tuple[float, float]:
+    """The slowdown of a run whose every part slows with the machine."""
+    return f, f
+
+
 class Drift(TypedDict):
-    """Each round brought to the reference speed: ``round x reference_ms / its probe``."""
+    """Each round brought to the reference speed: the round over its slowdown at ``its probe
+    / reference_ms`` (:data:`Slowdown`; its whole time: ``round x reference_ms / its probe``)."""
 
     reference_ms: float
     probe_ms: float
@@ -266,26 +278,36 @@ def merge_runs(results: list[Measurement]) -> Measurement:
     return merged
 
 
-def take_out_drift(merged: Measurement, reference_ms: float) -> Measurement:
-    """``merged`` with ``latency_ms.drift``: each round's median scaled by ``reference_ms`` over
-    the speed probe beside it (:mod:`dse.runtime.probe`), i.e. the latency the run would have
-    had with the machine at the reference's speed, and the median of those; likewise
-    ``stream.drift`` for each round's pipelined period. Without probes, ``merged``
-    unchanged."""
+def take_out_drift(
+    merged: Measurement, reference_ms: float, slowdown: Slowdown = whole
+) -> Measurement:
+    """``merged`` with ``latency_ms.drift``: each round's median divided by how much longer
+    the run takes with the machine ``its probe / reference_ms`` times slower (the speed probe
+    beside it, :mod:`dse.runtime.probe`; ``slowdown``'s latency factor, by default that ratio
+    itself), i.e. the latency the run would have had with the machine at the reference's
+    speed, and the median of those; likewise ``stream.drift`` for each round's pipelined
+    period (``slowdown``'s period factor). Without probes, ``merged`` unchanged."""
     lat = merged.get("latency_ms") or {}
     probes = lat.get("rounds_probe_ms")
     if not probes:
         return merged
-    lat["drift"] = scaled_rounds(lat["rounds_ms"], probes, reference_ms)
+    lat["drift"] = scaled_rounds(lat["rounds_ms"], probes, reference_ms, slowdown, 0)
     stream = merged.get("stream")
     if stream and len(stream.get("rounds_ms", ())) == len(probes):
-        stream["drift"] = scaled_rounds(stream["rounds_ms"], probes, reference_ms)
+        stream["drift"] = scaled_rounds(stream["rounds_ms"], probes, reference_ms, slowdown, 1)
     return merged
 
 
-def scaled_rounds(rounds: list[float], probes: list[float], reference_ms: float) -> dict[str, Any]:
-    """Each round brought to the reference's speed, and their median."""
-    adjusted = [m * reference_ms / p for m, p in zip(rounds, probes, strict=True)]
+def scaled_rounds(
+    rounds: list[float],
+    probes: list[float],
+    reference_ms: float,
+    slowdown: Slowdown = whole,
+    which: int = 0,
+) -> dict[str, Any]:
+    """Each round brought to the reference's speed (over ``slowdown``'s factor ``which``: 0
+    latency, 1 period), and their median."""
+    adjusted = [m / slowdown(p / reference_ms)[which] for m, p in zip(rounds, probes, strict=True)]
     return {
         "reference_ms": round(float(reference_ms), 4),
         "probe_ms": round(float(np.median(probes)), 4),

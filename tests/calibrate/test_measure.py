@@ -85,6 +85,11 @@ def test_drift_is_taken_out_of_each_round_by_its_probe() -> None:
     take_out_drift(streamed, 100.0)
     assert streamed["stream"]["drift"]["rounds_adjusted_ms"] == [10, 8, 7]
     assert measured_period_ms(streamed) == 8 and streamed["stream"]["period_ms"] == 7
+    # a run half of whose latency follows the machine (its period wholly): 0.5, 1.5 and 1.0
+    # times slower -> latency factors 0.75, 1.25 and 1 -> 13.33, 24 and 24 ms (median 24)
+    half = take_out_drift(streamed, 100.0, lambda f: (1 + (f - 1) / 2, f))
+    assert half["latency_ms"]["drift"]["rounds_adjusted_ms"] == pytest.approx([13.3333, 24, 24])
+    assert measured_latency_ms(half) == 24 and measured_period_ms(half) == 8
     # a run without its probe after it (Ctrl-C came during that probe): nothing is scaled
     partial = merge_runs([run(10, [50, 50]), run(12, [50])])
     assert "rounds_probe_ms" not in partial["latency_ms"]

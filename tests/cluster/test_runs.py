@@ -409,17 +409,16 @@ def test_an_oom_kill_fails_its_mapping_and_the_others_go_on(capped, tmp_path: Pa
     )
     # the boards are this machine's cores: probed between runs. Calibration did not probe
     # this network, so each round's period is brought to this run's median probe over how
-    # much slower MobileNetV2 ran than then (by hand here)
+    # much slower MobileNetV2 ran than then (by hand here): the boards' work that many times
+    # faster, the image crossing from tb0 in its own time, so each round lands between itself
+    # and itself wholly scaled (the median of two rounds is their mean)
     speed = measured.speed
     assert speed["reference"] == "calibrated networks" and speed["networks"] == ["mobilenetv2"]
     assert speed["slower_pct"] > 300 and speed["reference_ms"] < speed["probe_ms"] / 4
-    by_hand = np.median(
-        np.array(second["stream"]["rounds_ms"])
-        * measured.speed["reference_ms"]
-        / np.array(second["latency_ms"]["rounds_probe_ms"])
-    )
+    rounds = np.array(second["stream"]["rounds_ms"])
+    whole = rounds * speed["reference_ms"] / np.array(second["latency_ms"]["rounds_probe_ms"])
     adjusted = second["comparison"]["period_adjusted_ms"]["measured"]
-    assert adjusted == pytest.approx(by_hand, rel=1e-3)
+    assert whole.mean() < adjusted < rounds.mean()
     assert left_on_boards(state) == []
 
 

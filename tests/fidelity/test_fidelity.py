@@ -15,17 +15,20 @@ from onnx import helper
 
 import tests.helpers.onnx_factory as onnx_factory
 from dse.fidelity.choose import by_rows, random_kinds
-from dse.fidelity.measure import memory_baseline, speed_reference
+from dse.fidelity.measure import memory_baseline, slowdown, speed_reference
 from dse.fidelity.plot import plot
 from dse.fidelity.report import baseline_line, figures, messages
 from dse.fidelity.statistics import by_kind, points, repeatability, stats
-from dse.mapping import Mappings, check, random_mappings
+from dse.mapping import Mappings, check, from_device_lists, random_mappings
 from dse.mapping.build import ROW_KINDS
 from dse.net import load_net
 from dse.net.build import build_graph
 from dse.paths import CONF_DIR
+from models_analytical.model import AnalyticalModel
 from tests.helpers.calibrate import platform_localhost
 from tests.helpers.cli import run_module
+from tests.helpers.platforms import coefficients
+from tests.model.test_links import boards, fork_join
 
 
 def test_fidelity_statistics_by_hand() -> None:
@@ -312,6 +315,19 @@ def test_the_speed_runs_are_brought_to() -> None:
                                            "slower_pct": 0.0}  # fmt: skip
 
 
+def test_a_mapping_slows_with_the_machine_only_in_its_devices_work() -> None:
+    """The model's slowdown of a mapping at a machine twice as slow: 2 for one device (every
+    second is work); 14 / 11 for a fork across three boards, whose 8 s of transfers keep their
+    time (the schedules: tests/model/test_links.py)."""
+    g = fork_join()
+    model = AnalyticalModel(g, boards([1, 1, 1]), coefficients())
+    alone = slowdown(model, from_device_lists(g, 3, [[[0]] * 4]))
+    assert alone(2.0) == pytest.approx((2.0, 2.0)) and alone(1.0) == pytest.approx((1.0, 1.0))
+    fork = slowdown(model, from_device_lists(g, 3, [[[0], [1], [2], [0]]]))
+    assert fork(2.0)[0] == pytest.approx(14 / 11) and fork(0.5)[0] == pytest.approx(9.5 / 11)
+    assert 1.0 < fork(2.0)[1] < 2.0  # the period: the devices' work and the links in turn
+
+
 def test_fidelity_compares_the_runtime_memory_baseline_with_calibration() -> None:
     """The median start RSS over every rank of the runs, beside calibration's; moved by more
     than 5 % it is reported as carried by every memory prediction, with the fix."""
@@ -413,17 +429,27 @@ def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> 
     assert "repeatability" in res.stdout
     # every run is brought to the speed of the coefficients' probe of alexnet (40 ms)
     assert doc["drift"]["reference"] == "calibration" and doc["drift"]["reference_ms"] == 40.0
-    probes = []
+    # each round's devices' work is brought to that speed by the probe beside it, transfers
+    # keep their time: each round between itself as measured and itself wholly scaled, and
+    # wholly scaled where nothing crosses devices (the median of two rounds is their mean)
+    probes, crossing = [], 0
     for row in rows:
-        lat = json.loads((out / "phase2" / row["mapping"] / "comparison.json").read_text())
-        lat = lat["latency_ms"]
+        compared = json.loads((out / "phase2" / row["mapping"] / "comparison.json").read_text())
+        lat = compared["latency_ms"]
         probes += lat["rounds_probe_ms"]
-        by_hand = np.median(np.array(lat["rounds_ms"]) * 40.0 / np.array(lat["rounds_probe_ms"]))
-        assert float(row["latency_adjusted_ms"]) == pytest.approx(by_hand, rel=1e-3)
-        periods = json.loads((out / "phase2" / row["mapping"] / "comparison.json").read_text())
-        periods = np.array(periods["stream"]["rounds_ms"])  # each round's, by its probe too
-        by_hand = np.median(periods * 40.0 / np.array(lat["rounds_probe_ms"]))
-        assert float(row["period_adjusted_ms"]) == pytest.approx(by_hand, rel=1e-3)
+        alone = not any(compared["predicted"]["bytes_sent"].values())
+        crossing += not alone
+        streamed = compared["stream"]["rounds_ms"]
+        for rounds, column in ((lat["rounds_ms"], "latency_adjusted_ms"),
+                               (streamed, "period_adjusted_ms")):  # fmt: skip
+            rounds = np.array(rounds)
+            whole = rounds * 40.0 / np.array(lat["rounds_probe_ms"])
+            adjusted = float(row[column])
+            if alone:
+                assert adjusted == pytest.approx(np.median(whole), rel=1e-3)
+            lo, hi = np.minimum(rounds, whole).mean(), np.maximum(rounds, whole).mean()
+            assert lo * (1 - 1e-3) <= adjusted <= hi * (1 + 1e-3)
+    assert crossing  # a mapping across both devices was drawn: its transfers kept their time
     slower = (np.median(probes) / 40.0 - 1) * 100
     assert doc["drift"]["slower_pct"] == pytest.approx(slower, abs=0.1)
     assert "than at calibration" in res.stdout

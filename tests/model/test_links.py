@@ -82,6 +82,26 @@ def test_a_board_sending_two_parts_at_once_sends_them_through_its_port_one_after
     assert ev.bytes_sent[0].tolist() == pytest.approx([8e6, 4e6, 4e6])
 
 
+def test_a_slower_machine_slows_the_devices_work_and_not_the_links():
+    # every Relu 2 s instead of 1, every transfer still 4 s. One device: 4 s -> 8 s.
+    # pairs: a 0-2; both sends 2-6; b, c 6-8; both back 8-12; j 12-14 (11 s as it was).
+    # switched: a 0-2; h0's port a->h1 2-6, a->h2 6-10; b 6-8, c 10-12; b->h0 8-12,
+    # c->h0 12-16; j 16-18 (15 s). Half as slow: 0.5 + 4 + 0.5 + 4 + 0.5 on pairs.
+    g = fork_join()
+    cases = [
+        (boards([1]), [[0]] * 4, {1.0: 4, 2.0: 8}),
+        (boards([1, 1, 1]), [[0], [1], [2], [0]], {1.0: 11, 2.0: 14, 0.5: 9.5}),
+        (boards([1, 1, 1], "switched"), [[0], [1], [2], [0]], {1.0: 15, 2.0: 18}),
+    ]
+    for plat, devices, by_hand in cases:
+        model = AnalyticalModel(g, plat, coefficients())
+        mapping = from_device_lists(g, len(plat), [devices])
+        for slower, seconds in by_hand.items():
+            ev = model.with_compute_slower(slower).evaluate(mapping)
+            assert float(ev.latency_s[0]) == pytest.approx(seconds)
+        assert float(model.evaluate(mapping).latency_s[0]) == pytest.approx(by_hand[1.0])
+
+
 def test_a_port_goes_both_ways_at_once():
     # a h0, b h1, c h0, d h2, e h1, j h1. a 0-1; a->h1 1-5; c 1-2 (h0); b 5-6; b->h2 6-10
     # (h1's egress); c->h1 (h0's egress, h1's ingress, both free at 5) 5-9, while h1 sends;
