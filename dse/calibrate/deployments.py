@@ -35,6 +35,7 @@ from dse.platform import Platform
 from dse.runtime.measure import deploy, measure_interleaved
 from dse.runtime.measurements import (
     Measurement,
+    disagree,
     measured_latency_ms,
     probe_times,
     start_rss_mb,
@@ -317,17 +318,11 @@ def run_rounds(
         return results
 
     results = rounds(dirs)
-    again = [i for i, r in enumerate(results) if disagree(r)]
+    again = [i for i, r in enumerate(results) if disagree(r, DISAGREE)]
     if again:
         for i, second in zip(again, rounds([dirs[i] for i in again]), strict=True):
             results[i] = steadier(results[i], second)
     return results
-
-
-def disagree(result: Measurement) -> bool:
-    """A measured deployment whose rounds disagree (:data:`DISAGREE`)."""
-    lat = result.get("latency_ms") or {}
-    return result.get("status") == "ok" and lat.get("round_spread", 0.0) > DISAGREE
 
 
 def steadier(first: Measurement, second: Measurement) -> Measurement:

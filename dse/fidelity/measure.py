@@ -33,6 +33,11 @@ from dse.runtime.package import SUBMODELS
 from dse.runtime.probe import CalibratedSpeed, FileProbe, SpeedProbe, probe_threads, speed_probe
 from models_analytical.model import AnalyticalModel
 
+#: A mapping whose rounds' medians span more than this share of their median runs one round
+#: more, after every mapping's rounds: one slow spell (a single-device GoogLeNet mapping once
+#: took 87 ms in one round and 29 ms in the other) is then outvoted by the median of three.
+AGAIN_ABOVE = 0.10
+
 
 def finite_number(value: Any) -> float | None:
     """``value`` as a float where it is a finite number (not a bool): a note of the
@@ -164,6 +169,7 @@ class Measured:
     interrupted: bool
     speed: dict[str, Any] | None
     memory_baseline: dict[str, Any] | None = None  # :func:`memory_baseline`
+    ran_again: list[str] | None = None  # the mappings whose rounds disagreed (AGAIN_ABOVE)
 
 
 def measure(
@@ -178,7 +184,8 @@ def measure(
 ) -> Measured:
     """Deploy every mapping into ``out/phase2/<label>``, then run them all ``s.rounds`` times,
     each round in a new random order (a slow spell of the machine then hits one round of
-    every mapping instead of every round of one); each mapping's merged measurements with the
+    every mapping instead of every round of one), and one round more for each mapping whose
+    rounds disagree (:data:`AGAIN_ABOVE`); each mapping's merged measurements with the
     prediction beside them, written to its ``comparison.json``. With ``s.probe`` each run is
     brought to the machine's speed in the calibration (:func:`drift`; :mod:`dse.runtime.probe`),
     by the model's slowdown of that mapping (:func:`slowdown`).
@@ -221,6 +228,7 @@ def measure(
             lambda _r, _i: tick(),
             probe if level is None or probe is None else beside(probe, level),
             launcher,
+            AGAIN_ABOVE,
         )
         probes = probe_times(merged)
         if probes:
@@ -235,4 +243,9 @@ def measure(
             write_comparison(d, result)
             results[p] = result
     ordered = [results[p] for p in range(len(labels))]
-    return Measured(ordered, interrupted, speed, memory_baseline(model, merged))
+    again = [
+        label
+        for label, r in zip(labels, ordered, strict=True)
+        if len((r.get("latency_ms") or {}).get("rounds_ms", ())) > s.rounds
+    ]
+    return Measured(ordered, interrupted, speed, memory_baseline(model, merged), again)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dse.fidelity.measure import AGAIN_ABOVE
 from dse.fidelity.statistics import (
     Point,
     by_kind,
@@ -134,6 +135,14 @@ def messages(doc: dict[str, Any], out: Path) -> list[str]:
                 if spread is not None and rounds > 1
                 else ""
             )
+        )
+    again = doc.get("ran_again") or []
+    if again:
+        lines.append(
+            f"{len(again)} mapping(s) whose rounds disagreed by more than "
+            f"{AGAIN_ABOVE * 100:.0f} % ran one round more, the median of all kept: "
+            + ", ".join(again[:5])
+            + (", ..." if len(again) > 5 else "")
         )
     for name, key in (
         ("as measured", "repeatability"),

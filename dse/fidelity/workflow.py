@@ -83,9 +83,13 @@ def run_fidelity(cfg: DictConfig, tell: Callable[..., None]) -> FidelityReport:
     chosen = draw(cfg, net, model, s)
     tell(f"measuring {len(chosen.labels)} mappings of {net.name} on {platform.name} into {out}")
     bar = tqdm(total=len(chosen.labels) * (s.rounds + 1), desc="fidelity", unit="run")
-    measured = measure(
-        out, net, model, chosen.mappings, chosen.labels, s, lambda: bar.update(1), launcher
-    )
+
+    def tick() -> None:  # a mapping whose rounds disagree runs one more: the total grows
+        if bar.n >= bar.total:
+            bar.total = bar.n + 1
+        bar.update(1)
+
+    measured = measure(out, net, model, chosen.mappings, chosen.labels, s, tick, launcher)
     bar.close()
     rows = [
         {**csv_row(label, result), "kind": kind}
@@ -128,6 +132,7 @@ def run_fidelity(cfg: DictConfig, tell: Callable[..., None]) -> FidelityReport:
         "round_spread_pct": f["round_spread_pct"],
         "repeatability": f["repeatability"],
         "repeatability_adjusted": f["repeatability_adjusted"],
+        "ran_again": measured.ran_again,
         "interrupted": measured.interrupted,
     }
     # strict JSON (a figure that could not be computed is null, never NaN), written atomically

@@ -20,6 +20,7 @@ from dse.runtime.equivalence import reference_outputs
 from dse.runtime.launch import launch
 from dse.runtime.measurements import (
     Measurement,
+    disagree,
     failed,
     merge_runs,
 )
@@ -114,6 +115,7 @@ def measure_interleaved(
     on_run: Callable[[int, int], None] | None = None,
     probe: Callable[[], float] | None = None,
     launcher: Launcher | None = None,
+    again_above: float | None = None,
 ) -> tuple[list[Measurement], bool]:
     """Run every deployment ``rounds`` times, each round in a new random order; their merged
     measurements (:func:`merge_runs`) in the order given, and whether Ctrl-C cut the rounds
@@ -121,28 +123,38 @@ def measure_interleaved(
     deployment that failed is not run again. ``on_run(round, index)`` follows each run.
     ``probe`` (:class:`dse.runtime.probe.SpeedProbe`) is timed before the first run and after
     each one: a run's ``probe_ms`` holds the probes on either side of it. ``launcher``: how
-    the ranks start (default: on the platform's hosts by name)."""
+    the ranks start (default: on the platform's hosts by name). ``again_above``: each
+    deployment whose rounds then disagree (:func:`disagree`) runs one round more, after all
+    the others' (round number ``rounds``): a slow spell that hit one of two rounds is
+    outvoted by the median of three."""
     runs: list[list[Measurement]] = [[] for _ in directories]
     interrupted = False
+    last = None
+
+    def run(rnd: int, i: int) -> None:
+        nonlocal last
+        try:
+            result = launch(directories[i], timeout_s, warmup, iterations, launcher=launcher)
+        except DseError as exc:  # a deployment that cannot run: failed, the others go on
+            result = failed(str(exc))
+        runs[i].append(result)  # kept even if Ctrl-C comes during the probe after it
+        if probe is not None:
+            now = probe()
+            result["probe_ms"] = [round(last, 4), round(now, 4)]
+            last = now
+        if on_run is not None:
+            on_run(rnd, i)
+
     try:
         last = probe() if probe is not None else None
         for rnd in range(rounds):
             for i in rng.permutation(len(directories)).tolist():
-                if runs[i] and runs[i][-1].get("status") != "ok":
-                    continue
-                try:
-                    result = launch(
-                        directories[i], timeout_s, warmup, iterations, launcher=launcher
-                    )
-                except DseError as exc:  # a deployment that cannot run: failed, the others go on
-                    result = failed(str(exc))
-                runs[i].append(result)  # kept even if Ctrl-C comes during the probe after it
-                if probe is not None:
-                    now = probe()
-                    result["probe_ms"] = [round(last, 4), round(now, 4)]
-                    last = now
-                if on_run is not None:
-                    on_run(rnd, i)
+                if not runs[i] or runs[i][-1].get("status") == "ok":
+                    run(rnd, i)
+        if again_above is not None:
+            for i in rng.permutation(len(directories)).tolist():
+                if disagree(merge_runs(runs[i]), again_above):
+                    run(rounds, i)
     except KeyboardInterrupt:
         interrupted = True
     merged = [merge_runs(r) if r else failed("interrupted before it ran") for r in runs]

@@ -278,6 +278,13 @@ def merge_runs(results: list[Measurement]) -> Measurement:
     return merged
 
 
+def disagree(merged: Measurement, above: float) -> bool:
+    """A measured deployment (merged runs) whose rounds' medians span more than ``above`` of
+    their median (``round_spread``)."""
+    lat = merged.get("latency_ms") or {}
+    return merged.get("status") == "ok" and lat.get("round_spread", 0.0) > above
+
+
 def take_out_drift(
     merged: Measurement, reference_ms: float, slowdown: Slowdown = whole
 ) -> Measurement:

@@ -127,6 +127,34 @@ def test_interleaved_runs_have_a_probe_on_either_side(monkeypatch, tmp_path) -> 
         assert merged[i]["latency_ms"]["rounds_probe_ms"] == [k + 0.5 for k in ks]
 
 
+def test_a_deployment_whose_rounds_disagree_runs_one_round_more(monkeypatch, tmp_path) -> None:
+    """again_above 0.10: a's rounds 10 and 10.5 ms agree (5 %); b's 10 and 20 disagree, so
+    b runs a third time after both rounds of both, and keeps the median of 10, 20 and 11
+    (11); c failed and runs no more."""
+    times = {"a": iter([10.0, 10.5]), "b": iter([10.0, 20.0, 11.0])}
+    order: list = []
+    rounds: list = []
+
+    def launch(d, *args, launcher=None):  # noqa: ANN001, ANN002, ANN202
+        order.append(d.name)
+        if d.name == "c":
+            return {"status": "failed", "reason": "no"}
+        ms = next(times[d.name])
+        return {"status": "ok", "latency_ms": {"median": ms, "all": [ms]}}
+
+    monkeypatch.setattr(measure, "launch", launch)
+    merged, interrupted = measure.measure_interleaved(
+        [tmp_path / x for x in "abc"], 2, 0, 1, 1.0, np.random.default_rng(0),
+        on_run=lambda r, i: rounds.append((r, i)), again_above=0.10,
+    )  # fmt: skip
+    assert not interrupted and order.count("a") == 2 and order.count("c") == 1
+    assert order[-1] == "b" and order.count("b") == 3 and rounds[-1] == (2, 1)
+    assert merged[1]["latency_ms"]["rounds_ms"] == [10.0, 20.0, 11.0]
+    assert merged[1]["latency_ms"]["median"] == 11.0
+    assert merged[0]["latency_ms"]["rounds_ms"] == [10.0, 10.5]
+    assert merged[2]["status"] == "failed"
+
+
 def test_ctrl_c_during_a_probe_keeps_the_run_before_it(monkeypatch, tmp_path) -> None:
     order: list = []
     calls = iter(range(100))
