@@ -289,7 +289,9 @@ class FidelityConfig(BaseConfig):
     mappings: int = 30  # how many (front bests and spread, then random of every kind)
     warmup: int = 2
     iterations: int = 5  # per round
-    rounds: int = 5  # every mapping runs once per round, rounds in random orders (interleaved)
+    # every mapping runs once per round, rounds in random orders (interleaved); one whose
+    # rounds' medians lie more than 10 % apart runs one round more at the end
+    rounds: int = 5
     keep: bool = False  # keep the sub-models (else only plans and measurements stay)
     probe: bool = True  # time the whole net alone beside each run: the machine's speed drift
     timeout_s: float = TIMEOUT_S

@@ -403,7 +403,8 @@ def test_an_oom_kill_fails_its_mapping_and_the_others_go_on(capped, tmp_path: Pa
     )
     first, second = measured.results
     assert first["status"] == "failed" and first["reason"].startswith(cause + "; ")
-    assert second["status"] == "ok" and len(second["stream"]["rounds_ms"]) == 2
+    again = measured.ran_again == ["roomy"]  # its rounds lay more than 10 % apart: a third
+    assert second["status"] == "ok" and len(second["stream"]["rounds_ms"]) == 2 + again
     assert second["comparison"]["period_ms"]["measured"] == pytest.approx(
         np.median(second["stream"]["rounds_ms"]), abs=1e-3
     )
@@ -411,14 +412,17 @@ def test_an_oom_kill_fails_its_mapping_and_the_others_go_on(capped, tmp_path: Pa
     # this network, so each round's period is brought to this run's median probe over how
     # much slower MobileNetV2 ran than then (by hand here): the boards' work that many times
     # faster, the image crossing from tb0 in its own time, so each round lands between itself
-    # and itself wholly scaled (the median of two rounds is their mean)
+    # and itself wholly scaled
     speed = measured.speed
     assert speed["reference"] == "calibrated networks" and speed["networks"] == ["mobilenetv2"]
     assert speed["slower_pct"] > 300 and speed["reference_ms"] < speed["probe_ms"] / 4
     rounds = np.array(second["stream"]["rounds_ms"])
     whole = rounds * speed["reference_ms"] / np.array(second["latency_ms"]["rounds_probe_ms"])
-    adjusted = second["comparison"]["period_adjusted_ms"]["measured"]
-    assert whole.mean() < adjusted < rounds.mean()
+    adjusted = np.array(second["stream"]["drift"]["rounds_adjusted_ms"])
+    assert np.all(whole < adjusted) and np.all(adjusted < rounds)
+    assert second["comparison"]["period_adjusted_ms"]["measured"] == pytest.approx(
+        np.median(adjusted), rel=1e-3
+    )
     assert left_on_boards(state) == []
 
 
