@@ -412,14 +412,14 @@ def test_an_oom_kill_fails_its_mapping_and_the_others_go_on(capped, tmp_path: Pa
     # this network, so each round's period is brought to this run's median probe over how
     # much slower MobileNetV2 ran than then (by hand here): the boards' work that many times
     # faster, the image crossing from tb0 in its own time, so each round lands between itself
-    # and itself wholly scaled
+    # and itself wholly scaled (at 4 decimals, as comparison.json keeps them)
     speed = measured.speed
     assert speed["reference"] == "calibrated networks" and speed["networks"] == ["mobilenetv2"]
     assert speed["slower_pct"] > 300 and speed["reference_ms"] < speed["probe_ms"] / 4
     rounds = np.array(second["stream"]["rounds_ms"])
     whole = rounds * speed["reference_ms"] / np.array(second["latency_ms"]["rounds_probe_ms"])
     adjusted = np.array(second["stream"]["drift"]["rounds_adjusted_ms"])
-    assert np.all(whole < adjusted) and np.all(adjusted < rounds)
+    assert np.all(whole - 1e-4 <= adjusted) and np.all(adjusted <= rounds)
     assert second["comparison"]["period_adjusted_ms"]["measured"] == pytest.approx(
         np.median(adjusted), rel=1e-3
     )
