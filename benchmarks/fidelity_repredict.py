@@ -48,7 +48,7 @@ from dse.mapping import Mappings
 from dse.net import Net
 from dse.objectives import OBJECTIVES
 from dse.paths import CONF_DIR
-from dse.runtime.measurements import Slowdown, scaled_rounds
+from dse.runtime.measurements import Slowdown, scaled_rounds, whole
 from models_analytical.model import AnalyticalModel, Evaluation
 
 
@@ -100,7 +100,7 @@ def judged(
     rules = {
         "as measured": lambda r, p, s, w: np.median(r),
         "drift out of the work per round": work,
-        "drift out wholly per round": lambda r, p, s, w: work(r, p, lambda f: (f, f), w),
+        "drift out wholly per round": lambda r, p, s, w: work(r, p, whole, w),
         "drift out wholly by run median": lambda r, p, s, w: np.median(r) * reference / whole_run,
     }
     return {
