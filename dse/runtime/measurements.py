@@ -98,6 +98,8 @@ class RankFigures(TypedDict):
     # its RSS before it loads any sub-model (the interpreter, onnxruntime, MPI): the baseline
     # its peaks sit on (None where the peak could not be reset)
     rss_start_mb: float | None
+    # the part of it that maps files (libraries' pages; RssFile), None where /proc lacks it
+    rss_start_file_mb: float | None
     peak_rss_loading_mb: float | None
     peak_rss_running_mb: float | None
     peak_rss_separate: bool  # whether the running peak was measured apart from loading

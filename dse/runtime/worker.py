@@ -63,6 +63,19 @@ def peak_rss_mb() -> float | None:
     return None
 
 
+def rss_file_mb() -> float | None:
+    """The part of this process's RSS that maps files (RssFile: its libraries' pages), in MB,
+    or None where /proc does not say. How many of a library's pages a process maps depends on
+    the page cache, not only on the process."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("RssFile:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        return None
+    return None
+
+
 def reset_peak_rss() -> bool:
     """Reset VmHWM to the current RSS (Linux: write 5 to /proc/self/clear_refs)."""
     try:
@@ -279,6 +292,7 @@ def measure(
     resettable = reset_peak_rss()
     # just reset: the current RSS, before any sub-model loads (unknown where it cannot reset)
     start_rss = peak_rss_mb() if resettable else None
+    start_file = rss_file_mb()
     t0 = time.perf_counter()
     me = _load(comm, plan, directory)
     load_s = time.perf_counter() - t0
@@ -327,6 +341,7 @@ def measure(
         "runnable_ms": stats([t["runnable"] for t in timers]),
         "bytes_sent": int(timers[-1]["sent"]) if timers else 0,
         "rss_start_mb": None if start_rss is None else round(start_rss, 1),
+        "rss_start_file_mb": None if start_file is None else round(start_file, 1),
         "peak_rss_loading_mb": None if peak_load is None else round(peak_load, 1),
         "peak_rss_running_mb": None if peak_run is None else round(peak_run, 1),
         "peak_rss_separate": resettable,

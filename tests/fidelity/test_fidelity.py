@@ -412,6 +412,7 @@ def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> 
         for rank in json.loads((out / "phase2" / row["mapping"] / "comparison.json")
                                .read_text())["ranks"]:  # fmt: skip
             assert 0 < rank["rss_start_mb"] <= rank["peak_rss_loading_mb"]
+            assert 0 < rank["rss_start_file_mb"] < rank["rss_start_mb"]  # libraries' pages
             starts.append(rank["rss_start_mb"])
     assert base["start_mb"] == pytest.approx(np.median(starts), abs=0.05)
     assert all(float(r["period_measured_ms"]) > 0 for r in rows)
