@@ -52,28 +52,28 @@ from dse.runtime.waits import Waits, spin_s
 # Rank's helpers and whole_model_session are used outside ranks too.
 
 
-def peak_rss_mb() -> float | None:
-    """VmHWM of this process (MB), or None where /proc is not readable."""
+def _status_mb(field: str) -> float | None:
+    """A figure of this process's /proc/self/status in kB (``VmHWM``, ``RssFile``), in MB,
+    or None where /proc does not say."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024.0
     except OSError:
         return None
     return None
+
+
+def peak_rss_mb() -> float | None:
+    """VmHWM of this process (MB), or None where /proc is not readable."""
+    return _status_mb("VmHWM")
 
 
 def rss_file_mb() -> float | None:
     """The part of this process's RSS that maps files (RssFile: its libraries' pages), in MB,
-    or None where /proc does not say. How many of a library's pages a process maps depends on
-    the page cache, not only on the process."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("RssFile:"):
-                return int(line.split()[1]) / 1024.0
-    except OSError:
-        return None
-    return None
+    or None. How many of a library's pages a process maps depends on the page cache, not only
+    on the process."""
+    return _status_mb("RssFile")
 
 
 def reset_peak_rss() -> bool:
