@@ -20,13 +20,14 @@ from omegaconf import MISSING, OmegaConf
 
 from dse.errors import DseError
 from dse.net.zoo import NETS
+from dse.runtime.plan import ITERATIONS, WARMUP
 
 _REGISTERED = False
 #: Most parts the advanced encoding gives a layer unless ``chromosome.splits`` says otherwise.
 ADVANCED_SPLITS = 2
-#: How a deployment is measured unless a config says otherwise: warm-up and measured iterations
-#: (the thesis: 4 and 20) and the time after which a run is stopped and marked failed.
-WARMUP, ITERATIONS, TIMEOUT_S = 4, 20, 600.0
+#: The time after which a deployment's run is stopped and marked failed, unless a config says
+#: otherwise (its warm-up and measured iterations: :data:`dse.runtime.plan.WARMUP`).
+TIMEOUT_S = 600.0
 
 #: The only classes a config may name with ``_target_``.
 ALLOWED_TARGETS = frozenset(

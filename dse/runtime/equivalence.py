@@ -5,6 +5,10 @@ outputs are stored in the deployment directory (``expected.npz``, :data:`~dse.ru
 EXPECTED`), so rank 0 checks a run wherever it runs (a board need not hold the whole model).
 Outputs must agree to ``max|a - b| <= RTOL * max|b|`` (see tests/test_runtime_partition.py);
 a run whose outputs cannot be checked is not a valid measurement either.
+
+A rank imports this module for its check, so the deployment's helpers import ``dse.net`` where
+they need it: ``dse.net`` brings numba and llvmlite, whose library alone put 40-90 MB of file
+pages (as many as the page cache happened to map) into every rank's start.
 """
 
 from __future__ import annotations
@@ -20,8 +24,6 @@ import numpy as np
 import onnx
 
 from dse.errors import DseError
-from dse.net.onnx_load import fix_input_shapes
-from dse.net.zoo.materialize import cache_root
 from dse.runtime.measurements import Equivalence
 from dse.runtime.plan import Plan, input_arrays
 from dse.runtime.reader import inside
@@ -34,6 +36,8 @@ DEFINITION = "max|partitioned - whole| / max|whole| over each output"
 
 def whole_model_session(plan: Plan, path: Path, threads: int = 1) -> Any:
     """The whole model of a deployment (``plan.reference``) in one cpu session."""
+    from dse.net.onnx_load import fix_input_shapes  # not at import: see the module's docstring
+
     shape = plan.reference.input_shape if plan.reference is not None else None
     if shape is None:
         model: Any = path  # onnxruntime reads the file itself: no protobuf copy
@@ -48,6 +52,8 @@ def reference_outputs(plan: Plan, path: Path, names: list[str]) -> list[np.ndarr
     and cached (``<zoo cache>/reference/<key>.npz``): building the whole-model session took
     8 s of a 23 s VGG-16 run, and fidelity and calibration deploy each network several
     times."""
+    from dse.net.zoo.materialize import cache_root  # not at import: see the module's docstring
+
     st = path.stat()
     spec: list[Any] = [str(path.resolve()), st.st_size, st.st_mtime_ns, plan.seed]
     shape = plan.reference.input_shape if plan.reference is not None else None
