@@ -302,32 +302,28 @@ SHARED_HOST_MIN_WORK_S = 2e-3
 
 
 def fit_shared_host(
-    references: Sequence[MeasuredRun], cuts: Sequence[MeasuredRun], types: Sequence[str]
+    references: Sequence[MeasuredRun], cuts: Sequence[MeasuredRun]
 ) -> SharedHostFit:
     """Per rank of the ``cuts`` (with at least :data:`SHARED_HOST_MIN_WORK_S` of work), its
     measured compute over the model's, relative to the same over its network's one-device run
-    on a device of its type (``references``, measured in the same rounds; ``types``: each
-    device's type); the median, at least 1. A rank whose network has no such reference on its
-    type is left out. The runs' models must have the factor at 1 (the kernel multiplies a
-    device's whole busy time by it)."""
+    (``references``, measured in the same rounds); the median, at least 1. A network whose
+    reference has no such rank is left out. The runs' models must have the factor at 1 (the
+    kernel multiplies a device's whole busy time by it)."""
 
-    def ratios(r: MeasuredRun) -> list[tuple[str, float]]:
+    def ratios(r: MeasuredRun) -> list[float]:
         busy = r.model.evaluate(r.mapping).busy_s[0]
         return [
-            (types[rank.device], rank.compute_s / busy[rank.device])
+            rank.compute_s / busy[rank.device]
             for rank in r.ranks
             if busy[rank.device] > SHARED_HOST_MIN_WORK_S
         ]
 
-    base: dict[tuple[str, str], list[float]] = {}
-    for r in references:
-        for t, x in ratios(r):
-            base.setdefault((r.net, t), []).append(x)
+    base = {r.net: ratios(r) for r in references}
     rel: dict[str, list[float]] = {}
     for r in cuts:
-        for t, x in ratios(r):
-            if (r.net, t) in base:
-                rel.setdefault(r.net, []).append(x / float(np.median(base[(r.net, t)])))
+        if base.get(r.net):
+            ref = float(np.median(base[r.net]))
+            rel.setdefault(r.net, []).extend(x / ref for x in ratios(r))
     every = [x for v in rel.values() for x in v]
     factor = max(float(np.median(every)), 1.0) if every else 1.0
     return SharedHostFit(

@@ -7,8 +7,7 @@ runs them again: :data:`DISAGREE`). The first network also runs whole on a devic
 the entry, whose rank then only sends the image (:data:`ENTRY_ONLY`): the memory of a rank
 that runs no sub-model. Where those two devices are on different hosts and a host has two cpu
 devices, each network's mix also runs on those two, in rounds of its own (:data:`SAME_HOST`):
-crossings within a host cost otherwise per byte, and two devices of one host computing
-together run slower (:func:`shared_host`). A speed probe beside the runs gives the speed
+crossings within a host cost otherwise per byte. A speed probe beside the runs gives the speed
 every latency is brought to (:func:`dse.runtime.measure.take_out_drift`).
 
 The measurements become the fits' :class:`~models_analytical.calibration.MeasuredRun` beside
@@ -367,20 +366,14 @@ def measured(
 
 def shared_host(runs: Sequence[MeasuredRun], platform: Platform) -> SharedHostFit:
     """The shared-host factor (:func:`~models_analytical.calibration.fit_shared_host`) of the
-    runs whose two devices share a host, against each network's one-device runs: the
-    :data:`CUTS` where the deployments' two devices do, else each network's :data:`SAME_HOST`
-    run; 1 (not measured) where there is neither."""
+    :data:`CUTS` against each network's one-device run; 1 (not measured) where the two devices
+    the deployments use are on different hosts."""
     a, b = cut_devices(platform)
-    types = [d.type for d in platform.devices]
-    singles = [r for r in runs if is_single(r.label)]
-    if platform.devices[a].host == platform.devices[b].host:
-        return fit_shared_host(singles, [r for r in runs if r.label in CUTS], types)
-    pairs = [r for r in runs if r.label == SAME_HOST]
-    if not pairs:
-        why = "the deployments' two devices are on different hosts, and no two of one host ran"
+    if platform.devices[a].host != platform.devices[b].host:
+        why = "the deployments' two devices are on different hosts"
         return SharedHostFit(1.0, {"factor": 1.0, "why": why})
-    fit = fit_shared_host(singles, pairs, types)
-    return replace(fit, provenance={**fit.provenance, "runs": SAME_HOST})
+    singles = [r for r in runs if r.label == "single"]
+    return fit_shared_host(singles, [r for r in runs if r.label in CUTS])
 
 
 def cut_costs(deployed: Sequence[Deployed], runs: Sequence[MeasuredRun]) -> CutCosts:

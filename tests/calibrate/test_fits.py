@@ -13,7 +13,6 @@ from dse.calibrate.bands import band_rows
 from dse.calibrate.deployments import shared_host
 from dse.mapping import random_mappings, remap
 from dse.mapping import whole as whole_on
-from dse.platform import Device, Link, Platform
 from models_analytical.calibration import (
     MEMORY_COLUMNS,
     MeasuredRun,
@@ -213,42 +212,6 @@ def test_shared_host_factor_fitted_against_the_one_device_run() -> None:
         1.0,
         {"factor": 1.0, "ranks": 0, "median_per_network": {}, "p10_p90": []},
     )
-
-
-def test_shared_host_factor_from_two_devices_of_one_board() -> None:
-    """edge3's layout: the deployments' two devices on two boards, h1's two devices of their
-    own types (fast, slow). Their mixed run on h1 (``mixed-same-host``) computes 1.10x and
-    1.20x what the model says, against 1.00x and 1.05x for each type's one-device run of that
-    network: the factor is the median of 1.10 and 1.20 / 1.05 (1.1429), 1.1214; each rank
-    against its own type's run. The cuts between the boards are not read; without a
-    same-host run nothing is fitted."""
-    devices = (
-        Device("h0_cpu", "h0", "cpu", 1, 1e4, "whole"),
-        Device("h1_cpu0", "h1", "cpu", 1, 1e4, "fast"),
-        Device("h1_cpu1", "h1", "cpu", 1, 1e4, "slow"),
-    )
-    plat = Platform("b", devices, {"network": Link(0.0, 1e9), "same_host": Link(0.0, 1e10)}, 0)
-
-    def run(label: str, busy: list[float], measured: list[float]) -> MeasuredRun:
-        ev = SimpleNamespace(busy_s=np.array([busy]))
-        model = SimpleNamespace(evaluate=lambda mapping: ev)
-        ranks = tuple(
-            RankMeasurement(d, ms / 1e3, None, None) for d, ms in enumerate(measured) if ms
-        )
-        return MeasuredRun("n", label, model, None, 0.0, ranks)
-
-    runs = [
-        run("single", [0.050, 0.0, 0.0], [50.0, 0, 0]),
-        run("single:fast", [0.0, 0.040, 0.0], [0, 40.0, 0]),
-        run("single:slow", [0.0, 0.0, 0.060], [0, 0, 63.0]),
-        run("vertical", [0.030, 0.020, 0.0], [45.0, 30.0, 0]),  # between boards: not read
-        run("mixed-same-host", [0.0, 0.020, 0.030], [0, 22.0, 36.0]),
-    ]
-    fit = shared_host(runs, plat)
-    assert fit.factor == pytest.approx((1.10 + 1.20 / 1.05) / 2)
-    assert (fit.provenance["ranks"], fit.provenance["runs"]) == (2, "mixed-same-host")
-    without = shared_host(runs[:4], plat)
-    assert without.factor == 1.0 and "no two of one host ran" in without.provenance["why"]
 
 
 def test_sub_model_costs_recovered_from_synthetic_timings() -> None:
