@@ -12,9 +12,10 @@ drew them (the same network, platform and number of mappings: ``fidelity.json`` 
 ``seed=1``), and the model of the platform's coefficients as they are now (the newest
 calibration's) must predict them as the run did, else the script stops (the search, the model
 or the calibration changed since: they would not be the run's mappings or predictions). Then
-it prints the latency MAPE, the share within 10 %, the period MAPE and the mean latency error
-per kind of mapping: as run, with ``--coefficients FILE``, and with every type's
-``transfer_fixed_s`` set to each of ``--transfer-fixed-ms`` (everything else as run).
+it prints the latency MAPE, the share within 10 %, Spearman's rank correlation, the period
+MAPE and the mean latency error per kind of mapping: as run, with ``--coefficients FILE``, and
+with every type's ``transfer_fixed_s`` set to each of ``--transfer-fixed-ms`` (everything else
+as run).
 
 With ``--drift``, each of those is judged four ways where the run probed the machine's speed
 (``dse.runtime.probe``): as measured; each round brought to the reference by its own probe,
@@ -61,8 +62,9 @@ def summary(name: str, ev: Evaluation, kinds: list[str], measured, period) -> st
     bias = by_kind(list(zip(latency, measured, kinds, strict=True)))
     return (
         f"  {name:40} latency MAPE {lat['mape_pct']:4.1f} %, within 10 % "
-        f"{lat['within_10_pct']:3.0f} %, period MAPE {per['mape_pct']:4.1f} %"
-        "  by kind: " + ", ".join(f"{k} {v['bias_pct']:+.1f} %" for k, v in bias.items())
+        f"{lat['within_10_pct']:3.0f} %, spearman {lat['spearman']:.2f}, "
+        f"period MAPE {per['mape_pct']:4.1f} %  by kind: "
+        + ", ".join(f"{k} {v['bias_pct']:+.1f} %" for k, v in bias.items())
     )
 
 
