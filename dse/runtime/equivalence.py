@@ -7,7 +7,7 @@ Outputs must agree to ``max|a - b| <= RTOL * max|b|`` (see tests/test_runtime_pa
 a run whose outputs cannot be checked is not a valid measurement either.
 
 A rank imports this module for its check, so the deployment's helpers import ``dse.net`` where
-they need it: ``dse.net`` brings numba and llvmlite, whose library alone put 40-90 MB of file
+they need it: ``dse.net`` brings numba and llvmlite, whose library alone put 36-88 MB of file
 pages (as many as the page cache happened to map) into every rank's start.
 """
 

@@ -2,9 +2,9 @@
 
 A rank's memory at start is the baseline every fitted memory figure sits on. When the worker
 imported ``dse.net`` (through ``dse.config`` and the equivalence check's deployment helpers),
-every rank loaded numba and llvmlite; llvmlite's library alone put 40-90 MB of file pages into
+every rank loaded numba and llvmlite; llvmlite's library alone put 36-88 MB of file pages into
 a rank's start, as many as the page cache happened to map, and calibrations on one machine
-started their ranks 44 MB apart (docs/results/cluster.md).
+started their ranks up to 78 MB apart (docs/results/cluster.md).
 """
 
 from __future__ import annotations
