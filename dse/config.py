@@ -19,15 +19,13 @@ from typing import Any
 from omegaconf import MISSING, OmegaConf
 
 from dse.errors import DseError
-from dse.net.zoo import NETS
-from dse.runtime.plan import ITERATIONS, WARMUP
 
 _REGISTERED = False
 #: Most parts the advanced encoding gives a layer unless ``chromosome.splits`` says otherwise.
 ADVANCED_SPLITS = 2
-#: The time after which a deployment's run is stopped and marked failed, unless a config says
-#: otherwise (its warm-up and measured iterations: :data:`dse.runtime.plan.WARMUP`).
-TIMEOUT_S = 600.0
+#: How a deployment is measured unless a config says otherwise: warm-up and measured iterations
+#: (the thesis: 4 and 20) and the time after which a run is stopped and marked failed.
+WARMUP, ITERATIONS, TIMEOUT_S = 4, 20, 600.0
 
 #: The only classes a config may name with ``_target_``.
 ALLOWED_TARGETS = frozenset(
@@ -264,7 +262,7 @@ class CalibrateConfig(BaseConfig):
     (:data:`dse.calibrate.settings.QUICK`)."""
 
     # profiled networks, the zoo (layers of other networks are regressed from theirs)
-    nets: list[str] = field(default_factory=lambda: list(NETS))
+    nets: list[str] = field(default_factory=lambda: zoo_names())
     runs: int = 10  # profiled runs per network (after the warm-up runs)
     warmup: int = 2  # warm-up runs before profiling, and iterations before each deployment's
     channel_repeats: int = 15  # timed rounds of the one-Conv models (the channel block)
@@ -373,6 +371,15 @@ def check(cfg: Any) -> None:
         check_objectives(list(objectives) if OmegaConf.is_list(objectives) else objectives)
 
 
+def zoo_names() -> list[str]:
+    """The zoo's networks. ``dse.net`` is imported here, not at the top: it brings numba and
+    llvmlite, and a rank that reads the measurement defaults above must not load them (their
+    library put 36-88 MB of file pages into every rank's start)."""
+    from dse.net.zoo import NETS
+
+    return list(NETS)
+
+
 def register() -> None:
     """Register the structured configs with Hydra (once per process; the entry points do it
     through :func:`dse.cli.run` before Hydra composes a config).
@@ -396,7 +403,7 @@ def register() -> None:
     cs.store(name="base_calibrate", node=CalibrateConfig)
     cs.store(name="base_fidelity", node=FidelityConfig)
     cs.store(name="base_cluster", node=ClusterConfig)
-    for name in NETS:
+    for name in zoo_names():
         cs.store(group="net", name=name, node=NetConfig(name=name))
     cs.store(group="net", name="onnx", node=NetConfig(name="onnx", path=MISSING))
     for name, cls, splits in (

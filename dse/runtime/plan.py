@@ -37,12 +37,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from dse.config import ITERATIONS, WARMUP
 from dse.errors import DseError
-
-#: How a deployment is measured unless a config or its command line says otherwise: warm-up and
-#: measured iterations (the thesis: 4 and 20). Their home is here, not in ``dse.config``: a rank
-#: imports this module, and nothing that imports the network zoo (``dse.net`` brings numba).
-WARMUP, ITERATIONS = 4, 20
 
 PLAN_VERSION = 3
 PLAN = "plan.json"
