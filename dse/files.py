@@ -59,9 +59,13 @@ def write_bytes(path: Path, data: bytes) -> None:
 
 
 def remove_stale(directory: Path) -> None:
-    """Temporary files a killed writer left behind."""
-    for p in Path(directory).glob(".*.tmp"):
-        p.unlink(missing_ok=True)
+    """Temporary files (:func:`staged`'s) and directories (a deployment's) a killed writer left
+    anywhere under ``directory``: a run writes its best mappings' files in subdirectories."""
+    for p in sorted(Path(directory).rglob(".*.tmp"), reverse=True):  # what is inside first
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
 
 
 # --- reading a user's JSON -------------------------------------------------------

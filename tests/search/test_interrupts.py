@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dse.files import remove_stale
 from tests.helpers.cli import ROOT, as_from_a_terminal, run_module
 
 #: A run long enough to be interrupted: about 3 s of search after start-up.
@@ -289,3 +290,27 @@ def test_a_run_directory_has_one_writer(tmp_path):
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads((out / "summary.json").read_text())["generations"] == 2
+
+
+def test_a_resumed_run_removes_what_a_killed_writer_left_in_any_of_its_directories(tmp_path):
+    """A SIGKILL while the run wrote ``best_latency/mapping.json`` left its temporary file
+    there, and the resumed run, which looked only at the top directory, kept it (CI,
+    2026-12-04). Files and a deployment's temporary directory go, at any depth; the rest stays."""
+    stale = [
+        tmp_path / ".pareto.csv.a1b2.tmp",
+        tmp_path / "best_latency" / ".mapping.json.itaxx2e1.tmp",
+        tmp_path / "phase2" / ".front_0.x9y8.tmp" / "plan.json",
+    ]
+    kept = [
+        tmp_path / "pareto.csv",
+        tmp_path / "best_latency" / "mapping.json",
+        tmp_path / "best_latency" / ".hidden",
+        tmp_path / "phase2" / "front_0" / "plan.json",
+    ]
+    for p in stale + kept:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("x")
+    remove_stale(tmp_path)
+    left = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+    assert left == sorted(p.relative_to(tmp_path) for p in kept)
+    assert not (tmp_path / "phase2" / ".front_0.x9y8.tmp").exists()
