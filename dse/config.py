@@ -27,6 +27,16 @@ ADVANCED_SPLITS = 2
 #: (the thesis: 4 and 20) and the time after which a run is stopped and marked failed.
 WARMUP, ITERATIONS, TIMEOUT_S = 4, 20, 600.0
 
+
+def zoo_names() -> list[str]:
+    """The zoo's networks. ``dse.net`` is imported here, not at the top: it brings numba and
+    llvmlite, and a rank that reads the measurement defaults above must not load them (their
+    library put 36-88 MB of file pages into every rank's start)."""
+    from dse.net.zoo import NETS
+
+    return list(NETS)
+
+
 #: The only classes a config may name with ``_target_``.
 ALLOWED_TARGETS = frozenset(
     {
@@ -262,7 +272,7 @@ class CalibrateConfig(BaseConfig):
     (:data:`dse.calibrate.settings.QUICK`)."""
 
     # profiled networks, the zoo (layers of other networks are regressed from theirs)
-    nets: list[str] = field(default_factory=lambda: zoo_names())
+    nets: list[str] = field(default_factory=zoo_names)
     runs: int = 10  # profiled runs per network (after the warm-up runs)
     warmup: int = 2  # warm-up runs before profiling, and iterations before each deployment's
     channel_repeats: int = 15  # timed rounds of the one-Conv models (the channel block)
@@ -369,15 +379,6 @@ def check(cfg: Any) -> None:
     if "objectives" in cfg:
         objectives = cfg.objectives
         check_objectives(list(objectives) if OmegaConf.is_list(objectives) else objectives)
-
-
-def zoo_names() -> list[str]:
-    """The zoo's networks. ``dse.net`` is imported here, not at the top: it brings numba and
-    llvmlite, and a rank that reads the measurement defaults above must not load them (their
-    library put 36-88 MB of file pages into every rank's start)."""
-    from dse.net.zoo import NETS
-
-    return list(NETS)
 
 
 def register() -> None:

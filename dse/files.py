@@ -59,12 +59,11 @@ def write_bytes(path: Path, data: bytes) -> None:
 
 
 def remove_stale(directory: Path) -> None:
-    """Temporary files (:func:`staged`'s) and directories (a deployment's) a killed writer left
-    anywhere under ``directory``: a run writes its best mappings' files in subdirectories."""
-    for p in sorted(Path(directory).rglob(".*.tmp"), reverse=True):  # what is inside first
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p, ignore_errors=True)
-        else:
+    """Temporary files of :func:`staged` a killed writer left anywhere under ``directory`` (a
+    run writes its best mappings' files in subdirectories). A deployment's temporary directory
+    is :func:`temporary_files`' to remove, not this."""
+    for p in list(Path(directory).rglob(".*.tmp")):
+        if not p.is_dir():
             p.unlink(missing_ok=True)
 
 
