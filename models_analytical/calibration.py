@@ -288,7 +288,8 @@ def fit_memory(runs: Sequence[MeasuredRun]) -> MemoryFit:
 
 @dataclass(frozen=True)
 class SharedHostFit:
-    """How much slower a device's layers run while another device of its host has work."""
+    """How much slower a part runs beside a part of the same layer on another device of its
+    host (the kernel's :func:`~models_analytical.schedule.parts.host_slowdown`)."""
 
     factor: float
     provenance: dict[str, Any] = field(compare=False)
@@ -297,41 +298,51 @@ class SharedHostFit:
         return replace(k, shared_host_factor=self.factor)
 
 
-#: A rank with less modelled work than this gives no shared-host ratio (s).
+#: A rank with less work side by side than this (in the model, s) gives no estimate.
 SHARED_HOST_MIN_WORK_S = 2e-3
 
 
 def fit_shared_host(
-    references: Sequence[MeasuredRun], cuts: Sequence[MeasuredRun]
+    references: Sequence[MeasuredRun], runs: Sequence[MeasuredRun], types: Sequence[str]
 ) -> SharedHostFit:
-    """Per rank of the ``cuts`` (with at least :data:`SHARED_HOST_MIN_WORK_S` of work), its
-    measured compute over the model's, relative to the same over its network's one-device run
-    (``references``, measured in the same rounds); the median, at least 1. A network whose
-    reference has no such rank is left out. The runs' models must have the factor at 1 (the
-    kernel multiplies a device's whole busy time by it)."""
+    """The factor each rank of ``runs`` measured, the median, at least 1. A rank's work in the
+    model is ``b + (factor - 1) x a``: ``b`` its work at factor 1, ``a`` the part of it that
+    ran side by side with another device of its host (what the factor charges; ranks with
+    ``a`` under :data:`SHARED_HOST_MIN_WORK_S` give none). Its measured compute, over the ratio
+    of measured to modelled compute of its network's one-device run on a device of its type
+    (``references``, measured in the same rounds; ``types``: each device's type), is its work
+    at the one-device run's speed; the factor makes the model's equal to it. A rank whose
+    network has no reference on its type gives none. The runs' models must have the factor
+    at 1."""
 
-    def ratios(r: MeasuredRun) -> list[float]:
-        busy = r.model.evaluate(r.mapping).busy_s[0]
-        return [
-            rank.compute_s / busy[rank.device]
-            for rank in r.ranks
-            if busy[rank.device] > SHARED_HOST_MIN_WORK_S
-        ]
+    def work(r: MeasuredRun, factor: float) -> np.ndarray:
+        return r.model.with_shared_host_factor(factor).evaluate(r.mapping).busy_s[0]
 
-    base = {r.net: ratios(r) for r in references}
-    rel: dict[str, list[float]] = {}
-    for r in cuts:
-        if base.get(r.net):
-            ref = float(np.median(base[r.net]))
-            rel.setdefault(r.net, []).extend(x / ref for x in ratios(r))
-    every = [x for v in rel.values() for x in v]
+    base: dict[tuple[str, str], list[float]] = {}
+    for r in references:
+        busy = work(r, 1.0)
+        for rank in r.ranks:
+            if busy[rank.device] > SHARED_HOST_MIN_WORK_S:
+                t = types[rank.device]
+                base.setdefault((r.net, t), []).append(rank.compute_s / busy[rank.device])
+    found: dict[str, list[float]] = {}
+    for r in runs:
+        b = work(r, 1.0)
+        a = work(r, 2.0) - b
+        for rank in r.ranks:
+            ref = base.get((r.net, types[rank.device]))
+            if ref and a[rank.device] > SHARED_HOST_MIN_WORK_S:
+                alone = rank.compute_s / float(np.median(ref))
+                est = 1.0 + (alone - b[rank.device]) / a[rank.device]
+                found.setdefault(r.net, []).append(est)
+    every = [x for v in found.values() for x in v]
     factor = max(float(np.median(every)), 1.0) if every else 1.0
     return SharedHostFit(
         factor,
         {
             "factor": round(factor, 4),
             "ranks": len(every),
-            "median_per_network": {n: round(float(np.median(v)), 4) for n, v in rel.items()},
+            "median_per_network": {n: round(float(np.median(v)), 4) for n, v in found.items()},
             "p10_p90": [round(float(x), 4) for x in np.percentile(every, [10, 90])]
             if every
             else [],

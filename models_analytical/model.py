@@ -292,6 +292,14 @@ class AnalyticalModel:
         )
         return other
 
+    def with_shared_host_factor(self, factor: float) -> AnalyticalModel:
+        """This model with every type's ``shared_host_factor`` at ``factor``, built without
+        redoing its tables: what calibration evaluates to see which work the factor charges."""
+        other = copy.copy(self)
+        k = self.inputs.shared_host_factor
+        other.inputs = self.inputs._replace(shared_host_factor=np.full_like(k, float(factor)))
+        return other
+
     def with_compute_slower(self, factor: float) -> AnalyticalModel:
         """This model with every device's own work (its layers, its sub-model runs and their
         copies in and out) taking ``factor`` times as long and every transfer as it is: the

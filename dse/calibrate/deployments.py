@@ -6,9 +6,11 @@ order; each mapping keeps the median of its rounds' medians, and one whose round
 runs them again: :data:`DISAGREE`). The first network also runs whole on a device other than
 the entry, whose rank then only sends the image (:data:`ENTRY_ONLY`): the memory of a rank
 that runs no sub-model. Where those two devices are on different hosts and a host has two cpu
-devices, each network's mix also runs on those two, in rounds of its own (:data:`SAME_HOST`):
-crossings within a host cost otherwise per byte. A speed probe beside the runs gives the speed
-every latency is brought to (:func:`dse.runtime.measure.take_out_drift`).
+devices, each network's mix and split also run on those two, in rounds of their own
+(:data:`SAME_HOST`, :data:`SPLIT_SAME_HOST`): crossings within a host cost otherwise per
+byte, and two devices of one host computing side by side run slower (:func:`shared_host`).
+A speed probe beside the runs gives the speed every latency is brought to
+(:func:`dse.runtime.measure.take_out_drift`).
 
 The measurements become the fits' :class:`~models_analytical.calibration.MeasuredRun` beside
 a model of given coefficients (:func:`measured`); the fits that need the deployments' own
@@ -62,6 +64,10 @@ ENTRY_ONLY = "entry-only"
 #: rounds of its own after the others (their probe brings it to the same speed): what the cost
 #: per byte crossing within a host is fitted on, where the other cuts all cross between hosts.
 SAME_HOST = "mixed-same-host"
+#: Each network's split mapping (every splittable layer over two devices) on those two devices
+#: of one host, in rounds of its own after :data:`SAME_HOST`: what the shared-host factor is
+#: fitted on (:func:`shared_host`), where the other cuts all cross between hosts.
+SPLIT_SAME_HOST = "split-same-host"
 #: Each network's one-device run on every other cpu type's device (``single:<type>``): what
 #: that type's layer times are anchored to.
 SINGLE = "single"
@@ -110,12 +116,20 @@ def calibration_mappings(
     cut = min(max(cut, 1), n - 1)
     on[1, :cut, a] = True
     on[1, cut:, b] = True
-    on[2, :, a] = True
-    on[2, :, b] = graph.splittable & (graph.out_channels >= 2)
+    on[2] = split_on(graph, a, b, n_dev)
     batches = [from_devices(graph, on), mixed_mapping(graph, (a, b), n_dev)]
     if entry_only:
         batches.append(whole(graph, n_dev, np.full(n, b)))
     return Mappings.concat(batches)
+
+
+def split_on(graph: LayerGraph, a: int, b: int, n_dev: int) -> np.ndarray:
+    """The devices of each layer [L, D] where every splittable layer (of two channels or more)
+    is split over ``a`` and ``b`` and every other layer runs on ``a``."""
+    on = np.zeros((len(graph), n_dev), dtype=bool)
+    on[:, a] = True
+    on[:, b] = graph.splittable & (graph.out_channels >= 2)
+    return on
 
 
 def deployment_dir(root: Path, net: str, label: str) -> Path:
@@ -125,8 +139,9 @@ def deployment_dir(root: Path, net: str, label: str) -> Path:
 
 def may_be_left_out(label: str) -> bool:
     """A run the calibration goes on without when it fails (a memory cap too small): a
-    one-device run on another type, or :data:`SAME_HOST`; the others' fits need them."""
-    return label == SAME_HOST or (label != SINGLE and is_single(label))
+    one-device run on another type, :data:`SAME_HOST` or :data:`SPLIT_SAME_HOST`; the others'
+    fits need them."""
+    return label in (SAME_HOST, SPLIT_SAME_HOST) or (label != SINGLE and is_single(label))
 
 
 def mixed_mapping(graph: LayerGraph, pair: tuple[int, int], n_dev: int) -> Mappings:
@@ -162,9 +177,9 @@ def cut_devices(platform: Platform) -> tuple[int, int]:
 
 def runs_per_calibration(platform: Platform, networks: int) -> int:
     """How many mappings the deployments measure: :data:`LABELS` and a single per other type
-    per network, :data:`SAME_HOST` per network where there is a pair for it, and
-    :data:`ENTRY_ONLY` where the entry device can be left idle."""
-    extra = len(other_types(platform)) + (same_host_pair(platform) is not None)
+    per network, :data:`SAME_HOST` and :data:`SPLIT_SAME_HOST` per network where there is a
+    pair for them, and :data:`ENTRY_ONLY` where the entry device can be left idle."""
+    extra = len(other_types(platform)) + 2 * (same_host_pair(platform) is not None)
     return (len(LABELS) + extra) * networks + (cut_devices(platform)[0] == platform.entry)
 
 
@@ -225,11 +240,12 @@ def measure_deployments(
 ) -> Deployments:
     """:data:`LABELS` per network (the first network also :data:`ENTRY_ONLY`, where the entry
     is a cpu), placed by the layer times of ``coefficients``, deployed and run in interleaved
-    rounds with a speed probe (``probe``) beside them, then :data:`SAME_HOST` where there is a
-    pair for it; ``tick`` after each mapping. The deployments are written under ``root`` (the
-    caller removes it), but for a refit; each network's measurements go through ``journal``.
-    A one-device run on another type or a :data:`SAME_HOST` run that fails (a memory cap too
-    small) is left out; any other failure ends the calibration."""
+    rounds with a speed probe (``probe``) beside them, then :data:`SAME_HOST` and
+    :data:`SPLIT_SAME_HOST` where there is a pair for them; ``tick`` after each mapping. The
+    deployments are written under ``root`` (the caller removes it), but for a refit; each
+    network's measurements go through ``journal``.
+    A one-device run on another type or a run on the pair that fails (a memory cap too small)
+    is left out; any other failure ends the calibration."""
     journal = journal or NoJournal()
     platform = s.platform
     a, b = cut_devices(platform)
@@ -255,6 +271,8 @@ def measure_deployments(
         sets = [(labels, batch)]
         if pair is not None:  # in rounds of their own: a journal from before them still serves
             sets.append(((SAME_HOST,), mixed_mapping(net.graph, pair, n_dev)))
+            split = from_devices(net.graph, split_on(net.graph, *pair, n_dev)[None])
+            sets.append(((SPLIT_SAME_HOST,), split))
         probe_dir = deployment_dir(root, name, labels[0])
         for labels, batch in sets:
             dirs = [deployment_dir(root, name, label) for label in labels]
@@ -272,7 +290,7 @@ def measure_deployments(
             measure = functools.partial(run_rounds, s, dirs, rng, probe_dir)
             key = key_of("deployments", request)
             if s.refit and all(map(may_be_left_out, labels)) and not journal.has(key):
-                # a journal from before these runs (SAME_HOST): refit it as it was fitted then
+                # a journal from before these runs (the pair's): refit it as it was fitted then
                 why = "not in the journal (taken before calibration ran it): resume=true runs it"
                 results = [{"status": "failed", "reason": why}]
             else:
@@ -365,15 +383,20 @@ def measured(
 
 
 def shared_host(runs: Sequence[MeasuredRun], platform: Platform) -> SharedHostFit:
-    """The shared-host factor (:func:`~models_analytical.calibration.fit_shared_host`) of the
-    :data:`CUTS` against each network's one-device run; 1 (not measured) where the two devices
-    the deployments use are on different hosts."""
+    """The shared-host factor (:func:`~models_analytical.calibration.fit_shared_host`) of each
+    network's split over two devices of one host (``split`` where the deployments' two devices
+    share a host, else :data:`SPLIT_SAME_HOST`), against its one-device runs: every layer of
+    the split runs side by side. 1 (not measured) where no such run was made."""
     a, b = cut_devices(platform)
-    if platform.devices[a].host != platform.devices[b].host:
-        why = "the deployments' two devices are on different hosts"
+    one_host = platform.devices[a].host == platform.devices[b].host
+    label = "split" if one_host else SPLIT_SAME_HOST
+    splits = [r for r in runs if r.label == label]
+    if not splits:
+        why = "no split over two devices of one host ran"
         return SharedHostFit(1.0, {"factor": 1.0, "why": why})
-    singles = [r for r in runs if r.label == "single"]
-    return fit_shared_host(singles, [r for r in runs if r.label in CUTS])
+    types = [d.type for d in platform.devices]
+    fit = fit_shared_host([r for r in runs if is_single(r.label)], splits, types)
+    return replace(fit, provenance={**fit.provenance, "runs": label})
 
 
 def cut_costs(deployed: Sequence[Deployed], runs: Sequence[MeasuredRun]) -> CutCosts:

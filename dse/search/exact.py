@@ -16,10 +16,10 @@ wait for another, and a receiving device is idle when its input arrives. The ter
   (:func:`models_analytical.schedule.costs.transfer_s`, the model's own link cost);
 * the image crossing from the entry device when the first run is elsewhere.
 
-It holds while no device's speed depends on the others the mapping uses: a device type with
-``shared_host_factor`` other than 1 is refused. :func:`vertical_latency` sums the terms of
-any per-layer placement; tests/search/test_exact.py checks it against the model's latency of
-every vertical mapping of small chains.
+No device's speed depends on the others': ``shared_host_factor`` slows only parts of one
+layer that run side by side, and a vertical mapping has none. :func:`vertical_latency` sums
+the terms of any per-layer placement; tests/search/test_exact.py checks it against the
+model's latency of every vertical mapping of small chains.
 
 A device's memory in such a mapping depends on its own run only (its layers, the input it
 receives and keeps, the output it sends, the image where it enters), so whether a run fits
@@ -95,12 +95,6 @@ def chain_costs(model: AnalyticalModel) -> Costs:
             "graph output before the last layer): the exact vertical baseline takes chains only"
         )
     ty = k.device_type
-    if (k.shared_host_factor[ty] != 1.0).any():
-        raise DseError(
-            "the coefficients slow a device while another of its board works "
-            "(shared_host_factor != 1): a vertical mapping's latency is then no sum of its "
-            "steps and the exact vertical baseline does not apply"
-        )
     n_dev = len(ty)
     in_b = k.in_bytes[k.in_ptr[:-1]]  # [L] each layer's one input
     node = (k.t_work[ty] + k.t_fixed[ty]).T  # [L, D]

@@ -18,7 +18,7 @@ from models_analytical.schedule.bands import layout_rows, no_rows
 from models_analytical.schedule.compiled import compiled, in_cache, one_compiler, stage
 from models_analytical.schedule.layer import run_layer, run_parts_layer
 from models_analytical.schedule.memory import held_buffers, memory_peaks
-from models_analytical.schedule.parts import assign_parts, host_slowdown
+from models_analytical.schedule.parts import assign_parts
 from models_analytical.schedule.segments import count_segments
 from models_analytical.schedule.state import new_state, reset_state
 
@@ -54,7 +54,6 @@ def simulate_one(k_in, share, owner, sizes, axis, st):
     reset_state(st)
     layout_rows(k_in, sizes, axis, st)
     assign_parts(k_in, share, st)
-    host_slowdown(k_in, st)
     finish = 0.0
     for layer in range(share.shape[0]):
         finish = run_layer(k_in, owner, share, st, layer, finish)
@@ -71,7 +70,6 @@ def simulate_one_without_rows(k_in, share, owner, st):
     reset_state(st)
     no_rows(st)
     assign_parts(k_in, share, st)
-    host_slowdown(k_in, st)
     finish = 0.0
     for layer in range(share.shape[0]):
         finish = run_parts_layer(k_in, owner, share, st, layer, finish)

@@ -8,6 +8,7 @@ from models_analytical.schedule.compiled import stage
 from models_analytical.schedule.costs import part_share
 from models_analytical.schedule.gather import all_gather
 from models_analytical.schedule.memory import hold, hold_weights
+from models_analytical.schedule.parts import host_slowdown
 from models_analytical.schedule.receive import receive_inputs
 from models_analytical.schedule.segments import enter_segment
 from models_analytical.schedule.timeline import compute
@@ -18,6 +19,7 @@ def run_layer(k_in, owner, share, st, layer, finish):
     """Schedules ``layer``: on bands of rows (:func:`run_row_layer`), else whole or in channel
     parts (:func:`run_parts_layer`). Returns ``finish`` advanced to the layer's last step."""
     if st.root[layer] >= 0:
+        host_slowdown(k_in, st, layer)
         return run_row_layer(k_in, owner, share, st, layer, finish)
     return run_parts_layer(k_in, owner, share, st, layer, finish)
 
@@ -29,6 +31,7 @@ def run_parts_layer(k_in, owner, share, st, layer, finish):
     layer's last step."""
     r = st.row[layer]
     n_here = st.part_count[r]
+    host_slowdown(k_in, st, r)
     for i in range(n_here):
         d = st.part_device[r, i]
         t_in = receive_inputs(k_in, owner, st, layer, d)

@@ -1,5 +1,5 @@
 """Where each layer's parts run in one mapping: the devices of each part row, which inputs a
-part reads itself, and the host slowdown of each device."""
+part reads itself, and the host slowdown of each part."""
 
 from __future__ import annotations
 
@@ -47,15 +47,18 @@ def inputs_end(k_in, st, layer):
 
 
 @stage
-def host_slowdown(k_in, st):
-    """A device's work (layers, its sub-models' costs) runs slower by ``shared_host_factor``
-    where another device of its host computes in this mapping too (they share its caches and
-    memory bandwidth; a waiting rank polls). Devices count by the parts they run (a layer on
-    another's parts by those parts' devices, not its own shares)."""
-    n_dev = st.computes.size
-    for d in range(n_dev):
-        if st.computes[d]:
-            st.on_host[k_in.host[d]] += 1
-    for d in range(n_dev):
-        if st.on_host[k_in.host[d]] > 1:
-            st.slowdown[d] = k_in.shared_host_factor[k_in.device_type[d]]
+def host_slowdown(k_in, st, r):
+    """The host slowdown of row ``r``'s parts: a part runs ``shared_host_factor`` times slower
+    (its work and its sub-model's costs) where another part of the row runs on a device of its
+    host, side by side with it (they share the host's caches and memory bandwidth, and on a
+    shared core its time); else at speed. A device's slowdown is its latest part's: what it
+    sends after that part is charged with it."""
+    n = st.part_count[r]
+    for i in range(n):
+        d = st.part_device[r, i]
+        slow = 1.0
+        for j in range(n):
+            e = st.part_device[r, j]
+            if e != d and k_in.host[e] == k_in.host[d]:
+                slow = k_in.shared_host_factor[k_in.device_type[d]]
+        st.slowdown[d] = slow

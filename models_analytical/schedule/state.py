@@ -27,8 +27,7 @@ class ScheduleState(NamedTuple):
     part_count: np.ndarray  # int64 [L] parts of row r (0 for a layer on another's parts)
     part_device: np.ndarray  # int64 [L, D] the devices of row r's parts, in index order
     computes: np.ndarray  # bool [D] some part runs on the device
-    on_host: np.ndarray  # int64 [D] devices computing on each host (by host index)
-    slowdown: np.ndarray  # [D] work factor of each device (shared_host_factor or 1)
+    slowdown: np.ndarray  # [D] work factor of each device's latest part (shared_host_factor or 1)
     # rows (dse.mapping.rows.row_layout): where layers run on bands of rows
     root: np.ndarray  # int64 [L] the root split by rows whose bands the layer runs on, -1
     band_lo: np.ndarray  # int64 [L, D] each device's output rows of such a layer: from ...
@@ -107,7 +106,6 @@ def new_state(k_in, n_layers: int, n_dev: int) -> ScheduleState:
         ("part_count", (L,), i64, 0),
         ("part_device", (L, D), i64, None),
         ("computes", (D,), b, 0),
-        ("on_host", (D,), i64, 0),
         ("slowdown", (D,), np.float64, 1),
         ("root", (L,), i64, -1),
         ("band_lo", (L, D), i64, 0),
@@ -189,7 +187,6 @@ def reset_state(st):
     are read are left as they are: row, part_device, gatherers, part_list)."""
     st.part_count[:] = 0
     st.computes[:] = False
-    st.on_host[:] = 0
     st.slowdown[:] = 1.0
     st.ready[:] = 0.0
     st.dev_free[:] = 0.0

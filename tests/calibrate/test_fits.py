@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from dse.calibrate.bands import band_rows
-from dse.calibrate.deployments import shared_host
+from dse.calibrate.deployments import SPLIT_SAME_HOST, shared_host
 from dse.mapping import random_mappings, remap
 from dse.mapping import whole as whole_on
+from dse.platform import Device, Link, Platform
 from models_analytical.calibration import (
     MEMORY_COLUMNS,
     MeasuredRun,
@@ -33,7 +34,7 @@ from models_analytical.layer_fits import (
     fit_row_fixed,
 )
 from tests.helpers.calibrate import board_pair_model, chain_model, platform_localhost
-from tests.helpers.platforms import coefficients, platform
+from tests.helpers.platforms import coefficients
 
 
 def test_regression_recovers_known_coefficients() -> None:
@@ -176,41 +177,80 @@ def test_row_fixed_shares_hold_under_noise() -> None:
     assert 0 < fit.median_rel_error < 0.02
 
 
-def test_shared_host_factor_fitted_against_the_one_device_run() -> None:
-    """Ranks of cut mappings that compute 1.04x, 1.06x and 1.04x what the model says while the
-    one-device run of the same rounds computes 1.02x: the factor is the median, 1.04 / 1.02;
-    a rank under 2 ms of work is left out."""
+def fake_run(label: str, busy: list[float], side: list[float], measured: list[float]):
+    """A measured run whose model gives each device ``busy`` (s) of work at factor 1, of which
+    ``side`` runs side by side (charged by the factor: busy + (factor - 1) x side)."""
+
+    def model(factor: float) -> SimpleNamespace:
+        ev = SimpleNamespace(busy_s=np.array([busy]) + (factor - 1) * np.array([side]))
+        return SimpleNamespace(
+            evaluate=lambda mapping: ev, with_shared_host_factor=lambda f: model(f)
+        )
+
+    ranks = tuple(RankMeasurement(d, ms / 1e3, None, None) for d, ms in enumerate(measured))
+    return MeasuredRun("n", label, model(1.0), None, 0.0, ranks)
+
+
+def test_shared_host_factor_fitted_on_the_split_against_the_one_device_run() -> None:
+    """The one-device run computes 1.02x the model's work. Two devices of one host: the split's
+    ranks computed 1.02 x (30 + 0.2 x 20) and 1.02 x (20 + 0.2 x 20) ms, where 20 ms of each
+    ran side by side: a factor of 1.2 each; a second split's first rank 1.1 (its second has
+    1 ms side by side: left out). The median, 1.2; vertical and mixed runs are not read."""
     plat = platform_localhost()
-
-    def run(label: str, busy: list[float], measured: list[float]) -> MeasuredRun:
-        ev = SimpleNamespace(busy_s=np.array([busy]))
-        model = SimpleNamespace(evaluate=lambda mapping: ev)
-        ranks = tuple(RankMeasurement(d, ms / 1e3, None, None) for d, ms in enumerate(measured))
-        return MeasuredRun("n", label, model, None, 0.0, ranks)
-
+    single = fake_run("single", [0.050, 0.0], [0.0, 0.0], [51.0, 0.0])
     runs = [
-        run("single", [0.050, 0.0], [51.0, 0.0]),
-        run("vertical", [0.030, 0.020], [31.2, 21.2]),
-        run("split", [0.030, 0.001], [31.2, 5.0]),  # device 1: 1 ms of work, left out
+        single,
+        fake_run("split", [0.030, 0.020], [0.020, 0.020], [1.02 * 34, 1.02 * 24]),
+        fake_run("split", [0.030, 0.020], [0.030, 0.001], [1.02 * 33, 40.0]),
+        fake_run("mixed", [0.030, 0.020], [0.020, 0.020], [99.0, 99.0]),
     ]
     fit = shared_host(runs, plat)
-    factor, prov = fit.factor, fit.provenance
-    assert factor == pytest.approx(1.04 / 1.02)
-    assert prov["ranks"] == 3
-    # the deployments' two devices on two hosts: nothing to fit, factor 1
-    assert shared_host(runs, platform(2)).factor == 1.0
-    # ranks faster than the one-device run: the factor stays 1
-    faster = [
-        run("single", [0.050, 0.0], [51.0, 0.0]),
-        run("vertical", [0.030, 0.020], [30.0, 20.0]),
-    ]
+    assert fit.factor == pytest.approx(1.2)
+    assert fit.provenance["ranks"] == 3
+    assert fit.provenance["runs"] == "split"
+    assert fit.provenance["p10_p90"] == pytest.approx([1.12, 1.2])
+    # ranks faster than the one-device run's speed: the factor stays 1
+    faster = [single, fake_run("split", [0.030, 0.020], [0.020, 0.020], [29.0, 19.0])]
     assert shared_host(faster, plat).factor == 1.0
-    # a one-device run under 2 ms gives no reference: nothing fitted, factor 1
-    tiny = [run("single", [0.001, 0.0], [1.0, 0.0]), run("vertical", [0.030, 0.020], [33.0, 22.0])]
+    # a one-device run under 2 ms of work gives no reference: nothing fitted, factor 1
+    tiny = [fake_run("single", [0.001, 0.0], [0.0, 0.0], [1.0, 0.0]), runs[1]]
     fit = shared_host(tiny, plat)
-    assert (fit.factor, fit.provenance) == (
+    assert (fit.factor, fit.provenance["ranks"], fit.provenance["median_per_network"]) == (
         1.0,
-        {"factor": 1.0, "ranks": 0, "median_per_network": {}, "p10_p90": []},
+        0,
+        {},
+    )
+
+
+def test_shared_host_factor_from_the_pairs_split_where_the_cuts_cross_hosts() -> None:
+    """edge3-like: device 0 alone on its host, devices 1 and 2 (types a, b) on another; the
+    cuts cross hosts, so the factor comes from the split on the pair (each rank against the
+    one-device run of its own type: 1.0x and 1.1x the model), and without that run it is 1."""
+    devices = (
+        Device("h0_cpu", "h0", "cpu", 1, 1e4, "c"),
+        Device("h1_cpu0", "h1", "cpu", 1, 1e4, "a"),
+        Device("h1_cpu1", "h1", "cpu", 1, 1e4, "b"),
+    )
+    plat = Platform("t", devices, {"network": Link(0.0, 1e9)}, entry=0)
+    runs = [
+        fake_run("single:a", [0.0, 0.040, 0.0], [0.0] * 3, [0.0, 40.0, 0.0]),
+        fake_run("single:b", [0.0, 0.0, 0.060], [0.0] * 3, [0.0, 0.0, 66.0]),
+        fake_run("split", [0.020, 0.020, 0.0], [0.0] * 3, [25.0, 25.0, 0.0]),
+        fake_run(
+            SPLIT_SAME_HOST,
+            [0.0, 0.030, 0.020],
+            [0.0, 0.030, 0.020],
+            [0.0, 1.25 * 30, 1.1 * 1.25 * 20],
+        ),  # fmt: skip
+    ]
+    fit = shared_host(runs, plat)
+    assert fit.factor == pytest.approx(1.25)
+    assert fit.provenance["ranks"] == 2
+    assert fit.provenance["runs"] == SPLIT_SAME_HOST
+    without = shared_host(runs[:3], plat)
+    assert (without.factor, without.provenance["why"]) == (
+        1.0,
+        "no split over two devices of one host ran",
     )
 
 
