@@ -226,7 +226,7 @@ TYPE_SECTION = Section(
         "shared_host_factor": Number(
             "",
             100,
-            "layers run this much slower beside another busy device of the host",
+            "a layer's part runs this much slower beside a part of it on the same host",
             open_low=True,
             default=1.0,
         ),  # fmt: skip

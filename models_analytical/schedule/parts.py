@@ -12,7 +12,7 @@ def assign_parts(k_in, share, st):
     devices with a share, in index order), or, when it follows a layer split into several
     parts by channels (``follows``: a channel-local layer), on that layer's parts (``row``:
     the split layer's row); a layer on bands of rows (``st.root``) on the devices whose band
-    of it is not empty. Marks the devices some part runs on (``computes``)."""
+    of it is not empty."""
     n_layers, n_dev = share.shape
     rows = st.rows_on[0]
     for layer in range(n_layers):
@@ -22,7 +22,6 @@ def assign_parts(k_in, share, st):
             for d in range(n_dev):
                 if st.band_hi[layer, d] > st.band_lo[layer, d]:
                     st.part_device[layer, cnt] = d
-                    st.computes[d] = True
                     cnt += 1
             st.part_count[layer] = cnt
             continue
@@ -34,7 +33,6 @@ def assign_parts(k_in, share, st):
         for d in range(n_dev):
             if share[layer, d] > 0.0:
                 st.part_device[layer, cnt] = d
-                st.computes[d] = True
                 cnt += 1
         st.part_count[layer] = cnt
 

@@ -26,7 +26,6 @@ class ScheduleState(NamedTuple):
     # follows a split one) the split layer's
     part_count: np.ndarray  # int64 [L] parts of row r (0 for a layer on another's parts)
     part_device: np.ndarray  # int64 [L, D] the devices of row r's parts, in index order
-    computes: np.ndarray  # bool [D] some part runs on the device
     slowdown: np.ndarray  # [D] work factor of each device's latest part (shared_host_factor or 1)
     # rows (dse.mapping.rows.row_layout): where layers run on bands of rows
     root: np.ndarray  # int64 [L] the root split by rows whose bands the layer runs on, -1
@@ -105,7 +104,6 @@ def new_state(k_in, n_layers: int, n_dev: int) -> ScheduleState:
         ("row", (L,), i64, None),
         ("part_count", (L,), i64, 0),
         ("part_device", (L, D), i64, None),
-        ("computes", (D,), b, 0),
         ("slowdown", (D,), np.float64, 1),
         ("root", (L,), i64, -1),
         ("band_lo", (L, D), i64, 0),
@@ -186,7 +184,6 @@ def reset_state(st):
     """Every field back to its value before the first step (fields fully written before they
     are read are left as they are: row, part_device, gatherers, part_list)."""
     st.part_count[:] = 0
-    st.computes[:] = False
     st.slowdown[:] = 1.0
     st.ready[:] = 0.0
     st.dev_free[:] = 0.0
