@@ -313,14 +313,17 @@ def test_a_deployment_whose_rounds_disagree_runs_them_again(monkeypatch, tmp_pat
 @pytest.mark.parametrize(
     ("name", "pair", "runs"),
     # per network: single, vertical, split, mixed, a single per other type (edge3: two), and
-    # the mix within edge1; the first network also its entry-only run
-    [("edge3_ethernet", (1, 2), 2 * 7 + 1), ("edge3_wifi", (1, 2), 2 * 7 + 1),
+    # the mix and the split within edge1; the first network also its entry-only run
+    [("edge3_ethernet", (1, 2), 2 * 8 + 1), ("edge3_wifi", (1, 2), 2 * 8 + 1),
      ("localhost", None, 2 * 4 + 1)],
 )  # fmt: skip
-def test_the_mix_also_runs_within_a_board_where_the_cuts_cross_boards(name, pair, runs) -> None:
+def test_the_mix_and_split_also_run_within_a_board_where_the_cuts_cross_boards(
+    name, pair, runs
+) -> None:
     """edge3's deployments cut between edge0_cpu and edge1_cpu0 (two boards), so each network's
-    mix runs again on edge1_cpu0 and edge1_cpu1 (one board): the same layers the same way.
-    localhost's two devices are on one host already: no such run."""
+    mix runs again on edge1_cpu0 and edge1_cpu1 (one board): the same layers the same way; and
+    so does its split (every splittable layer on both, the others on the first). localhost's
+    two devices are on one host already: no such runs."""
     plat = load_platform(yaml.safe_load((CONF_DIR / "platform" / f"{name}.yaml").read_text()))
     assert deployments.same_host_pair(plat) == pair
     assert deployments.runs_per_calibration(plat, 2) == runs
@@ -336,3 +339,7 @@ def test_the_mix_also_runs_within_a_board_where_the_cuts_cross_boards(name, pair
         )
         np.testing.assert_array_equal(within.sizes[..., list(pair)], across.sizes[..., [a, b]])
         assert a not in pair and not within.sizes[..., a].any()
+        on = deployments.split_on(graph, *pair, 3)
+        splits = graph.splittable & (graph.out_channels >= 2)
+        assert splits.any() and (on[:, pair[0]]).all() and not on[:, a].any()
+        np.testing.assert_array_equal(on[:, pair[1]], splits)
