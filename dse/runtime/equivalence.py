@@ -24,6 +24,7 @@ import numpy as np
 import onnx
 
 from dse.errors import DseError
+from dse.records import to_json
 from dse.runtime.measurements import Equivalence
 from dse.runtime.plan import Plan, input_arrays
 from dse.runtime.reader import inside
@@ -57,7 +58,7 @@ def reference_outputs(plan: Plan, path: Path, names: list[str]) -> list[np.ndarr
     st = path.stat()
     spec: list[Any] = [str(path.resolve()), st.st_size, st.st_mtime_ns, plan.seed]
     shape = plan.reference.input_shape if plan.reference is not None else None
-    spec += [[p.to_json() for p in plan.inputs], shape, names]
+    spec += [[to_json(p) for p in plan.inputs], shape, names]
     key = hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()
     cache = cache_root() / "reference" / f"{key[:32]}.npz"
     try:

@@ -62,7 +62,7 @@ from dse.errors import DseError
 from dse.mapping import Mappings
 from dse.net import Net
 from dse.platform import Platform
-from dse.runtime.plan import Plan, Port, RankPlan
+from dse.runtime.plan import Output, Plan, Port, RankPlan
 from dse.runtime.programs import check_mapping, device_programs
 from dse.runtime.segments import Cutter, dtype_name, first_readers
 from dse.runtime.statics import Blob, Statics, tensor_types
@@ -150,4 +150,6 @@ def partition(
 
 def _port(name: str, types: dict, rank: int | None = None) -> Port:
     tt = types[name]
-    return Port(name, tuple(tt.shape), dtype_name(tt), rank)
+    if rank is None:
+        return Port(name, tuple(tt.shape), dtype_name(tt))
+    return Output(name, tuple(tt.shape), dtype_name(tt), rank)

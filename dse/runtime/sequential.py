@@ -14,7 +14,7 @@ import numpy as np
 from dse.errors import DseError
 from dse.files import scratch
 from dse.runtime.partition import Deployment
-from dse.runtime.plan import Gather, Plan, Recv, Send, Step, WireTensor
+from dse.runtime.plan import Gather, Plan, Recv, Send, Step, WireTensor, step_json
 from dse.runtime.sessions import session
 
 
@@ -55,7 +55,7 @@ def run_sequential(
                 progressed = True
         if not progressed:
             waiting = {
-                r: ranks[r].steps[pc[r]].to_json()
+                r: step_json(ranks[r].steps[pc[r]])
                 for r in range(len(ranks))
                 if pc[r] < len(ranks[r].steps)
             }

@@ -96,24 +96,24 @@ SCHEMA: dict[str, tuple[Edit, tuple[str, ...]]] = {
         ("ranks[0].steps[0].tag", "expected an integer, not text"),
     ),
     "tag true": (lambda d: step(d, 0, "send").update(tag=True), ("tag", "not true/false")),
-    "huge integer": (lambda d: d.update(entry_rank=10**400), ("entry_rank", "outside")),
-    "unknown op": (lambda d: step(d, 1, "recv").update(op="exec"), ("op", "is not run")),
+    "huge integer": (lambda d: d.update(entry_rank=10**400), ("entry_rank", "beyond the integers JSON holds")),
+    "unknown op": (lambda d: step(d, 1, "recv").update(op="exec"), ("op", '"exec" is not one of run, send, recv, gather')),
     "missing field": (lambda d: step(d, 1, "recv").pop("from"), ("'from' is missing",)),
     "steps not a list": (lambda d: d["ranks"][0].update(steps={}), ("steps", "expected a list")),
     "bad dtype": (
         lambda d: next(iter(d["tensors"].values())).update(dtype="object"),
-        ("tensors.x.dtype", "is not one of"),
+        ("tensors.x.dtype", "expected one of float16", 'not "object"'),
     ),
     "dtype a list": (
         lambda d: next(iter(d["tensors"].values())).update(dtype=["float32"]),
-        ("tensors.x.dtype", '["float32"] is not one of'),
+        ("tensors.x.dtype", 'not ["float32"]'),
     ),
     "negative dim": (
         lambda d: next(iter(d["tensors"].values())).update(shape=[1, -4]),
-        ("tensors.x.shape[1]", "outside"),
+        ("tensors.x.shape[1]", "-4 is out of range: expected at least 0"),
     ),
     "kind": (lambda d: d["ranks"][1].update(kind="fpga"), ("ranks[1].kind", "cpu or gpu")),
-    "memory": (lambda d: d["ranks"][0].update(memory_mb=-1), ("memory_mb", "positive")),
+    "memory": (lambda d: d["ranks"][0].update(memory_mb=-1), ("memory_mb", "expected above 0")),
 }
 
 

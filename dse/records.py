@@ -1,0 +1,456 @@
+"""Records: dataclasses read from and written to JSON, each field declared once, by its type.
+
+A record is a dataclass whose field annotations are its file format. :func:`read` builds one
+from parsed JSON, checking every field by its type and constraints, and names the first field
+that is wrong in one line (``plan.json: ranks[0].steps[3].tag: expected an integer, not
+text (deploy the mapping again)``); :func:`to_json` gives its JSON form. Nothing a file says
+is ever run: values are only checked and copied.
+
+The types a field may have:
+
+- ``bool``, ``int`` (not a bool; within :data:`MAX_INT` unless a :class:`Range` says),
+  ``float`` (an int or float, finite, not a bool), ``str``, ``None``, ``Any`` (a JSON value
+  as it is);
+- ``Literal["a", "b"]``; ``list[T]``, ``tuple[T, ...]``, ``tuple[A, B]`` (a JSON list),
+  ``dict[K, T]`` (a JSON object; ``K`` a ``str`` type); ``T | None``;
+- a record, and a union of records told apart by a tag key:
+  ``Annotated[A | B, Tag("op")]`` where each member declares ``op: ClassVar[str] = "a"``.
+
+Constraints ride on ``typing.Annotated``: :class:`Range` for numbers, :class:`Text` for strings
+(non-empty, without NUL, at most ``max`` characters), :class:`Items` for a list's length. A
+field's JSON key is its name, or ``field(metadata=key("from"))``. A field with a default may be
+absent from the JSON (it takes its default), and is left out of the JSON written when its value
+is None or an empty list or dict; a field without a default is always read and written. Keys a
+record does not declare are ignored, or refused naming the closest declared key
+(``read(..., unknown="refuse")``: files users write by hand).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from dse.errors import DseError
+
+#: JSON integers beyond this are not exact in every reader (IEEE doubles).
+MAX_INT = 2**53
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Range:
+    """A number within [``lo``, ``hi``] (``lo`` itself excluded where ``lo_open``)."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+
+
+@dataclass(frozen=True)
+class Text:
+    """A non-empty string without NUL, of at most ``max`` characters."""
+
+    max: int = 4096
+
+
+@dataclass(frozen=True)
+class Items:
+    """A list of at most ``max`` items."""
+
+    max: int
+
+
+@dataclass(frozen=True)
+class Tag:
+    """A union of records told apart by the JSON key ``key`` (each member's ClassVar)."""
+
+    key: str
+
+
+def key(name: str) -> dict[str, str]:
+    """A field's metadata naming its JSON key: ``field(metadata=key("from"))``."""
+    return {"json": name}
+
+
+#: Where a value is in the document: None (the document) or (parent, key or index).
+At = tuple[Any, "str | int"] | None
+Reader = Callable[[Any, At], Any]
+Writer = Callable[[Any], Any]
+
+
+class _Failure(Exception):
+    """A value that is wrong, where it is; :func:`read` turns it into one line."""
+
+    def __init__(self, at: At, problem: str) -> None:
+        self.at, self.problem = at, problem
+
+
+def read(
+    cls: type[T],
+    doc: Any,
+    where: str,
+    fix: str = "",
+    unknown: Literal["ignore", "refuse"] = "ignore",
+) -> T:
+    """The record ``cls`` of parsed JSON ``doc``; a :class:`DseError` ``"{where}: {field}:
+    {problem} ({fix})"`` naming the first field that is wrong."""
+    try:
+        return _reader(cls, unknown)(doc, None)
+    except _Failure as failure:
+        at = path(failure.at)
+        text = f"{where}: {at}: {failure.problem}" if at else f"{where}: {failure.problem}"
+        raise DseError(f"{text} ({fix})" if fix else text) from None
+
+
+def to_json(record: Any, tp: Any = None) -> Any:
+    """The JSON form (dicts, lists, numbers, strings) of a record, or of a value of type
+    ``tp`` (a tagged union's member with its tag)."""
+    return _writer(type(record) if tp is None else tp)(record)
+
+
+def path(at: At) -> str:
+    """``at`` as a reader sees it: ``ranks[0].steps[3].tag``."""
+    parts: list[str] = []
+    while at is not None:
+        at, k = at
+        parts.append(f"[{k}]" if isinstance(k, int) else f".{k}")
+    return "".join(reversed(parts)).lstrip(".")
+
+
+def kind(value: Any) -> str:
+    """What a JSON value is, as a message says it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    names = {int: "an integer", float: "a number", str: "text", list: "a list", dict: "an object"}
+    return names.get(type(value), type(value).__name__)
+
+
+# --- readers, built once per type ---------------------------------------------------------
+
+_READERS: dict[tuple[Any, str], Reader] = {}
+
+
+def _reader(tp: Any, unknown: str = "ignore") -> Reader:
+    cache = (tp, unknown)
+    if cache not in _READERS:
+        made: list[Reader] = []
+        _READERS[cache] = lambda value, at: made[0](value, at)  # a record may hold itself
+        made.append(_make_reader(tp, unknown))
+        _READERS[cache] = made[0]
+    return _READERS[cache]
+
+
+def _make_reader(tp: Any, unknown: str) -> Reader:  # noqa: C901 - one branch per kind of type
+    meta: tuple[Any, ...] = ()
+    if typing.get_origin(tp) is typing.Annotated:
+        tp, *rest = typing.get_args(tp)
+        meta = tuple(rest)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    tag = next((m for m in meta if isinstance(m, Tag)), None)
+    if tag is not None:
+        return _tagged(args, tag.key, unknown)
+    if tp is Any:
+        return lambda value, at: value
+    if tp is bool:
+        return _plain(bool, "true or false")
+    if tp is int:
+        return _integer(next((m for m in meta if isinstance(m, Range)), None))
+    if tp is float:
+        return _number(next((m for m in meta if isinstance(m, Range)), None))
+    if tp is str:
+        return _string(next((m for m in meta if isinstance(m, Text)), None))
+    if tp is type(None):
+        return _plain(type(None), "null")
+    if origin is Literal:
+        return _literal(args)
+    if origin in (types.UnionType, typing.Union):
+        return _union(args, unknown)
+    most = next((m for m in meta if isinstance(m, Items)), None)
+    if origin is list:
+        return _list(_reader(args[0], unknown), most)
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            each = _list(_reader(args[0], unknown), most)
+            return lambda value, at: tuple(each(value, at))
+        return _fixed_tuple([_reader(a, unknown) for a in args])
+    if origin is dict:
+        return _dict(_reader(args[0], unknown), _reader(args[1], unknown))
+    if dataclasses.is_dataclass(tp):
+        return _record(tp, unknown)
+    raise TypeError(f"records: no reader for {tp!r}")
+
+
+def _plain(cls: type, expected: str) -> Reader:
+    def read_plain(value: Any, at: At) -> Any:
+        if type(value) is not cls:
+            raise _Failure(at, f"expected {expected}, not {kind(value)}")
+        return value
+
+    return read_plain
+
+
+def _within(value: float, bounds: Range | None, at: At) -> None:
+    if bounds is None:
+        return
+    lo, hi = bounds.lo, bounds.hi
+    if lo is not None and (value <= lo if bounds.lo_open else value < lo):
+        above = "above" if bounds.lo_open else "at least"
+        raise _Failure(at, f"{value:g} is out of range: expected {above} {lo:g}")
+    if hi is not None and value > hi:
+        raise _Failure(at, f"{value:g} is out of range: expected at most {hi:g}")
+
+
+def _integer(bounds: Range | None) -> Reader:
+    def read_integer(value: Any, at: At) -> int:
+        if type(value) is not int:
+            raise _Failure(at, f"expected an integer, not {kind(value)}")
+        if not -MAX_INT <= value <= MAX_INT:
+            raise _Failure(at, f"{value} is beyond the integers JSON holds exactly")
+        _within(value, bounds, at)
+        return value
+
+    return read_integer
+
+
+def _number(bounds: Range | None) -> Reader:
+    def read_number(value: Any, at: At) -> float:
+        if type(value) not in (int, float):
+            raise _Failure(at, f"expected a number, not {kind(value)}")
+        if type(value) is int and abs(value) > MAX_INT or not math.isfinite(value):
+            raise _Failure(at, f"expected a finite number, not {value}")
+        _within(value, bounds, at)
+        return float(value)
+
+    return read_number
+
+
+def _string(text: Text | None) -> Reader:
+    def read_string(value: Any, at: At) -> str:
+        if type(value) is not str:
+            raise _Failure(at, f"expected text, not {kind(value)}")
+        if text is not None and (not value or len(value) > text.max or "\0" in value):
+            raise _Failure(at, f"expected a non-empty text of at most {text.max} characters")
+        return value
+
+    return read_string
+
+
+def _literal(choices: tuple[Any, ...]) -> Reader:
+    allowed = set(choices)
+    names = [str(c) for c in choices]
+    shown = " or ".join(names) if len(names) < 3 else "one of " + ", ".join(names)
+
+    def read_literal(value: Any, at: At) -> Any:
+        if isinstance(value, list | dict) or value not in allowed or type(value) is bool:
+            raise _Failure(at, f"expected {shown}, not {_short(value)}")
+        return value
+
+    return read_literal
+
+
+def _union(members: tuple[Any, ...], unknown: str) -> Reader:
+    optional = type(None) in members
+    rest = [_reader(m, unknown) for m in members if m is not type(None)]
+    if len(rest) == 1:
+        inner = rest[0]
+
+        def read_optional(value: Any, at: At) -> Any:
+            return None if value is None and optional else inner(value, at)
+
+        return read_optional
+    names = [_name(m) for m in members]
+    shown = ", ".join(names[:-1]) + " or " + names[-1]
+
+    def read_any_of(value: Any, at: At) -> Any:  # the first member that takes it
+        if value is None and optional:
+            return None
+        for member in rest:
+            try:
+                return member(value, at)
+            except _Failure:
+                continue
+        raise _Failure(at, f"expected {shown}, not {kind(value)}")
+
+    return read_any_of
+
+
+def _name(tp: Any) -> str:
+    origin = typing.get_origin(tp) or tp
+    names = {list: "a list", dict: "an object", str: "text", int: "an integer", float: "a number"}
+    return names.get(origin, "null" if tp is type(None) else getattr(tp, "__name__", str(tp)))
+
+
+def _list(each: Reader, most: Items | None) -> Reader:
+    def read_list(value: Any, at: At) -> list[Any]:
+        if type(value) is not list:
+            raise _Failure(at, f"expected a list, not {kind(value)}")
+        if most is not None and len(value) > most.max:
+            raise _Failure(at, f"{len(value)} items, more than {most.max}")
+        return [each(v, (at, i)) for i, v in enumerate(value)]
+
+    return read_list
+
+
+def _fixed_tuple(each: list[Reader]) -> Reader:
+    def read_tuple(value: Any, at: At) -> tuple[Any, ...]:
+        if type(value) is not list or len(value) != len(each):
+            raise _Failure(at, f"expected a list of {len(each)}, not {_short(value)}")
+        return tuple(r(v, (at, i)) for i, (r, v) in enumerate(zip(each, value, strict=True)))
+
+    return read_tuple
+
+
+def _dict(keys: Reader, values: Reader) -> Reader:
+    def read_dict(value: Any, at: At) -> dict[Any, Any]:
+        if type(value) is not dict:
+            raise _Failure(at, f"expected an object, not {kind(value)}")
+        return {keys(k, at): values(v, (at, k)) for k, v in value.items()}
+
+    return read_dict
+
+
+@dataclass(frozen=True)
+class _Field:
+    name: str
+    key: str
+    tp: Any
+    required: bool
+
+
+def fields_of(cls: type) -> list[_Field]:
+    """A record's fields: name, JSON key, resolved type, whether the JSON must hold it."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    return [
+        _Field(
+            f.name,
+            f.metadata.get("json", f.name),
+            hints[f.name],
+            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+        )
+        for f in dataclasses.fields(cls)
+        if f.init
+    ]
+
+
+def _record(cls: type, unknown: str, tag: str | None = None) -> Reader:
+    fields = [(f.name, f.key, _reader(f.tp, unknown), f.required) for f in fields_of(cls)]
+    known = {k for _, k, _, _ in fields} | ({tag} if tag else set())
+
+    def read_record(value: Any, at: At) -> Any:
+        if type(value) is not dict:
+            raise _Failure(at, f"expected an object, not {kind(value)}")
+        given = {}
+        for name, k, read_field, required in fields:
+            if k in value:
+                given[name] = read_field(value[k], (at, k))
+            elif required:
+                raise _Failure(at, f"'{k}' is missing")
+        if unknown == "refuse":
+            for k in value:
+                if k not in known:
+                    close = difflib.get_close_matches(str(k), sorted(known), n=1)
+                    hint = f" (did you mean '{close[0]}'?)" if close else ""
+                    raise _Failure(at, f"unknown key '{_short(k)}'{hint}")
+        return cls(**given)
+
+    return read_record
+
+
+def _tagged(members: tuple[Any, ...], tag: str, unknown: str) -> Reader:
+    by_tag = {getattr(m, tag): _record(m, unknown, tag) for m in members}
+    shown = ", ".join(by_tag)
+
+    def read_tagged(value: Any, at: At) -> Any:
+        if type(value) is not dict:
+            raise _Failure(at, f"expected an object, not {kind(value)}")
+        if tag not in value:
+            raise _Failure(at, f"'{tag}' is missing")
+        which = value[tag]
+        if type(which) is not str or which not in by_tag:
+            raise _Failure((at, tag), f"{_short(which)} is not one of {shown}")
+        return by_tag[which](value, at)
+
+    return read_tagged
+
+
+def _short(value: Any) -> str:
+    import json
+
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# --- writers ------------------------------------------------------------------------------
+
+_WRITERS: dict[Any, Writer] = {}
+
+
+def _writer(tp: Any) -> Writer:
+    if tp not in _WRITERS:
+        made: list[Writer] = []
+        _WRITERS[tp] = lambda value: made[0](value)
+        made.append(_make_writer(tp))
+        _WRITERS[tp] = made[0]
+    return _WRITERS[tp]
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _make_writer(tp: Any) -> Writer:
+    meta: tuple[Any, ...] = ()
+    if typing.get_origin(tp) is typing.Annotated:
+        tp, *rest = typing.get_args(tp)
+        meta = tuple(rest)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    tag = next((m for m in meta if isinstance(m, Tag)), None)
+    if tag is not None:
+        by_type = {m: _record_writer(m, tag.key) for m in args}
+        return lambda value: by_type[type(value)](value)
+    if tp in (float, int, bool):  # numpy's scalars become JSON's
+        return tp
+    if tp in (Any, str, type(None)) or origin is Literal:
+        return _same
+    if origin in (types.UnionType, typing.Union):
+        inner = _writer(next(a for a in args if a is not type(None)))
+        return lambda value: None if value is None else inner(value)
+    if origin in (list, tuple):
+        each = _writer(args[0])
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            fixed = [_writer(a) for a in args]
+            return lambda value: [w(v) for w, v in zip(fixed, value, strict=True)]
+        return lambda value: [each(v) for v in value]
+    if origin is dict:
+        each = _writer(args[1])
+        return lambda value: {k: each(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        return _record_writer(tp)
+    raise TypeError(f"records: no writer for {tp!r}")
+
+
+def _record_writer(cls: type, tag: str | None = None) -> Writer:
+    fields = [(f.name, f.key, _writer(f.tp), f.required) for f in fields_of(cls)]
+    head = {tag: getattr(cls, tag)} if tag else {}
+
+    def write_record(value: Any) -> dict[str, Any]:
+        out = dict(head)
+        for name, k, write, required in fields:
+            v = getattr(value, name)
+            if required or not (v is None or (isinstance(v, list | tuple | dict) and not v)):
+                out[k] = write(v)
+        return out
+
+    return write_record
