@@ -58,7 +58,7 @@ def vgg16_inference_ms() -> Callable[[], float]:
     import numpy as np
 
     from dse.net import zoo
-    from dse.runtime.sessions import session
+    from dse.runtime.rank.sessions import session
 
     sess = session(zoo.materialize("vgg16", 0), "cpu", 1)  # a rank's session settings
     x = {sess.get_inputs()[0].name: np.zeros((1, 3, 224, 224), np.float32)}

@@ -27,11 +27,11 @@ from dse.mapping import from_device_lists
 from dse.net import load_net
 from dse.paths import CONF_DIR
 from dse.platform import load_platform
-from dse.runtime.launch import launch
-from dse.runtime.measure import deploy
-from dse.runtime.partition import partition
-from dse.runtime.plan import input_arrays
-from dse.runtime.sessions import session
+from dse.runtime.compile.partition import partition
+from dse.runtime.deployment.plan import input_arrays
+from dse.runtime.launch.deploy import deploy  # noqa: E402
+from dse.runtime.launch.run import launch
+from dse.runtime.rank.sessions import session
 
 
 def lop(net, n_devices: int = 2):
@@ -59,7 +59,7 @@ def runtime_median(directory: Path, warmup: int, iterations: int) -> float:
     r = launch(directory, timeout_s=1800, warmup=warmup, iterations=iterations)
     if r.get("status") != "ok":
         raise SystemExit(f"runtime run failed: {r.get('reason')}")
-    return float(r["latency_ms"]["median"])
+    return float(r.latency.median)
 
 
 def main() -> None:

@@ -24,8 +24,8 @@ from dse.mapping import from_device_lists
 from dse.net import load_net
 from dse.paths import CONF_DIR
 from dse.platform import load_platform
-from dse.runtime.launch import launch
-from dse.runtime.measure import deploy
+from dse.runtime.launch.deploy import deploy  # noqa: E402
+from dse.runtime.launch.run import launch
 
 MODES = {"spin": "spin", "sleep": "200"}
 
@@ -64,7 +64,7 @@ def main() -> None:
                 r = launch(Path(tmp) / k, timeout_s=600, warmup=3, iterations=a.iterations)
                 if r.get("status") != "ok":
                     raise SystemExit(f"{k} ({w}) failed: {r.get('reason')}")
-                res[k, w].append(r["latency_ms"]["median"])
+                res[k, w].append(r.latency.median)
     print(f"{a.net}: median latency (ms) over {a.rounds} interleaved rounds, [each round]")
     for k in maps:
         spin, sleep = (float(np.median(res[k, w])) for w in MODES)

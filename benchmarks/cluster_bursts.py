@@ -11,7 +11,7 @@ something runs on a board) and ``quota`` (a CFS quota of the share per 10 ms per
 in one device's cgroup (the other idle) sleeps ``--gap-ms``, then computes a burst of a given
 CPU time (single-threaded float32 matrix products), and again, for bursts of 0.25 to 64 ms.
 ``paced`` is ``corunner`` with the worker paced as a rank on the device is
-(:mod:`dse.runtime.pace`: after each burst it yields its CPU until the burst has lasted its CPU
+(:mod:`dse.runtime.rank.pace`: after each burst it yields its CPU until the burst has lasted its CPU
 time over the device's speed). ``weight`` (the cluster's default) has no co-runners: the
 devices' cgroups divide the CPU by their CPU weights (their shares) when both compute, and the
 worker is paced. The worker runs under the scheduling policy the launcher gives ranks
@@ -39,7 +39,7 @@ from dse.cluster import cpu
 from dse.cluster.cpu import RANK_POLICY
 from dse.cluster.names import Names
 from dse.cluster.spec import ClusterSpec
-from dse.runtime.pace import PACE_ENV, pace_from_env
+from dse.runtime.rank.pace import PACE_ENV, pace_from_env
 
 BURSTS_MS = (0.25, 0.5, 1, 2, 4, 8, 16, 32, 64)
 MECHANISMS = ("corunner", "paced", "quota", "weight")

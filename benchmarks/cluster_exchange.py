@@ -8,7 +8,7 @@ CPU share, memory cap, ``DSE_PACE``), repeat a step 6 times:
 
 ``exchange``
     both compute for 4 ms, each its device's speed times that in CPU time (paced to its
-    device's speed, as the runtime's onnxruntime runs are: :mod:`dse.runtime.pace`), as a
+    device's speed, as the runtime's onnxruntime runs are: :mod:`dse.runtime.rank.pace`), as a
     layer split in proportion to the devices' speeds; then each sends the other its part and
     receives the other's, as split parts are gathered on both (the sends completed at the
     end of the iteration, as the runtime completes them at the end of an inference);
@@ -16,7 +16,7 @@ CPU share, memory cap, ``DSE_PACE``), repeat a step 6 times:
     one computes 4 ms of CPU time and sends, the other receives, then computes and sends
     back: a vertical cut.
 
-Every wait is the runtime's (:class:`dse.runtime.waits.Waits` with the cluster's setting).
+Every wait is the runtime's (:class:`dse.runtime.rank.waits.Waits` with the cluster's setting).
 Printed per pattern, pair and message size: the time per step beyond the compute the pattern
 needs (4 ms, for an exchange; both devices' in turn, for a handoff), the median
 over iterations and then over rounds (interleaved). The pairs: the two devices of a board
@@ -46,8 +46,8 @@ def worker(pattern: str, nbytes: int) -> None:
     import numpy as np
     from mpi4py import MPI
 
-    from dse.runtime.pace import pace_from_env
-    from dse.runtime.waits import Waits, spin_s
+    from dse.runtime.rank.pace import pace_from_env
+    from dse.runtime.rank.waits import Waits, spin_s
 
     comm = MPI.COMM_WORLD
     rank, other = comm.Get_rank(), 1 - comm.Get_rank()
@@ -136,7 +136,7 @@ def main() -> int:
     from dse.cluster.mpi import command
     from dse.cluster.state import load, one_run
     from dse.errors import DseError
-    from dse.runtime.mpirun import mpiexec_path
+    from dse.runtime.launch.mpirun import mpiexec_path
 
     try:
         state = load(a.cluster)

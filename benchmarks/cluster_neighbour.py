@@ -6,9 +6,9 @@ Two devices of shares 0.6 and 0.4 share one CPU, as edge1 of conf/platform/edge3
 by dse.cluster.cpu, under each ``cpu_share``). A worker in dev60 computes bursts of 20 ms of CPU
 time (single-threaded float32 matrix products), each after 20 ms of waiting, as a rank computes
 its part between messages. Beside it, dev40 either holds nothing or a rank that waits for a
-message: :func:`dse.runtime.waits.until` with the cluster's wait (it polls for
+message: :func:`dse.runtime.rank.waits.until` with the cluster's wait (it polls for
 ``dse.cluster.mpi.WAIT_US`` microseconds, then polls between sleeps of
-``dse.runtime.waits.SLEEP_S``), for a message that never comes. Both run under the policy
+``dse.runtime.rank.waits.SLEEP_S``), for a message that never comes. Both run under the policy
 compared: ``normal`` (SCHED_OTHER: a waking process may preempt the one running) or ``batch``
 (SCHED_BATCH, as the cluster's launcher runs everything it puts on a board: a waking process
 waits for the scheduler's next decision).
@@ -36,7 +36,7 @@ from cluster_cpu import clusters_per_mechanism  # this script's neighbour: the s
 from dse.cluster import cpu
 from dse.cluster.mpi import WAIT_US
 from dse.cluster.names import Names
-from dse.runtime.waits import until
+from dse.runtime.rank.waits import until
 
 MECHANISMS = ("corunner", "quota")
 POLICIES = {"normal": os.SCHED_OTHER, "batch": os.SCHED_BATCH}

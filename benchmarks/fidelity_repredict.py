@@ -18,7 +18,7 @@ with every type's ``transfer_fixed_s`` set to each of ``--transfer-fixed-ms`` (e
 as run).
 
 With ``--drift``, each of those is judged four ways where the run probed the machine's speed
-(``dse.runtime.probe``): as measured; each round brought to the reference by its own probe,
+(``dse.runtime.launch.probe``): as measured; each round brought to the reference by its own probe,
 the devices' work scaled and transfers kept (the model's slowdown of the mapping, what
 ``dse.fidelity`` reports); each round wholly scaled by its probe (the rule before
 2026-12-03); and every round wholly by one factor, the reference over the run's median probe
@@ -41,15 +41,17 @@ from hydra import compose, initialize_config_dir
 from dse import app
 from dse.cli import fail
 from dse.config import register
-from dse.fidelity.measure import slowdown, speed_reference
+from dse.fidelity.measure import DEPLOYMENTS
 from dse.fidelity.settings import settings_from
 from dse.fidelity.statistics import by_kind, stats
 from dse.fidelity.workflow import draw
 from dse.mapping import Mappings
+from dse.measuring.comparison import read_comparison
+from dse.measuring.merge import Slowdown, scaled_rounds, whole
+from dse.measuring.speed import slowdown, speed_reference
 from dse.net import Net
 from dse.objectives import OBJECTIVES
 from dse.paths import CONF_DIR
-from dse.runtime.measurements import Slowdown, scaled_rounds, whole
 from models_analytical.model import AnalyticalModel, Evaluation
 
 
@@ -60,11 +62,15 @@ def summary(name: str, ev: Evaluation, kinds: list[str], measured, period) -> st
     streamed = ~np.isnan(period)
     per = stats(OBJECTIVES["period"].values(ev)[streamed], period[streamed])
     bias = by_kind(list(zip(latency, measured, kinds, strict=True)))
+
+    def num(x: float | None, fmt: str) -> str:
+        return "n/a" if x is None else format(x, fmt)
+
     return (
-        f"  {name:40} latency MAPE {lat['mape_pct']:4.1f} %, within 10 % "
-        f"{lat['within_10_pct']:3.0f} %, spearman {lat['spearman']:.2f}, "
-        f"period MAPE {per['mape_pct']:4.1f} %  by kind: "
-        + ", ".join(f"{k} {v['bias_pct']:+.1f} %" for k, v in bias.items())
+        f"  {name:40} latency MAPE {num(lat.mape_pct, '4.1f')} %, within 10 % "
+        f"{num(lat.within_10_pct, '3.0f')} %, spearman {num(lat.spearman, '.2f')}, "
+        f"period MAPE {num(per.mape_pct, '4.1f')} %  by kind: "
+        + ", ".join(f"{k} {v.bias_pct:+.1f} %" for k, v in bias.items())
     )
 
 
@@ -72,14 +78,17 @@ def drift_rules(run: Path, labels: list[str]) -> dict[str, tuple[np.ndarray, np.
     """Per mapping in ``labels`` its rounds' latencies and periods (NaN without a stream), and
     the probe beside each round, from the run's ``comparison.json`` files."""
     lat, per, probes = [], [], []
+    # a run of this dse deployed into deployments/, an older one into phase2/
+    where = run / DEPLOYMENTS if (run / DEPLOYMENTS).is_dir() else run / "phase2"
     for label in labels:
-        c = json.loads((run / "phase2" / label / "comparison.json").read_text())
-        rounds = c["latency_ms"]
-        if not rounds.get("rounds_probe_ms"):
-            fail(f"{run}/phase2/{label} was not probed: --drift needs a run with probe=true")
-        lat.append(np.array(rounds["rounds_ms"]))
-        per.append(np.array((c.get("stream") or {}).get("rounds_ms") or [np.nan] * len(lat[-1])))
-        probes.append(np.array(rounds["rounds_probe_ms"]))
+        c = read_comparison(where / label)
+        rounds = c.latency
+        if not rounds.rounds_probe_ms:
+            fail(f"{where}/{label} was not probed: --drift needs a run with probe=true")
+        lat.append(np.array(rounds.rounds_ms))
+        streamed = c.stream.rounds_ms if c.stream is not None else []
+        per.append(np.array(streamed or [np.nan] * len(lat[-1])))
+        probes.append(np.array(rounds.rounds_probe_ms))
     return {"lat": lat, "per": per, "probes": probes}
 
 
@@ -92,12 +101,12 @@ def judged(
     rounds: dict, reference: float, slowdowns: list[Slowdown]
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """(latencies, periods) as measured; per round by its probe, by each mapping's slowdown
-    (as dse.fidelity takes it out, :func:`dse.runtime.measurements.scaled_rounds`) and wholly;
-    and wholly by the run's median probe."""
+    (as dse.fidelity takes it out, :func:`dse.measuring.merge.scaled_rounds`) and wholly; and
+    wholly by the run's median probe."""
     whole_run = run_probe(rounds)
 
     def work(r, p, s, which):  # noqa: ANN001, ANN202
-        return scaled_rounds(r, p, reference, s, which)["median_adjusted"]
+        return scaled_rounds(r, p, reference, s, which).median_adjusted
 
     rules = {
         "as measured": lambda r, p, s, w: np.median(r),

@@ -127,7 +127,7 @@ def main() -> int:
             )
         )
     print(
-        "(lat: with the machine's drift taken out where probed, dse.runtime.probe; "
+        "(lat: with the machine's drift taken out where probed, dse.runtime.launch.probe; "
         "repeatability likewise)"
     )
     return 0

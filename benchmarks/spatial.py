@@ -43,10 +43,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the package of this checkout
 
 from dse.mapping import Mappings, from_device_lists  # noqa: E402
+from dse.measuring.rounds import Rounds, measure_interleaved  # noqa: E402
 from dse.net import Net, load_net  # noqa: E402
 from dse.paths import CONF_DIR, calibrated_path  # noqa: E402
 from dse.platform import Platform, load_platform  # noqa: E402
-from dse.runtime.measure import deploy, measure_interleaved  # noqa: E402
+from dse.runtime.launch.deploy import deploy  # noqa: E402
 from models_analytical.coefficients import load_coefficients  # noqa: E402
 from models_analytical.model import AnalyticalModel  # noqa: E402
 
@@ -81,9 +82,8 @@ def measure(
             d = Path(tmp) / f"m{k}"  # mpiexec takes no ',' or ':' in a deployment's path
             deploy(net, plat, m, d, warmup=args.warmup, iterations=args.iterations)
             dirs.append(d)
-        done, _ = measure_interleaved(
-            dirs, args.rounds, args.warmup, args.iterations, 1800, np.random.default_rng(0)
-        )
+        rounds = Rounds(args.rounds, args.warmup, args.iterations, 1800)
+        done, _ = measure_interleaved(dirs, rounds, np.random.default_rng(0))
     return {
         name: {
             "measured": meas,
@@ -95,7 +95,7 @@ def measure(
 
 
 def report(results: dict[str, dict], base: str) -> None:
-    one = results[base]["measured"]["latency_ms"]["median"]
+    one = results[base]["measured"].latency.median
     print(
         "| mapping | measured ms (median [p10, p90]) | speed-up | predicted ms | peak RSS per rank "
         "MB, measured (predicted) | running / loading, measured (predicted) | MB sent, measured "
@@ -104,31 +104,31 @@ def report(results: dict[str, dict], base: str) -> None:
     print("|---|---|---|---|---|---|---|---|")
     for name, r in results.items():
         meas, ev = r["measured"], r["predicted"]
-        if meas.get("status") != "ok":
-            print(f"| {name} | failed: {meas.get('reason')} | | | | | | |")
+        if not meas.ok:
+            print(f"| {name} | failed: {meas.reason} | | | | | | |")
             continue
-        lat = meas["latency_ms"]
-        ranks = meas["ranks"]
+        lat = meas.latency
+        ranks = meas.ranks
         used = np.flatnonzero(ev.used[0])
         running, loading = r["memory_phases"]
         peak = ", ".join(
-            f"{max(rk['peak_rss_running_mb'] or 0, rk['peak_rss_loading_mb'] or 0):.0f} "
-            f"({ev.memory_mb[0, d]:.0f})"
+            f"{rk.peak_rss_mb or 0:.0f} ({ev.memory_mb[0, d]:.0f})"
             for rk, d in zip(ranks, used, strict=False)
         )
         mem = ", ".join(
-            f"{rk['peak_rss_running_mb'] or 0:.0f} / {rk['peak_rss_loading_mb'] or 0:.0f} "
+            f"{rk.peak_rss_running_mb or 0:.0f} / {rk.peak_rss_loading_mb or 0:.0f} "
             f"({running[0, d]:.0f} / {loading[0, d]:.0f})"
             for rk, d in zip(ranks, used, strict=False)
         )
-        sent = sum(rk["bytes_sent"] for rk in ranks) / 1e6
-        eq = meas.get("equivalence", {})
+        sent = sum(rk.bytes_sent for rk in ranks) / 1e6
+        eq = meas.equivalence
+        rel = eq.max_rel_error if eq is not None and eq.max_rel_error is not None else np.nan
         print(
-            f"| {name} | {lat['median']:.1f} [{lat['p10']:.1f}, {lat['p90']:.1f}] | "
-            f"{one / lat['median']:.2f}x | {ev.latency_s[0] * 1e3:.1f} | {peak} | {mem} | "
+            f"| {name} | {lat.median:.1f} [{lat.p10:.1f}, {lat.p90:.1f}] | "
+            f"{one / lat.median:.2f}x | {ev.latency_s[0] * 1e3:.1f} | {peak} | {mem} | "
             f"{sent:.2f} ({ev.bytes_sent[0].sum() / 1e6:.2f}) | "
-            f"{'equal' if eq.get('passed') else 'DIFFER'} "
-            f"(max rel {eq.get('max_rel_error', float('nan')):.1e}) |"
+            f"{'equal' if eq is not None and eq.passed else 'DIFFER'} "
+            f"(max rel {rel:.1e}) |"
         )
 
 
@@ -192,9 +192,9 @@ def mobilenetv2(args) -> None:
     best = {}
     for kind in ("vertical + channels", "three kinds"):
         ok = [
-            r["measured"]["latency_ms"]["median"]
+            r["measured"].latency.median
             for name, r in results.items()
-            if name.startswith(kind) and r["measured"].get("status") == "ok"
+            if name.startswith(kind) and r["measured"].ok
         ]
         best[kind] = min(ok) if ok else float("nan")
     print(
@@ -253,10 +253,7 @@ def cluster(args) -> None:
             dirs.append(d)
         done, _ = measure_interleaved(
             dirs,
-            args.rounds,
-            args.warmup,
-            args.iterations,
-            1800,
+            Rounds(args.rounds, args.warmup, args.iterations, 1800),
             np.random.default_rng(0),
             launcher=launcher,
         )

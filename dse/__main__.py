@@ -222,7 +222,7 @@ def explore(cfg: DictConfig, out: Path, started: float) -> dict[str, Any]:
         sys.exit(INTERRUPTED)
     if cfg.phase2.enabled:  # deploy and measure the front's best mappings under MPI
         # only for phase two: the runtime and onnxruntime, 0.19 s of a search's start
-        from dse.results.phase2 import phase2_after_search
+        from dse.measuring.phase2 import phase2_after_search
 
         genes, F, _ = nsga2.front(state)
         phase2 = OmegaConf.to_object(cfg.phase2)

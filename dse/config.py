@@ -283,7 +283,9 @@ class CalibrateConfig(BaseConfig):
     timeout_s: float = TIMEOUT_S  # a deployment's run stopped: the calibration fails
     submodel_runs: int = 3  # timed rounds of each cut mapping's sub-models alone
     quick: bool = False  # few repeats and only the first net: a smoke test, not for predictions
-    probe: bool = True  # time the whole net alone beside each deployment run (dse.runtime.probe)
+    probe: bool = (
+        True  # time the whole net alone beside each deployment run (dse.runtime.launch.probe)
+    )
     out: str | None = None  # default: the platform's calibration file (dse.paths)
     # the measurements' journal beside out (dse.calibrate.journal): resume=true goes on with
     # an interrupted calibration's measurements (resume is BaseConfig's key, read as a flag

@@ -14,11 +14,15 @@ from dse.cli import guarded, run
 from dse.errors import DseError
 from dse.files import read_json
 from dse.mapping import Mappings, from_autodice
+from dse.measuring.comparison import Compared
+from dse.measuring.measure import Settings, measure_one
+from dse.measuring.rounds import Rounds
 from dse.net import Net, load_net
 from dse.paths import CONF_DIR
-from dse.runtime.comparison import COMPARISON, Compared
-from dse.runtime.measure import deploy, deploy_and_measure
-from dse.runtime.measurements import MEASUREMENTS
+from dse.records import to_json
+from dse.runtime.deployment.layout import COMPARISON, MEASUREMENTS
+from dse.runtime.launch.deploy import deploy
+from dse.runtime.launch.mpirun import mpiexec_path
 from dse.values import number
 
 #: Where a deployment goes without out=: under runs/, named by net and mapping.
@@ -27,38 +31,37 @@ DEFAULT_OUT = "runs/deploy/{net}-{mapping}"
 
 def summary(result: Compared) -> str:
     """A few lines: status, latency measured vs predicted, per device."""
-    if result.get("status") != "ok":
-        return f"measurement failed: {result.get('reason')}"
-    lat = result["latency_ms"]
-    cmp = result.get("comparison") or {}
-    pred = cmp.get("latency_ms", {}).get("predicted")
+    if not result.ok:
+        return f"measurement failed: {result.reason}"
+    lat = result.latency
+    cmp = result.comparison
+    pred = cmp.latency_ms if cmp is not None else None
+    eq = result.equivalence
     lines = [
-        f"latency {lat['median']:.2f} ms median (p10 {lat['p10']:.2f}, p90 {lat['p90']:.2f}) "
-        + (f"| predicted {pred:.2f} ms ({cmp['latency_ms']['error_pct']:+.1f} %)" if pred else ""),
-        f"outputs vs the whole model: max rel error {result['equivalence'].get('max_rel_error')}",
+        f"latency {lat.median:.2f} ms median (p10 {lat.p10:.2f}, p90 {lat.p90:.2f}) "
+        + (
+            f"| predicted {pred.predicted:.2f} ms ({pred.error_pct:+.1f} %)"
+            if pred is not None and pred.predicted and pred.error_pct is not None
+            else ""
+        ),
+        f"outputs vs the whole model: max rel error {eq.max_rel_error if eq else None}",
     ]
-    if "period_ms" in cmp:
-        p = cmp["period_ms"]
+    period = cmp.period_ms if cmp is not None else None
+    if period is not None and period.measured is not None and period.predicted is not None:
         lines.append(
-            f"stream period {p['measured']:.2f} ms | predicted {p['predicted']:.2f} ms "
-            f"({p['error_pct']:+.1f} %)"
+            f"stream period {period.measured:.2f} ms | predicted {period.predicted:.2f} ms "
+            f"({period.error_pct or 0.0:+.1f} %)"
         )
-    for r in result["ranks"]:
+    for r in result.ranks:
         lines.append(
-            f"  {r['device']}: compute {r['compute_ms']['median']:.2f} ms, wait "
-            f"{r['wait_ms']['median']:.2f} ms, communication {r['communication_ms']['median']:.2f}"
-            f" ms, CPU {_cpu(r)}, sent {r['bytes_sent']:,} B, peak RSS "
-            f"{r['peak_rss_loading_mb']} MB loading / "
-            f"{r['peak_rss_running_mb']} MB running"
-            + (f" / {r['peak_rss_stream_mb']} MB streaming" if r.get("peak_rss_stream_mb") else "")
+            f"  {r.device}: compute {r.compute_ms.median:.2f} ms, wait "
+            f"{r.wait_ms.median:.2f} ms, communication {r.communication_ms.median:.2f}"
+            f" ms, CPU {r.cpu_ms.median:.2f} ms, sent {r.bytes_sent:,} B, peak RSS "
+            f"{r.peak_rss_loading_mb} MB loading / "
+            f"{r.peak_rss_running_mb} MB running"
+            + (f" / {r.peak_rss_stream_mb} MB streaming" if r.peak_rss_stream_mb else "")
         )
     return "\n".join(lines)
-
-
-def _cpu(rank: dict) -> str:
-    """A rank's CPU time per iteration (older measurements have none)."""
-    cpu = rank.get("cpu_ms")
-    return f"{cpu['median']:.2f} ms" if cpu else "not measured"
 
 
 def read_mapping(cfg: DictConfig, net: Net, keys: list[str]) -> Mappings:
@@ -105,15 +108,16 @@ def main(cfg: DictConfig) -> dict[str, Any]:
             f"in {time.perf_counter() - started:.2f} s; run it with {out / 'run.sh'}"
         )
         return {"status": "ok", "out": str(out), "ranks": len(plan.ranks)}
-    result = deploy_and_measure(
-        net, platform, model, mapping, out, seed, warmup, iterations, float(cfg.timeout_s),
-        int(cfg.stream), launcher,
-    )  # fmt: skip
+    mpiexec_path()  # one line before anything is written when MPI is missing
+    assert model is not None  # measuring: the model of cfg
+    rounds = Rounds(1, warmup, iterations, float(cfg.timeout_s))
+    settings = Settings(rounds, int(cfg.stream), probe=False, seed=seed, keep=True)
+    result = measure_one(net, model, mapping, out, settings, launcher)
     print(summary(result))
-    if result.get("status") != "ok":
-        raise DseError(f"the deployment in {out} failed: {result.get('reason')}")
+    if not result.ok:
+        raise DseError(f"the deployment in {out} failed: {result.reason}")
     print(f"measurements: {out / MEASUREMENTS}; beside the model's predictions: {out / COMPARISON}")
-    return {"status": "ok", "out": str(out), "comparison": result}
+    return {"status": "ok", "out": str(out), "comparison": to_json(result)}
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from dse.mapping import from_autodice
 from dse.objectives import OBJECTIVES
 from dse.paths import CONF_DIR
 from dse.platform import Platform
+from dse.records import to_json
 
 
 def as_table(net: str, platform: Platform, r: dict[str, Any]) -> str:
@@ -90,7 +91,7 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     mapping = read_json(cfg.mapping, "mapping")
     horizontal = read_json(cfg.horizontal, "horizontal") if cfg.get("horizontal") else None
     chosen = from_autodice(graph, platform.keys, mapping, horizontal)
-    r = model.evaluate(chosen).as_dict(platform)
+    r = to_json(model.evaluate(chosen).prediction(platform))
     text = json.dumps(finite(r), indent=1, allow_nan=False)
     print(text if fmt == "json" else as_table(graph.name, platform, r))
     return r

@@ -280,7 +280,7 @@ TOP: dict[str, Spec] = {
             "threads": Number("threads", 4096, "threads of the probe", low=1, integer=True),
             "what": Text("what the figures are", default=""),
         },
-        "calibration's speed probe (dse.runtime.probe)",
+        "calibration's speed probe (dse.runtime.launch.probe)",
         default=None,
     ),
     "memory_reference": Section(

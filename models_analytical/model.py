@@ -9,7 +9,6 @@ import copy
 import time
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
 
 import numba
 import numpy as np
@@ -55,7 +54,7 @@ class Evaluation:
         """pymoo-style G <= 0: memory over capacity, relative, per device."""
         return self.memory_mb / self.capacity_mb - 1.0
 
-    def as_dict(self, platform: Platform, index: int = 0) -> dict[str, Any]:
+    def prediction(self, platform: Platform, index: int = 0) -> Prediction:
         """Mapping ``index`` as plain numbers (ms, MB, J) on the devices it uses, with every
         objective (:mod:`dse.objectives`): what ``dse.evaluate`` prints and a deployment's
         measurements are compared with."""
@@ -65,20 +64,37 @@ class Evaluation:
         def per_device(values: np.ndarray, scale: float = 1.0, digits: int = 4) -> dict:
             return {keys[d]: round(float(values[index, d]) * scale, digits) for d in used}
 
-        return {
-            "latency_ms": round(float(self.latency_s[index]) * 1e3, 4),
-            "memory_mb": per_device(self.memory_mb, digits=3),
-            "energy_j": per_device(self.energy_j, digits=5),
-            "feasible": bool(self.feasible[index]),
-            "compute_ms": per_device(self.busy_s, 1e3),
-            "communication_ms": per_device(self.comm_s, 1e3),
-            "idle_ms": per_device(self.idle_s, 1e3),
-            "bytes_sent": per_device(self.bytes_sent, digits=0),
-            "capacity_mb": {keys[d]: platform.devices[d].memory_mb for d in used},
-            "objectives": {
+        return Prediction(
+            latency_ms=round(float(self.latency_s[index]) * 1e3, 4),
+            memory_mb=per_device(self.memory_mb, digits=3),
+            energy_j=per_device(self.energy_j, digits=5),
+            feasible=bool(self.feasible[index]),
+            compute_ms=per_device(self.busy_s, 1e3),
+            communication_ms=per_device(self.comm_s, 1e3),
+            idle_ms=per_device(self.idle_s, 1e3),
+            bytes_sent=per_device(self.bytes_sent, digits=0),
+            capacity_mb={keys[d]: platform.devices[d].memory_mb for d in used},
+            objectives={
                 o.column: round(float(o.values(self)[index]), 6) for o in OBJECTIVES.values()
             },
-        }
+        )
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the model predicts of one mapping, per device by its platform key (a record:
+    :mod:`dse.records`)."""
+
+    latency_ms: float
+    memory_mb: dict[str, float]
+    energy_j: dict[str, float]
+    feasible: bool
+    compute_ms: dict[str, float]
+    communication_ms: dict[str, float]
+    idle_ms: dict[str, float]
+    bytes_sent: dict[str, float]
+    capacity_mb: dict[str, float]
+    objectives: dict[str, float]  # by objective column (dse.objectives): latency_ms, ...
 
 
 def kernel_inputs(

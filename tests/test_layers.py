@@ -16,7 +16,18 @@ PACKAGES = ("dse", "chromosomes", "models_analytical", "hydra_plugins")
 
 #: Bottom to top: (layer name, module prefixes).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("dse.errors", "dse.files", "dse.host", "dse.lifetime", "dse.paths", "dse.values")),
+    (
+        "base",
+        (
+            "dse.errors",
+            "dse.files",
+            "dse.host",
+            "dse.lifetime",
+            "dse.paths",
+            "dse.records",
+            "dse.values",
+        ),
+    ),
     ("networks", ("dse.net",)),
     ("contract", ("dse.platform", "dse.objectives", "dse.mapping", "dse.config")),
     ("encodings and model", ("chromosomes", "models_analytical")),
@@ -24,6 +35,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("emulated cluster", ("dse.cluster",)),  # it gives the runtime a launcher on its boards
     ("assembly", ("dse.app",)),
     ("results", ("dse.results",)),
+    # deploys sets of mappings, runs their rounds, puts the model beside them, writes their
+    # rows: what phase two, fidelity and calibration share
+    ("measuring", ("dse.measuring",)),
     ("workflows", ("dse.calibrate", "dse.fidelity")),
     ("entry plumbing", ("dse.cli", "dse.outdirs", "dse.usage")),
     (
@@ -44,6 +58,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 #: Imports between packages of one layer that the architecture allows (importer, imported).
 SIDEWAYS = {
     ("dse.files", "dse.errors"),
+    ("dse.records", "dse.errors"),
     ("dse.values", "dse.errors"),
     ("dse.config", "dse.objectives"),  # a config checks objective names
     ("dse.mapping", "dse.platform"),
@@ -157,3 +172,30 @@ def test_no_module_over_600_lines_and_no_function_over_150() -> None:
                         long_functions.append(f"{where}:{node.lineno} {node.name} ({lines})")
     assert not long_modules, f"modules over {MAX_MODULE_LINES} lines: {long_modules}"
     assert not long_functions, f"functions over {MAX_FUNCTION_LINES} lines: {long_functions}"
+
+
+#: The runtime's sides (``dse.runtime.<side>``) and the sides each may import: what a
+#: deployment directory holds is read by all; compiling a mapping and what runs in a rank know
+#: only that; the launching side brings the others together.
+SIDES = {
+    "deployment": set(),
+    "compile": {"deployment"},
+    "rank": {"deployment"},
+    "launch": {"deployment", "compile", "rank"},
+}
+
+
+def test_the_runtime_sides_import_only_what_they_may() -> None:
+    known = modules()
+    wrong = []
+    for mod, path in sorted(known.items()):
+        parts = mod.split(".")
+        if parts[:2] != ["dse", "runtime"] or len(parts) < 3 or parts[2] not in SIDES:
+            continue
+        side = parts[2]
+        for dep in sorted(imports(path, known)):
+            d = dep.split(".")
+            other = d[2] if d[:2] == ["dse", "runtime"] and len(d) > 2 else side
+            if other != side and other not in SIDES[side]:
+                wrong.append(f"{mod} ({side}) imports {dep}")
+    assert not wrong, "\n".join(wrong)

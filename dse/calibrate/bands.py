@@ -14,7 +14,7 @@ its output rows. The rules:
   the layer's whole weights (random);
 * every band of every layer is timed interleaved, as the parts are (every round runs each once,
   one warm-up round: :func:`dse.calibrate.channels.time_interleaved`), at the device's thread
-  count with the runtime's session settings (:func:`dse.runtime.sessions.session`); each
+  count with the runtime's session settings (:func:`dse.runtime.rank.sessions.session`); each
   band's time is the median of its rounds.
 
 Rows ``{key, family, layer, rows, full, seconds}``: what
@@ -30,7 +30,7 @@ from onnx import ModelProto, NodeProto, TensorProto, helper, numpy_helper
 
 from dse.calibrate.channels import GROUP_WEIGHT_BYTES, time_interleaved, weight_groups
 from dse.net import ops
-from dse.runtime.sessions import session
+from dse.runtime.rank.sessions import session
 from models_analytical.layer_costs import family, layer_key
 
 #: The bands timed beside the whole layer, as shares of its output rows.

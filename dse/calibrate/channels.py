@@ -22,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from dse.files import scratch
 from dse.net.onnx_load import point_external
-from dse.runtime.sessions import session
+from dse.runtime.rank.sessions import session
 from models_analytical.layer_costs import family, layer_key
 
 #: (input channels, full output channels, spatial size, output-channel counts timed)

@@ -1,16 +1,15 @@
 """Calibration's deployments: mappings of each network run under MPI by the runtime.
 
-Per network, one device, a vertical cut, a split of every splittable layer over two devices
-and a random mix (:data:`LABELS`), run in interleaved rounds (``rounds``, each in a random
-order; each mapping keeps the median of its rounds' medians, and one whose rounds disagree
-runs them again: :data:`DISAGREE`). The first network also runs whole on a device other than
-the entry, whose rank then only sends the image (:data:`ENTRY_ONLY`): the memory of a rank
-that runs no sub-model. Where those two devices are on different hosts and a host has two cpu
-devices, each network's mix and split also run on those two, in rounds of their own
-(:data:`SAME_HOST`, :data:`SPLIT_SAME_HOST`): crossings within a host cost otherwise per
-byte, and two devices of one host computing side by side run slower (:func:`shared_host`).
-A speed probe beside the runs gives the speed every latency is brought to
-(:func:`dse.runtime.measure.take_out_drift`).
+Per network, one device, a vertical cut, a split of every splittable layer over two devices and a
+random mix (:data:`LABELS`), run in interleaved rounds (``rounds``, each in a random order; each
+mapping keeps the median of its rounds' medians, and one whose rounds disagree runs one round more:
+:mod:`dse.measuring.rounds`). The first network also runs whole on a device other than the entry,
+whose rank then only sends the image (:data:`ENTRY_ONLY`): the memory of a rank that runs no
+sub-model. Where those two devices are on different hosts and a host has two cpu devices, each
+network's mix and split also run on those two, in rounds of their own (:data:`SAME_HOST`,
+:data:`SPLIT_SAME_HOST`): crossings within a host cost otherwise per byte, and two devices of one
+host computing side by side run slower (:func:`shared_host`). A speed probe beside the runs gives
+the speed every latency is brought to (:func:`dse.measuring.merge.take_out_drift`).
 
 The measurements become the fits' :class:`~models_analytical.calibration.MeasuredRun` beside
 a model of given coefficients (:func:`measured`); the fits that need the deployments' own
@@ -31,19 +30,15 @@ from dse.calibrate.journal import Journal, NoJournal, key_of
 from dse.calibrate.settings import CalibrationSettings
 from dse.errors import DseError
 from dse.mapping import Mappings, from_devices, random_mappings, remap, whole
+from dse.measuring.merge import probe_times, start_rss_mb, take_out_drift
+from dse.measuring.rounds import AGAIN_ABOVE, Rounds, measure_interleaved
 from dse.net import load_net
 from dse.net.graph import LayerGraph
 from dse.platform import Platform
-from dse.runtime.measure import deploy, measure_interleaved
-from dse.runtime.measurements import (
-    Measurement,
-    disagree,
-    measured_latency_ms,
-    probe_times,
-    start_rss_mb,
-    take_out_drift,
-)
-from dse.runtime.probe import probe_threads, speed_probe
+from dse.records import read, to_json
+from dse.runtime.deployment.measurements import Measurement
+from dse.runtime.launch.deploy import deploy
+from dse.runtime.launch.probe import probe_threads, speed_probe
 from models_analytical.calibration import (
     CutCosts,
     MeasuredRun,
@@ -68,16 +63,11 @@ SAME_HOST = "mixed-same-host"
 #: of one host, in rounds of its own after :data:`SAME_HOST`: what the shared-host factor is
 #: fitted on (:func:`shared_host`), where the other cuts all cross between hosts.
 SPLIT_SAME_HOST = "split-same-host"
+#: What to do about a journal whose measurements are not as this dse writes them.
+JOURNAL_FIX = "measure again without resume=true"
 #: Each network's one-device run on every other cpu type's device (``single:<type>``): what
 #: that type's layer times are anchored to.
 SINGLE = "single"
-
-#: A mapping whose rounds' medians span more than this share of their median runs its rounds
-#: again. On the first calibration of edge3_ethernet at its defaults (2026-11-29), MobileNetV2
-#: alone on edge0_cpu took 9.70, 7.93, 9.63, 8.68 and 9.57 ms in its five rounds (a spread of
-#: 18 %) and 7.26-7.75 ms in every launch after: the slow spell of the machine set the median
-#: every prediction of that network was anchored to.
-DISAGREE = 0.10
 
 
 def single_label(dtype: str) -> str:
@@ -185,15 +175,27 @@ def runs_per_calibration(platform: Platform, networks: int) -> int:
 
 @dataclass(frozen=True)
 class Deployed:
-    """One calibration mapping measured under MPI: its merged measurement (the runtime's
-    dict, drift taken out where probed, with ``spread`` and ``rounds_ms``)."""
+    """One calibration mapping measured under MPI: its merged measurement (drift taken out
+    where probed)."""
 
     net: str
     label: str
     graph: LayerGraph
     mapping: Mappings
-    result: dict[str, Any]
+    result: Measurement
     directory: Path  # its deployment (gone once the calibration ends)
+
+    @property
+    def spread(self) -> float:
+        """(p90 - p10) / median of its iterations."""
+        lat = self.result.latency
+        return round((lat.p90 - lat.p10) / lat.median, 4)
+
+    @property
+    def rounds_ms(self) -> list[float]:
+        """Each round's median as measured."""
+        lat = self.result.latency
+        return lat.rounds_ms or [lat.median]
 
 
 @dataclass(frozen=True)
@@ -225,7 +227,7 @@ class Deployments:
             "whole_ms": {n: ms for n, (ms, _) in self.speed.items()},
             "fingerprints": {n: fp for n, (_, fp) in self.speed.items()},
             "threads": probe_threads(platform),
-            "what": "the whole network alone (dse.runtime.probe), median over the probes "
+            "what": "the whole network alone (dse.runtime.launch.probe), median over the probes "
             "beside the deployment runs; every latency fitted here was brought to this "
             "speed, and dse.fidelity compares its own probes with it",
         }
@@ -286,34 +288,38 @@ def measure_deployments(
                        "mappings": [batch.ident(p) for p in range(len(labels))],
                        "devices": [d.name for d in platform.devices], "seed": s.seed,
                        "rounds": s.rounds, "warmup": s.warmup, "iterations": s.iterations,
-                       "probe": s.probe, "again_above": DISAGREE}  # fmt: skip
-            measure = functools.partial(run_rounds, s, dirs, rng, probe_dir)
+                       "probe": s.probe, "again_above": AGAIN_ABOVE}  # fmt: skip
+            measure = functools.partial(_as_json, run_rounds, s, dirs, rng, probe_dir)
             key = key_of("deployments", request)
             if s.refit and all(map(may_be_left_out, labels)) and not journal.has(key):
                 # a journal from before these runs (the pair's): refit it as it was fitted then
                 why = "not in the journal (taken before calibration ran it): resume=true runs it"
-                results = [{"status": "failed", "reason": why}]
+                results = [Measurement.failed(why)]
             else:
-                results = journal.take(key, measure)
+                where = f"{journal.path}: {key}"
+                docs = journal.take(key, measure)
+                results = [read(Measurement, doc, where, JOURNAL_FIX) for doc in docs]
             measured += results
             probes = probe_times(results)
             if probes and name not in speed:  # the first set's probes set the speed
                 speed[name] = (round(float(np.median(probes)), 4), net.fingerprint)
             for p, (label, res) in enumerate(zip(labels, results, strict=True)):
-                if res.get("status") != "ok" and may_be_left_out(label):
-                    left_out[f"{name}/{label}"] = str(res.get("reason"))
+                if not res.ok and may_be_left_out(label):
+                    left_out[f"{name}/{label}"] = str(res.reason)
                     tick(f"left out {name} {label}")
                     continue
-                if res.get("status") != "ok":
-                    raise DseError(f"calibration run {name}/{label} failed: {res.get('reason')}")
+                if not res.ok:
+                    raise DseError(f"calibration run {name}/{label} failed: {res.reason}")
                 if probes:
                     res = take_out_drift(res, speed[name][0])
-                lat = res["latency_ms"]
-                res["spread"] = round((lat["p90"] - lat["p10"]) / lat["median"], 4)
-                res["rounds_ms"] = lat.get("rounds_ms", [lat["median"]])
                 out.append(Deployed(name, label, net.graph, batch.take(p), res, dirs[p]))
                 tick(f"ran {name} {label}")
     return Deployments(tuple(out), speed, left_out, start_rss_mb(measured))
+
+
+def _as_json(run: Callable[..., list[Measurement]], *args: Any) -> list[Any]:
+    """``run(*args)``'s measurements as the journal keeps them (JSON)."""
+    return [to_json(m) for m in run(*args)]
 
 
 def run_rounds(
@@ -321,40 +327,14 @@ def run_rounds(
 ) -> list[Measurement]:
     """The deployments in ``dirs`` run in interleaved rounds (a slow spell hits one round of
     each mapping, and the one-device run the layer times are anchored to is measured beside
-    the cut ones), a speed probe (of the network in ``probe_dir``) beside them; Ctrl-C ends
-    the calibration. Those whose rounds disagree (:data:`DISAGREE`) run their rounds once
-    more (:func:`steadier`)."""
+    the cut ones; :func:`~dse.measuring.rounds.measure_interleaved` and its re-run rule), a
+    speed probe (of the network in ``probe_dir``) beside them; Ctrl-C ends the calibration."""
     probe = speed_probe(probe_dir, s.platform, s.launcher) if s.probe else None
-
-    def rounds(which: list[Path]) -> list[Measurement]:
-        results, interrupted = measure_interleaved(
-            which, s.rounds, s.warmup, s.iterations, s.timeout_s, rng, probe=probe,
-            launcher=s.launcher,
-        )  # fmt: skip
-        if interrupted:
-            raise KeyboardInterrupt
-        return results
-
-    results = rounds(dirs)
-    again = [i for i, r in enumerate(results) if disagree(r, DISAGREE)]
-    if again:
-        for i, second in zip(again, rounds([dirs[i] for i in again]), strict=True):
-            results[i] = steadier(results[i], second)
+    rounds = Rounds(s.rounds, s.warmup, s.iterations, s.timeout_s)
+    results, interrupted = measure_interleaved(dirs, rounds, rng, probe=probe, launcher=s.launcher)
+    if interrupted:
+        raise KeyboardInterrupt
     return results
-
-
-def steadier(first: Measurement, second: Measurement) -> Measurement:
-    """Of a deployment's two sets of rounds, the one whose rounds agree better (a slow spell
-    only slows, and spans some rounds of a set, rarely all of both; a failed second set keeps
-    the first), with ``measured_again``: both sets' round medians and which was kept."""
-
-    def spread(r: Measurement) -> float:
-        return r["latency_ms"]["round_spread"]
-
-    better = second.get("status") == "ok" and spread(second) < spread(first)
-    kept = second if better else first
-    rounds_ms = [r.get("latency_ms", {}).get("rounds_ms") for r in (first, second)]
-    return {**kept, "measured_again": {"rounds_ms": rounds_ms, "kept": ("first", "second")[better]}}
 
 
 def measured(
@@ -370,14 +350,14 @@ def measured(
             models[r.net] = AnalyticalModel(r.graph, platform, coefficients)
         ranks = tuple(
             RankMeasurement(
-                device=names.index(rank["device"]),
-                compute_s=rank["compute_ms"]["median"] / 1e3,
-                running_mb=rank["peak_rss_running_mb"],
-                loading_mb=rank["peak_rss_loading_mb"],
+                device=names.index(rank.device),
+                compute_s=rank.compute_ms.median / 1e3,
+                running_mb=rank.peak_rss_running_mb,
+                loading_mb=rank.peak_rss_loading_mb,
             )
-            for rank in r.result["ranks"]
+            for rank in r.result.ranks
         )
-        latency = measured_latency_ms(r.result)
+        latency = r.result.latency.measured_ms
         out.append(MeasuredRun(r.net, r.label, models[r.net], r.mapping, latency, ranks))
     return out
 
@@ -407,9 +387,9 @@ def cut_costs(deployed: Sequence[Deployed], runs: Sequence[MeasuredRun]) -> CutC
     rest = dict(fit.provenance)
     prov = {
         "mappings": rest.pop("mappings"),
-        "spread": [d.result["spread"] for d in cut],
-        "rounds_ms": [d.result["rounds_ms"] for d in cut],  # as measured
-        "rounds_probe_ms": [d.result["latency_ms"].get("rounds_probe_ms") for d in cut],
+        "spread": [d.spread for d in cut],
+        "rounds_ms": [d.rounds_ms for d in cut],  # as measured
+        "rounds_probe_ms": [d.result.latency.rounds_probe_ms or None for d in cut],
         # what was fitted: the rounds brought to the speed reference (median of the rounds of
         # rounds_ms x reference / rounds_probe_ms), or as measured without a probe
         **rest,

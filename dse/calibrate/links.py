@@ -24,10 +24,11 @@ from dse.calibrate.journal import key_of
 from dse.errors import DseError
 from dse.files import scratch
 from dse.platform import Platform
-from dse.runtime.launch import captured
-from dse.runtime.measurements import failed
-from dse.runtime.mpirun import HOSTFILE, RANKFILE, Launcher, mpi_files, placement
-from dse.runtime.waits import Waits, spin_s
+from dse.runtime.deployment.layout import HOSTFILE, RANKFILE
+from dse.runtime.deployment.measurements import Measurement
+from dse.runtime.launch.mpirun import Launcher, mpi_files, placement
+from dse.runtime.launch.run import captured
+from dse.runtime.rank.waits import Waits, spin_s
 from models_analytical.coefficients import port_key
 
 #: The flag that asks the benchmark for fewer exchanges per size.
@@ -46,7 +47,7 @@ def _repeats(nbytes: int, few: bool) -> int:
 
 def bench(comm: Any, few: bool = False, max_bytes: int | None = None) -> dict[str, Any] | None:
     """Both ranks call this; rank 0 returns the table. The ranks wait as the runtime's do
-    (:mod:`dse.runtime.waits`: spinning in MPI's blocking calls, or polling then sleeping
+    (:mod:`dse.runtime.rank.waits`: spinning in MPI's blocking calls, or polling then sleeping
     where ``DSE_WAIT_SPIN_US`` says so, as on an emulated cluster)."""
     me = comm.Get_rank()
     other = 1 - me
@@ -130,8 +131,8 @@ def measure_link(
             except subprocess.TimeoutExpired:
                 proc, why = None, "timed out after 600 s"
             if proc is None or proc.returncode != 0 or not out.is_file():
-                result = failed(f"the link benchmark failed under mpiexec ({why})")
-                raise DseError(finish(result)["reason"])
+                result = Measurement.failed(f"the link benchmark failed under mpiexec ({why})")
+                raise DseError(finish(result).reason or why)
         return json.loads(out.read_text())
 
 

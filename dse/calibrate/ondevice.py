@@ -19,7 +19,7 @@ JSON result, so it runs the same in this process or as a rank on the device:
     rows (:func:`dse.calibrate.bands.measure_band_costs`), skipping the layer keys of ``seen``;
 ``submodels``
     each sub-model of a deployment directory alone, every round also the whole network
-    (:func:`dse.runtime.sequential.time_files`): what running work as sub-models costs.
+    (:func:`dse.runtime.rank.inprocess.time_files`): what running work as sub-models costs.
 
 :func:`unit_runner` says where a type's units run: in this process when its device is this
 machine and ranks start without a rank wrapper (``localhost``: as calibration always did),
@@ -50,13 +50,14 @@ from dse.errors import DseError
 from dse.files import scratch
 from dse.net import load_net, zoo
 from dse.platform import Platform
-from dse.runtime.launch import captured
-from dse.runtime.measurements import failed
-from dse.runtime.mpirun import HOSTFILE, RANKFILE, Launcher, mpi_files, placement
-from dse.runtime.pace import pace_from_env
-from dse.runtime.probe import LOCAL_HOSTS
-from dse.runtime.reader import read_plan
-from dse.runtime.sessions import session
+from dse.runtime.deployment.layout import HOSTFILE, RANKFILE
+from dse.runtime.deployment.measurements import Measurement
+from dse.runtime.deployment.reader import read_plan
+from dse.runtime.launch.mpirun import Launcher, mpi_files, placement
+from dse.runtime.launch.probe import LOCAL_HOSTS
+from dse.runtime.launch.run import captured
+from dse.runtime.rank.pace import pace_from_env
+from dse.runtime.rank.sessions import session
 
 #: A network profiled with a larger whole-run spread than this is profiled once more.
 CONTAMINATED = 0.15
@@ -137,7 +138,7 @@ def submodels_unit(r: Unit) -> Unit:
     """``submodels``: ``directory`` (a deployment's), ``runs``, ``warmup``, ``threads``."""
     # imported here: it brings the model's kernel (numba, 70 MB) into a process whose other
     # units run on devices of little memory
-    from dse.runtime.sequential import beside, time_files
+    from dse.runtime.rank.timing import beside, time_files
 
     directory = Path(r["directory"])
     plan = read_plan(directory)
@@ -211,8 +212,8 @@ def run_on_device(
                 why = f"exit status {proc.returncode}: " + (" | ".join(tail) or "no stderr")
             except subprocess.TimeoutExpired:
                 why = f"timed out after {timeout_s:g} s"
-            result = failed(why)
-            reason = finish(result)["reason"]
+            result = Measurement.failed(why)
+            reason = finish(result).reason
             raise UnitFailed(f"{request['step']} on {dev.name}: {reason}")
 
 

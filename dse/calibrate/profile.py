@@ -31,8 +31,8 @@ import onnxruntime as ort
 from dse.files import scratch
 from dse.net import ops
 from dse.net.graph import LayerGraph
-from dse.runtime.pace import paced
-from dse.runtime.sessions import session_options
+from dse.runtime.rank.pace import paced
+from dse.runtime.rank.sessions import session_options
 
 _SUFFIXES = (re.compile(r"_token_\d+$"), re.compile(r"_nchwc$"), re.compile(r"_bn$"))
 

@@ -8,7 +8,7 @@ here, on ResNet-50's split mappings, its sub-models alone took 14 % longer than 
 
 For each cut mapping ``dse.calibrate`` deploys, each of its sub-models is timed alone on the
 deployments' first device (:mod:`dse.calibrate.ondevice`: in this process on ``localhost``, as
-a rank in the device's cgroups on an emulated cluster; :func:`dse.runtime.sequential.
+a rank in the device's cgroups on an emulated cluster; :func:`dse.runtime.rank.inprocess.
 time_files`), in rounds that also run the whole network once, so the device's speed against
 the model's layer times is measured beside them. Per sub-model (:func:`rows`)::
 
@@ -37,9 +37,9 @@ from dse.mapping import Mappings
 from dse.mapping.rows import layout_of
 from dse.net import Net, load_net
 from dse.platform import Platform
-from dse.runtime.partition import Deployment, partition
-from dse.runtime.plan import Run
-from dse.runtime.programs import part_rows
+from dse.runtime.compile.partition import Deployment, partition
+from dse.runtime.compile.programs import part_rows
+from dse.runtime.deployment.plan import Run
 from models_analytical.calibration import SubModelCosts, SubModelTiming, fit_submodel_costs
 from models_analytical.coefficients import Coefficients
 from models_analytical.model import AnalyticalModel

@@ -195,10 +195,10 @@ def _fit_deployments(
         coefficients = replace(coefficients, notes=notes)
     runs = deployments.runs
     prov: dict[str, Any] = {}
-    again = {f"{r.net}/{r.label}": r.result["measured_again"] for r in runs
-             if "measured_again" in r.result}  # fmt: skip
+    # the runs whose rounds disagreed and ran one round more (dse.measuring.rounds)
+    again = {f"{r.net}/{r.label}": r.rounds_ms for r in runs if len(r.rounds_ms) > s.rounds}
     if again:
-        prov["measured_again"] = again
+        prov["ran_again"] = again
     per_type: dict[str, dict[str, Any]] = {}
     cpus = cpu_types(s)
     if cpus:  # the deployments run on cpu devices

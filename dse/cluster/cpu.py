@@ -20,7 +20,7 @@ How a device gets its share ``s`` of its board's CPUs is the cluster's ``cpu_sha
     (the sum of its devices'). Where two devices of a CPU compute at once, the kernel divides
     the CPU by their weights; where one computes alone, it may use the whole CPU, so each rank
     of a device of a share is **paced** to the device's speed (:func:`pace_speed`,
-    :mod:`dse.runtime.pace`): each onnxruntime run lasts at least its CPU time over ``s``, the
+    :mod:`dse.runtime.rank.pace`): each onnxruntime run lasts at least its CPU time over ``s``, the
     rank yielding its CPU until then. Every burst then computes at ``s``, as on a slower
     processor, and nothing runs on a CPU while its devices wait: a device that wakes (a message
     came) finds its CPU free unless the other device of the CPU computes.
@@ -109,7 +109,7 @@ CORUNNER_PROGRAM = (
 #: The scheduling policy the launcher gives everything it puts on a board (``chrt``'s flag; None:
 #: the default, SCHED_OTHER), per ``cpu_share``. Under ``SCHED_BATCH`` a process that wakes does
 #: not preempt the one running: a rank that polls for a message (every ~70 us,
-#: :mod:`dse.runtime.waits`) no longer interrupts its board's other device at each poll, and
+#: :mod:`dse.runtime.rank.waits`) no longer interrupts its board's other device at each poll, and
 #: sees its message a little later (``benchmarks/cluster_neighbour.py``, "Waiting ranks that do
 #: not preempt" in ``docs/results/cluster.md``). It paid under co-runners, and weights keep it
 #: (not measured against the default policy under weights); under quotas a device that waited
@@ -190,7 +190,7 @@ def rest_group(cpu: int) -> str:
 
 def pace_speed(spec: ClusterSpec, device: str) -> float | None:
     """Under ``cpu_share`` weight and corunner, the speed in CPUs a rank on ``device`` is paced
-    to (:data:`dse.runtime.pace.PACE_ENV`: its share of its board's CPUs), or None for a
+    to (:data:`dse.runtime.rank.pace.PACE_ENV`: its share of its board's CPUs), or None for a
     device of a whole share. Under quotas a rank is not paced: yielding would spend its quota."""
     d = spec.device(device)
     if not spec.weighted or d.share >= 1.0 - SHARE_SLACK:

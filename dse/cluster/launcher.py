@@ -17,8 +17,8 @@
     put before each rank's program: the rank (``OMPI_COMM_WORLD_RANK``) joins the cgroups of
     the device at its place in the list (its CPU share and memory cap), then execs PROGRAM.
     On a device of a share below a whole CPU (under weights or co-runners) PROGRAM gets the
-    device's speed in :data:`~dse.runtime.pace.PACE_ENV`, as with ``--in`` on a device: its
-    onnxruntime sessions compute each burst at the device's speed (:mod:`dse.runtime.pace`). (A
+    device's speed in :data:`~dse.runtime.rank.pace.PACE_ENV`, as with ``--in`` on a device: its
+    onnxruntime sessions compute each burst at the device's speed (:mod:`dse.runtime.rank.pace`). (A
     file of its own: mpiexec mistakes a program whose path equals its ssh agent's for the
     agent's argument and takes the rest of its own command line for the program's.)
 
@@ -26,7 +26,7 @@ Under weights and co-runners, everything the launcher puts on a board runs under
 ``SCHED_BATCH`` (``chrt -b``; Open MPI's daemon, and the ranks it starts, inherit it): a
 process of that policy that wakes does not preempt the one running, it waits for the
 scheduler's next decision. A rank that waits for a message wakes every ~70 us to poll
-(:mod:`dse.runtime.waits`); under the default policy each poll preempted the device beside it
+(:mod:`dse.runtime.rank.waits`); under the default policy each poll preempted the device beside it
 on its CPU (:data:`dse.cluster.cpu.RANK_POLICY` says why not under quotas). Real boards'
 devices do not share a core.
 
@@ -50,7 +50,7 @@ from dse.cluster.cpu import (
 from dse.cluster.names import CGROUP_ROOT, CONTROLLERS, PREFIX, Names
 from dse.cluster.net import NETNS_DIR
 from dse.cluster.spec import ClusterSpec
-from dse.runtime.pace import PACE_ENV
+from dse.runtime.rank.pace import PACE_ENV
 
 LAUNCHER = "launcher"
 RANK = "rank"
@@ -127,7 +127,7 @@ def corun_function(spec: ClusterSpec, names: Names) -> str:
 
 
 def pace_function(spec: ClusterSpec) -> str:
-    """Both scripts' ``pace BOARD/DEVICE``: export :data:`~dse.runtime.pace.PACE_ENV`, the
+    """Both scripts' ``pace BOARD/DEVICE``: export :data:`~dse.runtime.rank.pace.PACE_ENV`, the
     speed a rank on the device is paced to (:func:`dse.cluster.cpu.pace_speed`), if any."""
     lines = ["pace() {", '  case "$1" in']
     for d in spec.devices:

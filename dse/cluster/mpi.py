@@ -27,9 +27,9 @@ from pathlib import Path
 
 from dse.cluster.state import State
 from dse.errors import DseError
-from dse.runtime.mpirun import MPI_ENV, ROOT_ENV
+from dse.runtime.launch.mpirun import MPI_ENV, ROOT_ENV
 
-#: A rank that waits polls for 50 us, then sleeps between polls (:mod:`dse.runtime.waits`): a
+#: A rank that waits polls for 50 us, then sleeps between polls (:mod:`dse.runtime.rank.waits`): a
 #: device is a CPU share and a board's devices share its CPUs, so a rank spinning while it
 #: waits burns its device's share and holds the core its board's other device needs. On
 #: edge3_ethernet's MobileNetV2 mapping over all three devices (a loaded machine) edge1_cpu0

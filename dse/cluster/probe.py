@@ -33,7 +33,7 @@ import numpy as np
 from dse.cluster.cpu import join, pace_speed, start_corunners
 from dse.cluster.names import Names
 from dse.cluster.state import load
-from dse.runtime.pace import Pace
+from dse.runtime.rank.pace import Pace
 
 LATENCY_REPS = 200
 KERNEL_N = 128

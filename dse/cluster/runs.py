@@ -1,8 +1,8 @@
 """The runtime's launcher for a platform: on its hosts by name, or on its emulated cluster.
 
 :func:`launcher_for` is where a platform config becomes the runtime's
-:class:`~dse.runtime.mpirun.Launcher`, for every workflow that launches ranks (``dse.deploy``,
-phase two, ``dse.calibrate``, ``dse.fidelity``):
+:class:`~dse.runtime.launch.mpirun.Launcher`, for every workflow that launches ranks
+(``dse.deploy``, phase two, ``dse.calibrate``, ``dse.fidelity``):
 
 * a platform without ``emulation:`` runs on its hosts by name: ``Launcher()`` (mpiexec reaches
   hosts other than this one over ssh, as on real boards);
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from dse.cluster.build import link_carrying, stop_processes
@@ -34,8 +34,8 @@ from dse.cluster.net import namespaces
 from dse.cluster.spec import ClusterSpec, parse_spec
 from dse.cluster.state import STATE, State, load, one_run
 from dse.errors import DseError
-from dse.runtime.measurements import Measurement
-from dse.runtime.mpirun import Finish, Launcher, Placement
+from dse.runtime.deployment.measurements import Measurement
+from dse.runtime.launch.mpirun import Finish, Launcher, Placement
 
 
 def launcher_for(
@@ -100,7 +100,7 @@ def cluster_launcher(state: State) -> Launcher:
 
 @dataclass(frozen=True)
 class RunWatch:
-    """Around each run on the cluster (:data:`dse.runtime.mpirun.Watch`).
+    """Around each run on the cluster (:data:`dse.runtime.launch.mpirun.Watch`).
 
     A cluster runs one run at a time (:func:`dse.cluster.state.one_run`): from before
     mpiexec starts until its processes are gone, so a failed run's cleanup, which kills every
@@ -130,7 +130,7 @@ class RunWatch:
             before = {pair: oom_kills(names, *pair) for pair in pairs}
 
             def finish(result: Measurement) -> Measurement:
-                if result.get("status") == "ok":
+                if result.status == "ok":
                     return result
                 stop_processes(self.state)
                 causes = [
@@ -144,6 +144,6 @@ class RunWatch:
                 ]
                 if not causes:
                     return result
-                return {**result, "reason": "; ".join([*causes, str(result.get("reason", ""))])}
+                return replace(result, reason="; ".join([*causes, str(result.reason or "")]))
 
             yield finish

@@ -16,6 +16,7 @@ from dse.cli import guarded, run, say
 from dse.fidelity.report import messages
 from dse.fidelity.workflow import run_fidelity
 from dse.paths import CONF_DIR
+from dse.records import to_json
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="fidelity", version_base="1.3")
@@ -28,9 +29,9 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     return {
         "status": "ok",
         "out": str(report.out),
-        "latency": doc["latency"],
-        "memory": doc["memory"],
-        "period": doc["period"],
+        "latency": to_json(doc.latency),
+        "memory": to_json(doc.memory),
+        "period": None if doc.period is None else to_json(doc.period),
     }
 
 

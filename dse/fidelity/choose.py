@@ -9,8 +9,8 @@ import numpy as np
 from dse.config import AlgorithmConfig
 from dse.mapping import RANDOM_KINDS, Mappings, random_mappings
 from dse.mapping.build import ROW_KINDS
+from dse.measuring.phase2 import select
 from dse.net.graph import LayerGraph
-from dse.results.phase2 import select
 from dse.search import nsga2
 from dse.search.problem import MappingProblem
 

@@ -49,9 +49,10 @@ def plot(path: Path, pts: dict[str, Any], title: str) -> None:
         ax.set_ylim(lo, hi)
         plain_log_ticks(ax)
         s = stats(p, m)
+        spearman = "n/a" if s.spearman is None else f"{s.spearman:.2f}"
         ax.set_title(
-            f"{name} ({unit}): MAPE {s['mape_pct']:.1f} %, {s['within_10_pct']:.0f} % within "
-            f"10 %, Spearman {s['spearman']:.2f}",
+            f"{name} ({unit}): MAPE {s.mape_pct or 0.0:.1f} %, {s.within_10_pct or 0.0:.0f} % "
+            f"within 10 %, Spearman {spearman}",
             fontsize=9,
         )
         what = " (machine's drift taken out)" if adjusted else ""

@@ -3,33 +3,70 @@ and how well the measurements agree with themselves (noise floor, rounds, repeat
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from itertools import combinations
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from scipy.stats import kendalltau, spearmanr
 
 from dse.fidelity.choose import KINDS
+from dse.runtime.deployment.measurements import Latency, Measurement
 
 WITHIN = 10.0  # %
 #: (predicted, measured, kind of mapping)
 Point = tuple[float, float, str]
 
 
-def stats(predicted: Any, measured: Any) -> dict[str, float]:
+@dataclass(frozen=True)
+class KindError:
+    """The latency error of one kind of mapping: how many, mean signed error (bias), MAPE, %."""
+
+    n: int
+    bias_pct: float
+    mape_pct: float
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """Predicted against measured: MAPE (%), share of points within +-10 % (%), Spearman and
+    Kendall rank correlation (None where they cannot be computed), by kind of mapping where
+    judged so, and whether the machine's drift was taken out of the measured figures."""
+
+    n: int
+    mape_pct: float | None
+    within_10_pct: float | None
+    spearman: float | None
+    kendall: float | None
+    by_kind: dict[str, KindError] = field(default_factory=dict)
+    drift_taken_out: bool | None = None
+
+
+@dataclass(frozen=True)
+class Repeatability:
+    """How well the measurements agree with themselves (:func:`repeatability`)."""
+
+    spearman_round_vs_round: float | None
+    round_within_10_pct: float
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
+
+
+def stats(predicted: Any, measured: Any) -> Agreement:
     """MAPE (%), share of points within +-10 % (%), Spearman and Kendall rank correlation."""
     p, m = np.asarray(predicted, dtype=np.float64), np.asarray(measured, dtype=np.float64)
     err = np.abs(p - m) / m * 100.0
     ok = len(p) > 2 and np.ptp(p) > 0 and np.ptp(m) > 0
-    return {
-        "n": int(len(p)),
-        "mape_pct": float(err.mean()) if len(p) else float("nan"),
-        "within_10_pct": float((err <= WITHIN).mean() * 100.0) if len(p) else float("nan"),
-        "spearman": float(spearmanr(p, m).statistic) if ok else float("nan"),
-        "kendall": float(kendalltau(p, m).statistic) if ok else float("nan"),
-    }
+    return Agreement(
+        n=int(len(p)),
+        mape_pct=_finite(err.mean()) if len(p) else None,
+        within_10_pct=float((err <= WITHIN).mean() * 100.0) if len(p) else None,
+        spearman=_finite(spearmanr(p, m).statistic) if ok else None,
+        kendall=_finite(kendalltau(p, m).statistic) if ok else None,
+    )
 
 
 def points(rows: list[dict[str, Any]], kinds: list[str]) -> dict[str, list[Point]]:
@@ -61,50 +98,39 @@ def points(rows: list[dict[str, Any]], kinds: list[str]) -> dict[str, list[Point
     }
 
 
-def by_kind(points: list[Point]) -> dict[str, dict[str, float]]:
+def by_kind(points: list[Point]) -> dict[str, KindError]:
     """Per kind of mapping: how many, the mean signed error (bias) and MAPE of latency, %."""
     out = {}
     for kind in KINDS:
         err = [(p - m) / m * 100.0 for p, m, k in points if k == kind]
         if err:
-            out[kind] = {
-                "n": len(err),
-                "bias_pct": round(float(np.mean(err)), 2),
-                "mape_pct": round(float(np.mean(np.abs(err))), 2),
-            }
+            bias, mape = float(np.mean(err)), float(np.mean(np.abs(err)))
+            out[kind] = KindError(len(err), round(bias, 2), round(mape, 2))
     return out
 
 
-def _latencies(directory: Path, ordered: bool = False) -> list[dict[str, Any]]:
-    """The ``latency_ms`` of every ``*/comparison.json`` under ``directory``."""
-    files = Path(directory).glob("*/comparison.json")
-    return [
-        json.loads(f.read_text()).get("latency_ms") or {}
-        for f in (sorted(files) if ordered else files)
-    ]
+def _latencies(results: Sequence[Measurement]) -> list[Latency]:
+    """The latency figures of every measured result."""
+    return [r.latency_ms for r in results if r.latency_ms is not None]
 
 
-def noise_floor(directory: Path) -> float | None:
+def noise_floor(results: Sequence[Measurement]) -> float | None:
     """Median over the measured runs of half their p10-p90 latency spread (% of the median)."""
     spreads = [
-        (lat["p90"] - lat["p10"]) / 2 / lat["median"] * 100.0
-        for lat in _latencies(directory)
-        if lat.get("median")
+        (lat.p90 - lat.p10) / 2 / lat.median * 100.0 for lat in _latencies(results) if lat.median
     ]
     return round(float(np.median(spreads)), 2) if spreads else None
 
 
-def round_spread(directory: Path) -> float | None:
+def round_spread(results: Sequence[Measurement]) -> float | None:
     """Median over the mappings of (max - min) / median of their rounds' medians, %."""
     spreads = [
-        lat["round_spread"] * 100.0
-        for lat in _latencies(directory)
-        if lat.get("round_spread") is not None
+        lat.round_spread * 100.0 for lat in _latencies(results) if lat.round_spread is not None
     ]
     return round(float(np.median(spreads)), 2) if spreads else None
 
 
-def repeatability(directory: Path, adjusted: bool = False) -> dict[str, float] | None:
+def repeatability(results: Sequence[Measurement], adjusted: bool = False) -> Repeatability | None:
     """How well the measurements agree with themselves, the finest a model can be checked:
     the Spearman correlation of one round's latencies with another's over the mappings
     (median over pairs of rounds), and the share of (mapping, round) whose round median lies
@@ -112,10 +138,10 @@ def repeatability(directory: Path, adjusted: bool = False) -> dict[str, float] |
     with the machine's drift taken out (``latency_ms.drift``). A mapping without rounds (it
     failed) is left out. None with fewer than 2 rounds or 3 mappings."""
     every = [
-        (lat.get("drift") or {}).get("rounds_adjusted_ms") or []
+        (lat.drift.rounds_adjusted_ms if lat.drift is not None else [])
         if adjusted
-        else lat.get("rounds_ms") or []
-        for lat in _latencies(directory, ordered=True)
+        else lat.rounds_ms
+        for lat in _latencies(results)
     ]
     rounds = [r for r in every if r]
     n = min((len(r) for r in rounds), default=0)
@@ -126,7 +152,8 @@ def repeatability(directory: Path, adjusted: bool = False) -> dict[str, float] |
     within = [
         np.abs(r[:, i] / np.median(np.delete(r, i, axis=1), axis=1) - 1.0) <= 0.10 for i in range(n)
     ]
-    return {
-        "spearman_round_vs_round": round(float(np.median(pairs)), 3),
-        "round_within_10_pct": round(float(np.mean(within)) * 100.0, 1),
-    }
+    spearman = _finite(float(np.median(pairs)))
+    return Repeatability(
+        None if spearman is None else round(spearman, 3),
+        round(float(np.mean(within)) * 100.0, 1),
+    )

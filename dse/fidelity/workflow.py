@@ -13,12 +13,10 @@ and Kendall rank correlation
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
@@ -26,17 +24,15 @@ from tqdm import tqdm
 from dse import app
 from dse.errors import DseError
 from dse.fidelity.choose import Chosen, choose
-from dse.fidelity.measure import measure
+from dse.fidelity.measure import DEPLOYMENTS, measure, memory_baseline
 from dse.fidelity.plot import plot
-from dse.fidelity.report import figures
+from dse.fidelity.report import FidelityDoc, figures, write_doc
 from dse.fidelity.settings import FidelitySettings, out_dir, settings_from
 from dse.fidelity.statistics import points
-from dse.files import finite, writable_dir, write_text
+from dse.files import writable_dir
+from dse.measuring.rows import csv_row, write_csv
 from dse.net import Net
-
-# the runtime's CSV row of a measured mapping (phase2.csv's columns); private there for now
-from dse.results.phase2 import csv_row, write_csv
-from dse.runtime.mpirun import mpiexec_path
+from dse.runtime.launch.mpirun import mpiexec_path
 from dse.search.problem import MappingProblem
 from models_analytical.model import AnalyticalModel
 
@@ -46,7 +42,7 @@ class FidelityReport:
     """Where the report went, and ``fidelity.json``'s contents."""
 
     out: Path
-    doc: dict[str, Any]
+    doc: FidelityDoc
 
 
 def draw(cfg: DictConfig, net: Net, model: AnalyticalModel, s: FidelitySettings) -> Chosen:
@@ -100,7 +96,7 @@ def run_fidelity(cfg: DictConfig, tell: Callable[..., None]) -> FidelityReport:
     if not pts["latency"]:
         if measured.interrupted:  # stopped before the first result: that, not a failure
             raise KeyboardInterrupt
-        raise DseError(f"no mapping was measured (see {out}/phase2/*/stderr.log)")
+        raise DseError(f"no mapping was measured (see {out}/{DEPLOYMENTS}/*/stderr.log)")
     calibrated = "calibrated" if coefficients.calibrated else "NOT calibrated"
     plot(
         out / "fidelity.png",
@@ -108,35 +104,34 @@ def run_fidelity(cfg: DictConfig, tell: Callable[..., None]) -> FidelityReport:
         f"{net.name} on {platform.name}: predicted vs measured, {len(pts['latency'])} "
         f"mappings ({calibrated} coefficients {coefficients.source})",
     )
-    f = figures(pts, out / "phase2")
-    doc = {
-        "net": net.name,
-        "platform": platform.name,
-        "coefficients": coefficients.source,
-        "calibrated": coefficients.calibrated,
-        "latency": f["latency"],
-        "latency_as_measured": f["latency_as_measured"],
-        "drift": measured.speed,
-        "memory": f["memory"],
-        "memory_baseline": measured.memory_baseline,
-        "period": f["period"],
-        "period_as_measured": f["period_as_measured"],
-        "stream": s.stream,
-        "failed": [r["mapping"] for r in rows if r["status"] != "ok"],
-        "warmup": s.warmup,
-        "iterations": s.iterations,
-        "rounds": s.rounds,
-        "seconds": round(time.perf_counter() - started, 1),
-        "energy": "not measured (no counter readable here); modelled only",
-        "noise_floor_pct": f["noise_floor_pct"],
-        "round_spread_pct": f["round_spread_pct"],
-        "repeatability": f["repeatability"],
-        "repeatability_adjusted": f["repeatability_adjusted"],
-        "ran_again": measured.ran_again,
-        "interrupted": measured.interrupted,
-    }
-    # strict JSON (a figure that could not be computed is null, never NaN), written atomically
-    write_text(out / "fidelity.json", json.dumps(finite(doc), indent=1, allow_nan=False))
+    f = figures(pts, measured.results)
+    doc = FidelityDoc(
+        net=net.name,
+        platform=platform.name,
+        coefficients=coefficients.source,
+        calibrated=coefficients.calibrated,
+        latency=f.latency,
+        latency_as_measured=f.latency_as_measured,
+        drift=measured.speed,
+        memory=f.memory,
+        memory_baseline=memory_baseline(model, measured.start_rss_mb),
+        period=f.period,
+        period_as_measured=f.period_as_measured,
+        stream=s.stream,
+        failed=[r["mapping"] for r in rows if r["status"] != "ok"],
+        warmup=s.warmup,
+        iterations=s.iterations,
+        rounds=s.rounds,
+        seconds=round(time.perf_counter() - started, 1),
+        energy="not measured (no counter readable here); modelled only",
+        noise_floor_pct=f.noise_floor_pct,
+        round_spread_pct=f.round_spread_pct,
+        repeatability=f.repeatability,
+        repeatability_adjusted=f.repeatability_adjusted,
+        ran_again=measured.ran_again,
+        interrupted=measured.interrupted,
+    )
+    write_doc(out / "fidelity.json", doc)
     if measured.interrupted:
         raise KeyboardInterrupt
     return FidelityReport(out, doc)

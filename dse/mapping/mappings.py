@@ -40,7 +40,7 @@ class Mappings:
 
     Every other form is derived: shares and owners (:meth:`dense`, :mod:`dse.mapping.rules`),
     the AutoDiCE files (:mod:`dse.mapping.autodice`), the runtime's plan
-    (:mod:`dse.runtime.partition`).
+    (:mod:`dse.runtime.compile.partition`).
     """
 
     device: np.ndarray

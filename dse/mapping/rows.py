@@ -26,7 +26,7 @@ parts are. Everything else follows from these rules, written here and nowhere el
   whole after all.
 
 The model's kernel (:mod:`models_analytical.schedule`) and the runtime's partitioner
-(:mod:`dse.runtime.programs`) both call :func:`row_layout`.
+(:mod:`dse.runtime.compile.programs`) both call :func:`row_layout`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,21 @@
-"""Phase two: deploy a mapping as per-device ONNX sub-models and run them (MPI or in-process).
+"""The runtime: a mapping deployed as per-device ONNX sub-models and a plan, launched under MPI,
+and run by one rank per device. It knows the hardware (devices, hosts, links) and nothing of
+the cost model.
 
-By job: a mapping -> each device's program (``programs``: the layer walk, with ``statics``
-and ``weights`` for the static tensors) -> segments and steps (``segments``, one sub-model
-each: ``submodel``) -> the plan (``plan``: the types and their JSON; ``partition`` ties these
-together); a deployment directory (``package``, the one writer of ``plan.json``; the whole
-model's outputs for the check: ``equivalence``); the one checked reader of a plan and its
-rules (``reader``, ``validate``; ``check`` before a run); running it (``mpirun``: the mpiexec
-command and its files; ``launch``; ``worker``: one rank, the one writer of
-``measurements.json``; ``sequential``: in one process); what a run produced
-(``measurements``) and what the model said of it (``comparison``, written by the launching
-process); the library calls the entry points share (``measure``), phase two after a search
-(``phase2``), the machine's speed (``probe``).
+Three sides, each a sub-package, and the contract between them:
+
+- :mod:`~dse.runtime.deployment` -- what a deployment directory holds, read and checked the
+  same way by every side: the plan (``plan.json``), the whole model's expected outputs, the
+  measurements a run wrote, and the names of its files.
+- :mod:`~dse.runtime.compile` -- on the launching machine: a mapping compiled into each
+  device's program, its sub-models and the plan, and written as a deployment directory.
+- :mod:`~dse.runtime.launch` -- on the launching machine: how the ranks start (the mpiexec
+  command and its files, a launcher's hosts and wrapper), a deployment written and run with a
+  time limit, the machine's speed probed, a deployment run in this process without MPI.
+- :mod:`~dse.runtime.rank` -- in a rank, on a board: the plan's steps carried out (one table of
+  operations, shared with the in-process runner), its outputs checked against the whole
+  model's, its figures written.
+
+``compile`` and ``rank`` know only ``deployment``; ``launch`` brings the others together
+(``tests/test_layers.py`` keeps it so). ``python -m mpi4py -m dse.runtime DIR`` is one rank.
 """

@@ -17,18 +17,18 @@ follows a split layer (``follows``: Relu, pooling, BatchNormalization) runs on t
 parts with its shares, each part reading the part made on its device; its output is gathered
 instead of the split layer's, by the same rule, to its own device as owner. Memory follows
 allocate-then-free liveness per device over the same order (seed 002), as the runtime
-(:mod:`dse.runtime.worker`) holds tensors: an output is held from the step that makes it to its
+(:mod:`dse.runtime.rank.worker`) holds tensors: an output is held from the step that makes it to its
 last reader there, or to the end of the inference if the device sends it (sends complete there);
 what a device receives or gathers lands in buffers allocated once and kept, as does the input
 image where it enters: those are ``held`` bytes, apart from the peak.
 
-Each device's work runs as sub-models, cut as :mod:`dse.runtime.partition` cuts them (before a
-step that receives, after a gather and after a send's deadline). Each costs on its device, on
-top of its layers, a run (``segment_run_s``) and per byte of each tensor it takes in and gives
-out (``segment_in_per_byte_s``, ``segment_out_per_byte_s``: layout conversions and copies at
-its edges). Where receiving occupies the device (``receive_on_device``: the runtime's ranks
-copy data in with a blocking receive), a transfer starts no earlier than the receiver is free
-and keeps it busy until it is in.
+Each device's work runs as sub-models, cut as :mod:`dse.runtime.compile.partition` cuts them (before
+a step that receives, after a gather and after a send's deadline). Each costs on its device, on top
+of its layers, a run (``segment_run_s``) and per byte of each tensor it takes in and gives out
+(``segment_in_per_byte_s``, ``segment_out_per_byte_s``: layout conversions and copies at its edges).
+Where receiving occupies the device (``receive_on_device``: the runtime's ranks copy data in with a
+blocking receive), a transfer starts no earlier than the receiver is free and keeps it busy until it
+is in.
 
 The stages, one module each, all compiled (:mod:`.compiled`) and reading the inputs
 (:mod:`.inputs`, ``k_in``) and one mapping's working state (:mod:`.state`, ``st``):

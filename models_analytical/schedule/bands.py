@@ -258,7 +258,7 @@ def piece_deadline(k_in, st, layer, d, h, src):
     """The layer after which h sends d rows of ``src``'s output for d's band of ``layer``:
     ``src``, or, where that band reads rows of other inputs from h too (a join), the latest of
     them h made in the same run of work as ``src`` (no receive or gather on h between): the
-    runtime sends them together after it (:func:`dse.runtime.segments.send_deadlines`), as a
+    runtime sends them together after it (:func:`dse.runtime.compile.segments.send_deadlines`), as a
     whole tensor's send waits for its reader's other inputs
     (:func:`~models_analytical.schedule.segments.send_deadline`)."""
     lo, hi = band_rows(k_in, st, layer, d)

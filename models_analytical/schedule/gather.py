@@ -98,7 +98,7 @@ def list_gatherers(owner, st, layer, r, n_here, owner_cats):
 def send_parts(k_in, st, layer, r, n_here, n_g):
     """Sends every part to each other gatherer once it ends; a gatherer's concatenation waits
     for the last part in. A part sent is held on its device until its sends complete, at the
-    end of the inference (:mod:`dse.runtime.worker` waits for them there), and its device's
+    end of the inference (:mod:`dse.runtime.rank.worker` waits for them there), and its device's
     sub-model ends with it."""
     for i in range(n_here):
         d = st.part_device[r, i]

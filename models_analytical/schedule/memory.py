@@ -1,5 +1,5 @@
 """Memory per device: allocate-then-free liveness over the layer order (seed 002), as the
-runtime (:mod:`dse.runtime.worker`) holds tensors, and the buffers it keeps for good."""
+runtime (:mod:`dse.runtime.rank.worker`) holds tensors, and the buffers it keeps for good."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Sub-models (segments): each device's work cut as :mod:`dse.runtime.partition` cuts it,
+"""Sub-models (segments): each device's work cut as :mod:`dse.runtime.compile.partition` cuts it,
 before a step that receives, after a gather and after a send's deadline, and what each costs on
 its device beyond its layers: a run (``segment_run_s``) and per byte of each tensor it takes in
 and gives out (``segment_in_per_byte_s``, ``segment_out_per_byte_s``)."""

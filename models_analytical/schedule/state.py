@@ -59,7 +59,7 @@ class ScheduleState(NamedTuple):
     sent_whole: np.ndarray  # bool [T] the whole tensor is held until its sends complete
     has_memory: np.ndarray  # bool [D] devices whose memory deltas are not all zero
     # sub-models (segments) as the runtime cuts them: before a step that receives, after a
-    # gather and after a send's deadline (dse.runtime.partition.send_deadlines)
+    # gather and after a send's deadline (dse.runtime.compile.partition.send_deadlines)
     receives_at: np.ndarray  # bool [D, L] d receives an input for its part of layer l
     ends_at: np.ndarray  # bool [D, L] d's sub-model ends after layer l
     gathers_at: np.ndarray  # bool [D, L] d gathers layer l's parts

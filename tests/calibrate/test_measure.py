@@ -1,5 +1,5 @@
-"""Measuring deployments for calibration and fidelity: rounds merged, interleaved with speed
-probes, the machine's drift taken out, the probe timing the whole model."""
+"""Measuring deployments for calibration: the probe timing the whole model, and the runs each
+network gets."""
 
 from __future__ import annotations
 
@@ -19,162 +19,12 @@ from dse.mapping import whole as whole_on
 from dse.net import load_net, zoo
 from dse.paths import CONF_DIR
 from dse.platform import load_platform
-from dse.runtime import measure
-from dse.runtime import probe as probe_mod
-from dse.runtime.measure import deploy
-from dse.runtime.measurements import (
-    measured_latency_ms,
-    measured_period_ms,
-    merge_runs,
-    take_out_drift,
-)
-from dse.runtime.mpirun import Launcher
-from dse.runtime.plan import input_arrays
-from dse.runtime.reader import read_plan
+from dse.runtime.deployment.plan import input_arrays
+from dse.runtime.deployment.reader import read_plan
+from dse.runtime.launch import probe as probe_mod
+from dse.runtime.launch.deploy import deploy
+from dse.runtime.launch.mpirun import Launcher
 from tests.helpers.calibrate import platform_localhost
-
-
-def test_runs_of_one_deployment_merge_into_one_measurement() -> None:
-    def run(med: float, every: list[float], tag: str) -> dict:
-        return {"status": "ok", "latency_ms": {"median": med, "all": every}, "ranks": tag}
-
-    merged = merge_runs([run(10, [9, 10, 11], "a"), run(30, [30], "b"), run(20, [19, 21], "c")])
-    lat = merged["latency_ms"]
-    assert lat["median"] == 20 and lat["rounds_ms"] == [10, 30, 20]
-    assert lat["round_spread"] == pytest.approx((30 - 10) / 20)
-    assert sorted(lat["all"]) == [9, 10, 11, 19, 21, 30]
-    assert lat["p10"] == pytest.approx(np.percentile([9, 10, 11, 19, 21, 30], 10))
-    assert merged["ranks"] == "c"  # the other figures: the median run's
-    bad = {"status": "failed", "reason": "mpiexec exited with 1"}
-    assert merge_runs([run(10, [10], "a"), bad]) == bad
-
-
-def test_merged_runs_keep_the_median_of_their_periods() -> None:
-    def run(med: float, period: float | None) -> dict:
-        r = {"status": "ok", "latency_ms": {"median": med, "all": [med]}}
-        return r if period is None else {**r, "stream": {"frames": 8, "period_ms": period}}
-
-    # latencies 10, 30, 20 (the median run: 20, period 9); periods 4, 12, 9: median 9, and
-    # the median of the periods even where the median latency's run has another one
-    merged = merge_runs([run(10, 4.0), run(30, 12.0), run(20, 9.0)])
-    assert merged["stream"] == {"frames": 8, "period_ms": 9.0, "rounds_ms": [4.0, 12.0, 9.0]}
-    merged = merge_runs([run(10, 4.0), run(30, 12.0), run(20, 3.0)])
-    assert merged["stream"]["period_ms"] == 4.0  # not the median run's 3.0
-    # a round without a period (streamed in only some runs): the median run's figures as is
-    assert merge_runs([run(10, 4.0), run(20, None), run(30, 12.0)]).get("stream") is None
-
-
-def test_drift_is_taken_out_of_each_round_by_its_probe() -> None:
-    def run(med: float, probes: list[float]) -> dict:
-        return {"status": "ok", "latency_ms": {"median": med, "all": [med]}, "probe_ms": probes}
-
-    # rounds of 10, 30 and 24 ms with the whole net alone taking (48+52)/2 = 50, 150 and 100 ms
-    # beside them: at the reference's 100 ms, 20, 20 and 24 ms (median 20; as measured, 24)
-    merged = merge_runs([run(10, [48, 52]), run(30, [150, 150]), run(24, [90, 110])])
-    assert merged["latency_ms"]["rounds_probe_ms"] == [50, 150, 100]
-    assert "probe_ms" not in merged
-    drift = take_out_drift(merged, 100.0)["latency_ms"]["drift"]
-    assert drift["rounds_adjusted_ms"] == [20, 20, 24] and drift["probe_ms"] == 100
-    assert measured_latency_ms(merged) == 20 and merged["latency_ms"]["median"] == 24
-    assert "stream" not in merged  # no period streamed: none to scale
-    # the pipelined period likewise: periods 5, 12 and 7 ms at 50, 150 and 100 ms -> 10, 8, 7
-    streamed = merge_runs(
-        [{**run(m, q), "stream": {"frames": 8, "period_ms": p}}
-         for m, q, p in ((10, [48, 52], 5.0), (30, [150, 150], 12.0), (24, [90, 110], 7.0))]
-    )  # fmt: skip
-    take_out_drift(streamed, 100.0)
-    assert streamed["stream"]["drift"]["rounds_adjusted_ms"] == [10, 8, 7]
-    assert measured_period_ms(streamed) == 8 and streamed["stream"]["period_ms"] == 7
-    # a run half of whose latency follows the machine (its period wholly): 0.5, 1.5 and 1.0
-    # times slower -> latency factors 0.75, 1.25 and 1 -> 13.33, 24 and 24 ms (median 24)
-    half = take_out_drift(streamed, 100.0, lambda f: (1 + (f - 1) / 2, f))
-    assert half["latency_ms"]["drift"]["rounds_adjusted_ms"] == pytest.approx([13.3333, 24, 24])
-    assert measured_latency_ms(half) == 24 and measured_period_ms(half) == 8
-    # a run without its probe after it (Ctrl-C came during that probe): nothing is scaled
-    partial = merge_runs([run(10, [50, 50]), run(12, [50])])
-    assert "rounds_probe_ms" not in partial["latency_ms"]
-    assert measured_latency_ms(take_out_drift(partial, 100.0)) == 11
-
-
-def _fake_launch(order: list, launchers: list | None = None) -> object:
-    def launch(d, *args, launcher=None):  # noqa: ANN001, ANN002, ANN202
-        order.append(d)
-        if launchers is not None:
-            launchers.append(launcher)
-        return {"status": "ok", "latency_ms": {"median": 1.0, "all": [1.0]}}
-
-    return launch
-
-
-def test_interleaved_runs_have_a_probe_on_either_side(monkeypatch, tmp_path) -> None:
-    """One probe before the first run and one after each: run k's probes are the k-th and
-    (k+1)-th, whatever deployment it ran."""
-    order: list = []
-    launchers: list = []
-    ticks = iter(range(100))
-    monkeypatch.setattr(measure, "launch", _fake_launch(order, launchers))
-    dirs = [tmp_path / "a", tmp_path / "b"]
-    boards = Launcher(hosts={"localhost": "board-a"})
-    merged, interrupted = measure.measure_interleaved(
-        dirs, 2, 0, 1, 1.0, np.random.default_rng(0), probe=lambda: float(next(ticks)),
-        launcher=boards,
-    )  # fmt: skip
-    assert not interrupted and len(order) == 4
-    assert launchers == [boards] * 4  # every run started by the launcher given
-    # probes 0 | run | 1 | run | 2 | run | 3 | run | 4: run k sits between probes k and k + 1
-    for i, d in enumerate(dirs):
-        ks = [k for k, x in enumerate(order) if x == d]
-        assert merged[i]["latency_ms"]["rounds_probe_ms"] == [k + 0.5 for k in ks]
-
-
-def test_a_deployment_whose_rounds_disagree_runs_one_round_more(monkeypatch, tmp_path) -> None:
-    """again_above 0.10: a's rounds 10 and 10.5 ms agree (5 %); b's 10 and 20 disagree, so
-    b runs a third time after both rounds of both, and keeps the median of 10, 20 and 11
-    (11); c failed and runs no more."""
-    times = {"a": iter([10.0, 10.5]), "b": iter([10.0, 20.0, 11.0])}
-    order: list = []
-    rounds: list = []
-
-    def launch(d, *args, launcher=None):  # noqa: ANN001, ANN002, ANN202
-        order.append(d.name)
-        if d.name == "c":
-            return {"status": "failed", "reason": "no"}
-        ms = next(times[d.name])
-        return {"status": "ok", "latency_ms": {"median": ms, "all": [ms]}}
-
-    monkeypatch.setattr(measure, "launch", launch)
-    merged, interrupted = measure.measure_interleaved(
-        [tmp_path / x for x in "abc"], 2, 0, 1, 1.0, np.random.default_rng(0),
-        on_run=lambda r, i: rounds.append((r, i)), again_above=0.10,
-    )  # fmt: skip
-    assert not interrupted and order.count("a") == 2 and order.count("c") == 1
-    assert order[-1] == "b" and order.count("b") == 3 and rounds[-1] == (2, 1)
-    assert merged[1]["latency_ms"]["rounds_ms"] == [10.0, 20.0, 11.0]
-    assert merged[1]["latency_ms"]["median"] == 11.0
-    assert merged[0]["latency_ms"]["rounds_ms"] == [10.0, 10.5]
-    assert merged[2]["status"] == "failed"
-
-
-def test_ctrl_c_during_a_probe_keeps_the_run_before_it(monkeypatch, tmp_path) -> None:
-    order: list = []
-    calls = iter(range(100))
-    monkeypatch.setattr(measure, "launch", _fake_launch(order))
-
-    def probe() -> float:
-        k = next(calls)
-        if k == 2:  # the probe after the second run
-            raise KeyboardInterrupt
-        return 100.0
-
-    dirs = [tmp_path / "a", tmp_path / "b"]
-    merged, interrupted = measure.measure_interleaved(
-        dirs, 3, 0, 1, 1.0, np.random.default_rng(0), probe=probe
-    )
-    assert interrupted and len(order) == 2
-    assert all(m["status"] == "ok" for m in merged)  # each ran once: both runs kept
-    second = dirs.index(order[1])
-    assert "rounds_probe_ms" not in merged[second]["latency_ms"]  # its probe after never came
-    assert merged[1 - second]["latency_ms"]["rounds_probe_ms"] == [100.0]
 
 
 def test_probe_times_the_whole_model_on_each_core_of_the_platform(monkeypatch, tmp_path) -> None:
@@ -278,36 +128,6 @@ def test_the_calibrated_speed_is_the_median_of_the_networks_slowdowns() -> None:
     assert level() == pytest.approx(1.1)
     assert level() == pytest.approx(1.2)  # 1.2, 1.2, 1.2
     assert level.factors == pytest.approx([1.1, 1.2])
-
-
-def test_a_deployment_whose_rounds_disagree_runs_them_again(monkeypatch, tmp_path) -> None:
-    """Calibration runs a deployment's rounds once more where their medians span more than
-    ``DISAGREE`` of their median, and keeps the set that agrees better: ``a`` agrees (three
-    runs); ``b``'s first set (20, 15, 20: 25 %) is slower than its second (15, 15, 15.5);
-    ``c``'s second set (10, 20, 10: 100 %) is worse than its first (10, 13, 10: 30 %)."""
-    times = {"a": [10.0, 10.5, 10.0], "b": [20.0, 15.0, 20.0, 15.0, 15.0, 15.5],
-             "c": [10.0, 13.0, 10.0, 10.0, 20.0, 10.0]}  # fmt: skip
-    runs: dict[str, int] = {}
-
-    def launch(d, *args, launcher=None):  # noqa: ANN001, ANN002, ANN202
-        k = runs[d.name] = runs.get(d.name, 0) + 1
-        ms = times[d.name][k - 1]
-        return {"status": "ok", "latency_ms": {"median": ms, "all": [ms]}}
-
-    monkeypatch.setattr(measure, "launch", launch)
-    s = SimpleNamespace(platform=None, probe=False, rounds=3, warmup=0, iterations=1,
-                        timeout_s=1.0, launcher=None)  # fmt: skip
-    dirs = [tmp_path / n for n in "abc"]
-    a, b, c = deployments.run_rounds(s, dirs, np.random.default_rng(0), dirs[0])
-    assert runs == {"a": 3, "b": 6, "c": 6}
-    assert a["latency_ms"]["median"] == 10.0 and "measured_again" not in a
-    assert b["latency_ms"]["median"] == 15.0
-    assert b["measured_again"] == {"rounds_ms": [[20, 15, 20], [15, 15, 15.5]], "kept": "second"}
-    assert c["latency_ms"]["median"] == 10.0 and c["latency_ms"]["rounds_ms"] == [10, 13, 10]
-    assert c["measured_again"]["kept"] == "first"
-    # a second set that fails keeps the first
-    failed = {"status": "failed", "reason": "killed"}
-    assert deployments.steadier(b, failed)["latency_ms"]["median"] == 15.0
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from dse.calibrate.channels import one_layer, part_channels, write_weights
 from dse.calibrate.compute import key_times
 from dse.calibrate.profile import Profile, layer_for_kernel, profile_model
 from dse.net import load_net, zoo
-from dse.runtime.pace import PACE_ENV, pace_from_env
+from dse.runtime.rank.pace import PACE_ENV, pace_from_env
 from models_analytical.layer_costs import layer_key
 
 

@@ -11,7 +11,7 @@ import pytest
 from dse.calibrate.submodels import features
 from dse.mapping import random_mappings
 from dse.net import load_net
-from dse.runtime.partition import partition
+from dse.runtime.compile.partition import partition
 from models_analytical.coefficients import Coefficients
 from models_analytical.model import AnalyticalModel
 from tests.helpers.calibrate import platform_localhost
@@ -96,7 +96,7 @@ def test_model_charges_the_sub_models_the_partitioner_writes(name: str, kind: st
 )
 def test_model_holds_the_buffers_the_runtime_allocates(name: str, kind: str) -> None:
     """The model's held bytes per device equal what a rank of the partitioner's plan keeps
-    for good (dse.runtime.worker.Rank): a buffer per tensor it receives or gathers, and the
+    for good (dse.runtime.rank.worker.Rank): a buffer per tensor it receives or gathers, and the
     input image on the entry rank."""
     net = load_net({"name": name})
     g = net.graph

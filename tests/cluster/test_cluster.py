@@ -460,7 +460,7 @@ def _mpi(state: State, devices: list[str], program: str, tmp: Path) -> subproces
     (tmp / "program.py").write_text(program)
     cmd, env = command(state, devices, tmp, [sys.executable, str(tmp / "program.py"), str(tmp)],
                        mpiexec=str(Path(sys.executable).parent / "mpiexec"))  # fmt: skip
-    # into files, as the runtime does (dse.runtime.launch): a board's daemon or rank that
+    # into files, as the runtime does (dse.runtime.launch.run): a board's daemon or rank that
     # outlives mpiexec for a moment (a loaded machine) would hold pipes open past its end
     with open(tmp / "stdout.log", "w") as out, open(tmp / "stderr.log", "w") as err:
         proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=out, stderr=err, cwd=tmp)
@@ -485,7 +485,7 @@ def test_two_ranks_on_two_boards_over_tcp(cluster: State, tmp_path: Path) -> Non
     assert r1["cgroups"] == [f"{top}/tb1/tb1_cpu1"]
     # a waking rank does not preempt the device beside it (dse.cluster.launcher)
     assert r0["policy"] == r1["policy"] == os.SCHED_BATCH
-    # a device of a share paces its sessions to its speed (dse.runtime.pace); a whole CPU not
+    # a device of a share paces its sessions to its speed (dse.runtime.rank.pace); a whole CPU not
     assert (r0["pace"], r1["pace"]) == (None, "0.4")
 
 

@@ -42,14 +42,16 @@ from dse.errors import DseError
 from dse.fidelity.measure import measure as fidelity_measure
 from dse.fidelity.settings import FidelitySettings
 from dse.mapping import Mappings, from_device_lists, to_autodice
+from dse.measuring.comparison import read_comparison
+from dse.measuring.measure import Settings, measure_one
+from dse.measuring.phase2 import measure_phase2
+from dse.measuring.rounds import Rounds
 from dse.net import Net, load_net
 from dse.platform import load_platform
-from dse.results.phase2 import measure_mappings
-from dse.runtime.comparison import read_comparison
-from dse.runtime.launch import launch
-from dse.runtime.measure import deploy, deploy_and_measure
-from dse.runtime.mpirun import Launcher, mpi_files, placement
-from dse.runtime.probe import probe_cores, probe_threads
+from dse.runtime.launch.deploy import deploy
+from dse.runtime.launch.mpirun import Launcher, mpi_files, placement
+from dse.runtime.launch.probe import probe_cores, probe_threads
+from dse.runtime.launch.run import launch
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
 from tests.helpers.cli import ROOT, run_module
@@ -271,32 +273,32 @@ def test_deploy_cli_runs_a_b_a_across_the_boards(edge3, tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     r = read_comparison(out)
-    assert r["status"] == "ok"
-    assert r["equivalence"]["passed"] and r["equivalence"]["max_rel_error"] <= RTOL
-    ranks = {x["device"]: x for x in r["ranks"]}
-    assert {d: x["hostname"] for d, x in ranks.items()} == {
+    assert r.status == "ok"
+    assert r.equivalence.passed and r.equivalence.max_rel_error <= RTOL
+    ranks = {x.device: x for x in r.ranks}
+    assert {d: x.hostname for d, x in ranks.items()} == {
         "edge0_cpu": "edge0",
         "edge1_cpu0": "edge1",
     }
     model_bytes = model_of(net, cfg).evaluate(batch).bytes_sent[0]  # per device, in order
-    assert {d: x["bytes_sent"] for d, x in ranks.items()} == {
+    assert {d: x.bytes_sent for d, x in ranks.items()} == {
         "edge0_cpu": int(model_bytes[0]),
         "edge1_cpu0": int(model_bytes[1]),
     }
     # r1 (16 x 32 x 32 floats) to edge1, r2 (32 x 32 x 32) back: by hand
-    assert (ranks["edge0_cpu"]["bytes_sent"], ranks["edge1_cpu0"]["bytes_sent"]) == (65536, 131072)
+    assert (ranks["edge0_cpu"].bytes_sent, ranks["edge1_cpu0"].bytes_sent) == (65536, 131072)
     # each board's port sent at least its rank's tensors of the 4 timed iterations
     for board, device in (("edge0", "edge0_cpu"), ("edge1", "edge1_cpu0")):
-        assert tx_bytes(state, board) - sent_before[board] >= 4 * ranks[device]["bytes_sent"]
+        assert tx_bytes(state, board) - sent_before[board] >= 4 * ranks[device].bytes_sent
     # each rank ran in its device's memory cgroup (~45 MB charged); edge1_cpu1 ran nothing
     assert peak_memory_mb(state, "edge0_cpu") > 20 and peak_memory_mb(state, "edge1_cpu0") > 20
     assert peak_memory_mb(state, "edge1_cpu1") < 5
     plan = json.loads((out / "plan.json").read_text())
     assert f"plm_ssh_agent {state.launcher} " in plan["command"]
     assert f" {state.rank_script} edge0/edge0_cpu,edge1/edge1_cpu0 " in plan["command"]
-    period = r["comparison"]["period_ms"]
-    assert period["measured"] == r["stream"]["period_ms"] > 0
-    assert period["predicted"] == r["predicted"]["objectives"]["period_ms"]
+    period = r.comparison.period_ms
+    assert period.measured == r.stream.period_ms > 0
+    assert period.predicted == r.predicted.objectives["period_ms"]
     assert "stream period" in proc.stdout
     assert left_on_boards(state) == []
 
@@ -347,17 +349,13 @@ def test_a_lop_mapping_splits_layers_across_two_boards(capped, tmp_path: Path) -
     model = model_of(net, cfg)
     for d in state.spec.devices:
         peak_memory_mb(state, d.name, reset=True)
-    r = deploy_and_measure(
-        net, load_platform(cfg), model, batch, tmp_path / "lop", warmup=1, iterations=2,
-        timeout_s=120, launcher=launcher_for(cfg),
-    )  # fmt: skip
-    assert r["status"] == "ok", r.get("reason")
-    assert r["equivalence"]["passed"] and r["equivalence"]["max_rel_error"] <= RTOL
-    assert [x["bytes_sent"] for x in r["ranks"]] == [
-        int(b) for b in model.evaluate(batch).bytes_sent[0]
-    ]
-    assert all(x["bytes_sent"] > 0 for x in r["ranks"])
-    assert [x["hostname"] for x in r["ranks"]] == ["tb0", "tb1", "tb1"]
+    settings = Settings(Rounds(1, warmup=1, iterations=2, timeout_s=120))
+    r = measure_one(net, model, batch, tmp_path / "lop", settings, launcher_for(cfg))
+    assert r.status == "ok", r.reason
+    assert r.equivalence.passed and r.equivalence.max_rel_error <= RTOL
+    assert [x.bytes_sent for x in r.ranks] == [int(b) for b in model.evaluate(batch).bytes_sent[0]]
+    assert all(x.bytes_sent > 0 for x in r.ranks)
+    assert [x.hostname for x in r.ranks] == ["tb0", "tb1", "tb1"]
     assert all(peak_memory_mb(state, d.name) > 20 for d in state.spec.devices)
     assert left_on_boards(state) == []
 
@@ -376,13 +374,13 @@ def test_an_oom_kill_fails_its_mapping_and_the_others_go_on(capped, tmp_path: Pa
     )
     launcher = launcher_for(cfg)
     settings = Phase2Config(warmup=1, iterations=2, timeout_s=120, stream=3)
-    rows = measure_mappings(
+    rows = measure_phase2(
         tmp_path, net, platform, model, batch, ["capped", "roomy"], settings, launcher=launcher
     )
     cause = f"tb1_cpu1 ran out of its {CAP_MB:g} MB memory cap (OOM kill)"
     assert rows[0]["status"] == "failed" and rows[0]["reason"].startswith(cause + "; ")
     assert rows[1]["status"] == "ok" and rows[1]["period_measured_ms"] > 0
-    predicted = model.evaluate(batch.take(1)).as_dict(platform)["objectives"]["period_ms"]
+    predicted = model.evaluate(batch.take(1)).prediction(platform).objectives["period_ms"]
     assert rows[1]["period_predicted_ms"] == predicted
     written = list(csv.DictReader((tmp_path / "phase2.csv").open()))
     assert [(w["mapping"], w["status"]) for w in written] == [("capped", "failed"), ("roomy", "ok")]
@@ -402,11 +400,11 @@ def test_an_oom_kill_fails_its_mapping_and_the_others_go_on(capped, tmp_path: Pa
         tmp_path / "fid", net, model, batch, ["capped", "roomy"], s, lambda: None, launcher
     )
     first, second = measured.results
-    assert first["status"] == "failed" and first["reason"].startswith(cause + "; ")
+    assert first.status == "failed" and first.reason.startswith(cause + "; ")
     again = measured.ran_again == ["roomy"]  # its rounds lay more than 10 % apart: a third
-    assert second["status"] == "ok" and len(second["stream"]["rounds_ms"]) == 2 + again
-    assert second["comparison"]["period_ms"]["measured"] == pytest.approx(
-        np.median(second["stream"]["rounds_ms"]), abs=1e-3
+    assert second.status == "ok" and len(second.stream.rounds_ms) == 2 + again
+    assert second.comparison.period_ms.measured == pytest.approx(
+        np.median(second.stream.rounds_ms), abs=1e-3
     )
     # the boards are this machine's cores: probed between runs. Calibration did not probe
     # this network, so each round's period is brought to this run's median probe over how
@@ -414,13 +412,13 @@ def test_an_oom_kill_fails_its_mapping_and_the_others_go_on(capped, tmp_path: Pa
     # faster, the image crossing from tb0 in its own time, so each round lands between itself
     # and itself wholly scaled (at 4 decimals, as comparison.json keeps them)
     speed = measured.speed
-    assert speed["reference"] == "calibrated networks" and speed["networks"] == ["mobilenetv2"]
-    assert speed["slower_pct"] > 300 and speed["reference_ms"] < speed["probe_ms"] / 4
-    rounds = np.array(second["stream"]["rounds_ms"])
-    whole = rounds * speed["reference_ms"] / np.array(second["latency_ms"]["rounds_probe_ms"])
-    adjusted = np.array(second["stream"]["drift"]["rounds_adjusted_ms"])
+    assert speed.reference == "calibrated networks" and speed.networks == ["mobilenetv2"]
+    assert speed.slower_pct > 300 and speed.reference_ms < speed.probe_ms / 4
+    rounds = np.array(second.stream.rounds_ms)
+    whole = rounds * speed.reference_ms / np.array(second.latency_ms.rounds_probe_ms)
+    adjusted = np.array(second.stream.drift.rounds_adjusted_ms)
     assert np.all(whole - 1e-4 <= adjusted) and np.all(adjusted <= rounds)
-    assert second["comparison"]["period_adjusted_ms"]["measured"] == pytest.approx(
+    assert second.comparison.period_adjusted_ms.measured == pytest.approx(
         np.median(adjusted), rel=1e-3
     )
     assert left_on_boards(state) == []

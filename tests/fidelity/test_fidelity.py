@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -15,15 +16,26 @@ from onnx import helper
 
 import tests.helpers.onnx_factory as onnx_factory
 from dse.fidelity.choose import by_rows, random_kinds
-from dse.fidelity.measure import memory_baseline, slowdown, speed_reference
+from dse.fidelity.measure import MemoryBaseline, memory_baseline
 from dse.fidelity.plot import plot
-from dse.fidelity.report import baseline_line, figures, messages
-from dse.fidelity.statistics import by_kind, points, repeatability, stats
+from dse.fidelity.report import FidelityDoc, baseline_line, figures, messages
+from dse.fidelity.statistics import (
+    Agreement,
+    KindError,
+    Repeatability,
+    by_kind,
+    points,
+    repeatability,
+    stats,
+)
 from dse.mapping import Mappings, check, from_device_lists, random_mappings
 from dse.mapping.build import ROW_KINDS
+from dse.measuring.merge import start_rss_mb
+from dse.measuring.speed import slowdown, speed_reference
 from dse.net import load_net
 from dse.net.build import build_graph
 from dse.paths import CONF_DIR
+from dse.runtime.deployment.measurements import Latency, Measurement
 from models_analytical.model import AnalyticalModel
 from tests.helpers.calibrate import platform_localhost
 from tests.helpers.cli import run_module
@@ -31,25 +43,35 @@ from tests.helpers.platforms import coefficients
 from tests.model.test_links import boards, fork_join
 
 
+def fidelity_doc(**figures: object) -> FidelityDoc:
+    """A report of one net whose figures are those given, the rest neutral."""
+    one = stats([1.0], [1.0])
+    doc = FidelityDoc(
+        net="n", platform="p", coefficients="c", calibrated=True, latency=one,
+        latency_as_measured=one, drift=None, memory=one, memory_baseline=None, period=None,
+        period_as_measured=None, stream=0, failed=[], warmup=0, iterations=1, rounds=1,
+        seconds=1.0, energy="modelled", noise_floor_pct=None, round_spread_pct=None,
+        repeatability=None, repeatability_adjusted=None, ran_again=[], interrupted=False,
+    )  # fmt: skip
+    return replace(doc, **figures)
+
+
 def test_fidelity_statistics_by_hand() -> None:
     s = stats([110.0, 90.0, 100.0, 130.0], [100.0, 100.0, 100.0, 100.0 * 1.2])
     # errors 10, 10, 0, 8.333 % -> MAPE 7.083 %; all four within 10 %
-    assert s["mape_pct"] == pytest.approx((10 + 10 + 0 + 100 * 10 / 120) / 4)
-    assert s["within_10_pct"] == pytest.approx(100.0)
+    assert s.mape_pct == pytest.approx((10 + 10 + 0 + 100 * 10 / 120) / 4)
+    assert s.within_10_pct == pytest.approx(100.0)
     s = stats([1.0, 2.0, 3.0, 5.0], [1.0, 3.0, 2.0, 4.0])
     # ranks (1,2,3,4) vs (1,3,2,4): d^2 = 0+1+1+0 -> rho = 1 - 6*2/(4*15) = 0.8
-    assert s["spearman"] == pytest.approx(0.8)
+    assert s.spearman == pytest.approx(0.8)
     # concordant pairs 5, discordant 1 of 6 -> tau = 4/6
-    assert s["kendall"] == pytest.approx(4 / 6)
+    assert s.kendall == pytest.approx(4 / 6)
 
 
 def test_fidelity_error_by_kind_of_mapping() -> None:
     pts = [(11.0, 10.0, "single"), (9.0, 10.0, "single"), (12.0, 10.0, "split")]
     # single: errors +10 % and -10 % (bias 0, MAPE 10); split: +20 %
-    assert by_kind(pts) == {
-        "single": {"n": 2, "bias_pct": 0.0, "mape_pct": 10.0},
-        "split": {"n": 1, "bias_pct": 20.0, "mape_pct": 20.0},
-    }
+    assert by_kind(pts) == {"single": KindError(2, 0.0, 10.0), "split": KindError(1, 20.0, 20.0)}
 
 
 def test_the_period_is_judged_beside_the_latency(tmp_path) -> None:
@@ -65,55 +87,43 @@ def test_the_period_is_judged_beside_the_latency(tmp_path) -> None:
     ]  # fmt: skip
     pts = points(rows, ["single", "split", "mixed", "mixed"])
     assert pts["period"] == [(4.2, 4.0, "single"), (8.0, 10.0, "split")]
-    f = figures(pts, tmp_path)
+    f = figures(pts, [])
     # errors +5 % and -20 %: MAPE 12.5, one of two within 10 %; by kind +5 and -20
-    assert f["period"]["mape_pct"] == pytest.approx(12.5)
-    assert f["period"]["within_10_pct"] == pytest.approx(50.0)
-    assert f["period"]["by_kind"]["split"]["bias_pct"] == pytest.approx(-20.0)
-    doc = {
-        "net": "n", "failed": [], "latency": f["latency"], "memory": stats([1.0], [1.0]),
-        "period": f["period"], "seconds": 1.0, "noise_floor_pct": None, "round_spread_pct": None,
-        "rounds": 1, "repeatability": None, "repeatability_adjusted": None,
-    }  # fmt: skip
+    assert f.period.mape_pct == pytest.approx(12.5)
+    assert f.period.within_10_pct == pytest.approx(50.0)
+    assert f.period.by_kind["split"].bias_pct == pytest.approx(-20.0)
+    doc = fidelity_doc(latency=f.latency, period=f.period)
     assert messages(doc, tmp_path)[-1].endswith("; period MAPE 12.5 %, within 10 % 50 %")
-    assert figures(points(rows[2:], ["mixed", "mixed"]), tmp_path)["period"] is None
-    assert "period" not in messages({**doc, "period": None}, tmp_path)[-1]
+    assert figures(points(rows[2:], ["mixed", "mixed"]), []).period is None
+    assert "period" not in messages(replace(doc, period=None), tmp_path)[-1]
 
 
 def test_repeatability_of_rounds_by_hand(tmp_path) -> None:
-    rounds = {"m1": [10, 10, 10], "m2": [20, 22, 30], "m3": [30, 25, 21]}
-    for name, r in rounds.items():
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "comparison.json").write_text(
-            json.dumps({"latency_ms": {"median": float(np.median(r)), "rounds_ms": r}})
-        )
-    (tmp_path / "m0").mkdir()  # a mapping that failed: no rounds, left out
-    (tmp_path / "m0" / "comparison.json").write_text(json.dumps({"latency_ms": {}}))
-    rep = repeatability(tmp_path)
+    def rounds(r: list[float]) -> Measurement:
+        med = float(np.median(r))
+        return Measurement("ok", latency_ms=Latency(med, med, med, all=r, rounds_ms=r))
+
+    m1, m2, m3 = rounds([10, 10, 10]), rounds([20, 22, 30]), rounds([30, 25, 21])
+    failed = Measurement.failed("no rounds")  # a mapping that failed: left out
+    rep = repeatability([failed, m1, m2, m3])
     # rounds 0-1 rank the mappings alike (1.0); 0-2 and 1-2 swap m2 and m3: 1 - 6*2/(3*8)
-    assert rep["spearman_round_vs_round"] == pytest.approx(0.5)
+    assert rep.spearman_round_vs_round == pytest.approx(0.5)
     # within 10 % of the other rounds' median: m1 all 3; m2 none (20/26, 22/25, 30/21);
     # m3 only round 1 (25/25.5): 4 of 9
-    assert rep["round_within_10_pct"] == pytest.approx(44.4)
+    assert rep.round_within_10_pct == pytest.approx(44.4)
     # the report warns that rounds this far apart cannot judge a +-10 % prediction
-    doc = {
-        "net": "n", "failed": [], "latency": {**stats([1.0], [1.0]), "by_kind": {},
-        "drift_taken_out": False}, "memory": stats([1.0], [1.0]), "seconds": 1.0,
-        "noise_floor_pct": None, "round_spread_pct": None, "rounds": 3,
-        "repeatability": rep, "repeatability_adjusted": None,
-    }  # fmt: skip
+    doc = fidelity_doc(rounds=3, repeatability=rep)
     (warn,) = [x for x in messages(doc, tmp_path) if x.startswith("warning:")]
     assert warn.startswith("warning: only 44 % of rounds lie within 10 % of their mapping's")
-    steady = {**rep, "round_within_10_pct": 90.0}
-    assert not [x for x in messages({**doc, "repeatability": steady}, tmp_path) if "warn" in x]
+    steady = replace(doc, repeatability=Repeatability(rep.spearman_round_vs_round, 90.0))
+    assert not [x for x in messages(steady, tmp_path) if "warn" in x]
     # the mappings whose rounds disagreed and ran one more are named
-    again = [x for x in messages({**doc, "ran_again": ["m2", "m3"]}, tmp_path) if "agreed" in x]
+    again = [x for x in messages(replace(doc, ran_again=["m2", "m3"]), tmp_path) if "agreed" in x]
     assert again == [
         "2 mapping(s) whose rounds disagreed by more than 10 % ran one round more, the median "
         "of all kept: m2, m3"
     ]
-    (tmp_path / "m3" / "comparison.json").write_text(json.dumps({"latency_ms": {}}))
-    assert repeatability(tmp_path) is None  # two mappings with rounds: too few to compare
+    assert repeatability([failed, m1, m2]) is None  # two mappings with rounds: too few
 
 
 @pytest.mark.parametrize("kind", ["single", "vertical", "split", "mixed"])
@@ -225,17 +235,13 @@ def test_the_report_gives_the_latency_error_of_the_row_kinds(tmp_path, monkeypat
     pts = [(11.0, 10.0, "spatial"), (9.0, 10.0, "split"), (8.0, 10.0, "three")]
     kinds = by_kind(pts)
     assert list(kinds) == ["split", "spatial", "three"]
-    assert kinds["spatial"] == {"n": 1, "bias_pct": 10.0, "mape_pct": 10.0}
-    assert kinds["three"] == {"n": 1, "bias_pct": -20.0, "mape_pct": 20.0}
+    assert kinds["spatial"] == KindError(1, 10.0, 10.0)
+    assert kinds["three"] == KindError(1, -20.0, 20.0)
     rows = [
         {"status": "ok", "latency_predicted_ms": p, "latency_measured_ms": m} for p, m, _ in pts
     ]
-    f = figures(points(rows, [k for *_, k in pts]), tmp_path)
-    doc = {
-        "net": "n", "failed": [], "latency": f["latency"], "memory": stats([1.0], [1.0]),
-        "period": None, "seconds": 1.0, "noise_floor_pct": None, "round_spread_pct": None,
-        "rounds": 1, "repeatability": None, "repeatability_adjusted": None,
-    }  # fmt: skip
+    f = figures(points(rows, [k for *_, k in pts]), [])
+    doc = fidelity_doc(latency=f.latency)
     line = next(x for x in messages(doc, tmp_path) if x.startswith("latency error by kind"))
     assert line.endswith("split -10.0 % (n=1), spatial +10.0 % (n=1), three -20.0 % (n=1)")
     legends: list[list[str]] = []
@@ -270,7 +276,7 @@ def test_a_held_out_network_probes_the_calibrated_zoo_networks(monkeypatch, tmp_
     """Calibration probed AlexNet (this graph), VGG-16 (another graph under that name), a
     user's file and GoogLeNet itself: fidelity of GoogLeNet probes AlexNet only, its seeded
     model on the run's probe's cores at its thread count, beside its calibration probe."""
-    from dse.fidelity import measure
+    from dse.measuring import speed
 
     plat = platform_localhost()
     ref = {"threads": 1, "whole_ms": {"alexnet": 48.5, "vgg16": 300.0, "mine": 5.0,
@@ -281,44 +287,39 @@ def test_a_held_out_network_probes_the_calibrated_zoo_networks(monkeypatch, tmp_
     model.coefficients.notes["speed_reference"] = ref
     made: list[tuple[str, int]] = []
     monkeypatch.setattr(
-        measure.zoo, "materialize",
+        speed.zoo, "materialize",
         lambda name, seed: made.append((name, seed)) or tmp_path / f"{name}.onnx",
     )  # fmt: skip
     own = SimpleNamespace(cores=[{0}, {1}], threads=1)
     googlenet = SimpleNamespace(name="googlenet", fingerprint="not g")
-    level = measure.calibrated_speed(model, googlenet, own, seed=3)
+    level = speed.calibrated_speed(model, googlenet, own, seed=3)
     assert list(level.probes) == ["alexnet"] and made == [("alexnet", 3)]
     probe, then = level.probes["alexnet"]
     assert then == 48.5 and probe.source == tmp_path / "alexnet.onnx"
     assert probe.cores == [{0}, {1}] and probe.threads == 1
     model.coefficients.notes = {}  # nothing calibrated probed: no level
-    assert measure.calibrated_speed(model, googlenet, own, seed=3) is None
+    assert speed.calibrated_speed(model, googlenet, own, seed=3) is None
 
 
 def test_the_speed_runs_are_brought_to() -> None:
     """The calibration's probe of the network where it has one; for a held-out network, this
     run's median probe over the median of the calibrated networks' slowdowns (55 ms / 1.1 =
     50 ms: 10 % slower); without those, this run's median probe."""
-    from dse.fidelity.measure import drift
     from dse.fidelity.report import drift_line
+    from dse.measuring.speed import Speed, drift
 
     level = SimpleNamespace(factors=[1.0, 1.1, 1.3], probes={"vgg16": 0, "alexnet": 0})
     speed = drift(55.0, None, level)
-    assert speed == {"reference_ms": 50.0, "reference": "calibrated networks",
-                     "networks": ["alexnet", "vgg16"], "probe_ms": 55.0,
-                     "slower_pct": 10.0}  # fmt: skip
-    raw = {"mape_pct": 12.0, "within_10_pct": 50.0, "spearman": 0.9}
+    assert speed == Speed(50.0, "calibrated networks", 55.0, 10.0, ["alexnet", "vgg16"])
+    raw = Agreement(n=3, mape_pct=12.0, within_10_pct=50.0, spearman=0.9, kendall=None)
     assert drift_line(speed, raw).startswith(
         "calibration did not probe this network: the networks it did (alexnet, vgg16), probed "
         "beside the runs, ran 10.0 % slower than then, so runs are brought to 50.0 ms of this "
         "network alone (its median probe: 55.0 ms); as measured, latency MAPE 12.0 %"
     )
-    assert drift(55.0, 44.0, level) == {"reference_ms": 44.0, "reference": "calibration",
-                                        "probe_ms": 55.0, "slower_pct": 25.0}  # fmt: skip
+    assert drift(55.0, 44.0, level) == Speed(44.0, "calibration", 55.0, 25.0)
     for none in (None, SimpleNamespace(factors=[], probes={})):
-        assert drift(55.0, None, none) == {"reference_ms": 55.0, "probe_ms": 55.0,
-                                           "reference": "this run's median probe",
-                                           "slower_pct": 0.0}  # fmt: skip
+        assert drift(55.0, None, none) == Speed(55.0, "this run's median probe", 55.0, 0.0)
 
 
 def test_a_mapping_slows_with_the_machine_only_in_its_devices_work() -> None:
@@ -337,28 +338,29 @@ def test_a_mapping_slows_with_the_machine_only_in_its_devices_work() -> None:
 def test_fidelity_compares_the_runtime_memory_baseline_with_calibration() -> None:
     """The median start RSS over every rank of the runs, beside calibration's; moved by more
     than 5 % it is reported as carried by every memory prediction, with the fix."""
-    runs = [
-        {"ranks": [{"rss_start_mb": 140.0}, {"rss_start_mb": 141.0}]},
-        {"ranks": [{"rss_start_mb": 142.0}, {"rss_start_mb": None}]},
-        {"status": "failed", "reason": "OOM"},
-    ]  # median of 140, 141, 142
+
+    def ranks(*starts: float | None) -> Measurement:
+        return Measurement("ok", ranks=[SimpleNamespace(rss_start_mb=s) for s in starts])
+
+    runs = [ranks(140.0, 141.0), ranks(142.0, None), Measurement.failed("OOM")]
+    start = start_rss_mb(runs)  # the median of 140, 141, 142
+    assert start == 141.0 and start_rss_mb(runs[2:]) is None  # no rank read its RSS
     model = SimpleNamespace(coefficients=SimpleNamespace(notes={}))
-    assert memory_baseline(model, runs) == {"start_mb": 141.0, "reference_mb": None,
-                                            "changed": False}  # fmt: skip
+    assert memory_baseline(model, start) == MemoryBaseline(141.0, None, False)
     model.coefficients.notes["memory_reference"] = {"start_mb": 218.0}
-    base = memory_baseline(model, runs)
-    assert base == {"start_mb": 141.0, "reference_mb": 218.0, "changed": True}
+    base = memory_baseline(model, start)
+    assert base == MemoryBaseline(141.0, 218.0, True)
     assert baseline_line(base, "edge3_ethernet") == (
         "memory baseline: a rank starts at 141 MB before loading, 218 MB at calibration; every "
         "memory prediction carries the -77 MB: calibrate again: python -m dse.calibrate "
         "platform=edge3_ethernet"
     )
     model.coefficients.notes["memory_reference"] = {"start_mb": 146.0}  # 3.4 % apart
-    assert memory_baseline(model, runs)["changed"] is False
-    assert baseline_line(memory_baseline(model, runs), "p").endswith("146 MB at calibration")
+    assert memory_baseline(model, start).changed is False
+    assert baseline_line(memory_baseline(model, start), "p").endswith("146 MB at calibration")
     model.coefficients.notes["memory_reference"] = {"start_mb": True}  # damaged: not used
-    assert memory_baseline(model, runs)["reference_mb"] is None
-    assert memory_baseline(model, [runs[2]]) is None  # no rank read its RSS
+    assert memory_baseline(model, start).reference_mb is None
+    assert memory_baseline(model, None) is None  # no rank read its RSS
 
 
 @pytest.mark.slow
@@ -409,7 +411,7 @@ def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> 
     # mapping's median round, as comparison.json keeps them (measurements.json holds only the
     # last round's, and a rank's start moves by tenths of an MB between rounds)
     for row in rows:
-        for rank in json.loads((out / "phase2" / row["mapping"] / "comparison.json")
+        for rank in json.loads((out / "deployments" / row["mapping"] / "comparison.json")
                                .read_text())["ranks"]:  # fmt: skip
             assert 0 < rank["rss_start_mb"] <= rank["peak_rss_loading_mb"]
             assert 0 < rank["rss_start_file_mb"] < rank["rss_start_mb"]  # libraries' pages
@@ -419,7 +421,9 @@ def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> 
     assert "not calibrated" in res.stderr
     assert (out / "fidelity.png").stat().st_size > 10_000
     for row in rows:  # two interleaved rounds of one iteration each, sub-models dropped
-        compared = json.loads((out / "phase2" / row["mapping"] / "comparison.json").read_text())
+        compared = json.loads(
+            (out / "deployments" / row["mapping"] / "comparison.json").read_text()
+        )
         lat = compared["latency_ms"]
         # a third round where the first two's medians lay more than 10 % apart, only there
         first = np.array(lat["rounds_ms"][:2])
@@ -434,7 +438,7 @@ def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> 
         assert period["predicted"] == compared["predicted"]["objectives"]["period_ms"]
         assert float(row["period_measured_ms"]) == period["measured"]
         assert lat["median"] == pytest.approx(np.median(lat["rounds_ms"]), abs=1e-3)
-        assert not list((out / "phase2" / row["mapping"]).glob("*.onnx"))
+        assert not list((out / "deployments" / row["mapping"]).glob("*.onnx"))
     assert doc["rounds"] == 2 and doc["round_spread_pct"] is not None
     assert set(doc["repeatability"]) == {"spearman_round_vs_round", "round_within_10_pct"}
     assert "repeatability" in res.stdout
@@ -445,7 +449,9 @@ def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> 
     # wholly scaled where nothing crosses devices; the figure: the median of those rounds
     probes, crossing = [], 0
     for row in rows:
-        compared = json.loads((out / "phase2" / row["mapping"] / "comparison.json").read_text())
+        compared = json.loads(
+            (out / "deployments" / row["mapping"] / "comparison.json").read_text()
+        )
         lat = compared["latency_ms"]
         probes += lat["rounds_probe_ms"]
         alone = not any(compared["predicted"]["bytes_sent"].values())
@@ -499,16 +505,16 @@ def test_a_damaged_speed_reference_is_not_used(reference, monkeypatch) -> None:
     drifts against its own probes, and nothing raises after the measurements."""
     from types import SimpleNamespace
 
-    from dse.fidelity import measure
+    from dse.measuring import speed
 
-    monkeypatch.setattr(measure, "probe_threads", lambda platform: 1)
+    monkeypatch.setattr(speed, "probe_threads", lambda platform: 1)
     model = SimpleNamespace(coefficients=SimpleNamespace(notes={"speed_reference": reference}))
     model.platform = None
     net = SimpleNamespace(name="alexnet", fingerprint="f")
-    assert measure.speed_reference(model, net) is None
+    assert speed.speed_reference(model, net) is None
     good = {"threads": 1, "fingerprints": {"alexnet": "f"}, "whole_ms": {"alexnet": 10.0}}
     model.coefficients.notes["speed_reference"] = good
-    assert measure.speed_reference(model, net) == 10.0
+    assert speed.speed_reference(model, net) == 10.0
 
 
 def test_an_output_that_cannot_be_written_is_one_line_before_measuring(tmp_path) -> None:
@@ -527,11 +533,12 @@ def test_stopped_before_the_first_result_is_an_interruption(tmp_path, monkeypatc
 
     from dse.config import register
     from dse.fidelity import workflow
-    from dse.fidelity.measure import Measured
+    from dse.measuring.comparison import Compared
+    from dse.measuring.measure import Measured
 
     def stopped(out, net, model, mappings, labels, s, tick, launcher=None):  # noqa: ANN001, ANN202
-        return Measured([{"status": "failed", "reason": "interrupted before it ran"}] * len(labels),
-                        interrupted=True, speed=None)  # fmt: skip
+        never = Compared("failed", "interrupted before it ran")
+        return Measured([never] * len(labels), True, None, [], None)
 
     monkeypatch.setattr(workflow, "measure", stopped)
     monkeypatch.setattr(workflow, "mpiexec_path", lambda: "mpiexec")

@@ -9,7 +9,7 @@ from onnx import helper, numpy_helper
 import tests.helpers.onnx_factory as f
 from dse.net import ops
 from dse.net.build import build_graph
-from dse.runtime.sessions import session
+from dse.runtime.rank.sessions import session
 
 #: One node per case, whose output channels are cut into parts and compared with the whole:
 #: (node, input shape, weights, extra constant inputs).

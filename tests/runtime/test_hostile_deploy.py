@@ -12,8 +12,8 @@ import pytest
 
 from dse.errors import DseError
 from dse.mapping import to_autodice
-from dse.runtime.launch import check_session_folder
-from dse.runtime.mpirun import Launcher
+from dse.runtime.launch.mpirun import Launcher
+from dse.runtime.launch.run import check_session_folder
 from tests.helpers.hostile import assert_each_one_line, run_all
 from tests.runtime.test_mpi import aba_batch
 from tests.runtime.test_partition import zoo_like

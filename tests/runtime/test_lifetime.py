@@ -188,9 +188,9 @@ def test_phase_two_interrupted_leaves_no_submodel(tmp_path: Path, monkeypatch) -
     import yaml
 
     from dse.config import Phase2Config
+    from dse.measuring import phase2, rounds
     from dse.platform import load_platform
-    from dse.results import phase2
-    from dse.runtime.measure import deploy
+    from dse.runtime.deployment.measurements import Measurement
     from models_analytical.coefficients import load_coefficients
     from models_analytical.model import AnalyticalModel
 
@@ -201,22 +201,24 @@ def test_phase_two_interrupted_leaves_no_submodel(tmp_path: Path, monkeypatch) -
     )
     calls = []
 
-    def measured_then_stopped(net, platform, model, mapping, out, *args):  # noqa: ANN001
-        deploy(net, platform, mapping, out)
+    def measured_then_stopped(out, *args, **kwargs):  # noqa: ANN001
         calls.append(out)
-        assert list(out.glob("*.onnx"))
+        assert list(out.glob("*.onnx"))  # deployed, its sub-models there while it runs
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return {"status": "failed", "reason": "not run in this test"}
+        return Measurement.failed("not run in this test")
 
-    monkeypatch.setattr(phase2, "deploy_and_measure", measured_then_stopped)
+    monkeypatch.setattr(rounds, "launch", measured_then_stopped)
     two = aba_batch(net).take([0, 0])
     with pytest.raises(KeyboardInterrupt):
-        phase2.measure_mappings(tmp_path / "run", net, plat, model, two, ["a", "b"],
-                                Phase2Config(), launcher=None)  # fmt: skip
+        phase2.measure_phase2(tmp_path / "run", net, plat, model, two, ["a", "b"],
+                              Phase2Config(), launcher=None)  # fmt: skip
     for d in calls:
         assert (d / "plan.json").is_file() and not list(d.glob("*.onnx*")), list(d.iterdir())
-    assert (tmp_path / "run" / "phase2.csv").read_text().splitlines()[1].startswith("a,failed")
+    table = (tmp_path / "run" / "phase2.csv").read_text().splitlines()
+    ran, stopped = (calls[0].name, calls[1].name)
+    assert table[1 + ["a", "b"].index(ran)].startswith(f"{ran},failed,not run in this test")
+    assert table[1 + ["a", "b"].index(stopped)].startswith(f"{stopped},failed,interrupted")
     assert not [p for p in (tmp_path / "run" / "phase2").iterdir() if p.name.endswith(".tmp")]
 
 

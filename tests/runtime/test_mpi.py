@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import onnx
@@ -16,14 +17,16 @@ from onnx import helper
 
 from dse.errors import DseError
 from dse.mapping import from_device_lists, to_autodice
+from dse.measuring.comparison import read_comparison
+from dse.measuring.measure import Settings, measure_one
+from dse.measuring.rounds import Rounds
 from dse.net import Net, load_net
 from dse.platform import load_platform
-from dse.runtime import mpirun
-from dse.runtime.comparison import read_comparison
-from dse.runtime.energy import energy_meter
-from dse.runtime.launch import launch
-from dse.runtime.measure import deploy, deploy_and_measure
-from dse.runtime.measurements import read_measurements
+from dse.runtime.deployment.measurements import Measurement, read_measurements
+from dse.runtime.launch import mpirun
+from dse.runtime.launch.deploy import deploy
+from dse.runtime.launch.run import launch
+from dse.runtime.rank.energy import energy_meter
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
 from tests.helpers import onnx_factory
@@ -61,28 +64,27 @@ def test_lop_mapping(tmp_path: Path, localhost) -> None:
     coeff = load_coefficients(ROOT / "conf/platform/localhost.json")
     model = AnalyticalModel(net.graph, localhost, coeff)
     out = tmp_path / "lop"
-    r = deploy_and_measure(net, localhost, model, batch, out, warmup=1, iterations=2)
-    assert r["status"] == "ok", r.get("reason")
-    assert r["equivalence"]["passed"] and r["equivalence"]["max_rel_error"] <= RTOL
-    assert len(r["latency_ms"]["all"]) == 2
+    r = measure_one(net, model, batch, out, Settings(Rounds(1, warmup=1, iterations=2)))
+    assert r.status == "ok", r.reason
+    assert r.equivalence.passed and r.equivalence.max_rel_error <= RTOL
+    assert len(r.latency_ms.all) == 2
     # split layers' parts are all-gathered where they are read: the bytes are the model's
     bytes_sent = model.evaluate(batch).bytes_sent[0]
-    assert [x["bytes_sent"] for x in r["ranks"]] == [int(b) for b in bytes_sent]
-    assert r["comparison"]["devices"]["localhost_cpu1"]["bytes_sent"]["error_pct"] == 0.0
+    assert [x.bytes_sent for x in r.ranks] == [int(b) for b in bytes_sent]
+    assert r.comparison.devices["localhost_cpu1"].bytes_sent.error_pct == 0.0
     meter = energy_meter()  # the ranks run here: they read the counter this process finds
     if meter.available:
-        assert all(
-            x["energy_j"] is not None and x["energy_scope"] == meter.kind for x in r["ranks"]
-        )
+        assert all(x.energy_j is not None and x.energy_scope == meter.kind for x in r.ranks)
     else:
-        assert all(x["energy_j"] is None and x["energy_reason"] == meter.reason for x in r["ranks"])
+        assert all(x.energy_j is None and x.energy_reason == meter.reason for x in r.ranks)
     # rank 0 wrote the measurement; this process the comparison (the measurement beside the
     # prediction); each file has its one writer
     measured = read_measurements(out)
-    assert "predicted" not in measured and "comparison" not in measured
+    assert type(measured) is Measurement  # the ranks' file holds no prediction
+    assert "predicted" not in json.loads((out / "measurements.json").read_text())
     compared = read_comparison(out)
-    assert compared["predicted"]["latency_ms"] > 0 and compared == json.loads(json.dumps(r))
-    assert {k: v for k, v in compared.items() if k not in ("predicted", "comparison")} == measured
+    assert compared.predicted.latency_ms > 0 and compared == r
+    assert {f.name: getattr(compared, f.name) for f in fields(Measurement)} == vars(measured)
 
 
 def aba_batch(net):
@@ -99,11 +101,11 @@ def test_a_b_a_vertical_mapping(tmp_path: Path, localhost) -> None:
     steps = [s.op for s in plan.ranks[0].steps]
     assert steps[:3] == ["run", "send", "recv"] and steps.count("recv") >= 3
     r = launch(out, timeout_s=120)
-    assert r["status"] == "ok", r.get("reason")
+    assert r.status == "ok", r.reason
     # the outputs compared are those of the last of 6 frames streamed with several in flight
-    assert r["iterations"] == 3 and r["equivalence"]["passed"]
-    assert r["stream"]["frames"] == 6 and r["stream"]["period_ms"] > 0
-    sent = {x["device"]: x["bytes_sent"] for x in r["ranks"]}
+    assert r.iterations == 3 and r.equivalence.passed
+    assert r.stream.frames == 6 and r.stream.period_ms > 0
+    sent = {x.device: x.bytes_sent for x in r.ranks}
     assert sent["localhost_cpu0"] > 0 and sent["localhost_cpu1"] > 0
 
 
@@ -113,8 +115,8 @@ def test_killed_rank_fails_with_its_reason_and_leaves_no_process(tmp_path: Path,
     out = tmp_path / "killed"
     deploy(net, localhost, aba_batch(net), out, warmup=1, iterations=50)
     r = launch(out, timeout_s=120, rank_args=["--kill-rank", "1"])
-    assert r["status"] == "failed"
-    assert "exited with" in r["reason"] and "rank 1" in r["reason"]
+    assert r.status == "failed"
+    assert "exited with" in r.reason and "rank 1" in r.reason
     assert not (out / "measurements.json").exists()
     assert alive(out) == []
 
@@ -125,7 +127,7 @@ def test_time_limit_stops_every_rank(tmp_path: Path, localhost) -> None:
     out = tmp_path / "slow"
     deploy(net, localhost, aba_batch(net), out, warmup=1, iterations=10**7)
     r = launch(out, timeout_s=4)
-    assert r == {"status": "failed", "reason": "timed out after 4 s"}
+    assert r == Measurement.failed("timed out after 4 s")
     assert alive(out) == []
 
 
@@ -143,7 +145,7 @@ def test_full_disk_leaves_nothing_behind(monkeypatch, tmp_path: Path, localhost)
         (Path(directory) / "rank0_seg0.onnx").write_bytes(b"half")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("dse.runtime.partition.Deployment.write_segments", full)
+    monkeypatch.setattr("dse.runtime.compile.partition.Deployment.write_segments", full)
     with pytest.raises(DseError, match="No space left on device"):
         deploy(net, localhost, aba_batch(net), tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["zoo_like.onnx"]
@@ -184,7 +186,7 @@ def test_gpu_without_cuda_is_one_line(tmp_path: Path) -> None:
     if "CUDAExecutionProvider" in ort.get_available_providers():
         pytest.skip("CUDA is available here")
     from dse.platform import Device, Link, Platform
-    from dse.runtime.measure import check_gpus
+    from dse.runtime.launch.deploy import check_gpus
 
     plat = Platform(
         "g",
@@ -388,13 +390,13 @@ def test_a_launch_that_fails_at_startup_is_started_again(
     deploy(net, localhost, aba_batch(net), out, warmup=1, iterations=2)
     launcher = mpirun.Launcher(mpiexec=flaky_mpiexec(tmp_path, failures=2, message=message))
     r = launch(out, timeout_s=120, launcher=launcher)
-    assert r["status"] == "ok", r.get("reason")
+    assert r.status == "ok", r.reason
     assert (tmp_path / "launches").read_text().strip() == "3"
     (tmp_path / "launches").unlink()
     launcher = mpirun.Launcher(mpiexec=flaky_mpiexec(tmp_path, failures=3, message=message))
     r = launch(out, timeout_s=120, launcher=launcher)
-    assert r["status"] == "failed"
-    assert r["reason"] == f"mpiexec exited with 213: {said} (3 launches)"
+    assert r.status == "failed"
+    assert r.reason == f"mpiexec exited with 213: {said} (3 launches)"
     assert (tmp_path / "launches").read_text().strip() == "3"
 
 
@@ -406,7 +408,7 @@ def test_a_rank_failure_is_not_started_again(tmp_path: Path, localhost) -> None:
     deploy(net, localhost, aba_batch(net), out, warmup=1, iterations=50)
     launcher = mpirun.Launcher(mpiexec=flaky_mpiexec(tmp_path, failures=0))
     r = launch(out, timeout_s=120, rank_args=["--kill-rank", "1"], launcher=launcher)
-    assert r["status"] == "failed" and "launches" not in r["reason"]
+    assert r.status == "failed" and "launches" not in r.reason
     assert (tmp_path / "launches").read_text().strip() == "1"
 
 
@@ -437,13 +439,13 @@ def test_the_running_peak_is_one_inferences_and_the_stream_has_its_own(
         out = tmp_path / f"stream{stream}"
         deploy(net, localhost, batch, out, warmup=1, iterations=3, stream=stream)
         r = launch(out, timeout_s=120)
-        assert r["status"] == "ok", r.get("reason")
-        peaks[stream] = {x["rank"]: x for x in r["ranks"]}
+        assert r.status == "ok", r.reason
+        peaks[stream] = {x.rank: x for x in r.ranks}
     for rank in (0, 1):
         plain, streamed = peaks[0][rank], peaks[12][rank]
-        assert plain["peak_rss_stream_mb"] is None
+        assert plain.peak_rss_stream_mb is None
         # a frame's sends are held until the window (4 frames) moves on: at least 3 more
         # frames' than in one inference (rank 0 sends 8 MiB per frame, rank 1 4 MiB)
-        extra = 3 * streamed["bytes_sent"] / 2**20
-        assert streamed["peak_rss_stream_mb"] >= streamed["peak_rss_running_mb"] + extra
-        assert abs(streamed["peak_rss_running_mb"] - plain["peak_rss_running_mb"]) < 8
+        extra = 3 * streamed.bytes_sent / 2**20
+        assert streamed.peak_rss_stream_mb >= streamed.peak_rss_running_mb + extra
+        assert abs(streamed.peak_rss_running_mb - plain.peak_rss_running_mb) < 8

@@ -1,4 +1,4 @@
-"""Pacing (dse.runtime.pace): where an emulated device's speed is set, each onnxruntime run
+"""Pacing (dse.runtime.rank.pace): where an emulated device's speed is set, each onnxruntime run
 lasts at least its CPU time over that speed, and computes what the session computes."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from dse.calibrate.channels import conv_model
 from dse.errors import DseError
-from dse.runtime import pace
-from dse.runtime.sessions import session
+from dse.runtime.rank import pace
+from dse.runtime.rank.sessions import session
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ def test_a_bad_speed_is_one_line(speed, bad: str) -> None:
 
 
 class Queue:
-    """A stand-in for a rank's run-queue clock (:class:`dse.runtime.pace.RunQueue`): the
+    """A stand-in for a rank's run-queue clock (:class:`dse.runtime.rank.pace.RunQueue`): the
     seconds it has sat in the run queue, set by the test."""
 
     def __init__(self) -> None:

@@ -21,11 +21,11 @@ from dse.errors import DseError
 from dse.mapping import Mappings, from_device_lists
 from dse.mapping import whole as whole_on
 from dse.net import Net, load_net
-from dse.runtime.partition import partition
-from dse.runtime.plan import Plan, Port, input_arrays, seeded_inputs
-from dse.runtime.sequential import run_deployment, time_segments, time_segments_beside
-from dse.runtime.sessions import session
-from dse.runtime.validate import model_io, validate
+from dse.runtime.compile.partition import partition
+from dse.runtime.deployment.plan import Plan, Port, input_arrays, seeded_inputs
+from dse.runtime.deployment.validate import model_io, validate
+from dse.runtime.launch.local import run_deployment, time_segments, time_segments_beside
+from dse.runtime.rank.sessions import session
 from tests.helpers.onnx_factory import model as onnx_model
 from tests.helpers.onnx_factory import weight
 from tests.helpers.platforms import platform
@@ -340,7 +340,7 @@ def test_weights_as_external_data(tmp_path: Path) -> None:
 def test_zoo_weights_found_in_the_file() -> None:
     """The wire-format scan finds every initializer's bytes where protobuf parsing puts them."""
     from dse.net import zoo
-    from dse.runtime.weights import inline_offsets
+    from dse.runtime.compile.weights import inline_offsets
 
     path = zoo.materialize("alexnet", 0)
     offsets = inline_offsets(path)
@@ -524,7 +524,7 @@ def test_concat_inputs_of_a_cpu_sub_model_pass_an_identity_conv() -> None:
     1x1 Conv with weights 1 (onnxruntime keeps the Concats in its blocked layout); an input one
     Concat reads, an input of 6 channels and other readers are left alone."""
     from dse.net.onnx_load import TensorType
-    from dse.runtime.submodel import blocked_inputs
+    from dse.runtime.compile.submodel import blocked_inputs
 
     n = helper.make_node
     nodes = [

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 import yaml
 
-from dse.config import Phase2Config
 from dse.errors import DseError
 from dse.mapping import from_device_lists
+from dse.measuring import measure, phase2
+from dse.measuring.rounds import Rounds
+from dse.measuring.rows import csv_row, plot, write_csv
 from dse.platform import load_platform
-from dse.results import phase2
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
 from tests.helpers.cli import ROOT
@@ -41,18 +42,21 @@ def test_measure_mappings_writes_rows_and_keeps_going(tmp_path: Path, monkeypatc
     batch = from_device_lists(
         net.graph, 2, [[[0]] * n, [[0, 1] if net.graph.splittable[i] else [1] for i in range(n)]]
     )
-    real = phase2.deploy_and_measure
+    real = measure.deploy
 
     def second_fails(*args, **kwargs):
-        if "broken" in str(args[4]):
+        if "broken" in str(args[3]):
             raise DseError("mpiexec exited with 137: rank 1 killed")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(phase2, "deploy_and_measure", second_fails)
-    settings = Phase2Config(warmup=1, iterations=2)
-    rows = phase2.measure_mappings(
-        tmp_path / "run", net, platform, model, batch, ["one", "broken"], settings
-    )
+    monkeypatch.setattr(measure, "deploy", second_fails)
+    settings = measure.Settings(Rounds(1, warmup=1, iterations=2))
+    labels = ["one", "broken"]
+    dirs = [tmp_path / "run" / "phase2" / label for label in labels]
+    measured = measure.measure_mappings(net, model, batch, labels, dirs, settings)
+    rows = [csv_row(label, r) for label, r in zip(labels, measured.results, strict=True)]
+    write_csv(tmp_path / "run" / "phase2.csv", rows)
+    plot(tmp_path / "run" / "phase2.png", rows, "phase two")
     assert [r["status"] for r in rows] == ["ok", "failed"]
     assert rows[1]["reason"] == "mpiexec exited with 137: rank 1 killed"
     with open(tmp_path / "run" / "phase2.csv") as f:
@@ -77,9 +81,9 @@ def test_reference_outputs_are_the_whole_model_once_per_file_and_input(
     are cached per (model file, input) and a changed file is computed again."""
     import os
 
-    from dse.runtime.equivalence import reference_outputs
-    from dse.runtime.plan import Plan, Port, Reference, input_arrays
-    from dse.runtime.sessions import session
+    from dse.runtime.deployment.plan import Plan, Port, Reference, input_arrays
+    from dse.runtime.launch.reference import reference_outputs
+    from dse.runtime.rank.sessions import session
 
     monkeypatch.setenv("DSE_CACHE", str(tmp_path / "cache"))
     net = zoo_like(tmp_path)

@@ -1,5 +1,5 @@
 """A plan from disk is never trusted: tampered plans, by class of damage, are refused in one
-line naming what is wrong, before any rank allocates (dse.runtime.reader.read_plan); the
+line naming what is wrong, before any rank allocates (dse.runtime.deployment.reader.read_plan); the
 plan's JSON round-trips through its types; a run whose outputs differ from the whole model's,
 or cannot be checked, fails with status 2."""
 
@@ -21,12 +21,13 @@ import yaml
 from dse.errors import DseError
 from dse.mapping import from_device_lists
 from dse.platform import load_platform
-from dse.runtime.equivalence import equivalence, verdict
-from dse.runtime.launch import launch
-from dse.runtime.measure import deploy
-from dse.runtime.measurements import read_measurements
-from dse.runtime.plan import EXPECTED, PLAN, Plan
-from dse.runtime.reader import read_plan
+from dse.runtime.deployment.layout import EXPECTED, PLAN
+from dse.runtime.deployment.measurements import read_measurements
+from dse.runtime.deployment.plan import Plan
+from dse.runtime.deployment.reader import read_plan
+from dse.runtime.launch.deploy import deploy
+from dse.runtime.launch.run import launch
+from dse.runtime.rank.equivalence import equivalence, verdict
 from tests.helpers.cli import ROOT
 from tests.helpers.hostile import assert_each_one_line, run_all
 from tests.runtime.test_partition import zoo_like
@@ -96,8 +97,14 @@ SCHEMA: dict[str, tuple[Edit, tuple[str, ...]]] = {
         ("ranks[0].steps[0].tag", "expected an integer, not text"),
     ),
     "tag true": (lambda d: step(d, 0, "send").update(tag=True), ("tag", "not true/false")),
-    "huge integer": (lambda d: d.update(entry_rank=10**400), ("entry_rank", "beyond the integers JSON holds")),
-    "unknown op": (lambda d: step(d, 1, "recv").update(op="exec"), ("op", '"exec" is not one of run, send, recv, gather')),
+    "huge integer": (
+        lambda d: d.update(entry_rank=10**400),
+        ("entry_rank", "beyond the integers JSON holds"),
+    ),
+    "unknown op": (
+        lambda d: step(d, 1, "recv").update(op="exec"),
+        ("op", '"exec" is not one of run, send, recv, gather'),
+    ),
     "missing field": (lambda d: step(d, 1, "recv").pop("from"), ("'from' is missing",)),
     "steps not a list": (lambda d: d["ranks"][0].update(steps={}), ("steps", "expected a list")),
     "bad dtype": (
@@ -390,7 +397,7 @@ def test_a_plan_without_its_reference_is_refused(deployed: Path, tmp_path: Path)
 
 
 def test_the_check_command_is_one_line_with_status_2(deployed: Path, tmp_path: Path) -> None:
-    """``python -m dse.runtime.check`` (run.sh runs it first) on a few tampered plans."""
+    """``python -m dse.runtime.rank.check`` (run.sh runs it first) on a few tampered plans."""
     cases = {}
     words = {}
     for i, (case, table) in enumerate(
@@ -398,10 +405,10 @@ def test_the_check_command_is_one_line_with_status_2(deployed: Path, tmp_path: P
     ):
         edit, w = table[case]
         d = tampered(deployed, tmp_path / str(i), edit)
-        cases[case] = ("dse.runtime.check", [str(d)])
+        cases[case] = ("dse.runtime.rank.check", [str(d)])
         words[case] = w
     assert_each_one_line(run_all(cases), words)
-    ok = run_all({"ok": ("dse.runtime.check", [str(deployed)])})["ok"]
+    ok = run_all({"ok": ("dse.runtime.rank.check", [str(deployed)])})["ok"]
     assert ok.returncode == 0 and ok.stderr == ""
 
 
@@ -412,18 +419,18 @@ def test_outputs_are_checked_against_the_stored_whole_model(deployed: Path, tmp_
     with np.load(deployed / EXPECTED) as z:
         want = {o.name: z[f"o{i}"] for i, o in enumerate(plan.outputs)}
     eq = equivalence(plan, want, deployed)
-    assert eq["passed"] is True and eq["max_rel_error"] == 0.0 and verdict(eq) is None
+    assert eq.passed is True and eq.max_rel_error == 0.0 and verdict(eq) is None
     off = {k: v * 1.01 for k, v in want.items()}
     eq = equivalence(plan, off, deployed)
-    assert eq["passed"] is False and eq["max_rel_error"] == pytest.approx(0.01, rel=1e-3)
+    assert eq.passed is False and eq.max_rel_error == pytest.approx(0.01, rel=1e-3)
     assert verdict(eq).startswith("outputs differ from the whole model: max rel error 0.01")
     nan = {k: np.full_like(v, np.nan) for k, v in want.items()}
     eq = equivalence(plan, nan, deployed)
-    assert eq["passed"] is False and "NaN" in verdict(eq)
+    assert eq.passed is False and "NaN" in verdict(eq)
     d = tampered(deployed, tmp_path)
     (d / EXPECTED).unlink()
     eq = equivalence(plan, want, d)
-    assert eq["passed"] is None
+    assert eq.passed is None
     assert verdict(eq).startswith("outputs not checked against the whole model")
 
 
@@ -437,8 +444,8 @@ def test_a_run_whose_outputs_differ_fails_with_status_2(deployed: Path, tmp_path
         arrays = {f"o{i}": z[f"o{i}"] * 1.01 for i in range(len(plan.outputs))}
     np.savez(d / EXPECTED, **arrays)
     r = launch(d, timeout_s=120)
-    assert r["status"] == "failed" and r["reason"].startswith("outputs differ")
-    assert read_measurements(d) == r and r["equivalence"]["passed"] is False
+    assert r.status == "failed" and r.reason.startswith("outputs differ")
+    assert read_measurements(d) == r and r.equivalence.passed is False
     script = (d / "run.sh").read_text().replace(str(deployed), str(d))
     (d / "run.sh").write_text(script)
     done = subprocess.run(

@@ -21,7 +21,7 @@ NOT_IN_A_RANK = ("numba", "llvmlite", "scipy", "dse.net", "hydra")
 
 def test_a_rank_imports_none_of_the_search_libraries() -> None:
     code = (
-        "import sys, dse.runtime.worker\n"
+        "import sys, dse.runtime.rank.worker\n"
         f"print(' '.join(m for m in {NOT_IN_A_RANK!r} if m in sys.modules))\n"
         "print('onnxruntime' in sys.modules)\n"
     )

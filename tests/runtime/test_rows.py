@@ -22,9 +22,9 @@ from dse.mapping import Mappings, check, from_device_lists, random_mappings
 from dse.mapping.rows import layout_of
 from dse.net import Net, load_net
 from dse.net.graph import LayerGraph
-from dse.runtime.partition import Deployment, partition
-from dse.runtime.plan import Plan, Run
-from dse.runtime.programs import part_rows
+from dse.runtime.compile.partition import Deployment, partition
+from dse.runtime.compile.programs import part_rows
+from dse.runtime.deployment.plan import Plan, Run
 from tests.helpers.onnx_factory import model as onnx_model
 from tests.helpers.onnx_factory import weight
 from tests.helpers.platforms import platform
@@ -623,9 +623,10 @@ def test_deploy_cli_with_rows_in_horizontal_json(tmp_path: Path) -> None:
     import json
 
     from dse.mapping import to_autodice
-    from dse.runtime.plan import EXPECTED, input_arrays
-    from dse.runtime.reader import read_plan
-    from dse.runtime.sequential import run_sequential
+    from dse.runtime.deployment.layout import EXPECTED
+    from dse.runtime.deployment.plan import input_arrays
+    from dse.runtime.deployment.reader import read_plan
+    from dse.runtime.rank.inprocess import run_plan
     from tests.helpers.cli import run_module
     from tests.runtime.test_partition import RTOL
 
@@ -648,7 +649,7 @@ def test_deploy_cli_with_rows_in_horizontal_json(tmp_path: Path) -> None:
     assert [(s.tensor, s.axis) for rk in plan.ranks for s in rk.steps if s.op == "gather"] == [
         ("a", 2)
     ]
-    got = run_sequential(plan, out, input_arrays(plan))
+    got = run_plan(plan, out, input_arrays(plan))
     with np.load(out / EXPECTED) as expected:
         want = expected["o0"]
     assert np.abs(got["a"] - want).max() <= RTOL * np.abs(want).max()
@@ -670,8 +671,8 @@ def test_two_ranks(tmp_path: Path, localhost, kind: str) -> None:
     block by rows everywhere, b and c on other bands than a's, so that each Concat (a join,
     on a's bands) reads a row of each from the other rank. Rank 0 checks the outputs against
     the whole model's, after measured iterations and a stream of frames."""
-    from dse.runtime.launch import launch
-    from dse.runtime.measure import deploy
+    from dse.runtime.launch.deploy import deploy
+    from dse.runtime.launch.run import launch
     from tests.runtime.test_partition import RTOL
 
     if kind == "spatial":
@@ -692,10 +693,10 @@ def test_two_ranks(tmp_path: Path, localhost, kind: str) -> None:
     plan = deploy(net, localhost, m, out, warmup=1, iterations=2, stream=4)
     assert any(s.op == "gather" and s.axis == 2 for r in plan.ranks for s in r.steps)
     r = launch(out, timeout_s=120)
-    assert r["status"] == "ok", r.get("reason")
+    assert r.status == "ok", r.reason
     # the outputs checked are the last of 4 frames streamed with several in flight
-    assert r["equivalence"]["passed"] and r["equivalence"]["max_rel_error"] <= RTOL
-    assert r["stream"]["frames"] == 4 and r["stream"]["period_ms"] > 0
+    assert r.equivalence.passed and r.equivalence.max_rel_error <= RTOL
+    assert r.stream.frames == 4 and r.stream.period_ms > 0
 
 
 def test_the_model_counts_the_plans_bytes_and_sub_models_on_the_zoo() -> None:

@@ -1,4 +1,4 @@
-"""How ranks wait (dse.runtime.waits): the setting, the non-blocking path with a stand-in
+"""How ranks wait (dse.runtime.rank.waits): the setting, the non-blocking path with a stand-in
 communicator, and real runs under mpiexec that poll then sleep, checked against onnxruntime's
 outputs of the whole model as the other runtime tests are."""
 
@@ -12,9 +12,9 @@ import yaml
 from dse.errors import DseError
 from dse.mapping import from_device_lists
 from dse.platform import load_platform
-from dse.runtime import waits
-from dse.runtime.launch import launch
-from dse.runtime.measure import deploy
+from dse.runtime.launch.deploy import deploy
+from dse.runtime.launch.run import launch
+from dse.runtime.rank import waits
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
 from tests.helpers.cli import ROOT
@@ -112,18 +112,18 @@ def test_ranks_that_poll_then_sleep_give_the_whole_models_outputs(
     for name, batch in (("lop", lop), ("aba", aba)):
         deploy(net, localhost, batch, tmp_path / name, warmup=1, iterations=3, stream=6)
         r = launch(tmp_path / name, timeout_s=120)
-        assert r["status"] == "ok", r.get("reason")
-        assert r["equivalence"]["passed"] and r["equivalence"]["max_rel_error"] <= RTOL
-        assert r["stream"]["frames"] == 6 and r["stream"]["period_ms"] > 0
-        assert [x["bytes_sent"] for x in r["ranks"]] == [
+        assert r.status == "ok", r.reason
+        assert r.equivalence.passed and r.equivalence.max_rel_error <= RTOL
+        assert r.stream.frames == 6 and r.stream.period_ms > 0
+        assert [x.bytes_sent for x in r.ranks] == [
             int(b) for b in model.evaluate(batch).bytes_sent[0]
         ]
-        for x in r["ranks"]:  # the rank's CPU time and time ready but not running, per iteration
-            assert x["cpu_ms"]["median"] > 0 and x["runnable_ms"]["median"] >= 0
+        for x in r.ranks:  # the rank's CPU time and time ready but not running, per iteration
+            assert x.cpu_ms.median > 0 and x.runnable_ms.median >= 0
 
 
 class Pacing:
-    """A stand-in :class:`dse.runtime.pace.Pace`: its run-queue clock advances 1 ms at each
+    """A stand-in :class:`dse.runtime.rank.pace.Pace`: its run-queue clock advances 1 ms at each
     read, and it records what waits report idle."""
 
     def __init__(self) -> None:

@@ -1,6 +1,7 @@
 """What a device's program is made of (:class:`Action`) and how an op part's nodes and static
-tensors go into one: the layer walk (:mod:`dse.runtime.programs`, :mod:`dse.runtime.bands`)
-builds them, :mod:`dse.runtime.segments` cuts them into sub-models and plan steps."""
+tensors go into one: the layer walk (:mod:`dse.runtime.compile.programs`,
+:mod:`dse.runtime.compile.bands`) builds them, :mod:`dse.runtime.compile.segments` cuts them into
+sub-models and plan steps."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import onnx
 from onnx import numpy_helper
 
 from dse.net import ops
-from dse.runtime.statics import EXTERNAL_MIN_BYTES, Blob, Init, Statics
+from dse.runtime.compile.statics import EXTERNAL_MIN_BYTES, Blob, Init, Statics
 
 
 @dataclass

@@ -22,7 +22,7 @@ mapping's row layout, :func:`dse.mapping.rows.layout_of`; this module only carri
   pieces and its own overlap in row order. With equal bands only halos cross.
 * **A chain's last layer.** Its bands stay where they are when the layout keeps them; else
   they are all-gathered along the rows (axis 2) by the rule channel parts are gathered by
-  (:meth:`dse.runtime.programs._Walk.gather`), empty bands left out.
+  (:meth:`dse.runtime.compile.programs._Walk.gather`), empty bands left out.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from dse.mapping import Mappings, rows
 from dse.net import ops
 from dse.net.graph import Layer, LayerGraph
 from dse.net.onnx_load import TensorType
-from dse.runtime.actions import Action, add_part
-from dse.runtime.statics import Statics
+from dse.runtime.compile.actions import Action, add_part
+from dse.runtime.compile.statics import Statics
 
 #: The tag of device d's band of a tensor or a layer: ``{tensor}.band{d}``.
 TAG = ".band"
@@ -73,7 +73,7 @@ class RowLayout:
 
 
 class _Walk(Protocol):
-    """What the bands read and extend of the layer walk (:mod:`dse.runtime.programs`): its
+    """What the bands read and extend of the layer walk (:mod:`dse.runtime.compile.programs`): its
     graph, nodes, tensor types and statics, the row layout, where tensors are (whole: ``where``
     and ``has``; as bands: ``bands``) and made (``made_at``), every device's program, and
     its ways to add an action, insert one, send a tensor and gather parts."""

@@ -1,37 +1,26 @@
-"""A deployment directory: sub-models, plan.json, the whole model's expected outputs, hostfile,
-rankfile and run.sh, all or nothing.
+"""A deployment directory written all or nothing: sub-models, ``plan.json``, the whole model's
+expected outputs, and the files the launching side adds (how its ranks start).
 
 Everything is written to a temporary directory beside the target and renamed onto it at the
 end, so a full disk or a crash leaves no half-written deployment. A directory holding another
 net's or mapping's deployment is refused rather than overwritten. This is the one writer of
-``plan.json`` (:meth:`dse.runtime.plan.Plan.dumps`).
+``plan.json`` (:meth:`dse.runtime.deployment.plan.Plan.dumps`).
 """
 
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import tempfile
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from dse.errors import DseError
 from dse.files import LOCK, owned, temporary_files
-from dse.platform import Platform
-from dse.runtime.comparison import COMPARISON
-from dse.runtime.equivalence import write_expected
-from dse.runtime.measurements import MEASUREMENTS
-from dse.runtime.mpirun import (
-    HOSTFILE,
-    RANKFILE,
-    RUN_SCRIPT,
-    Launcher,
-    mpi_files,
-    mpiexec_path,
-)
-from dse.runtime.partition import Deployment
-from dse.runtime.plan import PLAN, RunSettings
-from dse.runtime.reader import read_plan_json
+from dse.runtime.compile.partition import Deployment
+from dse.runtime.deployment.expected import write_expected
+from dse.runtime.deployment.layout import PLAN, RUN_OUTPUTS
+from dse.runtime.deployment.reader import read_plan_json
 
 
 def check_existing(out: Path, fingerprint: str, mapping: str) -> None:
@@ -62,13 +51,12 @@ def check_existing(out: Path, fingerprint: str, mapping: str) -> None:
 
 def write_deployment(
     deployment: Deployment,
-    platform: Platform,
     out: Path,
-    run: RunSettings | None = None,
-    launcher: Launcher | None = None,
+    files: Mapping[str, str] | None = None,
+    executable: Collection[str] = (),
 ) -> Path:
-    """Write ``deployment`` to ``out`` atomically (its plan gains ``run`` and the command that
-    runs it; ``launcher``: how, default mpiexec on the platform's hosts); return ``out``."""
+    """Write ``deployment`` (its plan as it is) and ``files`` (name -> text; those named in
+    ``executable`` runnable) to ``out`` atomically; return ``out``."""
     out = Path(out).expanduser().absolute()
     plan = deployment.plan
     check_existing(out, plan.fingerprint, plan.mapping_hash)  # before a directory is made
@@ -78,24 +66,19 @@ def write_deployment(
     try:
         with owned(out, "out= directory"):  # one writer; checked again now that it is ours
             check_existing(out, plan.fingerprint, plan.mapping_hash)
-            return _write(deployment, platform, out, run, launcher or Launcher())
+            return _write(deployment, out, dict(files or {}), set(executable))
     except BaseException:
         if created and [p.name for p in out.iterdir()] == [LOCK]:  # a failure leaves nothing
             shutil.rmtree(out, ignore_errors=True)
         raise
 
 
-def _write(
-    deployment: Deployment,
-    platform: Platform,
-    out: Path,
-    run: RunSettings | None,
-    launcher: Launcher,
-) -> Path:
+def _write(deployment: Deployment, out: Path, files: dict[str, str], executable: set[str]) -> Path:
     """Write the deployment into a directory beside ``out``, then move its files into ``out``
     (the plan last): the files of an earlier deployment of the same mapping are replaced, its
     stale measurements removed, and files a deployment does not write (the user's) kept."""
     plan = deployment.plan
+    assert plan.reference is not None and deployment.expected is not None
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
@@ -106,24 +89,13 @@ def _write(
         try:
             deployment.write_segments(tmp)
             write_expected(tmp / plan.reference.expected, deployment.expected)
-            devices = [r.device_index for r in plan.ranks]
-            hostfile, rankfile = mpi_files(platform, devices, launcher)
-            (tmp / HOSTFILE).write_text(hostfile)
-            (tmp / RANKFILE).write_text(rankfile)
-            try:
-                mpiexec = launcher.mpiexec or mpiexec_path()
-            except DseError:
-                mpiexec = "mpiexec"  # deploying needs no MPI; running it does
-            placement = [(r.host, r.device) for r in plan.ranks]
-            cmd = launcher.command(out, len(plan.ranks), mpiexec=mpiexec, placement=placement)
-            if run is not None:
-                plan.run = run
-            plan.command = shlex.join(cmd)
-            (tmp / RUN_SCRIPT).write_text(launcher.run_script(cmd, out))
-            os.chmod(tmp / RUN_SCRIPT, 0o755)
+            for name, text in files.items():
+                (tmp / name).write_text(text)
+                if name in executable:
+                    os.chmod(tmp / name, 0o755)
             (tmp / PLAN).write_text(plan.dumps())
             os.chmod(out, 0o755)
-            for stale in (MEASUREMENTS, COMPARISON, "stdout.log", "stderr.log"):
+            for stale in RUN_OUTPUTS:
                 (out / stale).unlink(missing_ok=True)  # an earlier run's, of this deployment
             for f in sorted(tmp.iterdir(), key=lambda f: f.name == PLAN):  # the plan last
                 os.replace(f, out / f.name)
@@ -133,9 +105,3 @@ def _write(
                 "(nothing was left behind; free space or choose another out=)"
             ) from None
     return out
-
-
-#: A deployment's sub-models and their weights: what a measured deployment need not keep (a
-#: VGG-16 deployment holds all 528 MB of its weights again); plan, logs and figures stay.
-#: Phase two and fidelity mark them temporary (:func:`dse.files.temporary_files`).
-SUBMODELS = ("*.onnx", "*.onnx.data")

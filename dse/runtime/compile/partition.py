@@ -16,11 +16,11 @@ forward it to a device that computed no part; then it sends the whole to those d
 other device receives parts, so every byte still crosses to a given device at most once.
 
 A channel-local layer that follows a split layer (``LayerGraph.follows``: Relu, pooling,
-BatchNormalization after a Conv) runs on the split layer's parts, each device on the part it
-made (onnxruntime fuses Conv+Relu inside a part's sub-model), and its output is gathered in
-place of the split layer's: a Conv -> Relu -> MaxPool over two devices sends pooled parts. Its
-device in the mapping is where its output is gathered (its owner).
-:func:`dse.runtime.programs.part_rows` states the rule; the model's kernel applies the same one.
+BatchNormalization after a Conv) runs on the split layer's parts, each device on the part it made
+(onnxruntime fuses Conv+Relu inside a part's sub-model), and its output is gathered in place of the
+split layer's: a Conv -> Relu -> MaxPool over two devices sends pooled parts. Its device in the
+mapping is where its output is gathered (its owner). :func:`dse.runtime.compile.programs.part_rows`
+states the rule; the model's kernel applies the same one.
 
 A layer split by rows (``Mappings.axis`` 1) runs as bands of its output rows, and so do the
 row-local layers that follow it (:func:`dse.mapping.rows.layout_of` says which, and each
@@ -33,21 +33,21 @@ kept as bands (inside a chain, or between roots over the same devices), from the
 bands overlap them: each sends the overlap beside its band, and d concatenates them in row
 order (halos only when the bands match). A chain's last bands stay put where the layout keeps
 them, else they are all-gathered along the rows (axis 2) as channel parts are. The rules are
-:mod:`dse.mapping.rows`; their runtime side :mod:`dse.runtime.bands`.
+:mod:`dse.mapping.rows`; their runtime side :mod:`dse.runtime.compile.bands`.
 
-A device's work is cut into segments (one ONNX sub-model each) before every step that waits for
-a remote tensor and after every step whose output another device can use at once, so its sends
-are posted as soon as they are useful (:func:`dse.runtime.segments.send_deadlines`). Sends are
+A device's work is cut into segments (one ONNX sub-model each) before every step that waits for a
+remote tensor and after every step whose output another device can use at once, so its sends are
+posted as soon as they are useful (:func:`dse.runtime.compile.segments.send_deadlines`). Sends are
 non-blocking, every send is posted before the device's next receive, receives block in program
-order, and every receive waits for a tensor made at an earlier layer (or, for a gather, at the
-same layer's parts, each sent before its device gathers): work going A -> B -> A cannot
-deadlock.
+order, and every receive waits for a tensor made at an earlier layer (or, for a gather, at the same
+layer's parts, each sent before its device gathers): work going A -> B -> A cannot deadlock.
 
-The jobs, by module: static tensors and weights (:mod:`~dse.runtime.statics`,
-:mod:`~dse.runtime.weights`), each device's program (:mod:`~dse.runtime.programs`; its bands:
-:mod:`~dse.runtime.bands`; what it is made of: :mod:`~dse.runtime.actions`), cutting it
-into segments and steps (:mod:`~dse.runtime.segments`), one sub-model
-(:mod:`~dse.runtime.submodel`), the plan (:mod:`~dse.runtime.plan`).
+The jobs, by module: static tensors and weights (:mod:`~dse.runtime.compile.statics`,
+:mod:`~dse.runtime.compile.weights`), each device's program (:mod:`~dse.runtime.compile.programs`;
+its bands: :mod:`~dse.runtime.compile.bands`; what it is made of:
+:mod:`~dse.runtime.compile.actions`), cutting it into segments and steps
+(:mod:`~dse.runtime.compile.segments`), one sub-model (:mod:`~dse.runtime.compile.submodel`), the
+plan (:mod:`~dse.runtime.deployment.plan`).
 """
 
 from __future__ import annotations
@@ -62,18 +62,18 @@ from dse.errors import DseError
 from dse.mapping import Mappings
 from dse.net import Net
 from dse.platform import Platform
-from dse.runtime.plan import Output, Plan, Port, RankPlan
-from dse.runtime.programs import check_mapping, device_programs
-from dse.runtime.segments import Cutter, dtype_name, first_readers
-from dse.runtime.statics import Blob, Statics, tensor_types
-from dse.runtime.submodel import SubModelBuilder, write_segment
-from dse.runtime.weights import weight_source
+from dse.runtime.compile.programs import check_mapping, device_programs
+from dse.runtime.compile.segments import Cutter, dtype_name, first_readers
+from dse.runtime.compile.statics import Blob, Statics, tensor_types
+from dse.runtime.compile.submodel import SubModelBuilder, write_segment
+from dse.runtime.compile.weights import weight_source
+from dse.runtime.deployment.plan import DType, Output, Plan, Port, RankPlan
 
 
 @dataclass
 class Deployment:
-    """Sub-models by file name and the plan that says who runs, sends and receives what, in
-    order; once deployed (:func:`dse.runtime.measure.deploy`), the whole model's outputs on the
+    """Sub-models by file name and the plan that says who runs, sends and receives what, in order;
+    once deployed (:func:`dse.runtime.launch.deploy.deploy`), the whole model's outputs on the
     plan's input (``expected``, the equivalence check's reference)."""
 
     plan: Plan
@@ -126,7 +126,7 @@ def partition(
                 dev.name,
                 d,
                 dev.host,
-                dev.kind,
+                "gpu" if dev.kind == "gpu" else "cpu",
                 dev.threads,
                 dev.memory_mb,
                 files,
@@ -139,8 +139,8 @@ def partition(
         mapping_hash=mapping.ident(0),
         platform=platform.name,
         seed=seed,
-        inputs=[_port(t.name, types) for t in graph.inputs],
-        outputs=[_port(t, types, rank_of[where[t]]) for t in out_names],
+        inputs=[Port(t.name, *_spec(t.name, types)) for t in graph.inputs],
+        outputs=[Output(t, *_spec(t, types), rank_of[where[t]]) for t in out_names],
         entry_rank=rank_of[entry],
         tensors=cut.tensors,
         ranks=ranks,
@@ -148,8 +148,6 @@ def partition(
     return Deployment(plan, cut.segments, cut.blobs)
 
 
-def _port(name: str, types: dict, rank: int | None = None) -> Port:
+def _spec(name: str, types: dict) -> tuple[tuple[int, ...], DType]:
     tt = types[name]
-    if rank is None:
-        return Port(name, tuple(tt.shape), dtype_name(tt))
-    return Output(name, tuple(tt.shape), dtype_name(tt), rank)
+    return tuple(tt.shape), dtype_name(tt)

@@ -1,5 +1,5 @@
-"""Each device's program: the layers (or parts) it computes, what it receives and gathers, and
-what it sends after each, walked in the graph's order (the rules: :mod:`dse.runtime.partition`).
+"""Each device's program: the layers (or parts) it computes, what it receives and gathers, and what
+it sends after each, walked in the graph's order (the rules: :mod:`dse.runtime.compile.partition`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from dse.net import Net, ops
 from dse.net.graph import Layer, LayerGraph
 from dse.net.onnx_load import TensorType
 from dse.platform import Platform
-from dse.runtime.actions import Action, Programs, add_part, static_adder
-from dse.runtime.bands import RowLayout, run_on_bands
-from dse.runtime.statics import Statics
+from dse.runtime.compile.actions import Action, Programs, add_part, static_adder
+from dse.runtime.compile.bands import RowLayout, run_on_bands
+from dse.runtime.compile.statics import Statics
 
 __all__ = ["Action", "Programs", "check_mapping", "device_programs", "part_rows"]
 

@@ -14,10 +14,20 @@ import onnx
 from onnx import helper
 
 from dse.net.onnx_load import TensorType
-from dse.runtime.actions import Action
-from dse.runtime.plan import Gather, Part, Recv, Run, Send, Step, WireTensor
-from dse.runtime.statics import Blob, Init
-from dse.runtime.submodel import SubModelBuilder
+from dse.runtime.compile.actions import Action
+from dse.runtime.compile.statics import Blob, Init
+from dse.runtime.compile.submodel import SubModelBuilder
+from dse.runtime.deployment.plan import (
+    DType,
+    Gather,
+    Part,
+    Recv,
+    Run,
+    Send,
+    Step,
+    WireTensor,
+    dtype,
+)
 
 
 def first_readers(programs: dict[int, list[Action]]) -> dict[tuple[str, int], set[str]]:
@@ -58,8 +68,8 @@ def send_deadlines(actions: list[Action], consumers: dict[tuple[str, int], set[s
     return ends
 
 
-def dtype_name(tt: TensorType) -> str:
-    return np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)).name
+def dtype_name(tt: TensorType) -> DType:
+    return dtype(np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)).name)
 
 
 @dataclass

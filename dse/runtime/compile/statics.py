@@ -1,6 +1,6 @@
 """Static tensors of a net (weights, Constant-node outputs, folded shape tensors) for sub-models.
 
-A weight stays where its bytes are (memory-mapped, :mod:`dse.runtime.weights`) until a
+A weight stays where its bytes are (memory-mapped, :mod:`dse.runtime.compile.weights`) until a
 sub-model is written: a :class:`Blob` names it and the cuts a part takes of it.
 """
 
@@ -18,7 +18,7 @@ from onnx.reference import ReferenceEvaluator
 from dse.errors import DseError
 from dse.net import Net
 from dse.net.onnx_load import TensorType, fold_constants, infer_types
-from dse.runtime.weights import MappedFiles
+from dse.runtime.compile.weights import MappedFiles
 
 #: Weights at least this large go to a sub-model's external data file, written straight from
 #: the (sliced) source array: no protobuf copy of the bytes.

@@ -20,7 +20,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from dse.net.onnx_load import TensorType, append_external
-from dse.runtime.statics import Blob, Init
+from dse.runtime.compile.statics import Blob, Init
 
 #: Channel counts onnxruntime's blocked layout takes (its block is 8 or 16 channels).
 BLOCK = 8

@@ -1,36 +1,35 @@
-"""Measurements: what a run of a deployment produced (``measurements.json``), and runs merged.
+"""Measurements: what a run of a deployment produced (``measurements.json``).
 
-The types are JSON-shaped (``TypedDict``): the figures travel as JSON between the ranks, the
-launching process, calibration and the fidelity report, and are written as they are. A run's
-``measurements.json`` has one writer, rank 0 of the run (:func:`write_measurements`), and one
-reader, :func:`read_measurements`, which checks its shape. What the model predicted of it is
-another file with another writer (:mod:`dse.runtime.comparison`).
+The types are records (:mod:`dse.records`): written to JSON only at the file, by rank 0 of the
+run (:func:`write_measurements`), and read back by one reader (:func:`read_measurements`),
+which checks every field. Runs merged into one measurement and the machine's drift taken out
+are the launching side's (:mod:`dse.measuring.rounds`); what the model predicted of a run is
+another file with another writer (:mod:`dse.measuring.comparison`).
 
-A run that failed is ``{"status": "failed", "reason": ...}`` (with the figures it has, if any);
+A run that failed has ``status`` "failed" and its ``reason`` (with the figures it has, if any);
 a run whose outputs differ from the whole model's, or could not be checked, is failed too.
-Several runs of one deployment merge into one measurement (:func:`merge_runs`), and the
-machine's speed drift can be taken out of it (:func:`take_out_drift`).
 """
 
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypedDict
+from typing import Literal
 
 import numpy as np
 
 from dse.errors import DseError
 from dse.files import write_text
+from dse.records import read, to_json
+from dse.runtime.deployment.layout import MEASUREMENTS
 
-MEASUREMENTS = "measurements.json"
 #: Largest measurements.json read (a million iterations' latencies are ~10 MB).
 MAX_BYTES = 64 * 2**20
 
 
-class Stats(TypedDict):
+@dataclass
+class Stats:
     """Milliseconds over the measured iterations."""
 
     median: float
@@ -38,43 +37,51 @@ class Stats(TypedDict):
     p90: float
 
 
-#: How much longer a run takes with the machine ``f`` times slower than at the reference:
-#: its (latency, pipelined period) over theirs at the reference (:func:`take_out_drift`).
-Slowdown = Callable[[float], tuple[float, float]]
-
-
-def whole(f: float) -> tuple[float, float]:
-    """The slowdown of a run whose every part slows with the machine."""
-    return f, f
-
-
-class Drift(TypedDict):
-    """Each round brought to the reference speed: the round over its slowdown at ``its probe
-    / reference_ms`` (:data:`Slowdown`; its whole time: ``round x reference_ms / its probe``)."""
+@dataclass
+class Drift:
+    """Each round brought to the reference speed: the round over the run's slowdown at ``its
+    probe / reference_ms`` (:data:`dse.measuring.rounds.Slowdown`)."""
 
     reference_ms: float
-    probe_ms: float
+    probe_ms: float  # the rounds' median probe
     rounds_adjusted_ms: list[float]
     median_adjusted: float
 
 
-class _Latency(TypedDict):
-    median: float
-    p10: float
-    p90: float
-    all: list[float]  # every measured iteration (ms)
-
-
-class Latency(_Latency, total=False):
+@dataclass
+class Latency(Stats):
     """The longest rank's time per iteration (ms); merged runs add their rounds."""
 
-    rounds_ms: list[float]  # each run's median
-    round_spread: float  # (max - min) / median of rounds_ms
-    rounds_probe_ms: list[float]  # the speed probe beside each run
-    drift: Drift
+    all: list[float]  # every measured iteration
+    rounds_ms: list[float] = field(default_factory=list)  # each run's median
+    round_spread: float | None = None  # (max - min) / median of rounds_ms
+    rounds_probe_ms: list[float] = field(default_factory=list)  # the speed probe beside each
+    drift: Drift | None = None
+
+    @property
+    def measured_ms(self) -> float:
+        """The latency: with the machine's drift taken out where it was."""
+        return self.drift.median_adjusted if self.drift is not None else self.median
 
 
-class RankFigures(TypedDict):
+@dataclass
+class Stream:
+    """Frames pushed back to back: the steady-state time per frame; merged runs: the median of
+    the runs' periods, each in ``rounds_ms``."""
+
+    frames: int
+    period_ms: float
+    rounds_ms: list[float] = field(default_factory=list)
+    drift: Drift | None = None
+
+    @property
+    def measured_ms(self) -> float:
+        """The period: with the machine's drift taken out where it was."""
+        return self.drift.median_adjusted if self.drift is not None else self.period_ms
+
+
+@dataclass
+class RankFigures:
     """One rank's figures (times: ms over the measured iterations)."""
 
     rank: int
@@ -110,76 +117,70 @@ class RankFigures(TypedDict):
     energy_reason: str | None  # why there is no energy figure
     energy_scope: str | None  # the counter: rapl | ina3221
 
+    @property
+    def peak_rss_mb(self) -> float | None:
+        """The rank's peak RSS (MB) over its life: the larger of loading and running."""
+        vals = [v for v in (self.peak_rss_loading_mb, self.peak_rss_running_mb) if v is not None]
+        return max(vals) if vals else None
 
-class Energy(TypedDict):
-    joules: float | None
-    reason: str | None
 
-
-class Equivalence(TypedDict, total=False):
+@dataclass
+class Equivalence:
     """The outputs against the whole model's (onnxruntime, the same input); ``passed`` None:
     not checked, with a ``reason``."""
 
     passed: bool | None
-    reason: str
-    max_abs_error: float
-    max_rel_error: float
-    tolerance_rel: float
-    definition: str
+    reason: str | None = None
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    tolerance_rel: float | None = None
+    definition: str | None = None
 
 
-class _Stream(TypedDict):
-    frames: int
-    period_ms: float  # the steady-state time per frame, frames pushed back to back
-
-
-class Stream(_Stream, total=False):
-    """Merged runs: ``period_ms`` is the median of the runs' periods, each in ``rounds_ms``."""
-
-    rounds_ms: list[float]
-
-
-class _Status(TypedDict):
-    status: Literal["ok", "failed"]
-
-
-class Measurement(_Status, total=False):
+@dataclass
+class Measurement:
     """One run of a deployment (or several merged), or a failure with its ``reason``."""
 
-    reason: str
-    net: str
-    fingerprint: str
-    mapping_hash: str
-    ranks_count: int
-    warmup: int
-    iterations: int
-    latency_ms: Latency
-    ranks: list[RankFigures]
-    energy: dict[str, Energy]  # by device
-    equivalence: Equivalence
-    stream: Stream
-    probe_ms: list[float]  # the speed probes on either side of the run (interleaved runs)
+    status: Literal["ok", "failed"]
+    reason: str | None = None
+    net: str | None = None
+    fingerprint: str | None = None
+    mapping_hash: str | None = None
+    ranks_count: int | None = None
+    warmup: int | None = None
+    iterations: int | None = None
+    latency_ms: Latency | None = None
+    ranks: list[RankFigures] = field(default_factory=list)
+    equivalence: Equivalence | None = None
+    stream: Stream | None = None
+    probe_ms: list[float] = field(default_factory=list)  # the speed probes either side of it
 
+    @staticmethod
+    def failed(reason: str) -> Measurement:
+        """A run that gave no figures, and why."""
+        return Measurement("failed", reason)
 
-def failed(reason: str) -> Measurement:
-    return {"status": "failed", "reason": reason}
+    @property
+    def ok(self) -> bool:
+        """Measured, with its outputs equal to the whole model's."""
+        return self.status == "ok" and self.latency_ms is not None
+
+    @property
+    def latency(self) -> Latency:
+        """The latency figures of a measured run (a failed one has none: an error)."""
+        if self.latency_ms is None:
+            raise ValueError(f"a failed run has no latency: {self.reason}")
+        return self.latency_ms
 
 
 def stats(seconds: list[float]) -> Stats:
     """Median, p10 and p90 of ``seconds``, in ms."""
     a = np.asarray(seconds) * 1e3
-    return {
-        "median": round(float(np.median(a)), 4),
-        "p10": round(float(np.percentile(a, 10)), 4),
-        "p90": round(float(np.percentile(a, 90)), 4),
-    }
-
-
-def peak_rss(rank: RankFigures) -> float | None:
-    """A rank's peak RSS (MB) over its life: the larger of loading and running."""
-    vals = [rank.get("peak_rss_loading_mb"), rank.get("peak_rss_running_mb")]
-    vals = [v for v in vals if v is not None]
-    return max(vals) if vals else None
+    return Stats(
+        round(float(np.median(a)), 4),
+        round(float(np.percentile(a, 10)), 4),
+        round(float(np.percentile(a, 90)), 4),
+    )
 
 
 # --- the file ----------------------------------------------------------------------------
@@ -187,169 +188,24 @@ def peak_rss(rank: RankFigures) -> float | None:
 
 def write_measurements(directory: Path, m: Measurement) -> None:
     """``directory/measurements.json``: written by rank 0 of a run, and by nothing else."""
-    write_text(Path(directory) / MEASUREMENTS, json.dumps(m, indent=1, allow_nan=False))
+    write_text(Path(directory) / MEASUREMENTS, json.dumps(to_json(m), indent=1, allow_nan=False))
 
 
 def read_measurements(directory: Path) -> Measurement:
     """The measurement a run wrote in ``directory``; one line when the file is missing, too
-    large, not JSON or not of the shape :class:`Measurement` gives."""
+    large, not JSON or not a :class:`Measurement`."""
     path = Path(directory) / MEASUREMENTS
+    return read(Measurement, read_json_file(path, "the run wrote no measurements"), str(path))
+
+
+def read_json_file(path: Path, missing: str) -> object:
+    """A JSON file a run or the launching process wrote; one line (``missing`` when it is
+    absent) when it cannot be read."""
     try:
         if path.stat().st_size > MAX_BYTES:
             raise DseError(f"{path} is larger than measurements can be")
-        doc = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except FileNotFoundError:
-        raise DseError(f"{path} is missing: the run wrote no measurements") from None
+        raise DseError(f"{path} is missing: {missing}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise DseError(f"{path} is not readable JSON: {exc.__class__.__name__}") from None
-    check_measurement(doc, str(path))
-    return doc
-
-
-def check_measurement(doc: Any, where: str) -> None:
-    """``doc`` has the shape of a :class:`Measurement` (the fields a reader uses)."""
-
-    def need(ok: bool, what: str) -> None:
-        if not ok:
-            raise DseError(f"{where}: {what}")
-
-    need(isinstance(doc, dict), "not an object")
-    need(doc.get("status") in ("ok", "failed"), "status is not ok or failed")
-    if doc["status"] == "failed":
-        need(isinstance(doc.get("reason"), str), "a failed run without its reason")
-        return
-    lat = doc.get("latency_ms")
-    need(isinstance(lat, dict), "latency_ms is missing")
-    for key in ("median", "p10", "p90"):
-        need(_number(lat.get(key)), f"latency_ms.{key} is not a number")
-    need(isinstance(lat.get("all"), list) and all(map(_number, lat["all"])), "latency_ms.all")
-    need(isinstance(doc.get("ranks"), list), "ranks is missing")
-    for i, r in enumerate(doc["ranks"]):
-        need(isinstance(r, dict) and isinstance(r.get("device"), str), f"ranks[{i}].device")
-        for key in ("compute_ms", "communication_ms", "wait_ms"):
-            figures = r.get(key)
-            need(isinstance(figures, dict) and _number(figures.get("median")), f"ranks[{i}].{key}")
-        need(_number(r.get("bytes_sent")), f"ranks[{i}].bytes_sent")
-    need(isinstance(doc.get("equivalence"), dict), "equivalence is missing")
-
-
-def _number(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-
-
-# --- runs merged -------------------------------------------------------------------------
-
-
-def merge_runs(results: list[Measurement]) -> Measurement:
-    """One measurement from several runs of one deployment (rounds interleaved with other
-    deployments, so a slow spell of the machine hits one round of each, not all of one).
-
-    ``latency_ms.median`` is the median of the runs' medians; p10, p90 and ``all`` pool every
-    iteration; ``rounds_ms`` lists each run's median and ``round_spread`` is (max - min) /
-    median of them. The other figures (ranks, memory, equivalence) are those of the run whose
-    median is the median run, but for the pipelined period (``stream``): the median of the
-    runs' periods. A deployment with a failed run is failed, with that reason."""
-    failures = [r for r in results if r.get("status") != "ok" or not r.get("latency_ms")]
-    if failures or not results:
-        return failures[0] if failures else failed("not run")
-    medians = [float(r["latency_ms"]["median"]) for r in results]
-    mid = results[int(np.argsort(medians)[(len(results) - 1) // 2])]
-    every = np.concatenate([np.asarray(r["latency_ms"]["all"], dtype=float) for r in results])
-    med = float(np.median(medians))
-    merged: Measurement = dict(mid)  # type: ignore[assignment]
-    merged["latency_ms"] = {
-        "median": round(med, 4),
-        "p10": round(float(np.percentile(every, 10)), 4),
-        "p90": round(float(np.percentile(every, 90)), 4),
-        "all": [round(float(x), 4) for x in every],
-        "rounds_ms": [round(m, 4) for m in medians],
-        "round_spread": round((max(medians) - min(medians)) / med, 4),
-    }
-    if all(len(r.get("probe_ms", ())) == 2 for r in results):  # probes on either side of each
-        merged["latency_ms"]["rounds_probe_ms"] = [
-            round(float(np.mean(r["probe_ms"])), 4) for r in results
-        ]
-    merged.pop("probe_ms", None)
-    periods = [float(r["stream"]["period_ms"]) for r in results if r.get("stream")]
-    if periods and len(periods) == len(results):
-        merged["stream"] = {
-            "frames": mid["stream"]["frames"],
-            "period_ms": round(float(np.median(periods)), 4),
-            "rounds_ms": [round(p, 4) for p in periods],
-        }
-    return merged
-
-
-def disagree(merged: Measurement, above: float) -> bool:
-    """A measured deployment (merged runs) whose rounds' medians span more than ``above`` of
-    their median (``round_spread``)."""
-    lat = merged.get("latency_ms") or {}
-    return merged.get("status") == "ok" and lat.get("round_spread", 0.0) > above
-
-
-def take_out_drift(
-    merged: Measurement, reference_ms: float, slowdown: Slowdown = whole
-) -> Measurement:
-    """``merged`` with ``latency_ms.drift``: each round's median divided by how much longer
-    the run takes with the machine ``its probe / reference_ms`` times slower (the speed probe
-    beside it, :mod:`dse.runtime.probe`; ``slowdown``'s latency factor, by default that ratio
-    itself), i.e. the latency the run would have had with the machine at the reference's
-    speed, and the median of those; likewise ``stream.drift`` for each round's pipelined
-    period (``slowdown``'s period factor). Without probes, ``merged`` unchanged."""
-    lat = merged.get("latency_ms") or {}
-    probes = lat.get("rounds_probe_ms")
-    if not probes:
-        return merged
-    lat["drift"] = scaled_rounds(lat["rounds_ms"], probes, reference_ms, slowdown, 0)
-    stream = merged.get("stream")
-    if stream and len(stream.get("rounds_ms", ())) == len(probes):
-        stream["drift"] = scaled_rounds(stream["rounds_ms"], probes, reference_ms, slowdown, 1)
-    return merged
-
-
-def scaled_rounds(
-    rounds: list[float],
-    probes: list[float],
-    reference_ms: float,
-    slowdown: Slowdown = whole,
-    which: int = 0,
-) -> dict[str, Any]:
-    """Each round brought to the reference's speed (over ``slowdown``'s factor ``which``: 0
-    latency, 1 period), and their median."""
-    adjusted = [m / slowdown(p / reference_ms)[which] for m, p in zip(rounds, probes, strict=True)]
-    return {
-        "reference_ms": round(float(reference_ms), 4),
-        "probe_ms": round(float(np.median(probes)), 4),
-        "rounds_adjusted_ms": [round(float(a), 4) for a in adjusted],
-        "median_adjusted": round(float(np.median(adjusted)), 4),
-    }
-
-
-def probe_times(merged: list[Measurement]) -> list[float]:
-    """Every round's speed probe (ms) over merged measurements; [] where none was probed."""
-    return [x for r in merged for x in (r.get("latency_ms") or {}).get("rounds_probe_ms", [])]
-
-
-def start_rss_mb(merged: list[Measurement]) -> float | None:
-    """The median RSS a rank had before loading any sub-model (``rss_start_mb``), over every
-    rank of ``merged`` that read it: the runtime's own memory on this machine now, which every
-    memory figure sits on; None where none did."""
-    starts = [
-        rank["rss_start_mb"]
-        for r in merged
-        for rank in r.get("ranks") or []
-        if rank.get("rss_start_mb") is not None
-    ]
-    return round(float(np.median(starts)), 1) if starts else None
-
-
-def measured_latency_ms(result: Measurement) -> float:
-    """A measurement's latency: drift taken out where it was (:func:`take_out_drift`)."""
-    lat = result["latency_ms"]
-    return float(lat["drift"]["median_adjusted"] if "drift" in lat else lat["median"])
-
-
-def measured_period_ms(result: Measurement) -> float:
-    """A measurement's pipelined period: drift taken out where it was (:func:`take_out_drift`)."""
-    stream = result["stream"]
-    return float(stream["drift"]["median_adjusted"] if "drift" in stream else stream["period_ms"])

@@ -1,9 +1,10 @@
 """The plan of a deployment: what each rank receives, runs and sends, in order (``plan.json``).
 
 The types here are the plan; :meth:`Plan.to_json` is its one JSON form, written once by
-:func:`dse.runtime.package.write_deployment`, and :func:`dse.runtime.reader.read_plan` its
-one reader, which checks the file (:meth:`Plan.from_json`: the schema, every field named where
-it is wrong; then the rules of :mod:`dse.runtime.validate`) before a rank allocates anything.
+:func:`dse.runtime.compile.package.write_deployment`, and
+:func:`dse.runtime.deployment.reader.read_plan` its one reader, which checks the file
+(:meth:`Plan.from_json`: the schema, every field named where it is wrong; then the rules of
+:mod:`dse.runtime.deployment.validate`) before a rank allocates anything.
 
 Format (version 3)::
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+import typing
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -39,12 +41,9 @@ import numpy as np
 from dse.config import ITERATIONS, WARMUP
 from dse.errors import DseError
 from dse.records import Items, Range, Tag, Text, key, read, to_json
+from dse.runtime.deployment.layout import EXPECTED, PLAN
 
 PLAN_VERSION = 3
-PLAN = "plan.json"
-#: The whole model's outputs on the plan's input (``numpy.savez``: ``o0``, ``o1``... in the
-#: order of the plan's outputs), written beside the plan at deployment.
-EXPECTED = "expected.npz"
 #: Largest plan.json read (a plan that splits every layer of a large network is a few MB).
 MAX_PLAN_BYTES = 64 * 2**20
 #: What the reader tells a user whose plan is wrong.
@@ -56,6 +55,16 @@ DType = Literal[
     "float16", "float32", "float64", "int8", "int16", "int32", "int64",
     "uint8", "uint16", "uint32", "uint64", "bool",
 ]  # fmt: skip
+DTYPES: frozenset[str] = frozenset(typing.get_args(DType))
+
+
+def dtype(name: str) -> DType:
+    """``name`` (a numpy element type's name) as a plan's element type; ValueError otherwise."""
+    if name not in DTYPES:
+        raise ValueError(f"a plan has no element type {name!r}")
+    return typing.cast(DType, name)
+
+
 Name = Annotated[str, Text(4096)]
 Short = Annotated[str, Text(255)]
 Count = Annotated[int, Range(0)]  # a rank, a tag, an index

@@ -1,12 +1,13 @@
-"""The one reader of a deployment's plan: ``plan.json`` -> :class:`~dse.runtime.plan.Plan`,
-checked before a rank allocates anything.
+"""The one reader of a deployment's plan: ``plan.json`` ->
+:class:`~dse.runtime.deployment.plan.Plan`, checked before a rank allocates anything.
 
 :func:`read_plan` reads the JSON (size, depth, NaN, a key twice), checks its schema
-(:meth:`~dse.runtime.plan.Plan.from_json`) and the rules of :mod:`dse.runtime.validate`, and
-the directory's files: every sub-model (and its weights file) and the whole model's expected
-outputs are regular files inside the deployment directory (a plain name, no symlink), each
-sub-model's ONNX graph is read for its inputs and outputs, and its external weights are files
-of the directory too, within their length. Every problem is one line naming the field or file.
+(:meth:`~dse.runtime.deployment.plan.Plan.from_json`) and the rules of
+:mod:`dse.runtime.deployment.validate`, and the directory's files: every sub-model (and its weights
+file) and the whole model's expected outputs are regular files inside the deployment directory (a
+plain name, no symlink), each sub-model's ONNX graph is read for its inputs and outputs, and its
+external weights are files of the directory too, within their length. Every problem is one line
+naming the field or file.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import onnx
 from onnx import TensorProto
 
 from dse.errors import DseError
-from dse.runtime.plan import MAX_PLAN_BYTES, PLAN, Plan
-from dse.runtime.validate import FILE_NAME, SegmentIO, check_io, model_io, validate
+from dse.runtime.deployment.layout import PLAN
+from dse.runtime.deployment.plan import MAX_PLAN_BYTES, Plan
+from dse.runtime.deployment.validate import FILE_NAME, SegmentIO, check_io, model_io, validate
 
 #: Largest sub-model graph read (its weights are in its data file; protobuf's own limit).
 MAX_SEGMENT_BYTES = 2**31 - 1
@@ -160,8 +162,8 @@ def read_plan_json(directory: Path) -> Any:
 
 def read_plan(directory: Path, rank: int | None = None, host_memory: int | None = None) -> Plan:
     """The checked plan of the deployment in ``directory``: schema, then the rules of
-    :func:`dse.runtime.validate.validate` with the sub-models' own inputs and outputs (all of
-    them, or ``rank``'s only) and, given ``host_memory`` (bytes), the rank's buffers bounded
+    :func:`dse.runtime.deployment.validate.validate` with the sub-models' own inputs and outputs
+    (all of them, or ``rank``'s only) and, given ``host_memory`` (bytes), the rank's buffers bounded
     by it too. One line naming what is wrong, before anything is allocated."""
     directory = Path(directory)
     where = str(directory / PLAN)

@@ -1,8 +1,8 @@
 """The rules a plan must keep before a rank runs it: a plan from disk is never trusted (its
-reader, :func:`dse.runtime.reader.read_plan`, applies them).
+reader, :func:`dse.runtime.deployment.reader.read_plan`, applies them).
 
-:func:`validate` checks a :class:`~dse.runtime.plan.Plan` whose schema
-:meth:`~dse.runtime.plan.Plan.from_json` has checked:
+:func:`validate` checks a :class:`~dse.runtime.deployment.plan.Plan` whose schema
+:meth:`~dse.runtime.deployment.plan.Plan.from_json` has checked:
 
 - **ranks**: numbered 0..K-1 in order, each device once, the entry rank and every output's
   rank among them;
@@ -22,11 +22,10 @@ reader, :func:`dse.runtime.reader.read_plan`, applies them).
   (``io``), a run's inputs are exactly its sub-model's, with their shapes and types, and its
   outputs are among the sub-model's; every graph output is held at its rank at the end;
 - **sizes**: a rank's buffers (the tensors it receives or gathers, the graph inputs on the
-  entry rank) are each, and together, at most its device's memory (``memory_mb``, which the
-  platform gives, in MB of 10^6 bytes), and at most ``host_memory`` where the caller knows
-  the memory of the machine the rank runs on (a rank does:
-  :func:`dse.runtime.reader.host_memory_bytes`; a plan that lifts ``memory_mb`` cannot lift
-  that); any other tensor at most the largest device's.
+  entry rank) are each, and together, at most its device's memory (``memory_mb``, which the platform
+  gives, in MB of 10^6 bytes), and at most ``host_memory`` where the caller knows the memory of the
+  machine the rank runs on (a rank does: :func:`dse.runtime.deployment.reader.host_memory_bytes`; a
+  plan that lifts ``memory_mb`` cannot lift that); any other tensor at most the largest device's.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from dse.errors import DseError
-from dse.runtime.plan import (
+from dse.runtime.deployment.plan import (
     PLAN,
     Gather,
     Plan,
@@ -50,7 +49,7 @@ from dse.runtime.plan import (
     TensorSpec,
 )
 
-#: Graph outputs go to rank 0 with tags from here on (:func:`dse.runtime.worker`); the plan's
+#: Graph outputs go to rank 0 with tags from here on (:func:`dse.runtime.rank.worker`); the plan's
 #: own tags stay below.
 OUTPUT_TAG = 1_000_000
 #: A sub-model's or data file's name: a plain file name of the deployment directory.
@@ -190,7 +189,7 @@ def _tagged(rules: _Rules, at: str, tensor: str, tag: int) -> None:
 
 def _buffers(plan: Plan, r: RankPlan) -> dict[str, TensorSpec]:
     """What rank ``r`` allocates once: a buffer per tensor it receives or gathers, and the
-    graph inputs on the entry rank (:class:`dse.runtime.worker.Rank`)."""
+    graph inputs on the entry rank (:class:`dse.runtime.rank.worker.Rank`)."""
     out = {p.name: p.spec for p in plan.inputs} if r.rank == plan.entry_rank else {}
     for s in r.steps:
         if isinstance(s, Recv) and s.tensor in plan.tensors:
@@ -332,9 +331,10 @@ def _no_deadlock(rules: _Rules) -> None:
                 moved = True
     stuck = [r.rank for r in ranks if pc[r.rank] < len(r.steps)]
     if stuck:
-        r = stuck[0]
+        first = stuck[0]
         raise rules.fail(
-            f"ranks[{r}].steps[{pc[r]}]", "waits for a message no rank sends before it: a deadlock"
+            f"ranks[{first}].steps[{pc[first]}]",
+            "waits for a message no rank sends before it: a deadlock",
         )
 
 

@@ -26,20 +26,20 @@ from pathlib import Path
 
 from dse.errors import DseError
 from dse.platform import Platform
-from dse.runtime.measurements import Measurement
+from dse.runtime.deployment.layout import HOSTFILE, RANKFILE
+from dse.runtime.deployment.measurements import Measurement
 
 #: Open MPI refuses to run as root without these.
 ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 #: ``mpi_yield_when_idle``: a rank blocked in a receive yields its core instead of spinning on
-#: it: on a busy machine a spinning rank took the core from the work it was waiting for (2x
-#: slower runs); idle, the core has nothing else to run and the wait is as short.
+#: it: on a busy machine a spinning rank takes the core from the work it is waiting for; idle,
+#: the core has nothing else to run and the wait is as short.
 #: ``btl_tcp_progress_thread``: a message between hosts moves while its sender computes. Over
 #: TCP a message above the eager limit (64 kB) waits for the receiver's go-ahead, and without
-#: this thread the sender acts on it only in its next MPI call: an 8 MB message sent before
-#: 200 ms of work arrived after 203 ms, 15 ms with the thread (``benchmarks/bench_progress.py``,
-#: medians). Shared memory needs no thread: the receiver copies.
+#: this thread the sender acts on it only in its next MPI call, after its work
+#: (``benchmarks/bench_progress.py`` measures it). Shared memory needs no thread: the receiver
+#: copies.
 MPI_ENV = {"OMPI_MCA_mpi_yield_when_idle": "1", "OMPI_MCA_btl_tcp_progress_thread": "1"}
-HOSTFILE, RANKFILE, RUN_SCRIPT = "hostfile", "rankfile", "run.sh"
 
 #: Each rank's (host, device), in rank order.
 Placement = Sequence[tuple[str, str]]
@@ -179,11 +179,11 @@ class Launcher:
         return self.mpiexec_command(n_ranks, directory, cmd, mpiexec, placement)
 
     def run_script(self, cmd: list[str], directory: Path) -> str:
-        """``run.sh``: the environment, the deployment checked (:mod:`dse.runtime.check`: one
+        """``run.sh``: the environment, the deployment checked (:mod:`dse.runtime.rank.check`: one
         line and status 2 when it is wrong), then ``cmd`` (the ranks take further
         arguments)."""
         extra = {k: v for k, v in self.env.items() if k not in {**MPI_ENV, **ROOT_ENV}}
-        check = [sys.executable, "-m", "dse.runtime.check", str(Path(directory).resolve())]
+        check = [sys.executable, "-m", "dse.runtime.rank.check", str(Path(directory).resolve())]
         lines = [
             "#!/bin/sh",
             "# Run this deployment (every host needs the same Python environment and this "
@@ -191,7 +191,8 @@ class Launcher:
             "# Open MPI refuses root without these; they do nothing for other users.",
             "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
             "# A rank waiting for a message yields its core rather than spinning on it, and a",
-            "# message between hosts moves while its sender computes (dse.runtime.mpirun.MPI_ENV).",
+            "# message between hosts moves while its sender computes (MPI_ENV in",
+            "# dse.runtime.launch.mpirun).",
             *(f"export {k}={v}" for k, v in MPI_ENV.items()),
             *(f"export {k}={shlex.quote(v)}" for k, v in extra.items()),
             "# The plan and files checked before any rank starts (each rank checks them again).",

@@ -1,20 +1,16 @@
 """The machine's speed at a moment: the whole network, alone, timed on each core its ranks use.
 
-A shared machine's speed drifts. On the 2-core VM this was built on, the whole DenseNet-121
-took 71-85 ms (p10-p90) over two minutes, on a core nothing else of ours ran on, with CPU time
-equal to wall time: the core itself ran slower, so no scheduling trick removes it. A latency
-measured now and one measured at calibration compare only at the same speed. A probe times the
-same work (the deployment's whole model in onnxruntime, at the devices' thread count) between
-runs; :func:`dse.runtime.measure.measure_interleaved` calls it before the first run and after
-every run, so each run has a probe on either side, and :func:`dse.runtime.measure.take_out_drift`
-scales each run by the speed they show. The probe runs in the launching process while no rank
-runs: it measures the machine, never competes with a measurement. It measures this machine
-only, so a platform with no cpu device here gets none (:func:`speed_probe`). An emulated
-cluster's boards are this machine's cores (the launcher's ``local_cores``): the probe times
-those cores outside the boards' cgroups, the speed every CPU share of them follows. Without
-it the cluster's runs had no drift taken out: VGG-16 alone on edge3_ethernet's whole core ran
-five rounds at 274-283 ms in calibration and 346-373 ms an hour later (2026-12-03), and every
-prediction of that network missed by the difference.
+A shared machine's speed drifts, and a core itself can run slower (CPU time equal to wall time),
+which no scheduling removes: a latency measured now and one measured at calibration compare only
+at the same speed. A probe times the same work (the deployment's whole model in onnxruntime, at
+the devices' thread count) between runs; :func:`dse.measuring.rounds.measure_interleaved` calls
+it before the first run and after every run, so each run has a probe on either side, and
+:func:`dse.measuring.merge.take_out_drift` scales each run by the speed they show. The probe
+runs in the launching process while no rank runs: it measures the machine, never competes with a
+measurement. It measures this machine only, so a platform with no cpu device here gets none
+(:func:`speed_probe`). An emulated cluster's boards are this machine's cores (the launcher's
+``local_cores``): the probe times those cores outside the boards' cgroups, the speed every CPU
+share of them follows.
 """
 
 from __future__ import annotations
@@ -30,11 +26,11 @@ from typing import Any
 import numpy as np
 
 from dse.platform import Platform
-from dse.runtime.equivalence import whole_model_session
-from dse.runtime.mpirun import Launcher, core_slots
-from dse.runtime.plan import input_arrays
-from dse.runtime.reader import read_plan
-from dse.runtime.sessions import session
+from dse.runtime.deployment.plan import input_arrays
+from dse.runtime.deployment.reader import read_plan
+from dse.runtime.launch.mpirun import Launcher, core_slots
+from dse.runtime.launch.reference import whole_model_session
+from dse.runtime.rank.sessions import session
 
 #: A probe times this much work per core set (at least one run of the model).
 PROBE_S = 0.12
@@ -148,10 +144,9 @@ class CalibratedSpeed:
     median over calibrated networks of each one's probe now over its probe then.
 
     For a network calibration never probed (one held out of it), whose own probe has nothing
-    to compare with. On this machine whole networks' speeds moved together only in part:
-    over 7 minutes of the 2-core VM (2026-12-03), GoogLeNet alone on one core ranged 21 %
-    (p10-p90); divided by DenseNet-121's, VGG-16's or ResNet-50's, probed beside it, 10-12 %;
-    by AlexNet's (its time mostly in memory-bound fully connected layers), 21 %."""
+    to compare with. Whole networks' speeds move together only in part (a memory-bound network
+    follows the machine differently from a compute-bound one): the median over several damps
+    each one's own swings."""
 
     def __init__(self, probes: dict[str, tuple[SpeedProbe, float]]) -> None:
         self.probes = probes  # network -> (its probe, its calibration probe in ms)

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -16,16 +17,15 @@ from dse.config import TIMEOUT_S
 from dse.errors import DseError
 from dse.files import owned, why_unwritable
 from dse.lifetime import die_with_parent
-from dse.runtime.measurements import MEASUREMENTS, Measurement, failed, read_measurements
-from dse.runtime.mpirun import Launcher
-from dse.runtime.reader import read_plan
+from dse.runtime.deployment.layout import MEASUREMENTS, STDERR, STDOUT
+from dse.runtime.deployment.measurements import Measurement, read_measurements
+from dse.runtime.deployment.reader import read_plan
+from dse.runtime.launch.mpirun import Launcher
 
-# What Open MPI prints (on stderr or stdout) when its launcher failed to start before any rank
-# ran, for a cause that does not last: a run that ends with one of these is started again
-# (RETRIES times). The PMIx server's listener of mpiexec failed 30 ms into one run of a CI run's
-# test suite (an emulated cluster's; not reproduced since), and the next deployment's launch
-# worked. A board's daemon failed to report back (exit status 213, on stdout) in one of 90
-# deployments of a Wi-Fi cluster's fidelity run, and the next deployment's launch worked.
+#: What Open MPI prints (on stderr or stdout) when its launcher failed to start before any rank
+#: ran, for a cause that does not last (its PMIx server's listener thread, a board's daemon
+#: that did not report back): a run that ends with one of these is started again (RETRIES
+#: times); a launch right after such a failure has been seen to work.
 STARTUP_FAILURES = (
     "The PMIx server's listener thread failed to start",
     "A daemon failed to report back after being spawned",
@@ -77,8 +77,8 @@ def launch(
     """Run the deployment; the measurement its rank 0 wrote (``failed`` with its reason when
     the outputs differ from the whole model's), or a failure naming the exit status and the
     ranks' error line (or the last lines of stderr), or the time limit. The plan is checked
-    first (one line, :func:`dse.runtime.plan.read_plan`). Ctrl-C stops every rank. The
-    launcher's watch (:data:`dse.runtime.mpirun.Watch`) sees the run start and end, and may
+    first (one line, :func:`dse.runtime.deployment.plan.read_plan`). Ctrl-C stops every rank. The
+    launcher's watch (:data:`dse.runtime.launch.mpirun.Watch`) sees the run start and end, and may
     name a failure's cause."""
     directory = Path(directory).absolute()
     plan = read_plan(directory)
@@ -93,7 +93,7 @@ def launch(
         try:
             result = _run_retrying(cmd, directory, timeout_s, launcher)
         except BaseException:
-            finish(failed("interrupted"))  # nothing of the run stays behind
+            finish(Measurement.failed("interrupted"))  # nothing of the run stays behind
             raise
         return finish(result)
 
@@ -117,10 +117,10 @@ def _run_retrying(
     retries says how many launches failed."""
     result = started_again(
         lambda: _run(cmd, directory, timeout_s, launcher),
-        lambda r: r.get("status") != "ok" and _failed_at_startup(directory),
+        lambda r: r.status != "ok" and _failed_at_startup(directory),
     )
-    if result.get("status") != "ok" and _failed_at_startup(directory):
-        return {**result, "reason": f"{result['reason']} ({RETRIES + 1} launches)"}
+    if result.status != "ok" and _failed_at_startup(directory):
+        return replace(result, reason=f"{result.reason} ({RETRIES + 1} launches)")
     return result
 
 
@@ -145,7 +145,7 @@ def _failed_at_startup(directory: Path) -> bool:
 def _startup_named(directory: Path) -> str | None:
     """The startup failure that does not last (:func:`startup_message`) mpiexec's stderr or
     stdout in ``directory`` names, and which of them: the first that names one."""
-    for name in ("stderr.log", "stdout.log"):
+    for name in (STDERR, STDOUT):
         message = startup_message(_read(directory / name))
         if message is not None:
             return f"{message} (Open MPI, in {name})"
@@ -197,8 +197,8 @@ def _run(cmd: list[str], directory: Path, timeout_s: float, launcher: Launcher) 
     """mpiexec ``cmd`` in its own session, at most ``timeout_s``; what the run gave."""
     result_path = directory / MEASUREMENTS
     result_path.unlink(missing_ok=True)
-    err_path = directory / "stderr.log"
-    with open(err_path, "wb") as err, open(directory / "stdout.log", "wb") as out:
+    err_path = directory / STDERR
+    with open(err_path, "wb") as err, open(directory / STDOUT, "wb") as out:
         proc = subprocess.Popen(
             cmd,
             stdout=out,
@@ -212,7 +212,7 @@ def _run(cmd: list[str], directory: Path, timeout_s: float, launcher: Launcher) 
         except subprocess.TimeoutExpired:
             kill_session(proc.pid)
             proc.wait()
-            return failed(f"timed out after {timeout_s:g} s")
+            return Measurement.failed(f"timed out after {timeout_s:g} s")
         except BaseException:
             kill_session(proc.pid)
             proc.wait()
@@ -221,9 +221,9 @@ def _run(cmd: list[str], directory: Path, timeout_s: float, launcher: Launcher) 
             kill_session(proc.pid, grace_s=1.0)  # nothing of this run outlives it
     if result_path.is_file():
         result = read_measurements(directory)
-        if code == 0 or result["status"] != "ok":
+        if code == 0 or result.status != "ok":
             return result
-    return failed(f"mpiexec exited with {code}: {_why(directory)}")
+    return Measurement.failed(f"mpiexec exited with {code}: {_why(directory)}")
 
 
 def _why(directory: Path) -> str:
@@ -232,8 +232,8 @@ def _why(directory: Path) -> str:
     its stdout's."""
     return (
         _startup_named(directory)
-        or _tail(directory / "stderr.log")
-        or _tail(directory / "stdout.log")
+        or _tail(directory / STDERR)
+        or _tail(directory / STDOUT)
         or "no output"
     )
 

@@ -1,5 +1,5 @@
-"""``python -m dse.runtime.check DIR``: check a deployment (its plan, sub-models and expected
-outputs, :func:`dse.runtime.reader.read_plan`) before any rank starts; ``run.sh`` runs it
+"""``python -m dse.runtime.rank.check DIR``: check a deployment (its plan, sub-models and expected
+outputs, :func:`dse.runtime.deployment.reader.read_plan`) before any rank starts; ``run.sh`` runs it
 first. Status 0 when it holds, else 2 with one line saying what is wrong."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 from dse.errors import DseError
-from dse.runtime.reader import read_plan
+from dse.runtime.deployment.reader import read_plan
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dse.runtime.check")
+    parser = argparse.ArgumentParser(prog="python -m dse.runtime.rank.check")
     parser.add_argument("directory", type=Path)
     args = parser.parse_args(argv)
     try:

@@ -2,8 +2,8 @@
 
 An emulated cluster's device of share ``s`` (:mod:`dse.cluster.cpu`) gets ``s`` of a
 CPU once the kernel divides the CPU by weights, from its next scheduler tick on; a burst of
-work after a wait runs ahead at up to a whole CPU (``benchmarks/cluster_bursts.py``: a 1 ms
-burst at 2.5 times the speed of share 0.4, a 4 ms burst at 1.2 times). A board of that speed
+work after a wait runs ahead at up to a whole CPU (``benchmarks/cluster_bursts.py`` measures
+how far ahead, by the burst's length). A board of that speed
 computes every burst at its speed, and a mapping of many short segments (rows split over a
 device, DenseNet-121's small layers) is made of such bursts. So the cluster's rank script sets
 :data:`PACE_ENV` to the device's speed in CPUs, and every run of a session of this process
@@ -12,12 +12,12 @@ its CPU (``sched_yield``) until then. Where :data:`PACE_ENV` is unset (a real bo
 ``localhost``) sessions are onnxruntime's own.
 
 **Credit for a late wake.** Two devices of one CPU take turns on it, each for a scheduler
-tick (4 ms here) or until it waits: a rank woken by its message (a poll of
-:func:`dse.runtime.waits.until`) waits in the CPU's queue until the other device's burst ends,
+tick or until it waits: a rank woken by its message (a poll of
+:func:`dse.runtime.rank.waits.until`) waits in the CPU's queue until the other device's burst ends,
 where a device of a real board starts at once. Without a remedy, a layer split over the two
 devices runs its parts one after the other, and the second, paced from the moment it got the
-CPU, ends up to the first's CPU time late (``benchmarks/cluster_exchange.py``: 2.1-2.4 ms per
-exchange of 4 ms parts, 0.2-0.5 ms with the credit below). So a run's pacing counts from
+CPU, ends up to the first's CPU time late (``benchmarks/cluster_exchange.py`` measures an
+exchange with and without the credit below). So a run's pacing counts from
 earlier by the time the rank sat in the run queue since its last run (:class:`RunQueue`), but
 for the queueing of its waits before their messages were there (all of a wait's sleeps but the
 last): the rank computes at its device's speed from when it could have started. Pacing only
@@ -72,7 +72,7 @@ class Pace:
 
     def slept(self, idle_s: float) -> None:
         """A wait sat ``idle_s`` in the run queue before its message was there (its sleeps
-        but the last, :func:`dse.runtime.waits.until`): no credit for that."""
+        but the last, :func:`dse.runtime.rank.waits.until`): no credit for that."""
         self._idle += idle_s
 
     def start(self) -> float:

@@ -1,5 +1,5 @@
 """onnxruntime sessions as a device runs them: its thread count, spinning off, CPU or CUDA, and
-on an emulated device of a CPU share, paced to the device's speed (:mod:`dse.runtime.pace`).
+on an emulated device of a CPU share, paced to the device's speed (:mod:`dse.runtime.rank.pace`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import onnx
 import onnxruntime as ort
 
 from dse.errors import DseError
-from dse.runtime.pace import paced
+from dse.runtime.rank.pace import paced
 
 
 @cache

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from dse.errors import DseError
-from dse.runtime.pace import Pace
+from dse.runtime.rank.pace import Pace
 
 #: Between polls once past the spin time (time.sleep's own slack adds ~50 us on Linux).
 SLEEP_S = 20e-6
@@ -56,7 +56,7 @@ def until(done: Callable[[], Any], spin: float, pace: Pace | None = None) -> Non
     """Return once ``done()`` is true: polled for ``spin`` seconds, then every
     :data:`SLEEP_S` with the caller asleep in between. With ``pace`` (a rank of an emulated
     device), a wait that slept tells it how long the rank sat in the run queue before its last
-    sleep, while its message was not there yet (:meth:`~dse.runtime.pace.Pace.slept`)."""
+    sleep, while its message was not there yet (:meth:`~dse.runtime.rank.pace.Pace.slept`)."""
     if done():
         return
     clock = time.perf_counter

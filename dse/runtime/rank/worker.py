@@ -9,14 +9,14 @@ each rank times its compute (inside onnxruntime), its wait (blocked in ``Probe``
 message is there) and its communication (receiving, gathering, posting and completing sends).
 The latency of an iteration is the longest rank's time from a common barrier to its last step.
 Rank 0 gathers everything, checks the outputs against the whole model
-(:mod:`dse.runtime.equivalence`) and writes ``measurements.json``, the run's one writer.
+(:mod:`dse.runtime.rank.equivalence`) and writes ``measurements.json``, the run's one writer.
 
 Before anything is allocated every rank reads the plan through the checked reader
-(:func:`dse.runtime.plan.read_plan`, its own sub-models' ONNX inputs and outputs, its buffers
-bounded by this machine's memory too); when any rank finds it wrong, every rank stops with
+(:func:`dse.runtime.deployment.plan.read_plan`, its own sub-models' ONNX inputs and outputs, its
+buffers bounded by this machine's memory too); when any rank finds it wrong, every rank stops with
 status 2 and rank 0 prints the reason in one line. A run whose outputs differ from the whole
-model's, or could not be checked, also ends with status 2 and one line, after its
-measurements are written.
+model's, or could not be checked, also ends with status 2 and one line, after its measurements are
+written.
 """
 
 from __future__ import annotations
@@ -32,23 +32,26 @@ from typing import Any
 import numpy as np
 
 from dse.errors import DseError
-from dse.runtime.energy import energy_meter
-from dse.runtime.equivalence import equivalence, verdict
-from dse.runtime.measurements import (
-    MEASUREMENTS,
+from dse.runtime.deployment.layout import MEASUREMENTS
+from dse.runtime.deployment.measurements import (
+    Latency,
     Measurement,
     RankFigures,
+    Stream,
     stats,
     write_measurements,
 )
-from dse.runtime.pace import RunQueue, pace_from_env
-from dse.runtime.plan import Gather, Plan, Recv, RunSettings, Send, input_arrays
-from dse.runtime.reader import host_memory_bytes, read_plan
-from dse.runtime.sessions import session
-from dse.runtime.validate import OUTPUT_TAG
-from dse.runtime.waits import Waits, spin_s
+from dse.runtime.deployment.plan import Plan, RunSettings, input_arrays
+from dse.runtime.deployment.reader import host_memory_bytes, read_plan
+from dse.runtime.deployment.validate import OUTPUT_TAG
+from dse.runtime.rank.energy import energy_meter
+from dse.runtime.rank.equivalence import equivalence, verdict
+from dse.runtime.rank.pace import RunQueue, pace_from_env
+from dse.runtime.rank.sessions import session
+from dse.runtime.rank.steps import Timers, carry_out, rank_state
+from dse.runtime.rank.waits import Waits, spin_s
 
-# mpi4py.MPI is imported where a rank needs it: importing it initialises MPI (1.1 s here), and
+# mpi4py.MPI is imported where a rank needs it: importing it initialises MPI (about a second), and
 # Rank's helpers and whole_model_session are used outside ranks too.
 
 
@@ -85,38 +88,56 @@ def reset_peak_rss() -> bool:
         return False
 
 
+class MpiChannel:
+    """Tensors between ranks over MPI with the buffer API: a send is posted (``Isend``) and its
+    request and array kept until completed; a receive waits in :class:`Waits` and lands in the
+    buffer given."""
+
+    def __init__(self, comm: Any, waits: Waits) -> None:
+        from mpi4py import MPI
+
+        self.comm, self.waits, self.testall = comm, waits, MPI.Request.Testall
+        self.pending: list[Any] = []  # the requests of the frame's sends
+        self.held: list[np.ndarray] = []  # their arrays (mpi4py keeps them alive too)
+
+    def send(self, array: np.ndarray, to: int, tag: int) -> None:
+        self.pending.append(self.comm.Isend(array, dest=to, tag=tag))
+        self.held.append(array)
+
+    def wait(self, source: int, tag: int) -> None:
+        self.waits.probe(source, tag)
+
+    def recv(self, into: np.ndarray, source: int, tag: int) -> None:
+        self.waits.recv(into, source, tag)
+
+    def progress(self) -> None:
+        if self.pending:
+            self.testall(self.pending)  # lets rendezvous sends progress
+
+
 class Rank:
-    """The state of one rank: sessions, receive buffers, its steps."""
+    """One rank: its sessions and buffers (:func:`dse.runtime.rank.steps.rank_state`), its
+    steps carried out over MPI, one inference at a time or frames back to back."""
 
     def __init__(self, comm: Any, plan: Plan, directory: Path) -> None:
         self.comm, self.plan = comm, plan
         self.rank = comm.Get_rank()
         self.spec = plan.ranks[self.rank]
         kind, threads = self.spec.kind, self.spec.threads
-        self.sessions = {
-            name: session(directory / name, kind, threads) for name in self.spec.segments
-        }
-        self.buffers: dict[str, np.ndarray] = {}
-        self.staging: dict[tuple[str, int], np.ndarray] = {}
-        for s in self.spec.steps:
-            if isinstance(s, Recv):
-                wire = plan.tensors[s.tensor]
-                self.buffers[s.tensor] = np.empty(wire.shape, wire.dtype)
-            elif isinstance(s, Gather):
-                whole = self.buffers[s.tensor] = np.empty(s.shape, s.dtype)
-                for part in s.parts:
-                    view = _part_view(whole, s.axis, part.range)
-                    if part.tag is not None and not view.flags.c_contiguous:
-                        self.staging[(s.tensor, part.tag)] = np.empty(view.shape, view.dtype)
-        # gathered tensors this rank sends on: a fresh buffer per frame when frames overlap
-        self.forwarded = {s.tensor for s in self.spec.steps if isinstance(s, Send)}
+        sessions = {name: session(directory / name, kind, threads) for name in self.spec.segments}
+        pace = pace_from_env()
+        self.waits = Waits(comm, spin_s(), pace)  # every wait of the rank (dse.runtime.rank.waits)
+        self.channel = MpiChannel(comm, self.waits)
+        self.state = rank_state(plan, self.spec, sessions, self.channel)
         self.inputs = input_arrays(plan) if self.rank == plan.entry_rank else {}
-        self.local: dict[str, np.ndarray] = {}
         self.held: list[list[np.ndarray]] = []
         self.run_queue = RunQueue()
-        pace = pace_from_env()
-        self.waits = Waits(comm, spin_s(), pace)  # every wait of the rank (dse.runtime.waits)
         self.paced_s = (lambda: pace.spent_s) if pace is not None else (lambda: 0.0)
+
+    @property
+    def local(self) -> dict[str, np.ndarray]:
+        """The tensors of the last inference this rank holds."""
+        return self.state.local
 
     def stream(self, frames: int, window: int = 4) -> float:
         """Push ``frames`` inferences through back to back, at most ``window`` frames of sends
@@ -138,92 +159,30 @@ class Rank:
         skip = min(window, frames // 4)
         return (ends[-1] - ends[skip]) / max(frames - 1 - skip, 1)
 
-    def run_once(self, pending: list[Any] | None = None) -> dict[str, float]:
+    def run_once(self, pending: list[Any] | None = None) -> Timers:
         """One inference: this rank's steps in order; its timers (s) and bytes sent. Its sends
         are completed before it returns, unless a ``pending`` list takes their requests."""
-        from mpi4py import MPI
-
         keep = pending is not None
-        pending = pending if pending is not None else []
-        comm, local = self.comm, self.local
-        local.clear()
-        local.update(self.inputs)
-        held: list[np.ndarray] = []
-        compute = wait = communication = 0.0
-        sent = 0
-        clock = time.perf_counter
+        state, channel = self.state, self.channel
+        channel.pending = pending if pending is not None else []
+        channel.held = []
+        state.fresh = keep
+        state.local.clear()
+        state.local.update(self.inputs)
+        state.timers = timers = Timers()
         cpu0, queued0, paced0 = time.process_time(), self.run_queue(), self.paced_s()
         for s in self.spec.steps:
-            op = s.op
-            if op == "run":
-                t0 = clock()
-                outs = self.sessions[s.segment].run(s.outputs, {t: local[t] for t in s.inputs})
-                compute += clock() - t0
-                local.update(zip(s.outputs, outs, strict=True))
-                if pending:
-                    MPI.Request.Testall(pending)  # lets rendezvous sends progress
-            elif op == "send":
-                t0 = clock()
-                arr = np.ascontiguousarray(local[s.tensor])
-                pending.append(comm.Isend(arr, dest=s.to, tag=s.tag))
-                held.append(arr)
-                sent += arr.nbytes
-                communication += clock() - t0
-            elif op == "gather":
-                t0, waited = clock(), 0.0
-                whole = self.buffers[s.tensor]
-                if keep and s.tensor in self.forwarded:
-                    whole = np.empty_like(whole)  # an earlier frame may still be sending it
-                for part in sorted(s.parts, key=lambda p: p.tag is not None):  # own part first
-                    view = _part_view(whole, s.axis, part.range)
-                    if part.tag is None:
-                        view[...] = local[part.tensor]
-                        continue
-                    t1 = clock()
-                    self.waits.probe(part.source, part.tag)
-                    waited += clock() - t1
-                    stage = self.staging.get((s.tensor, part.tag))
-                    into = view if stage is None else stage
-                    self.waits.recv(into, part.source, part.tag)
-                    if stage is not None:
-                        view[...] = stage
-                wait += waited
-                communication += clock() - t0 - waited
-                local[s.tensor] = whole
-            else:
-                t0 = clock()
-                self.waits.probe(s.source, s.tag)
-                t1 = clock()
-                buf = self.buffers[s.tensor]
-                self.waits.recv(buf, s.source, s.tag)
-                wait += t1 - t0
-                communication += clock() - t1
-                local[s.tensor] = buf
-            for t in s.free:
-                local.pop(t, None)
+            carry_out(s, state)
         if keep:  # requests keep their buffers alive in mpi4py; these arrays are fresh
-            self.held.append(held)
+            self.held.append(channel.held)
         else:
-            t0 = clock()
-            self.waits.complete(pending)
-            communication += clock() - t0
-        # every thread of the rank, waiting included, pacing (dse.runtime.pace) left out
-        cpu = time.process_time() - cpu0 - (self.paced_s() - paced0)
-        return {
-            "compute": compute,
-            "wait": wait,
-            "communication": communication,
-            "cpu": cpu,
-            "runnable": self.run_queue() - queued0,
-            "sent": sent,
-        }
-
-
-def _part_view(whole: np.ndarray, axis: int, bounds: list[int]) -> np.ndarray:
-    """The range ``bounds`` (channels, or rows) of ``whole`` along ``axis`` (a view)."""
-    index = [slice(None)] * whole.ndim
-    index[axis] = slice(*bounds)
-    return whole[tuple(index)]
+            t0 = time.perf_counter()
+            self.waits.complete(channel.pending)
+            timers.communication += time.perf_counter() - t0
+        # every thread of the rank, waiting included, pacing (dse.runtime.rank.pace) left out
+        timers.cpu = time.process_time() - cpu0 - (self.paced_s() - paced0)
+        timers.runnable = self.run_queue() - queued0
+        return timers
 
 
 class Stop(Exception):
@@ -300,7 +259,7 @@ def measure(
     reset_peak_rss()
     meter = energy_meter()
     latencies: list[float] = []
-    timers: list[dict[str, float]] = []
+    timers: list[Timers] = []
     energy_start = None
     for it in range(warmup + iterations):
         if it == warmup:
@@ -325,42 +284,47 @@ def measure(
         me.waits.barrier()
         period = me.waits.max(me.stream(stream))
         peak_stream = peak_rss_mb()
-    figures: RankFigures = {
-        "rank": me.rank,
-        "device": me.spec.device,
-        "host": me.spec.host,
-        "hostname": socket.gethostname(),
-        "kind": me.spec.kind,
-        "threads": me.spec.threads,
-        "segments": len(me.spec.segments),
-        "load_s": round(load_s, 4),
-        "compute_ms": stats([t["compute"] for t in timers]),
-        "communication_ms": stats([t["communication"] for t in timers]),
-        "wait_ms": stats([t["wait"] for t in timers]),
-        "cpu_ms": stats([t["cpu"] for t in timers]),
-        "runnable_ms": stats([t["runnable"] for t in timers]),
-        "bytes_sent": int(timers[-1]["sent"]) if timers else 0,
-        "rss_start_mb": None if start_rss is None else round(start_rss, 1),
-        "rss_start_file_mb": None if start_file is None else round(start_file, 1),
-        "peak_rss_loading_mb": None if peak_load is None else round(peak_load, 1),
-        "peak_rss_running_mb": None if peak_run is None else round(peak_run, 1),
-        "peak_rss_separate": resettable,
-        "peak_rss_stream_mb": None if peak_stream is None else round(peak_stream, 1),
-        "energy_j": energy,
-        "energy_reason": None if meter.available else meter.reason,
+
+    def mb(value: float | None) -> float | None:
+        return None if value is None else round(value, 1)
+
+    figures = RankFigures(
+        rank=me.rank,
+        device=me.spec.device,
+        host=me.spec.host,
+        hostname=socket.gethostname(),
+        kind=me.spec.kind,
+        threads=me.spec.threads,
+        segments=len(me.spec.segments),
+        load_s=round(load_s, 4),
+        compute_ms=stats([t.compute for t in timers]),
+        communication_ms=stats([t.communication for t in timers]),
+        wait_ms=stats([t.wait for t in timers]),
+        cpu_ms=stats([t.cpu for t in timers]),
+        runnable_ms=stats([t.runnable for t in timers]),
+        bytes_sent=int(timers[-1].sent) if timers else 0,
+        rss_start_mb=mb(start_rss),
+        rss_start_file_mb=mb(start_file),
+        peak_rss_loading_mb=mb(peak_load),
+        peak_rss_running_mb=mb(peak_run),
+        peak_rss_separate=resettable,
+        peak_rss_stream_mb=mb(peak_stream),
+        energy_j=energy,
+        energy_reason=None if meter.available else meter.reason,
         # a counter covers the whole host (RAPL package) or board (INA3221), not this rank
-        "energy_scope": meter.kind,
-    }
-    ranks = comm.gather(figures, root=0)  # small dicts of figures; tensors never go pickled
+        energy_scope=meter.kind,
+    )
+    # small records of figures (tensors never go pickled); rank 0 gets every rank's
+    ranks: list[RankFigures] = comm.gather(figures, root=0) or []
     outputs = _gather_outputs(comm, plan, me)
     result: Measurement | None = None
     reason = None
     if me.rank == 0:
         result = _result(plan, ranks, warmup, iterations, latencies, outputs, directory)
         if period is not None:
-            result["stream"] = {"frames": stream, "period_ms": round(period * 1e3, 4)}
+            result.stream = Stream(stream, round(period * 1e3, 4))
         write_measurements(directory, result)
-        reason = result.get("reason")
+        reason = result.reason
     reason = comm.bcast(reason, root=0)
     if reason is not None:
         raise Stop(f"{directory}: {reason} (figures in {MEASUREMENTS})")
@@ -377,26 +341,20 @@ def _result(
     directory: Path,
 ) -> Measurement:
     eq = equivalence(plan, outputs, directory)
-    result: Measurement = {
-        "status": "ok",
-        "net": plan.net,
-        "fingerprint": plan.fingerprint,
-        "mapping_hash": plan.mapping_hash,
-        "ranks_count": len(ranks),
-        "warmup": warmup,
-        "iterations": iterations,
-        "latency_ms": {**stats(latencies), "all": [round(x * 1e3, 4) for x in latencies]},
-        "ranks": ranks,
-        "energy": {
-            r["device"]: {"joules": r["energy_j"], "reason": r["energy_reason"]} for r in ranks
-        },
-        "equivalence": eq,
-    }
     reason = verdict(eq)
-    if reason is not None:
-        result["status"] = "failed"
-        result["reason"] = reason
-    return result
+    return Measurement(
+        status="ok" if reason is None else "failed",
+        reason=reason,
+        net=plan.net,
+        fingerprint=plan.fingerprint,
+        mapping_hash=plan.mapping_hash,
+        ranks_count=len(ranks),
+        warmup=warmup,
+        iterations=iterations,
+        latency_ms=Latency(**vars(stats(latencies)), all=[round(x * 1e3, 4) for x in latencies]),
+        ranks=ranks,
+        equivalence=eq,
+    )
 
 
 def _gather_outputs(comm: Any, plan: Plan, me: Rank) -> dict[str, np.ndarray]:
@@ -426,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stream", type=int, default=None, help="frames pushed back to back")
     parser.add_argument("--kill-rank", type=int, default=-1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    from mpi4py import MPI  # initialises MPI (1.1 s on import here): ranks only
+    from mpi4py import MPI  # initialises MPI on import: ranks only
 
     comm = MPI.COMM_WORLD
     try:

@@ -1,0 +1,127 @@
+"""Phase two after a search: the best mapping of each objective and more spread along the front,
+deployed and measured (:mod:`dse.measuring.measure`) into ``<run>/phase2/<label>/``;
+``phase2.csv`` and ``phase2.png`` (:mod:`dse.measuring.rows`).
+
+A mapping that fails (a crash, a hang past the time limit, outputs that differ from the whole
+model) is a row marked failed with its reason, and the others go on. ``phase2.csv`` is
+rewritten after every mapping, so Ctrl-C keeps the rows measured so far. Unless ``keep``, a
+mapping's sub-models are removed once it is measured, or stopped, or, when the process was
+killed outright, at the next start (:func:`dse.files.temporary_files`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from dse.config import Phase2Config
+from dse.mapping import Mappings
+from dse.measuring.comparison import Compared
+from dse.measuring.measure import Settings, measure_mappings
+from dse.measuring.rounds import Rounds
+from dse.measuring.rows import Row, csv_row, plot, write_csv
+from dse.net import Net
+from dse.platform import Platform
+from dse.runtime.launch.mpirun import Launcher
+from dse.search.problem import MappingProblem
+from models_analytical.model import AnalyticalModel
+
+#: Where phase two deploys each mapping, under the run's directory.
+DEPLOYMENTS = "phase2"
+
+
+def select(F: np.ndarray, names: Sequence[str], top_k: int) -> list[tuple[int, str]]:
+    """Rows of a front ``F[P, M]`` to measure: the best of each objective (``best_<name>``,
+    ``best_<a>_<b>`` for one mapping best at both),
+    then up to ``top_k`` more spread along the front (``front_<i>``: each the farthest, in
+    objectives normalised to [0, 1], from those already chosen)."""
+    F = np.asarray(F, dtype=np.float64)
+    chosen: list[tuple[int, str]] = []
+    for j, name in enumerate(names):
+        i = int(np.argmin(F[:, j]))
+        same = [k for k, (c, _) in enumerate(chosen) if c == i]
+        if same:  # one mapping best at several objectives: best_latency_memory
+            chosen[same[0]] = (i, f"{chosen[same[0]][1]}_{name}")
+        else:
+            chosen.append((i, f"best_{name}"))
+    span = np.ptp(F, axis=0)
+    norm = (F - F.min(axis=0)) / np.where(span > 0, span, 1.0)
+    for _ in range(top_k):
+        taken = [c for c, _ in chosen]
+        if len(taken) >= len(F):
+            break
+        dist = np.min(np.linalg.norm(norm[:, None, :] - norm[None, taken, :], axis=2), axis=1)
+        dist[taken] = -1.0
+        i = int(np.argmax(dist))
+        chosen.append((i, f"front_{i}"))
+    return chosen
+
+
+def settings_of(s: Phase2Config, seed: int) -> Settings:
+    """Phase two's measuring settings: one round of each mapping, no speed probe."""
+    rounds = Rounds(1, s.warmup, s.iterations, s.timeout_s)
+    return Settings(rounds, s.stream, probe=False, seed=seed, keep=s.keep)
+
+
+def phase2_after_search(
+    out: Path,
+    problem: MappingProblem,
+    genes: np.ndarray,
+    F: np.ndarray,
+    net: Net,
+    platform: Platform,
+    settings: Phase2Config | None = None,
+    seed: int = 0,
+    launcher: Launcher | None = None,
+) -> list[Row]:
+    """After a search: measure the best mapping of each objective and ``top_k`` more spread
+    along the front (``genes``, ``F`` from :func:`dse.search.nsga2.front`) with ``launcher``
+    (:func:`measure_phase2`); returns the CSV's rows (the run's summary and report take
+    them)."""
+    s = settings or Phase2Config()
+    picks = select(F, list(problem.objectives), s.top_k)
+    chosen = problem.chromosome.decode(np.asarray(genes)[[i for i, _ in picks]])
+    labels = [label for _, label in picks]
+    return measure_phase2(out, net, platform, problem.model, chosen, labels, s, seed, launcher)
+
+
+def measure_phase2(
+    out: Path,
+    net: Net,
+    platform: Platform,
+    model: AnalyticalModel,
+    mappings: Mappings,
+    labels: list[str],
+    settings: Phase2Config,
+    seed: int = 0,
+    launcher: Launcher | None = None,
+) -> list[Row]:
+    """Deploy and measure every mapping (named by ``labels``) into ``out/phase2/<label>``;
+    ``out/phase2.csv`` after each one measured and ``out/phase2.png``; the CSV's rows. Ctrl-C:
+    the rows so far written, then KeyboardInterrupt."""
+    out = Path(out)
+    done: dict[int, Compared] = {}
+
+    def rows() -> list[Row]:
+        return [csv_row(labels[p], done[p]) for p in sorted(done)]
+
+    def on_result(p: int, result: Compared) -> None:
+        done[p] = result
+        write_csv(out / "phase2.csv", rows())
+
+    try:
+        measured = measure_mappings(
+            net, model, mappings, labels, [out / DEPLOYMENTS / lb for lb in labels],
+            settings_of(settings, seed), launcher=launcher, on_result=on_result,
+        )  # fmt: skip
+        done.update(enumerate(measured.results))
+        if measured.interrupted:  # Ctrl-C during the rounds: the rows so far, then stop
+            raise KeyboardInterrupt
+    finally:
+        if done:
+            write_csv(out / "phase2.csv", rows())
+            title = f"{net.name} on {platform.name}: predicted vs measured"
+            plot(out / "phase2.png", rows(), title)
+    return rows()
