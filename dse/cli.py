@@ -318,19 +318,16 @@ def fail(message: str, status: int = 2) -> None:
     sys.exit(status)
 
 
-def info_flags(argv: Sequence[str], main: Callable[..., Any], config_name: str) -> None:
+def info_flags(argv: Sequence[str], config_name: str) -> None:
     """``--help`` / ``-h`` and ``--version``: printed, exit 0 (before Hydra, whose own pages
     are ``--hydra-help`` and a 90-line config dump)."""
-    from dse.usage import GROUPS, usage, version
+    from dse.usage import HELP, usage, version
 
     if "--version" in argv:
         print(version())
         sys.exit(0)
     if "--help" in argv or "-h" in argv:
-        module = sys.modules.get(getattr(main, "__module__", ""), None)
-        groups = ("platform",) if config_name == "cluster" else GROUPS
-        choices = {g: group_choices(g) for g in groups}
-        print(usage(getattr(module, "__doc__", None), config_name, choices))
+        print(usage(config_name, {g: group_choices(g) for g in HELP[config_name].groups}))
         sys.exit(0)
 
 
@@ -358,7 +355,7 @@ def run(main: Callable[[], Any], config_name: str = "config") -> None:
             from dse.config import register  # after the signal handlers: it imports Hydra
 
             register()
-            info_flags(sys.argv[1:], main, config_name)
+            info_flags(sys.argv[1:], config_name)
             check_overrides(sys.argv[1:], config_name)
             main()
             gc.freeze()
