@@ -23,6 +23,7 @@ from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from dse.cli import fail, guarded, run, run_context, say
@@ -58,7 +59,7 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     hydra_cfg = HydraConfig.get()
     job = Job(
         out=Path(hydra_cfg.runtime.output_dir),
-        multirun=hydra_cfg.mode.name == "MULTIRUN",
+        multirun=hydra_cfg.mode == RunMode.MULTIRUN,
         overrides=list(hydra_cfg.overrides.task),
         started=started,
     )

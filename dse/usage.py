@@ -202,8 +202,8 @@ def key_defaults(schema: type, keys: tuple[str, ...]) -> list[str]:
     out = []
     for key in keys:
         field = fields[key]
-        missing = field.default is dataclasses.MISSING
-        value = field.default_factory() if missing else field.default  # type: ignore[misc]
+        factory = field.default_factory
+        value = field.default if factory is dataclasses.MISSING else factory()
         if dataclasses.is_dataclass(value):
             out += [f"{key}.{k}" for k in key_defaults(type(value), tuple(vars(value)))]
         else:

@@ -19,13 +19,13 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from dse import app
-from dse.config import AlgorithmConfig
+from dse.config import AlgorithmConfig, Phase2Config
 from dse.context import INTERRUPTED, DeferredSignals, RunContext
 from dse.errors import DseError
 from dse.files import owned, remove_stale
@@ -150,7 +150,7 @@ def prepare(cfg: DictConfig, out: Path, job: Job) -> Prepared:
     # surprise after the search
     launcher = app.launcher_from(cfg) if cfg.phase2.enabled else None
     problem = MappingProblem(app.chromosome_from(cfg, net, model), model, cfg.objectives)
-    settings = OmegaConf.to_object(cfg.algorithm)
+    settings = cast(AlgorithmConfig, OmegaConf.to_object(cfg.algorithm))
     ident = checkpoint.identity(problem, net.fingerprint, platform.keys)
     stored = {k: v for k, v in app.plain(cfg).items() if k not in ("resume", "progress")}
     state = None
@@ -276,7 +276,7 @@ def phase_two(out: Path, run: Prepared, state: nsga2.SearchState) -> list[dict[s
     from dse.results.phase2 import phase2_after_search
 
     genes, F, _ = nsga2.front(state)
-    settings = OmegaConf.to_object(run.cfg.phase2)
+    settings = cast(Phase2Config, OmegaConf.to_object(run.cfg.phase2))
     return phase2_after_search(
         out, run.problem, genes, F, run.net, run.platform, settings, run.cfg.seed, run.launcher
     )
