@@ -6,12 +6,13 @@ this module first, to set its signal handlers before anything heavy (Hydra's imp
 
 A user error is a :class:`~dse.errors.DseError`: one line on stderr and exit status 2. Inside a
 Hydra job it does not end the process: in ``--multirun`` the other jobs still run, and the
-process exits 2 at the end if any job failed. Interrupted work exits 130.
+process exits 2 at the end if any job failed. Interrupted work exits 130. What the jobs tell the
+command (failures, sweep directories, what a stop would interrupt) goes into its run context
+(:class:`dse.context.RunContext`), made by :func:`run` and reached through :func:`run_context`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import functools
 import gc
@@ -20,33 +21,28 @@ import os
 import shutil
 import signal
 import sys
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dse.context import INTERRUPTED, STOP_SIGNALS, RunContext, hung_up
 from dse.errors import DseError
 from dse.files import LOCK
 from dse.paths import CONF_DIR, shown
 
-#: Exit status of a run stopped by Ctrl-C or SIGTERM (its outputs are complete).
-INTERRUPTED = 130
-#: The signals that stop a run cleanly: Ctrl-C, SIGTERM and a closed terminal (SIGHUP, unless
-#: the process was started ignoring it, as ``nohup`` does).
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM) + (
-    () if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN else (signal.SIGHUP,)
-)
-#: User errors of the Hydra jobs run by this process.
-FAILED_JOBS: list[str] = []
-#: Set by the sweeper (hydra/sweeper=dse_optuna) once every job of a sweep is recorded in its
-#: study: a failed trial is a result of the sweep, not a failure of the command.
-FAILURES_RECORDED = False
-#: The directory of each multirun (sweep) whose jobs ran in this process, with their count.
-SWEEP_DIRS: dict[str, int] = {}
-#: What to say when a stop signal ends the process now instead of ``error: interrupted``: set
-#: by a run once its outputs are complete (they stay so, and the line says how to continue),
-#: None while work that a stop would lose is under way.
-SAVED_WORK: str | None = None
+#: The run context of the command this process runs (:func:`run` makes a new one).
+_context: RunContext | None = None
+
+
+def run_context() -> RunContext:
+    """The run context of the command this process runs, made by :func:`run`: where its jobs
+    (and the sweeper) report failures and sweep directories, and where a run says whether a
+    stop would lose work. Outside a command (a test calling a Hydra task itself) a context of
+    its own, made on first use, that no command reads."""
+    global _context
+    if _context is None:
+        _context = RunContext()
+    return _context
 
 
 def group_choices(group: str) -> list[str]:
@@ -293,40 +289,6 @@ def unknown_added_key(overrides: Sequence[str], config_name: str) -> str | None:
     return None
 
 
-class DeferredSignals:
-    """SIGINT and SIGTERM noted, not raised: the work asks :meth:`requested` where it is safe
-    to stop (between generations), finishes its outputs, and exits 130. Outside the main
-    thread (a threaded launcher) nothing is installed."""
-
-    def __init__(self) -> None:
-        self.signal: int | None = None
-        self._old: dict[int, Any] = {}
-
-    def _note(self, signum: int, frame: object) -> None:
-        _hung_up(signum)
-        if self.signal is None:
-            self.signal = signum
-            print(
-                "\nstopping after this generation (outputs and a checkpoint will be written)",
-                file=sys.stderr,
-            )
-
-    def requested(self) -> bool:
-        return self.signal is not None
-
-    def __enter__(self) -> DeferredSignals:
-
-        if threading.current_thread() is threading.main_thread():
-            for s in STOP_SIGNALS:
-                self._old[s] = signal.signal(s, self._note)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-
-        for s, handler in self._old.items():
-            signal.signal(s, handler)
-
-
 def say(message: str, error: bool = False) -> None:
     """Print for the user and keep it in the run's log (Hydra's job log file)."""
 
@@ -342,7 +304,7 @@ def stop_early_on_signals() -> None:
     interrupted status (nothing is computed yet while modules load)."""
 
     def _now(signum: int, frame: object) -> None:
-        _hung_up(signum)
+        hung_up(signum)
         print("error: interrupted", file=sys.stderr)
         os._exit(INTERRUPTED)
 
@@ -356,28 +318,28 @@ def fail(message: str, status: int = 2) -> None:
     sys.exit(status)
 
 
-def info_flags(argv: Sequence[str], main: Callable[..., Any], config_name: str) -> None:
+def info_flags(argv: Sequence[str], config_name: str) -> None:
     """``--help`` / ``-h`` and ``--version``: printed, exit 0 (before Hydra, whose own pages
     are ``--hydra-help`` and a 90-line config dump)."""
-    from dse.usage import GROUPS, usage, version
+    from dse.usage import HELP, usage, version
 
     if "--version" in argv:
         print(version())
         sys.exit(0)
     if "--help" in argv or "-h" in argv:
-        module = sys.modules.get(getattr(main, "__module__", ""), None)
-        groups = ("platform",) if config_name == "cluster" else GROUPS
-        choices = {g: group_choices(g) for g in groups}
-        print(usage(getattr(module, "__doc__", None), config_name, choices))
+        print(usage(config_name, {g: group_choices(g) for g in HELP[config_name].groups}))
         sys.exit(0)
 
 
 def run(main: Callable[[], Any], config_name: str = "config") -> None:
     """Run a Hydra main function: overrides checked first, user errors as one line (exit 2),
-    Ctrl-C as exit 130, and exit 2 at the end when any job of a multirun failed."""
+    Ctrl-C as exit 130, and exit 2 at the end when any job of a multirun failed. The command's
+    :class:`~dse.context.RunContext` is made here, before anything runs."""
+    global _context
+    context = _context = RunContext()
 
     def _terminate(signum: int, frame: object) -> None:
-        _hung_up(signum)
+        hung_up(signum)
         raise KeyboardInterrupt  # SIGTERM is Ctrl-C: the same clean stop and exit status
 
     for s in STOP_SIGNALS[1:]:  # SIGTERM and SIGHUP; SIGINT raises KeyboardInterrupt itself
@@ -393,11 +355,11 @@ def run(main: Callable[[], Any], config_name: str = "config") -> None:
             from dse.config import register  # after the signal handlers: it imports Hydra
 
             register()
-            info_flags(sys.argv[1:], main, config_name)
+            info_flags(sys.argv[1:], config_name)
             check_overrides(sys.argv[1:], config_name)
             main()
             gc.freeze()
-            for where, jobs in SWEEP_DIRS.items():
+            for where, jobs in context.sweep_dirs.items():
                 print(
                     f"multirun: {jobs} job{'s' if jobs > 1 else ''} in {shown(where)} (compare "
                     f"them: python -m dse.compare {shown(where)})"
@@ -405,15 +367,16 @@ def run(main: Callable[[], Any], config_name: str = "config") -> None:
         except DseError as exc:
             fail(str(exc))
         except KeyboardInterrupt:
-            if SAVED_WORK:  # after the outputs were written (printing the last lines)
-                print(SAVED_WORK, file=sys.stderr)
+            if context.saved_work:  # after the outputs were written (printing the last lines)
+                print(context.saved_work, file=sys.stderr)
                 sys.exit(INTERRUPTED)
             fail("interrupted", INTERRUPTED)
         except BrokenPipeError:
             _quiet_stdout()
-        if FAILED_JOBS and not FAILURES_RECORDED:
-            if len(FAILED_JOBS) > 1:
-                print(f"error: {len(FAILED_JOBS)} jobs failed (see above)", file=sys.stderr)
+        if context.failed():
+            if len(context.failed_jobs) > 1:
+                failed = len(context.failed_jobs)
+                print(f"error: {failed} jobs failed (see above)", file=sys.stderr)
             sys.exit(2)
     finally:
         # The work is done and its outputs written: a signal now is ignored. Python's teardown
@@ -437,27 +400,15 @@ def _job_label() -> str:
     return ""
 
 
-def _hung_up(signum: int) -> None:
-    """After SIGHUP (the terminal is gone), output to the terminal goes to /dev/null: writing
-    to a hung-up terminal fails, and the outputs still have to be written."""
-    if signum != signal.SIGHUP:
-        return
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            if os.isatty(stream.fileno()):
-                os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
-
-
 def _count_sweep_job() -> None:
-    """Inside a multirun: one more job in its directory (:data:`SWEEP_DIRS`)."""
+    """Inside a multirun: one more job in its directory (the run context's ``sweep_dirs``)."""
     try:
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
 
         hc = HydraConfig.get()
         if hc.mode == RunMode.MULTIRUN:
-            where = str(Path(hc.sweep.dir).absolute())
-            SWEEP_DIRS[where] = SWEEP_DIRS.get(where, 0) + 1
+            run_context().job_in_sweep(str(Path(hc.sweep.dir).absolute()))
     except Exception:  # noqa: BLE001 - not inside a Hydra job
         pass
 
@@ -500,7 +451,7 @@ def guarded(task: Callable[..., Any]) -> Callable[..., Any]:
         except DseError as exc:
             _remove_empty_run_dir()  # before the error goes into the job's log there
             say(f"error: {_job_label()}{exc}", error=True)
-            FAILED_JOBS.append(str(exc))
+            run_context().job_failed(str(exc))
             return {"status": "failed", "reason": str(exc)}
         except BrokenPipeError:  # `python -m dse.inspect ... | head`: the reader has gone
             _quiet_stdout()

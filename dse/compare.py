@@ -12,7 +12,6 @@ The plot goes beside the runs (their common parent) unless -o says otherwise.
 
 from __future__ import annotations
 
-import argparse
 import os
 from pathlib import Path
 
@@ -20,12 +19,11 @@ from dse.cli import fail, say
 from dse.errors import DseError
 from dse.results.compare import expand, labels, read, same_problem
 from dse.results.plots import plot_convergence
+from dse.usage import parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(
-        prog="python -m dse.compare", description=__doc__.splitlines()[0].split(": ", 1)[1]
-    )
+    ap = parser("compare")
     ap.add_argument("runs", nargs="+", type=Path, help="run directories, or a multirun/sweep")
     ap.add_argument("-o", "--output", type=Path, default=None, help="the figure (PNG)")
     args = ap.parse_args(argv)

@@ -18,7 +18,6 @@ reads the sweeper's config beside dse's, and nothing imports it.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import dataclasses
 import inspect
@@ -35,7 +34,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 import hydra_plugins.dse_optuna_sweeper.config as sweeper_config
-from dse import config
+from dse import config, usage
 from dse.paths import CONF_DIR
 from dse.platform import load_platform
 
@@ -458,7 +457,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = usage.parser("config_reference")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help=f"write {PAGE}")
     mode.add_argument("--check", action="store_true", help=f"exit 1 if {PAGE} is out of date")

@@ -27,9 +27,10 @@ from dse.cluster.state import State, load, load_check, save_check
 from dse.config import ClusterConfig
 from dse.errors import DseError
 from dse.paths import CONF_DIR
+from dse.usage import HELP
 
 ACTIONS = ("up", "status", "check", "down")
-USAGE = "usage: python -m dse.cluster up|status|check|down platform=NAME [name=CLUSTER]"
+USAGE = f"usage: {HELP['cluster'].command}"
 
 
 def platform_cfg(cfg: DictConfig) -> Mapping | None:

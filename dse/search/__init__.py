@@ -1,1 +1,2 @@
-"""The search: the pymoo problem (genes -> mapping -> model -> objectives) and the NSGA-II loop."""
+"""The search: the problem (genes -> mapping -> model -> objectives), NSGA-II on arrays, and
+the search workflow (:mod:`dse.search.workflow`)."""

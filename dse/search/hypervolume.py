@@ -17,6 +17,7 @@ from pymoo.indicators.hv import HV
 
 from chromosomes import NaiveChromosome, VerticalChromosome
 from dse.mapping import Mappings
+from dse.search.problem import MappingProblem
 
 REFERENCE_SAMPLES = 256
 REFERENCE_POINT = 1.1
@@ -28,7 +29,7 @@ class Reference:
     nadir: np.ndarray
 
     @classmethod
-    def of(cls, problem) -> Reference:  # noqa: ANN001 - MappingProblem (avoids an import cycle)
+    def of(cls, problem: MappingProblem) -> Reference:
         graph, n_dev = problem.chromosome.graph, problem.chromosome.n_devices
         rng = np.random.default_rng(0)
         batches = []
@@ -39,9 +40,7 @@ class Reference:
         if graph.splittable.any():
             naive = NaiveChromosome(graph, n_dev, splits=min(2, n_dev))
             batches.append(naive.decode(naive.sample(REFERENCE_SAMPLES, rng)))
-        out: dict = {}
-        problem.evaluate_mappings(Mappings.concat(batches), out)
-        f = out["F"]
+        f, _ = problem.evaluate_mappings(Mappings.concat(batches))
         return cls(f.min(axis=0), f.max(axis=0))
 
     def normalise(self, f: np.ndarray) -> np.ndarray:

@@ -72,12 +72,6 @@ _CHUNK = 1 << 16
 # --- mappings as keys ------------------------------------------------------------------------
 
 
-def evaluate(problem: MappingProblem, mappings: Mappings) -> tuple[np.ndarray, np.ndarray]:
-    out: dict = {}
-    problem.evaluate_mappings(mappings, out)
-    return out["F"], out["G"]
-
-
 # --- survival and selection --------------------------------------------------------------------
 
 
@@ -399,7 +393,7 @@ def step(state: SearchState) -> None:
         state.exhausted = len(X) == 0
         parents = state.pop
     if len(X):
-        F, G = evaluate(problem, mappings)
+        F, G = problem.evaluate_mappings(mappings)
     else:
         F, G = np.zeros((0, problem.n_obj)), np.zeros((0, 1))
     state.evaluations += len(X)

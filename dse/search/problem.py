@@ -1,43 +1,44 @@
-"""The pymoo problem: gene matrix -> decode -> analytical model -> objectives and constraints."""
+"""The search problem: genes -> mappings -> analytical model -> objectives and constraint."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import numpy as np
-from pymoo.core.problem import Problem
 
 from chromosomes import Chromosome
 from dse import objectives
 from dse.mapping import Mappings
-from models_analytical.model import AnalyticalModel, Evaluation
+from models_analytical.model import AnalyticalModel
 
 
-class MappingProblem(Problem):
+class MappingProblem:
     """Minimise the chosen objectives (display units, :mod:`dse.objectives`); one constraint:
-    the fullest device within its capacity."""
+    the fullest device within its capacity (G <= 0).
+
+    :mod:`dse.search.nsga2` runs its own loop on arrays, so no pymoo algorithm drives this
+    problem. What pymoo's operators read of the problem they are given (``_do(problem, X)``:
+    SBX, PM, uniform and two-point crossover, :class:`~dse.search.operators.RandomReset`) is
+    ``n_var`` (PM's and RandomReset's default gene rate, 1/n_var) and the bounds ``xl`` and
+    ``xu``, float arrays as pymoo's ``Problem`` would hold them (the rounding and clipping of
+    offspring use the same arrays)."""
 
     def __init__(
         self, chromosome: Chromosome, model: AnalyticalModel, names: Sequence[str]
     ) -> None:
         self.chromosome, self.model = chromosome, model
         self.objectives = objectives.check_objectives(names)
-        super().__init__(
-            n_var=chromosome.n_genes,
-            n_obj=len(self.objectives),
-            n_ieq_constr=1,
-            xl=chromosome.lower,
-            xu=chromosome.upper,
-            vtype=int,
-        )
+        self.n_var: int = chromosome.n_genes
+        self.n_obj: int = len(self.objectives)
+        self.xl: np.ndarray = np.asarray(chromosome.lower).astype(float)
+        self.xu: np.ndarray = np.asarray(chromosome.upper).astype(float)
 
-    def _evaluate(self, x: np.ndarray, out: dict, *args: object, **kwargs: object) -> None:
-        self.evaluate_mappings(self.chromosome.decode(np.rint(x).astype(np.int64)), out)
+    def evaluate(self, genes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """F [n, n_obj] (display units) and G [n, 1] of gene vectors (rounded to integers)."""
+        return self.evaluate_mappings(self.chromosome.decode(np.rint(genes).astype(np.int64)))
 
-    def evaluate_mappings(self, mappings: Mappings, out: dict) -> None:
-        """F (display units) and G of decoded mappings."""
-        self._fill(self.model.evaluate(mappings), out)
-
-    def _fill(self, ev: Evaluation, out: dict) -> None:
-        out["F"] = objectives.values(self.objectives, ev)
-        out["G"] = ev.constraints().max(axis=1, keepdims=True)
+    def evaluate_mappings(self, mappings: Mappings) -> tuple[np.ndarray, np.ndarray]:
+        """F [n, n_obj] (display units) and G [n, 1] of decoded mappings: G is the fullest
+        device's memory over its capacity, minus 1."""
+        ev = self.model.evaluate(mappings)
+        return objectives.values(self.objectives, ev), ev.constraints().max(axis=1, keepdims=True)

@@ -28,6 +28,8 @@ from optuna.distributions import (
 )
 from optuna.trial import Trial, TrialState
 
+from dse.cli import one_line as cause_lines
+from dse.cli import run_context
 from dse.errors import DseError
 from hydra_plugins.dse_optuna_sweeper import _report
 from hydra_plugins.dse_optuna_sweeper._space import SearchSpace, parse, same_space
@@ -112,9 +114,7 @@ def lookup(result: Mapping[str, Any], key: str) -> Any:
 
 def one_line(exc: BaseException) -> str:
     """The exception's class and the first line of it and of each of its causes."""
-    from dse.cli import one_line as lines
-
-    text = f"{type(exc).__name__}: {lines(exc)}"
+    text = f"{type(exc).__name__}: {cause_lines(exc)}"
     if "could not be converted to Integer" in text:
         text += " (sweep whole numbers with tag(int, interval(...)) or range(...))"
     return text
@@ -418,9 +418,7 @@ class SweeperImpl:
         print(_report.text(report))
         _report.write(report, self.sweep_dir)
         # failed trials are results of the sweep (recorded in the study), not a failed command
-        cli = sys.modules.get("dse.cli")
-        if cli is not None and hasattr(cli, "FAILURES_RECORDED"):
-            cli.FAILURES_RECORDED = True
+        run_context().failures_are_results()
         return returns
 
 

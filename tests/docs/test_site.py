@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.docs.runnable import ROOT
+from tests.helpers.markdown import anchors
 
 README = ROOT / "README.md"
 #: The README is a landing page: what dse does, install, a quick start, links (issue 32).
@@ -39,24 +40,6 @@ def test_the_site_builds_strictly(tmp_path: Path):
     assert done.returncode == 0, log[-3000:]
     assert "WARNING" not in log, log[-3000:]
     assert (tmp_path / "site" / "reference" / "config" / "index.html").is_file()
-
-
-def slug(heading: str) -> str:
-    """A heading's anchor as MkDocs' toc extension makes it."""
-    from markdown.extensions.toc import slugify
-
-    text = re.sub(r"[`*]", "", heading)
-    return slugify(text, "-")
-
-
-def anchors(page: Path) -> set[str]:
-    out, fence = set(), False
-    for line in page.read_text().splitlines():
-        if line.lstrip().startswith("```"):
-            fence = not fence
-        elif not fence and line.startswith("#"):
-            out.add(slug(line.lstrip("#").strip()))
-    return out
 
 
 def links(page: Path) -> list[str]:

@@ -226,10 +226,9 @@ def truth(p: MappingProblem) -> tuple[np.ndarray, int, float]:
     mappings = every_mapping(p.chromosome)
     F, G = [], []
     for lo in range(0, len(mappings), 1 << 16):
-        out: dict = {}
-        p.evaluate_mappings(mappings.take(slice(lo, lo + (1 << 16))), out)
-        F.append(out["F"])
-        G.append(out["G"])
+        f, g = p.evaluate_mappings(mappings.take(slice(lo, lo + (1 << 16))))
+        F.append(f)
+        G.append(g)
     f, g = np.concatenate(F), np.concatenate(G)
     feasible = g[:, 0] <= 0
     ff = np.unique(f[feasible], axis=0)

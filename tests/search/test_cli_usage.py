@@ -1,13 +1,24 @@
 """What a new user meets first on the command line: hints for the likeliest mistakes (one line,
-exit 2, naming the fix), ``--help`` (a usage line, the commands, the groups: no config dump)
-and ``--version``."""
+exit 2, naming the fix), ``--help`` (a usage line, a sentence saying what the command does, its
+own groups and keys, its page of the manual: no config dump) and ``--version``."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from collections.abc import Mapping
 from importlib import metadata
 
+import pytest
+from omegaconf import OmegaConf
+
+from dse import config
 from dse.cli import did_you_mean
+from dse.paths import CONF_DIR
+from dse.usage import GROUPS, HELP, module_of
+from tests.helpers.cli import ROOT
 from tests.helpers.hostile import assert_one_line, run_all
+from tests.helpers.markdown import anchors
 
 #: case -> (module, arguments, words its one line holds)
 MISTAKES = {
@@ -94,8 +105,94 @@ def test_help_starts_with_a_usage_line_then_the_commands_and_groups():
     assert pages["deploy"].stdout.splitlines()[0].startswith("usage: python -m dse.deploy ")
     cluster = pages["cluster"].stdout.splitlines()
     assert cluster[0].startswith("usage: python -m dse.cluster up|status|check|down")
-    assert [ln for ln in cluster if ln.startswith("  ")] == [
-        ln for ln in cluster if ln.startswith("  platform: ")
-    ]
+    groups = cluster[cluster.index("Config groups (group=option):") + 1 :]
+    assert groups[0].startswith("  platform: ") and groups[1] == ""  # the cluster's only group
     version = pages["version"].stdout.strip()
     assert version.startswith(f"dse {metadata.version('dse')} (Python ")
+
+
+# --- every entry point's help: a sentence, its own options, its manual page ---------------------
+
+#: The schema whose keys every Hydra entry point shares (the groups and the search's keys).
+SHARED = {f.name for f in dataclasses.fields(config.BaseConfig)}
+#: The config groups each Hydra entry point reads, from reading its code: inspect loads a
+#: network only, evaluate and deploy a network and a platform (no encoding, no search),
+#: calibrate and cluster a platform only; the search and fidelity's short search all of them.
+READS = {
+    "config": GROUPS,
+    "inspect": ("net",),
+    "evaluate": ("net", "platform"),
+    "deploy": ("net", "platform"),
+    "calibrate": ("platform",),
+    "fidelity": GROUPS,
+    "cluster": ("platform",),
+}
+
+
+def documented_commands() -> set[str]:
+    """The ``python -m MODULE`` commands of the manual's entry-point table."""
+    text = (ROOT / "docs" / "reference" / "entry-points.md").read_text()
+    return set(re.findall(r"^\| `python -m ([\w.]+)", text, flags=re.M))
+
+
+def is_a_sentence(text: str) -> bool:
+    """Starts with a capital letter and a verb in the third person ("Prints ...", "Builds ..."),
+    holds at least eight words and ends with a full stop."""
+    words = text.split()
+    return len(words) >= 8 and words[0][0].isupper() and words[0].endswith("s") and text[-1] == "."
+
+
+def test_every_documented_entry_point_has_a_help_and_every_help_a_page():
+    assert {module_of(name) for name in HELP} == documented_commands()
+    for name, h in HELP.items():
+        assert is_a_sentence(h.does), (name, h.does)
+        path, _, anchor = h.page.partition("#")
+        assert path.startswith("docs/") and (ROOT / path).is_file(), (name, h.page)
+        assert not anchor or anchor in anchors(ROOT / path), (name, h.page)
+
+
+def test_each_help_says_what_it_does_lists_its_own_options_and_ends_with_its_page():
+    pages = run_all({name: (module_of(name), ["--help"]) for name in HELP})
+    for name, r in pages.items():
+        h = HELP[name]
+        assert r.returncode == 0 and r.stderr == "", (name, r.stderr)
+        lines = r.stdout.splitlines()
+        assert lines[0].startswith(f"usage: python -m {module_of(name)} "), (name, lines[0])
+        # the first paragraph after the usage line is the sentence, whole
+        paragraph = lines[2 : lines.index("", 2)]
+        assert " ".join(paragraph) == " ".join(h.does.split()), (name, paragraph)
+        assert lines[-1] == f"Manual: {h.page}", (name, lines[-1])
+        if not h.schema:  # argparse lists its own options
+            continue
+        start = next(i for i, ln in enumerate(lines) if ln.startswith("Config groups"))
+        listed = [ln.split(":")[0].strip() for ln in lines[start + 1 : lines.index("", start)]]
+        assert listed == list(READS[name]), (name, listed)
+        composed = OmegaConf.load(CONF_DIR / f"{name}.yaml").defaults
+        if "config" in composed:  # the main tree's groups, through conf/config.yaml
+            composed = [*OmegaConf.load(CONF_DIR / "config.yaml").defaults, *composed]
+        chosen = {next(iter(d)) for d in composed if isinstance(d, Mapping)} | {"net"}
+        assert set(h.groups) <= chosen | {"algorithm/crossover", "algorithm/mutation"}, name
+        start = lines.index("Keys (key=value; the defaults shown):")
+        pairs = " ".join(lines[start + 1 : lines.index("", start)]).split()
+        keys = [p.split("=")[0].split(".")[0] for p in pairs]
+        assert list(dict.fromkeys(keys)) == list(h.keys), (name, keys)
+        schema = {f.name for f in dataclasses.fields(getattr(config, h.schema))}
+        assert set(h.keys) <= schema, (name, set(h.keys) - schema)
+        # a key the entry point's schema adds is its own: its help lists it
+        own = schema - SHARED - set(h.groups)
+        assert own <= set(h.keys), (name, own - set(h.keys))
+
+
+def test_a_help_without_its_sentence_or_with_a_wrong_page_fails(monkeypatch):
+    """The checks above catch a fragment for a sentence and a page that is not there."""
+    assert not is_a_sentence("phase two.")
+    assert not is_a_sentence("an emulated cluster.")
+    assert is_a_sentence(HELP["deploy"].does)
+    wrong = dataclasses.replace(HELP["deploy"], page="docs/guides/deploy.md")
+    monkeypatch.setitem(HELP, "deploy", wrong)
+    with pytest.raises(AssertionError, match="deploy.md"):
+        test_every_documented_entry_point_has_a_help_and_every_help_a_page()
+    anchored = dataclasses.replace(HELP["deploy"], page="docs/guides/deploying.md#no-such")
+    monkeypatch.setitem(HELP, "deploy", anchored)
+    with pytest.raises(AssertionError, match="no-such"):
+        test_every_documented_entry_point_has_a_help_and_every_help_a_page()

@@ -238,12 +238,13 @@ def test_a_signal_while_outputs_are_written_stops_the_sweep(tmp_path):
     script.write_text(
         "import os, signal, sys\n"
         "import dse.__main__ as m\n"
-        "original = m.write_outputs\n"
+        "import dse.search.workflow as w\n"
+        "original = w.write_outputs\n"
         "def writing(*args, **kwargs):\n"
         "    if not kwargs and len(args) == 7:  # the search's outputs, not phase two's\n"
         "        os.kill(os.getpid(), signal.SIGINT)\n"
         "    return original(*args, **kwargs)\n"
-        "m.write_outputs = writing\n"
+        "w.write_outputs = writing\n"
         "sys.argv = [sys.argv[0], *sys.argv[1:]]\n"
         "m.run(m.main)\n"
     )

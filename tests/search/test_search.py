@@ -59,14 +59,13 @@ def settings(**kw) -> AlgorithmConfig:
 def test_nsga2_recovers_the_enumerated_front(spatial):
     problem = small_problem(spatial=spatial)
     every = np.array(list(itertools.product(*(range(int(u) + 1) for u in problem.xu))))
-    out: dict = {}
-    problem._evaluate(every, out)
-    truth = objective_set(out["F"][non_dominated(out["F"])])
+    f_every, _ = problem.evaluate(every)
+    truth = objective_set(f_every[non_dominated(f_every)])
     if spatial:  # rows reach mappings channels cannot: the true front moves
         plain = small_problem()
         base = np.array(list(itertools.product(range(3), repeat=plain.n_var)))
-        plain._evaluate(base, out)
-        assert truth != objective_set(out["F"][non_dominated(out["F"])])
+        f_base, _ = plain.evaluate(base)
+        assert truth != objective_set(f_base[non_dominated(f_base)])
     state = search.run(search.new_search(problem, settings(n_gen=80 if spatial else 40), 3))
     _, f_found, g_found = search.front(state)
     assert (g_found <= 0).all()
@@ -290,6 +289,38 @@ def test_crowding_distance_is_pymoos():
         F = rng.integers(0, 5, size=(n, 3)).astype(float)  # ties and equal columns
         F[:, 2] = 1.0 if n % 2 else F[:, 2]
         assert np.array_equal(search.crowding_distance(F), pymoo_cd.do(F), equal_nan=True)
+
+
+@pytest.mark.parametrize("spatial", [False, True])
+def test_pymoos_operators_breed_from_the_problem_as_from_a_pymoo_problem(spatial):
+    """MappingProblem is a plain class (no pymoo algorithm drives it): what pymoo's operators
+    read of it (n_var, xl, xu) is what pymoo's own Problem holds for the same encoding, so each
+    operator a config can name breeds the same offspring from the same draws with either."""
+    from pymoo.core.problem import Problem
+
+    from dse.config import CROSSOVERS, MUTATIONS
+
+    problem = small_problem(spatial=spatial)
+    chrom = problem.chromosome
+    theirs = Problem(
+        n_var=chrom.n_genes, n_obj=3, n_ieq_constr=1, xl=chrom.lower, xu=chrom.upper, vtype=int
+    )
+    assert problem.n_var == theirs.n_var == chrom.n_genes
+    for ours_bound, their_bound in ((problem.xl, theirs.xl), (problem.xu, theirs.xu)):
+        assert ours_bound.dtype == their_bound.dtype == np.float64
+        assert np.array_equal(ours_bound, their_bound)
+    X = chrom.sample(200, np.random.default_rng(7)).astype(np.float64)
+    parents = X.reshape(2, 100, chrom.n_genes)
+    for name, op in [(n, c.build()) for n, c in CROSSOVERS.items()]:
+        got = op._do(problem, parents.copy(), random_state=np.random.default_rng(1))
+        want = op._do(theirs, parents.copy(), random_state=np.random.default_rng(1))
+        assert np.array_equal(got, want), name
+        assert not np.array_equal(got, parents), name
+    for name, op in [(n, m.build()) for n, m in MUTATIONS.items()]:
+        got = op._do(problem, X.copy(), random_state=np.random.default_rng(2))
+        want = op._do(theirs, X.copy(), random_state=np.random.default_rng(2))
+        assert np.array_equal(got, want), name
+        assert not np.array_equal(got, X), name
 
 
 @pytest.mark.parametrize("seed", range(4))
