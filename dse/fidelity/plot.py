@@ -3,36 +3,35 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
 
 from dse.fidelity.choose import KINDS
-from dse.fidelity.statistics import stats
+from dse.fidelity.statistics import Points, stats
 from dse.results.plots import plain_log_ticks
 
 
-def plot(path: Path, pts: dict[str, Any], title: str) -> None:
+def plot(path: Path, pts: Points, title: str) -> None:
     """Predicted against measured, log-log: latency, per-device peak memory and, where
     measured, the pipelined period, by kind of mapping (latency and period with the machine's
     drift taken out where probed, the raw measurements beside them)."""
     panels = [("latency", "ms"), ("memory", "MB")]
-    if pts.get("period"):
+    if pts.period:
         panels.append(("period", "ms"))
     # on the Agg canvas, without pyplot (no screen here)
     fig = Figure(figsize=(5.5 * len(panels), 5))
     axes = fig.subplots(1, len(panels))
     for ax, (name, unit) in zip(axes, panels, strict=True):
-        adjusted = bool(pts.get(f"{name}_adjusted"))  # latency and period, where probed
-        data = pts[f"{name}_adjusted"] if adjusted else pts[name]
+        adjusted = name != "memory" and bool(pts.of(name, adjusted=True))  # where probed
+        data = pts.of(name, adjusted)
         if not data:
             ax.set_title(f"{name}: nothing measured")
             continue
         p = np.array([d[0] for d in data], dtype=float)
         m = np.array([d[1] for d in data], dtype=float)
         # where each figure was before the machine's drift came out of it
-        raw = np.array([d[1] for d in pts[name]]) if adjusted else m
+        raw = np.array([d[1] for d in pts.of(name)]) if adjusted else m
         lo, hi = min(p.min(), m.min(), raw.min()) * 0.8, max(p.max(), m.max(), raw.max()) * 1.25
         x = np.geomspace(lo, hi, 50)
         ax.plot(x, x, "k-", lw=1, label="y = x")

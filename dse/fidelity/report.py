@@ -12,6 +12,7 @@ from dse.fidelity.measure import DEPLOYMENTS, MemoryBaseline
 from dse.fidelity.statistics import (
     Agreement,
     Point,
+    Points,
     Repeatability,
     by_kind,
     noise_floor,
@@ -82,23 +83,23 @@ def latency_figures(pts: list[Point]) -> Agreement:
     return replace(stats([x[0] for x in pts], [x[1] for x in pts]), by_kind=by_kind(pts))
 
 
-def drift_figures(pts: dict[str, list[Point]], name: str) -> Agreement:
+def drift_figures(pts: Points, name: str) -> Agreement:
     """:func:`latency_figures` of ``name``'s points (latency or period) with the machine's drift
-    taken out where it was probed (``<name>_adjusted``), else as measured, saying which."""
-    adjusted = pts[f"{name}_adjusted"]
-    return replace(latency_figures(adjusted or pts[name]), drift_taken_out=bool(adjusted))
+    taken out where it was probed, else as measured, saying which."""
+    adjusted = pts.of(name, adjusted=True)
+    return replace(latency_figures(adjusted or pts.of(name)), drift_taken_out=bool(adjusted))
 
 
-def figures(pts: dict[str, list[Point]], results: Sequence[Measurement]) -> Figures:
+def figures(pts: Points, results: Sequence[Measurement]) -> Figures:
     """The report's statistics: latency and the pipelined period (None without ``stream``)
     judged with the machine's drift taken out where it was probed, and as measured; memory;
     and how well the measured ``results`` agree with themselves."""
     return Figures(
         latency=drift_figures(pts, "latency"),
-        latency_as_measured=latency_figures(pts["latency"]),
-        memory=stats([x[0] for x in pts["memory"]], [x[1] for x in pts["memory"]]),
-        period=drift_figures(pts, "period") if pts["period"] else None,
-        period_as_measured=latency_figures(pts["period"]) if pts["period"] else None,
+        latency_as_measured=latency_figures(pts.latency),
+        memory=stats([x[0] for x in pts.memory], [x[1] for x in pts.memory]),
+        period=drift_figures(pts, "period") if pts.period else None,
+        period_as_measured=latency_figures(pts.period) if pts.period else None,
         noise_floor_pct=noise_floor(results),
         round_spread_pct=round_spread(results),
         repeatability=repeatability(results),

@@ -12,6 +12,7 @@ import numpy as np
 from scipy.stats import kendalltau, spearmanr
 
 from dse.fidelity.choose import KINDS
+from dse.measuring.comparison import Compared, Figure
 from dse.runtime.deployment.measurements import Latency, Measurement
 
 WITHIN = 10.0  # %
@@ -69,33 +70,52 @@ def stats(predicted: Any, measured: Any) -> Agreement:
     )
 
 
-def points(rows: list[dict[str, Any]], kinds: list[str]) -> dict[str, list[Point]]:
-    """(predicted, measured, kind) per mapping for latency and the pipelined period (where
-    measured), each also with the machine's drift taken out where probed (``latency_adjusted``,
-    ``period_adjusted``), and per used device for memory."""
+@dataclass(frozen=True)
+class Points:
+    """(predicted, measured, kind) per measured mapping: latency and the pipelined period (where
+    streamed), each also with the machine's drift taken out where every one was probed (else
+    empty), and memory per device used."""
+
+    latency: list[Point]
+    latency_adjusted: list[Point]
+    memory: list[Point]
+    period: list[Point]
+    period_adjusted: list[Point]
+
+    def of(self, name: str, adjusted: bool = False) -> list[Point]:
+        """The points of ``name`` (latency, memory, period), drift taken out if ``adjusted``."""
+        return getattr(self, f"{name}_adjusted" if adjusted else name)
+
+
+def points(results: Sequence[Compared], kinds: list[str]) -> Points:
+    """The :class:`Points` of measured results, each of its kind of mapping."""
     lat, adj, mem, period, period_adj = [], [], [], [], []
-    for row, kind in zip(rows, kinds, strict=True):
-        if row["status"] != "ok":
+    for r, kind in zip(results, kinds, strict=True):
+        cmp = r.comparison
+        if not r.ok or cmp is None:
             continue
-        lat.append((row["latency_predicted_ms"], row["latency_measured_ms"], kind))
-        if row.get("latency_adjusted_ms") is not None:
-            adj.append((row["latency_predicted_ms"], row["latency_adjusted_ms"], kind))
-        if row.get("period_measured_ms") and row.get("period_predicted_ms") is not None:
-            period.append((row["period_predicted_ms"], row["period_measured_ms"], kind))
-            if row.get("period_adjusted_ms") is not None:
-                period_adj.append((row["period_predicted_ms"], row["period_adjusted_ms"], kind))
-        for key, value in row.items():
-            if key.endswith("_memory_mb_predicted") and value:
-                measured = row[key.replace("_predicted", "_measured")]
-                if measured:
-                    mem.append((value, measured, kind))
-    return {
-        "latency": lat,
-        "latency_adjusted": adj if len(adj) == len(lat) else [],
-        "memory": mem,
-        "period": period,
-        "period_adjusted": period_adj if len(period_adj) == len(period) else [],
-    }
+        lat.append(_point(cmp.latency_ms, kind))
+        if cmp.latency_adjusted_ms is not None:
+            adj.append(_point(cmp.latency_adjusted_ms, kind))
+        if cmp.period_ms is not None and cmp.period_ms.measured and cmp.period_ms.predicted:
+            period.append(_point(cmp.period_ms, kind))
+            if cmp.period_adjusted_ms is not None:
+                period_adj.append(_point(cmp.period_adjusted_ms, kind))
+        for device in cmp.devices.values():
+            if device.memory_mb.predicted and device.memory_mb.measured:
+                mem.append(_point(device.memory_mb, kind))
+    return Points(
+        latency=lat,
+        latency_adjusted=adj if len(adj) == len(lat) else [],
+        memory=mem,
+        period=period,
+        period_adjusted=period_adj if len(period_adj) == len(period) else [],
+    )
+
+
+def _point(figure: Figure, kind: str) -> Point:
+    assert figure.predicted is not None and figure.measured is not None
+    return figure.predicted, figure.measured, kind
 
 
 def by_kind(points: list[Point]) -> dict[str, KindError]:

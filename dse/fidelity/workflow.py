@@ -92,8 +92,8 @@ def run_fidelity(cfg: DictConfig, tell: Callable[..., None]) -> FidelityReport:
         for label, kind, result in zip(chosen.labels, chosen.kinds, measured.results, strict=True)
     ]
     write_csv(out / "fidelity.csv", rows)
-    pts = points(rows, chosen.kinds)
-    if not pts["latency"]:
+    pts = points(measured.results, chosen.kinds)
+    if not pts.latency:
         if measured.interrupted:  # stopped before the first result: that, not a failure
             raise KeyboardInterrupt
         raise DseError(f"no mapping was measured (see {out}/{DEPLOYMENTS}/*/stderr.log)")
@@ -101,7 +101,7 @@ def run_fidelity(cfg: DictConfig, tell: Callable[..., None]) -> FidelityReport:
     plot(
         out / "fidelity.png",
         pts,
-        f"{net.name} on {platform.name}: predicted vs measured, {len(pts['latency'])} "
+        f"{net.name} on {platform.name}: predicted vs measured, {len(pts.latency)} "
         f"mappings ({calibrated} coefficients {coefficients.source})",
     )
     f = figures(pts, measured.results)

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from matplotlib.figure import Figure
+from matplotlib.figure import Figure as Canvas
 from onnx import helper
 
 import tests.helpers.onnx_factory as onnx_factory
@@ -30,6 +30,7 @@ from dse.fidelity.statistics import (
 )
 from dse.mapping import Mappings, check, from_device_lists, random_mappings
 from dse.mapping.build import ROW_KINDS
+from dse.measuring.comparison import Compared, Figure, Figures
 from dse.measuring.merge import start_rss_mb
 from dse.measuring.speed import slowdown, speed_reference
 from dse.net import load_net
@@ -74,19 +75,25 @@ def test_fidelity_error_by_kind_of_mapping() -> None:
     assert by_kind(pts) == {"single": KindError(2, 0.0, 10.0), "split": KindError(1, 20.0, 20.0)}
 
 
+def compared(latency: tuple[float, float], period: tuple[float, float] | None = None) -> Compared:
+    """A measured mapping whose (predicted, measured) latency and period are given."""
+    figures = Figures(Figure.of(*latency), period_ms=None if period is None else Figure.of(*period))
+    med = latency[1]
+    lat = Latency(med, med, med, all=[med])
+    return Compared("ok", latency_ms=lat, comparison=figures)
+
+
 def test_the_period_is_judged_beside_the_latency(tmp_path) -> None:
-    """Rows with a pipelined period (stream=N) give period points and statistics; the summary
-    line ends with the period's MAPE; rows without it (or failed) give none."""
-    rows = [
-        {"status": "ok", "latency_predicted_ms": 10.0, "latency_measured_ms": 10.0,
-         "period_predicted_ms": 4.2, "period_measured_ms": 4.0},
-        {"status": "ok", "latency_predicted_ms": 20.0, "latency_measured_ms": 25.0,
-         "period_predicted_ms": 8.0, "period_measured_ms": 10.0},
-        {"status": "ok", "latency_predicted_ms": 30.0, "latency_measured_ms": 30.0},
-        {"status": "failed", "period_predicted_ms": 1.0, "period_measured_ms": None},
-    ]  # fmt: skip
-    pts = points(rows, ["single", "split", "mixed", "mixed"])
-    assert pts["period"] == [(4.2, 4.0, "single"), (8.0, 10.0, "split")]
+    """Results with a pipelined period (stream=N) give period points and statistics; the summary
+    line ends with the period's MAPE; results without it (or failed) give none."""
+    results = [
+        compared((10.0, 10.0), (4.2, 4.0)),
+        compared((20.0, 25.0), (8.0, 10.0)),
+        compared((30.0, 30.0)),
+        Compared("failed", "no", comparison=Figures(Figure.of(1.0, None), period_ms=None)),
+    ]
+    pts = points(results, ["single", "split", "mixed", "mixed"])
+    assert pts.period == [(4.2, 4.0, "single"), (8.0, 10.0, "split")]
     f = figures(pts, [])
     # errors +5 % and -20 %: MAPE 12.5, one of two within 10 %; by kind +5 and -20
     assert f.period.mape_pct == pytest.approx(12.5)
@@ -94,7 +101,7 @@ def test_the_period_is_judged_beside_the_latency(tmp_path) -> None:
     assert f.period.by_kind["split"].bias_pct == pytest.approx(-20.0)
     doc = fidelity_doc(latency=f.latency, period=f.period)
     assert messages(doc, tmp_path)[-1].endswith("; period MAPE 12.5 %, within 10 % 50 %")
-    assert figures(points(rows[2:], ["mixed", "mixed"]), []).period is None
+    assert figures(points(results[2:], ["mixed", "mixed"]), []).period is None
     assert "period" not in messages(replace(doc, period=None), tmp_path)[-1]
 
 
@@ -237,10 +244,8 @@ def test_the_report_gives_the_latency_error_of_the_row_kinds(tmp_path, monkeypat
     assert list(kinds) == ["split", "spatial", "three"]
     assert kinds["spatial"] == KindError(1, 10.0, 10.0)
     assert kinds["three"] == KindError(1, -20.0, 20.0)
-    rows = [
-        {"status": "ok", "latency_predicted_ms": p, "latency_measured_ms": m} for p, m, _ in pts
-    ]
-    f = figures(points(rows, [k for *_, k in pts]), [])
+    results = [compared((p, m)) for p, m, _ in pts]
+    f = figures(points(results, [k for *_, k in pts]), [])
     doc = fidelity_doc(latency=f.latency)
     line = next(x for x in messages(doc, tmp_path) if x.startswith("latency error by kind"))
     assert line.endswith("split -10.0 % (n=1), spatial +10.0 % (n=1), three -20.0 % (n=1)")
@@ -249,8 +254,8 @@ def test_the_report_gives_the_latency_error_of_the_row_kinds(tmp_path, monkeypat
     def keep(fig, path, **kw) -> None:  # noqa: ANN001
         legends.extend(ax.get_legend_handles_labels()[1] for ax in fig.axes)
 
-    monkeypatch.setattr(Figure, "savefig", keep)
-    plot(tmp_path / "f.png", {**points(rows, [k for *_, k in pts]), "memory": []}, "t")
+    monkeypatch.setattr(Canvas, "savefig", keep)
+    plot(tmp_path / "f.png", points(results, [k for *_, k in pts]), "t")
     assert legends[0][-3:] == ["split", "spatial", "three"]
 
 

@@ -28,6 +28,13 @@ from dse.runtime.deployment.plan import Gather, Plan, RankPlan, Recv, Run, Send
 Step = Run | Send | Recv | Gather
 
 
+class Session(Protocol):
+    """A sub-model ready to run (an onnxruntime session)."""
+
+    def run(self, outputs: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """The named outputs on ``feeds``."""
+
+
 class Channel(Protocol):
     """How tensors cross ranks."""
 
@@ -63,7 +70,7 @@ class RankState:
 
     plan: Plan
     spec: RankPlan
-    sessions: dict[str, Any]  # sub-model file -> onnxruntime session
+    sessions: dict[str, Session]  # by sub-model file
     channel: Channel
     buffers: dict[str, np.ndarray] = field(default_factory=dict)
     staging: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
@@ -73,7 +80,9 @@ class RankState:
     fresh: bool = False  # a new buffer per frame for gathered tensors it sends on
 
 
-def rank_state(plan: Plan, spec: RankPlan, sessions: dict[str, Any], channel: Channel) -> RankState:
+def rank_state(
+    plan: Plan, spec: RankPlan, sessions: dict[str, Session], channel: Channel
+) -> RankState:
     """A rank's state with its receive and gather buffers allocated (:func:`buffers`)."""
     state = RankState(plan, spec, sessions, channel)
     state.buffers, state.staging = buffers(plan, spec)
