@@ -101,7 +101,7 @@ def host_memory_bytes() -> int | None:
     return min(limits) if limits else None
 
 
-def check_directory(
+def check_files(
     plan: Plan, directory: Path, rank: int | None = None, host_memory: int | None = None
 ) -> None:
     """:func:`validate` with the deployment directory's files: the expected outputs and the
@@ -168,5 +168,5 @@ def read_plan(directory: Path, rank: int | None = None, host_memory: int | None 
     directory = Path(directory)
     where = str(directory / PLAN)
     plan = Plan.from_json(read_plan_json(directory), where)
-    check_directory(plan, directory, rank, host_memory)
+    check_files(plan, directory, rank, host_memory)
     return plan

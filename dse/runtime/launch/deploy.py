@@ -19,7 +19,7 @@ from dse.runtime.compile.package import check_existing, write_deployment
 from dse.runtime.compile.partition import Deployment, partition
 from dse.runtime.deployment.layout import HOSTFILE, RANKFILE, RUN_SCRIPT
 from dse.runtime.deployment.plan import Plan, RunSettings
-from dse.runtime.launch.mpirun import Launcher, check_directory, mpi_files, mpiexec_path
+from dse.runtime.launch.mpirun import Launcher, check_mpi_path, mpi_files, mpiexec_path
 from dse.runtime.launch.reference import reference, reference_outputs
 
 
@@ -48,7 +48,7 @@ def deploy(
 ) -> Plan:
     """Partition mapping 0 of ``mapping`` and write its deployment directory, with the whole
     model's outputs on the plan's input for the ranks to check theirs against; its plan."""
-    check_directory(out)
+    check_mpi_path(out)
     check_existing(out, net.fingerprint, mapping.ident(0))
     # before the work: a place that cannot be written, or a disk without room for the weights
     can_write(Path(out).expanduser(), "out", int(net.graph.weight_bytes.sum()) + 2**20)

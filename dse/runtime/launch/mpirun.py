@@ -61,7 +61,7 @@ def kept(result: Measurement) -> Measurement:
 MPI_PATH_UNSAFE = ":,"
 
 
-def check_directory(directory: Path, key: str = "out") -> None:
+def check_mpi_path(directory: Path, key: str = "out") -> None:
     """A deployment directory whose absolute path mpiexec can take (one line otherwise)."""
     path = str(Path(directory).expanduser().absolute())
     bad = sorted({c for c in path if c in MPI_PATH_UNSAFE})
@@ -131,7 +131,7 @@ class Launcher:
         ``rankfile`` of ``directory`` (:func:`mpi_files`), with this launcher's arguments;
         ``placement`` (each rank's host and device) is needed with a rank wrapper."""
         d = Path(directory).resolve()
-        check_directory(d)
+        check_mpi_path(d)
         cmd = [mpiexec or self.mpiexec or mpiexec_path(), "-n", str(n_ranks)]
         map_by = f"rankfile:file={d / RANKFILE}" + (":oversubscribe" if self.slots else "")
         cmd += ["--hostfile", str(d / HOSTFILE), "--map-by", map_by]

@@ -77,7 +77,7 @@ def launch(
     """Run the deployment; the measurement its rank 0 wrote (``failed`` with its reason when
     the outputs differ from the whole model's), or a failure naming the exit status and the
     ranks' error line (or the last lines of stderr), or the time limit. The plan is checked
-    first (one line, :func:`dse.runtime.deployment.plan.read_plan`). Ctrl-C stops every rank. The
+    first (one line, :func:`dse.runtime.deployment.reader.read_plan`). Ctrl-C stops every rank. The
     launcher's watch (:data:`dse.runtime.launch.mpirun.Watch`) sees the run start and end, and may
     name a failure's cause."""
     directory = Path(directory).absolute()

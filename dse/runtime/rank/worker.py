@@ -12,7 +12,7 @@ Rank 0 gathers everything, checks the outputs against the whole model
 (:mod:`dse.runtime.rank.equivalence`) and writes ``measurements.json``, the run's one writer.
 
 Before anything is allocated every rank reads the plan through the checked reader
-(:func:`dse.runtime.deployment.plan.read_plan`, its own sub-models' ONNX inputs and outputs, its
+(:func:`dse.runtime.deployment.reader.read_plan`, its own sub-models' ONNX inputs and outputs, its
 buffers bounded by this machine's memory too); when any rank finds it wrong, every rank stops with
 status 2 and rank 0 prints the reason in one line. A run whose outputs differ from the whole
 model's, or could not be checked, also ends with status 2 and one line, after its measurements are
