@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
@@ -193,12 +193,13 @@ def startup_message(output: str) -> str | None:
     return next((message for message in STARTUP_FAILURES if message in text), None)
 
 
-def _run(cmd: list[str], directory: Path, timeout_s: float, launcher: Launcher) -> Measurement:
-    """mpiexec ``cmd`` in its own session, at most ``timeout_s``; what the run gave."""
-    result_path = directory / MEASUREMENTS
-    result_path.unlink(missing_ok=True)
-    err_path = directory / STDERR
-    with open(err_path, "wb") as err, open(directory / STDOUT, "wb") as out:
+@contextlib.contextmanager
+def started(cmd: list[str], directory: Path, launcher: Launcher) -> Iterator[subprocess.Popen]:
+    """mpiexec ``cmd`` started in its own session, its output to the deployment's logs
+    (:data:`~dse.runtime.deployment.layout.STDOUT`, ``STDERR``), dying with this process; when
+    the block ends, however it ends, nothing of it is left (its session killed). A measuring
+    run waits in the block for the ranks to end (:func:`launch`)."""
+    with open(directory / STDERR, "wb") as err, open(directory / STDOUT, "wb") as out:
         proc = subprocess.Popen(
             cmd,
             stdout=out,
@@ -208,17 +209,25 @@ def _run(cmd: list[str], directory: Path, timeout_s: float, launcher: Launcher) 
             preexec_fn=die_with_parent(),  # and if this process is killed outright, with it
         )
         try:
-            code = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            kill_session(proc.pid)
-            proc.wait()
-            return Measurement.failed(f"timed out after {timeout_s:g} s")
+            yield proc
         except BaseException:
             kill_session(proc.pid)
-            proc.wait()
             raise
         finally:
             kill_session(proc.pid, grace_s=1.0)  # nothing of this run outlives it
+            proc.wait()
+
+
+def _run(cmd: list[str], directory: Path, timeout_s: float, launcher: Launcher) -> Measurement:
+    """mpiexec ``cmd`` in its own session, at most ``timeout_s``; what the run gave."""
+    result_path = directory / MEASUREMENTS
+    result_path.unlink(missing_ok=True)
+    with started(cmd, directory, launcher) as proc:
+        try:
+            code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            kill_session(proc.pid)
+            return Measurement.failed(f"timed out after {timeout_s:g} s")
     if result_path.is_file():
         result = read_measurements(directory)
         if code == 0 or result.status != "ok":
