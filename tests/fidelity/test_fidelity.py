@@ -27,8 +27,8 @@ from dse.paths import CONF_DIR
 from models_analytical.model import AnalyticalModel
 from tests.helpers.calibrate import platform_localhost
 from tests.helpers.cli import run_module
+from tests.helpers.graphs import boards, fork_join
 from tests.helpers.platforms import coefficients
-from tests.model.test_links import boards, fork_join
 
 
 def test_fidelity_statistics_by_hand() -> None:

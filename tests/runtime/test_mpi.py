@@ -29,7 +29,8 @@ from models_analytical.model import AnalyticalModel
 from tests.helpers import onnx_factory
 from tests.helpers.cli import ROOT, run_module
 from tests.helpers.mpi import flaky_mpiexec
-from tests.runtime.test_partition import RTOL, zoo_like
+from tests.helpers.nets import aba_batch, zoo_like
+from tests.helpers.partition import RTOL
 
 
 @pytest.fixture(scope="module")
@@ -83,11 +84,6 @@ def test_lop_mapping(tmp_path: Path, localhost) -> None:
     compared = read_comparison(out)
     assert compared["predicted"]["latency_ms"] > 0 and compared == json.loads(json.dumps(r))
     assert {k: v for k, v in compared.items() if k not in ("predicted", "comparison")} == measured
-
-
-def aba_batch(net):
-    n = len(net.graph)
-    return from_device_lists(net.graph, 2, [[[i % 2] for i in range(n)]])
 
 
 @pytest.mark.mpi

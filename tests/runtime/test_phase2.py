@@ -17,7 +17,7 @@ from dse.results import phase2
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
 from tests.helpers.cli import ROOT
-from tests.runtime.test_partition import zoo_like
+from tests.helpers.nets import zoo_like
 
 
 def test_select_bests_then_spread() -> None:

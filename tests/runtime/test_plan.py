@@ -29,7 +29,7 @@ from dse.runtime.plan import EXPECTED, PLAN, Plan
 from dse.runtime.reader import read_plan
 from tests.helpers.cli import ROOT
 from tests.helpers.hostile import assert_each_one_line, run_all
-from tests.runtime.test_partition import zoo_like
+from tests.helpers.nets import zoo_like
 
 Edit = Callable[[dict[str, Any]], None]
 
