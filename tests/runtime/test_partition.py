@@ -15,11 +15,12 @@ from dse.errors import DseError
 from dse.mapping import from_device_lists
 from dse.net import load_net
 from dse.runtime.partition import partition
-from dse.runtime.plan import Port, seeded_inputs
-from dse.runtime.sequential import time_segments, time_segments_beside
+from dse.runtime.plan import Port, input_arrays, seeded_inputs
+from dse.runtime.sequential import run_sequential, time_segments, time_segments_beside
 from dse.runtime.sessions import session
 from tests.helpers.nets import channel_local_net, dense_block_net, zoo_like
 from tests.helpers.partition import (
+    RTOL,
     assert_equal_outputs,
     sent_by_device,
     steps_on,
@@ -42,7 +43,12 @@ def test_part_bounds_are_cumulative_sizes_in_device_order(tmp_path: Path) -> Non
     assert uneven.bounds(g, layer) == [(0, 1), (1, c)]
 
 
-def test_sub_models_pass_the_checker(tmp_path: Path) -> None:
+def test_sub_model_files_pass_the_checker_and_hold_every_weight_once(tmp_path: Path) -> None:
+    """Every splittable layer over devices 0-2, the rest on 3. The files written pass onnx's
+    full check; between them they hold every float weight of the whole model exactly once
+    (split layers' weights cut into parts), but gemm_t's broadcast bias c2 (one value), which
+    each of its 3 parts adds; and, run from these files, they give the whole model's outputs
+    in onnxruntime."""
     net = zoo_like(tmp_path)
     n = len(net.graph)
     batch = from_device_lists(
@@ -52,10 +58,28 @@ def test_sub_models_pass_the_checker(tmp_path: Path) -> None:
     out = tmp_path / "dep"
     out.mkdir()
     dep.write_segments(out)
+    held = []
     for name in dep.segments:
         onnx.checker.check_model(str(out / name), full_check=True)
-    names = [t for m in dep.segments.values() for t in m.graph.initializer]
-    assert len(names) > 0
+        for t in onnx.load(str(out / name)).graph.initializer:  # weights read from name.data
+            if t.data_type == onnx.TensorProto.FLOAT:
+                held.append(numpy_helper.to_array(t).ravel())
+    source = onnx.load(str(tmp_path / "zoo_like.onnx"))
+    weights = {t.name: numpy_helper.to_array(t).ravel() for t in source.graph.initializer}
+    (c1,) = [numpy_helper.to_array(m.attribute[0].t) for m in source.graph.node if m.name == "c1"]
+    floats = [v for v in weights.values() if v.dtype == np.float32] + [c1]
+    # wa 288 + ba 8 + wg 288 + bg 8 + wd 72 + wt 96 + bt 6 + wt2 192 + w1 60 + w2 120 + c2 1
+    # + w3 60 + the Constant c1 10 = 1209 floats; c2 twice more
+    assert sum(len(v) for v in held) == 1209 + 2
+    np.testing.assert_array_equal(
+        np.sort(np.concatenate(held)),
+        np.sort(np.concatenate([*floats, weights["c2"], weights["c2"]])),
+    )
+    x = input_arrays(dep.plan, seed=0)
+    got, ref = run_sequential(dep.plan, out, x), whole(net, x)
+    assert set(got) == set(ref) == {"m", "s"}
+    for name, r in ref.items():
+        assert np.abs(got[name] - r).max() <= RTOL * np.abs(r).max(), name
 
 
 @pytest.mark.parametrize("encoding", ["naive", "advanced", "vertical"])
