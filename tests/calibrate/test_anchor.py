@@ -19,8 +19,8 @@ from models_analytical.calibration import MeasuredRun
 from models_analytical.coefficients import Coefficients, TypeCoefficients
 from models_analytical.layer_costs import family, layer_key, regression_terms
 from models_analytical.model import AnalyticalModel
+from tests.helpers.graphs import relu_chain
 from tests.helpers.platforms import coefficients, platform
-from tests.model.test_model import relu_chain
 
 
 def test_a_run_off_the_entry_device_is_anchored_without_the_images_transfer():

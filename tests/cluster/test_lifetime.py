@@ -14,9 +14,9 @@ import pytest
 
 from dse.cluster.state import State
 from dse.mapping import to_autodice
-from tests.cluster.test_runs import left_on_boards, on_devices, small_net, wait_for_ranks
 from tests.helpers.cli import ROOT
-from tests.helpers.cluster import edge3_up
+from tests.helpers.cluster import edge3_up, left_on_boards, wait_for_ranks
+from tests.helpers.nets import on_devices, small_net
 
 
 @pytest.fixture(scope="module")

@@ -35,13 +35,12 @@ from dse.cluster import (
     set_link,
     up,
 )
-from dse.cluster.names import CGROUP_ROOT, CONTROLLERS
 from dse.cluster.state import State
 from dse.config import Phase2Config
 from dse.errors import DseError
 from dse.fidelity.measure import measure as fidelity_measure
 from dse.fidelity.settings import FidelitySettings
-from dse.mapping import Mappings, from_device_lists, to_autodice
+from dse.mapping import Mappings, to_autodice
 from dse.measuring.comparison import read_comparison
 from dse.measuring.measure import Settings, measure_one
 from dse.measuring.phase2 import measure_phase2
@@ -55,10 +54,17 @@ from dse.runtime.launch.run import launch
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
 from tests.helpers.cli import ROOT, run_module
-from tests.helpers.cluster import CONF, make_platform, platform_yaml
+from tests.helpers.cluster import (
+    CONF,
+    left_on_boards,
+    make_platform,
+    platform_yaml,
+    wait_for_ranks,
+)
+from tests.helpers.nets import on_devices, small_net
 from tests.helpers.onnx_factory import model as onnx_model
 from tests.helpers.onnx_factory import weight
-from tests.runtime.test_partition import RTOL
+from tests.helpers.partition import RTOL
 
 #: The memory cap of the test cluster's tb1_cpu1 (MB): a rank of a small network is charged
 #: ~45 MB in its device's cgroup, one holding the 94 MB Gemm ~140 MB.
@@ -66,24 +72,6 @@ CAP_MB = 100.0
 
 
 # --- networks and what the boards show ------------------------------------------------------
-
-
-def small_net(tmp: Path) -> Net:
-    """conv(3->16) relu conv(16->32) relu conv(32->8) on 32x32: three splittable layers and
-    tensors of 64 and 128 kB between them."""
-    n = helper.make_node
-    nodes = [
-        n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
-        n("Relu", ["c1"], ["r1"], name="relu1"),
-        n("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
-        n("Relu", ["c2"], ["r2"], name="relu2"),
-        n("Conv", ["r2", "w3", "b3"], ["c3"], pads=[1, 1, 1, 1], name="conv3"),
-    ]
-    inits = [weight("w1", [16, 3, 3, 3], 1), weight("b1", [16], 2), weight("w2", [32, 16, 3, 3], 3)]
-    inits += [weight("b2", [32], 4), weight("w3", [8, 32, 3, 3], 5), weight("b3", [8], 6)]
-    path = tmp / "small.onnx"
-    onnx.save(onnx_model(nodes, {"x": [1, 3, 32, 32]}, ["c3"], inits), path)
-    return load_net({"name": "onnx", "path": str(path)})
 
 
 def heavy_net(tmp: Path) -> Net:
@@ -102,10 +90,6 @@ def heavy_net(tmp: Path) -> Net:
     return load_net({"name": "onnx", "path": str(path)})
 
 
-def on_devices(net: Net, n_devices: int, *layer_devices: list[list[int]]) -> Mappings:
-    return from_device_lists(net.graph, n_devices, list(layer_devices))
-
-
 def model_of(net: Net, platform_cfg: dict) -> AnalyticalModel:
     coefficients = load_coefficients(CONF / platform_cfg["coefficients"])
     return AnalyticalModel(net.graph, load_platform(platform_cfg), coefficients)
@@ -117,38 +101,6 @@ def tx_bytes(state: State, board: str) -> int:
     out = subprocess.run(["ip", "-n", ns, "-s", "-j", "link", "show", "eth0"],
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     return int(json.loads(out)[0]["stats64"]["tx"]["bytes"])
-
-
-def left_on_boards(state: State) -> list[str]:
-    """Processes in the cluster's board namespaces or cgroups (read with ip and the cgroup
-    files, not dse's code)."""
-    found = []
-    for b in state.spec.boards:
-        ns = state.names.board_ns(b.name)
-        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
-        found += [f"{ns}: {p}" for p in pids.split()]
-    for controller in CONTROLLERS:
-        top = CGROUP_ROOT / controller / f"dse.{state.name}"
-        for procs in top.rglob("cgroup.procs"):
-            found += [f"{procs.parent}: {p}" for p in procs.read_text().split()]
-    return found
-
-
-def wait_for_ranks(state: State, board: str, timeout_s: float = 30.0) -> bool:
-    """Until a rank of the runtime runs in ``board``'s namespace."""
-    ns = state.names.board_ns(board)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
-        for pid in pids.split():
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"dse.runtime" in cmd:
-                return True
-        time.sleep(0.05)
-    return False
 
 
 # --- the launcher, without a cluster ---------------------------------------------------------

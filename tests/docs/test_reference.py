@@ -10,6 +10,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from dse import config_reference as ref
+from dse.config import register
 from dse.paths import CONF_DIR
 
 
@@ -57,6 +58,7 @@ def test_the_defaults_are_what_hydra_composes():
     what the group option the run starts from sets."""
     text = page()
     table = rows(text)
+    register()  # the structured configs, as the entry points register them before composing
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         cfg = compose("config", overrides=["+net=vgg16"])
     values = leaves(OmegaConf.to_container(cfg.copy(), resolve=False))

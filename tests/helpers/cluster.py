@@ -1,6 +1,6 @@
 """Emulated clusters for tests: a small two-board test platform, the prefix of test clusters'
 names (``tests/cluster/conftest.py`` makes them unique), waiting for a process to reach a
-board."""
+board, and what is left on the boards."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from dse.cluster import parse_spec, up
+from dse.cluster.names import CGROUP_ROOT, CONTROLLERS
 from dse.cluster.state import State
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "platform"
@@ -79,3 +80,35 @@ def wait_on_board(state: State, proc: subprocess.Popen, board: str) -> None:
     while str(proc.pid) not in subprocess.run(cmd, capture_output=True, text=True).stdout.split():
         assert time.monotonic() < deadline, f"{proc.args} never reached {board}"
         time.sleep(0.02)
+
+
+def left_on_boards(state: State) -> list[str]:
+    """Processes in the cluster's board namespaces or cgroups (read with ip and the cgroup
+    files, not dse's code)."""
+    found = []
+    for b in state.spec.boards:
+        ns = state.names.board_ns(b.name)
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
+        found += [f"{ns}: {p}" for p in pids.split()]
+    for controller in CONTROLLERS:
+        top = CGROUP_ROOT / controller / f"dse.{state.name}"
+        for procs in top.rglob("cgroup.procs"):
+            found += [f"{procs.parent}: {p}" for p in procs.read_text().split()]
+    return found
+
+
+def wait_for_ranks(state: State, board: str, timeout_s: float = 30.0) -> bool:
+    """Until a rank of the runtime runs in ``board``'s namespace."""
+    ns = state.names.board_ns(board)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
+        for pid in pids.split():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"dse.runtime" in cmd:
+                return True
+        time.sleep(0.05)
+    return False

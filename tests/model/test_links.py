@@ -7,52 +7,22 @@ from dataclasses import replace
 
 import pytest
 import yaml
-from onnx import helper
 
-import tests.helpers.onnx_factory as f
 from dse.calibrate.links import port_tables
 from dse.errors import DseError
 from dse.mapping import from_device_lists
-from dse.net.build import build_graph
 from dse.paths import CONF_DIR
-from dse.platform import Device, Link, Platform, load_platform
+from dse.platform import Link, Platform, load_platform
 from models_analytical.coefficients import port_key
 from models_analytical.model import AnalyticalModel
+from tests.helpers.graphs import MB, boards, fork_join, relus
 from tests.helpers.platforms import coefficients
-
-MB = 1e6  # every tensor below is 1e6 float32: 4 MB, 4 s at 1 MB/s; every Relu 1 s
-
-
-def relus(edges: list[tuple[str, list[str]]], outputs: list[str]):
-    """Relu layers (an Add where a layer has two inputs) of 1e6 elements each, from input x."""
-    nodes = [
-        helper.make_node("Add" if len(ins) == 2 else "Relu", ins, [name], name=name)
-        for name, ins in edges
-    ]
-    return build_graph(f.model(nodes, {"x": [1_000_000]}, outputs), "g")
-
-
-def fork_join():
-    """a feeds b and c, joined by j."""
-    return relus([("a", ["x"]), ("b", ["a"]), ("c", ["a"]), ("j", ["b", "c"])], ["j"])
 
 
 def two_pipes():
     """a feeds b and c; b feeds d, c feeds e; d and e joined by j."""
     edges = [("a", ["x"]), ("b", ["a"]), ("c", ["a"]), ("d", ["b"]), ("e", ["c"])]
     return relus([*edges, ("j", ["d", "e"])], ["j"])
-
-
-def boards(per_board: list[int], network: str = "pairs", **kw) -> Platform:
-    """Boards h0, h1, ... with the given number of cpus each; every link 1 MB/s, latency 0,
-    unless ``kw`` says otherwise (``links``, ``ports``)."""
-    devices = tuple(
-        Device(f"h{h}_cpu{i}", f"h{h}", "cpu", 1, 1e4)
-        for h, n in enumerate(per_board)
-        for i in range(n)
-    )
-    links = kw.pop("links", {"network": Link(0.0, MB), "same_host": Link(0.0, MB)})
-    return Platform("t", devices, links, entry=0, network=network, **kw)
 
 
 def latency(graph, plat: Platform, devices: list[list[int]]) -> float:

@@ -18,14 +18,8 @@ from dse.platform import Link, Platform, load_platform
 from models_analytical.coefficients import OP_CLASSES, Coefficients, TypeCoefficients
 from models_analytical.model import AnalyticalModel
 from models_analytical.schedule import ScheduleResult
+from tests.helpers.graphs import relu_chain
 from tests.helpers.platforms import RATE, coefficients, platform
-
-
-def relu_chain(n_elems: int, length: int):
-    nodes = [
-        helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"], name=f"r{i}") for i in range(length)
-    ]
-    return build_graph(f.model(nodes, {"t0": [n_elems]}, [f"t{length}"]), "chain")
 
 
 def run(graph, plat, devices, coeff=None):

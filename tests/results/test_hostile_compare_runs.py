@@ -11,6 +11,13 @@ import sys
 import pytest
 
 from tests.helpers.cli import ROOT, run_module
+from tests.helpers.figures import pixels, showing
+
+#: comparison.png: a panel for the hypervolume and one for the best of each objective (latency,
+#: memory, energy by default), four a row, each 4.2 x 3.4 in, 0.6 in for the title, at 110
+#: dpi: 4 x 4.2 x 110 = 1848 by (3.4 + 0.6) x 110 = 440 pixels; panel k within columns
+#: 462 k to 462 (k + 1).
+CONVERGENCE_PIXELS, PANEL_COLUMNS = (440, 1848, 3), 462
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +104,16 @@ def test_half_written_runs_are_skipped_with_one_warning_each(run_dir, tmp_path):
     for d, line in zip(bad, warnings, strict=True):
         assert line.startswith(f"warning: skipping {d}:"), line
     assert "Traceback" not in r.stderr
-    assert (tmp_path / "comparison.png").stat().st_size > 0
-    assert str(run_dir) in r.stdout
+    # the complete run alone is compared: one line, and one curve (C0) in each of the four
+    # panels; no second run's colour (C1)
+    (line,) = [ln for ln in r.stdout.splitlines() if "hypervolume" in ln]
+    assert line.endswith(f"({run_dir})"), line
+    image = pixels(tmp_path / "comparison.png")
+    assert image.shape == CONVERGENCE_PIXELS
+    run = showing(image, "C0")
+    panels = [bool(run[:, k * PANEL_COLUMNS : (k + 1) * PANEL_COLUMNS].any()) for k in range(4)]
+    assert panels == [True] * 4, f"the run's curve (C0) in the panels: {panels}"
+    assert not showing(image, "C1").any(), "a second run's colour (C1) is drawn"
 
 
 def test_nothing_complete_is_one_error_line(run_dir, tmp_path):
@@ -121,4 +136,9 @@ def test_a_multirun_directory_stands_for_its_numbered_runs(run_dir, tmp_path):
     assert r.stderr == ""  # no warning for the sweep's own files
     lines = [ln for ln in r.stdout.splitlines() if "hypervolume" in ln]
     assert [ln.rsplit("(", 1)[1] for ln in lines] == [f"{sweep / k})" for k in ("0", "1", "10")]
-    assert (sweep / "comparison.png").stat().st_size > 0
+    # beside the runs, the three drawn: C0, C1, C2 (the same figures: C2, drawn last, covers
+    # the others' curves; the legend shows all three), and no fourth colour
+    image = pixels(sweep / "comparison.png")
+    assert image.shape == CONVERGENCE_PIXELS
+    drawn = [bool(showing(image, f"C{k}").any()) for k in range(4)]
+    assert drawn == [True, True, True, False], f"colours C0-C3 drawn: {drawn}"

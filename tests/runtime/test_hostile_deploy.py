@@ -15,8 +15,7 @@ from dse.mapping import to_autodice
 from dse.runtime.launch.mpirun import Launcher
 from dse.runtime.launch.run import check_session_folder
 from tests.helpers.hostile import assert_each_one_line, run_all
-from tests.runtime.test_mpi import aba_batch
-from tests.runtime.test_partition import zoo_like
+from tests.helpers.nets import aba_batch, zoo_like
 
 
 def test_bad_deploy_settings_are_one_line_before_any_work(tmp_path: Path) -> None:

@@ -23,8 +23,7 @@ from dse.errors import DseError
 from dse.files import LEFTOVERS, LOCK, owned, remove_dead_scratch
 from dse.mapping import to_autodice
 from tests.helpers.cli import ROOT, as_from_a_terminal
-from tests.runtime.test_mpi import aba_batch
-from tests.runtime.test_partition import zoo_like
+from tests.helpers.nets import aba_batch, zoo_like
 
 
 def processes_naming(marker: str) -> list[str]:

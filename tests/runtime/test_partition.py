@@ -1,11 +1,5 @@
-"""The partitioner and the in-process executor: partitioned outputs equal the whole model.
-
-Tolerance: the parts run the same operators on the same inputs with sliced weights, so only the
-summation order inside onnxruntime's kernels may change (its blocking depends on the channel
-count). A float32 dot product of K terms reordered differs by about sqrt(K) * 2^-23 of its
-magnitude (K <= 25088 here: ~2e-5); a few such layers in a row stay below 1e-4 of the output's
-scale, so outputs must agree to max|a - b| <= 1e-4 * max|b|.
-"""
+"""The partitioner and the in-process executor: partitioned outputs equal the whole model (to
+the tolerance :data:`tests.helpers.partition.RTOL` explains)."""
 
 from __future__ import annotations
 
@@ -18,108 +12,23 @@ from onnx import helper, numpy_helper
 
 from chromosomes import make_chromosome
 from dse.errors import DseError
-from dse.mapping import Mappings, from_device_lists
-from dse.mapping import whole as whole_on
-from dse.net import Net, load_net
+from dse.mapping import from_device_lists
+from dse.net import load_net
 from dse.runtime.compile.partition import partition
-from dse.runtime.deployment.plan import Plan, Port, input_arrays, seeded_inputs
-from dse.runtime.deployment.validate import model_io, validate
-from dse.runtime.launch.local import run_deployment, time_segments, time_segments_beside
+from dse.runtime.deployment.plan import Port, input_arrays, seeded_inputs
+from dse.runtime.launch.local import time_segments, time_segments_beside
+from dse.runtime.rank.inprocess import run_plan
 from dse.runtime.rank.sessions import session
-from tests.helpers.onnx_factory import model as onnx_model
-from tests.helpers.onnx_factory import weight
+from tests.helpers.nets import channel_local_net, dense_block_net, zoo_like
+from tests.helpers.partition import (
+    RTOL,
+    assert_equal_outputs,
+    sent_by_device,
+    steps_on,
+    whole,
+    with_sizes,
+)
 from tests.helpers.platforms import platform
-
-RTOL = 1e-4
-
-
-def zoo_like(tmp_path: Path) -> Net:
-    """Every sliceable op and the awkward cases: a grouped Conv (8 channels, 2 groups), a
-    depthwise Conv, ConvTranspose with and without groups, Gemm with and without transB and
-    with a full and a broadcast bias, a Constant-node bias, MatMul with a constant weight, a
-    reshape whose shape is folded from Shape, two branches joined, and two graph outputs."""
-    n = helper.make_node
-    nodes = [
-        n("Conv", ["x", "wa", "ba"], ["a"], pads=[1, 1, 1, 1], name="conv_a"),
-        n("Relu", ["a"], ["ra"], name="relu_a"),
-        n("Conv", ["ra", "wg", "bg"], ["g"], pads=[1, 1, 1, 1], group=2, name="conv_g"),
-        n("Conv", ["g", "wd"], ["d"], pads=[1, 1, 1, 1], group=8, name="conv_dw"),
-        n("ConvTranspose", ["d", "wt", "bt"], ["t"], strides=[2, 2], group=2, name="convt_g"),
-        n("ConvTranspose", ["ra", "wt2"], ["t2"], strides=[2, 2], name="convt"),
-        n("Add", ["t", "t2"], ["s"], name="add"),
-        n("GlobalAveragePool", ["s"], ["pool"], name="pool"),
-        n("Shape", ["pool"], ["shp"], name="shape"),
-        n("Slice", ["shp", "zero", "one"], ["shp0"], name="shp0"),
-        n("Concat", ["shp0", "minus1"], ["newshape"], axis=0, name="newshape"),
-        n("Reshape", ["pool", "newshape"], ["r"], name="reshape"),
-        n(
-            "Constant",
-            [],
-            ["c1"],
-            value=numpy_helper.from_array(np.linspace(-1, 1, 10).astype(np.float32), "c1"),
-            name="c1",
-        ),
-        n("Gemm", ["r", "w1", "c1"], ["f1"], name="gemm_n"),
-        n("Gemm", ["f1", "w2", "c2"], ["f2"], transB=1, alpha=0.5, name="gemm_t"),
-        n("MatMul", ["f2", "w3"], ["m"], name="matmul"),
-    ]
-    inits = [
-        weight("wa", [8, 4, 3, 3], 1),
-        weight("ba", [8], 2),
-        weight("wg", [8, 4, 3, 3], 3),
-        weight("bg", [8], 4),
-        weight("wd", [8, 1, 3, 3], 5),
-        weight("wt", [8, 3, 2, 2], 6),
-        weight("bt", [6], 7),
-        weight("wt2", [8, 6, 2, 2], 8),
-        weight("w1", [6, 10], 9),
-        weight("w2", [12, 10], 10),
-        weight("c2", [1], 11),
-        weight("w3", [12, 5], 12),
-        numpy_helper.from_array(np.array([0], dtype=np.int64), "zero"),
-        numpy_helper.from_array(np.array([1], dtype=np.int64), "one"),
-        numpy_helper.from_array(np.array([-1], dtype=np.int64), "minus1"),
-    ]
-    ins = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 8, 8])]
-    outs = [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None) for o in ("m", "s")]
-    g = helper.make_graph(nodes, "zoo_like", ins, outs, inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    path = tmp_path / "zoo_like.onnx"
-    onnx.save(m, path)
-    return load_net({"name": "onnx", "path": str(path)})
-
-
-def whole(net: Net, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    sess = session(net.weighted_model())
-    names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, inputs), strict=True))
-
-
-def assert_equal_outputs(net: Net, batch: Mappings, plat, ref=None) -> int:
-    """The deployment's outputs equal the whole model's, and its plan keeps every rule the
-    runtime checks (against its sub-models' own inputs and outputs); its segment count."""
-    dep = partition(net, batch, plat)
-    validate(dep.plan, {name: model_io(m) for name, m in dep.segments.items()})
-    x = input_arrays(dep.plan, seed=0)
-    ref = ref if ref is not None else whole(net, x)
-    got = run_deployment(dep, x)
-    assert set(got) == set(ref)
-    for name, r in ref.items():
-        assert got[name].shape == r.shape
-        assert np.abs(got[name] - r).max() <= RTOL * np.abs(r).max(), name
-    return len(dep.segments)
-
-
-def with_sizes(graph, n_dev: int, device: int, sizes: dict, devices: dict) -> Mappings:
-    """One mapping: every layer on ``device`` but the layers named in ``devices`` (name ->
-    device) and the splittable ones named in ``sizes`` (name -> channels per device)."""
-    on = np.array([devices.get(name, device) for name in graph.names])
-    m = whole_on(graph, n_dev, on)
-    for name, per_device in sizes.items():
-        s = int(np.searchsorted(graph.split_layers, graph.index[name]))
-        m.sizes[0, s] = per_device
-    return m
 
 
 def test_part_bounds_are_cumulative_sizes_in_device_order(tmp_path: Path) -> None:
@@ -135,7 +44,12 @@ def test_part_bounds_are_cumulative_sizes_in_device_order(tmp_path: Path) -> Non
     assert uneven.bounds(g, layer) == [(0, 1), (1, c)]
 
 
-def test_sub_models_pass_the_checker(tmp_path: Path) -> None:
+def test_sub_model_files_pass_the_checker_and_hold_every_weight_once(tmp_path: Path) -> None:
+    """Every splittable layer over devices 0-2, the rest on 3. The files written pass onnx's
+    full check; between them they hold every float weight of the whole model exactly once
+    (split layers' weights cut into parts), but gemm_t's broadcast bias c2 (one value), which
+    each of its 3 parts adds; and, run from these files, they give the whole model's outputs
+    in onnxruntime."""
     net = zoo_like(tmp_path)
     n = len(net.graph)
     batch = from_device_lists(
@@ -145,10 +59,28 @@ def test_sub_models_pass_the_checker(tmp_path: Path) -> None:
     out = tmp_path / "dep"
     out.mkdir()
     dep.write_segments(out)
+    held = []
     for name in dep.segments:
         onnx.checker.check_model(str(out / name), full_check=True)
-    names = [t for m in dep.segments.values() for t in m.graph.initializer]
-    assert len(names) > 0
+        for t in onnx.load(str(out / name)).graph.initializer:  # weights read from name.data
+            if t.data_type == onnx.TensorProto.FLOAT:
+                held.append(numpy_helper.to_array(t).ravel())
+    source = onnx.load(str(tmp_path / "zoo_like.onnx"))
+    weights = {t.name: numpy_helper.to_array(t).ravel() for t in source.graph.initializer}
+    (c1,) = [numpy_helper.to_array(m.attribute[0].t) for m in source.graph.node if m.name == "c1"]
+    floats = [v for v in weights.values() if v.dtype == np.float32] + [c1]
+    # wa 288 + ba 8 + wg 288 + bg 8 + wd 72 + wt 96 + bt 6 + wt2 192 + w1 60 + w2 120 + c2 1
+    # + w3 60 + the Constant c1 10 = 1209 floats; c2 twice more
+    assert sum(len(v) for v in held) == 1209 + 2
+    np.testing.assert_array_equal(
+        np.sort(np.concatenate(held)),
+        np.sort(np.concatenate([*floats, weights["c2"], weights["c2"]])),
+    )
+    x = input_arrays(dep.plan, seed=0)
+    got, ref = run_plan(dep.plan, out, x), whole(net, x)
+    assert set(got) == set(ref) == {"m", "s"}
+    for name, r in ref.items():
+        assert np.abs(got[name] - r).max() <= RTOL * np.abs(r).max(), name
 
 
 @pytest.mark.parametrize("encoding", ["naive", "advanced", "vertical"])
@@ -259,21 +191,6 @@ def test_plan_sends_what_the_model_counts(tmp_path: Path, encoding: str) -> None
         np.testing.assert_allclose(sent, predicted[p], rtol=1e-9)
 
 
-def sent_by_device(plan: Plan, n_devices: int) -> np.ndarray:
-    """Bytes each device sends in one inference, from the plan's send steps (float32)."""
-    sent = np.zeros(n_devices)
-    for r in plan.ranks:
-        for s in r.steps:
-            if s.op == "send":
-                sent[r.device_index] += np.prod(plan.tensors[s.tensor].shape) * 4
-    return sent
-
-
-def steps_on(plan: Plan, device: int, op: str, tensor: str) -> list:
-    rank = next(r for r in plan.ranks if r.device_index == device)
-    return [s for s in rank.steps if s.op == op and getattr(s, "tensor", None) == tensor]
-
-
 def test_consecutive_split_layers_all_gather(tmp_path: Path) -> None:
     """A split layer feeding split layers: each part's device that reads the whole receives
     the other parts straight from their devices and concatenates them itself; the owner
@@ -352,57 +269,6 @@ def test_zoo_weights_found_in_the_file() -> None:
         assert data[off : off + n] == t.raw_data
 
 
-def channel_local_net(tmp_path: Path) -> Net:
-    """conv1 (12 ch) -> BatchNormalization -> Relu -> MaxPool -> conv2 -> Clip, and conv2's
-    Clip read twice (a GlobalAveragePool and a Relu beside it, so neither follows); LRN after
-    conv3 (across channels: never follows); Gemm -> Relu (elementwise: follows a Gemm)."""
-    n = helper.make_node
-    nodes = [
-        n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
-        n("BatchNormalization", ["c1", "s", "bb", "m", "v"], ["n1"], name="bn"),
-        n("Relu", ["n1"], ["r1"], name="relu1"),
-        n("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
-        n("Conv", ["p1", "w2"], ["c2"], name="conv2"),
-        n("Clip", ["c2", "lo", "hi"], ["k2"], name="clip"),
-        n("GlobalAveragePool", ["k2"], ["g"], name="gap"),
-        n("Relu", ["k2"], ["side"], name="side"),
-        n("Conv", ["side", "w3"], ["c3"], name="conv3"),
-        n("LRN", ["c3"], ["l3"], size=3, name="lrn"),
-        n("Flatten", ["g"], ["f"], name="flat"),
-        n("Gemm", ["f", "wf"], ["y0"], transB=1, name="fc"),
-        n("Relu", ["y0"], ["y"], name="relu_fc"),
-    ]
-    rng = np.random.default_rng(5)
-    bn = [
-        numpy_helper.from_array(a.astype(np.float32), nm)
-        for nm, a in (
-            ("s", rng.uniform(0.5, 2, 12)),
-            ("bb", rng.standard_normal(12)),
-            ("m", rng.standard_normal(12)),
-            ("v", rng.uniform(0.5, 2, 12)),
-        )
-    ]
-    inits = [
-        weight("w1", [12, 3, 3, 3], 1),
-        weight("b1", [12], 2),
-        *bn,
-        weight("w2", [10, 12, 1, 1], 3),
-        numpy_helper.from_array(np.array(-0.5, dtype=np.float32), "lo"),
-        numpy_helper.from_array(np.array(0.7, dtype=np.float32), "hi"),
-        weight("w3", [6, 10, 1, 1], 4),
-        weight("wf", [7, 10], 6),
-    ]
-    ins = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])]
-    outs = [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None) for o in ("y", "l3")]
-    m = helper.make_model(
-        helper.make_graph(nodes, "cl", ins, outs, inits),
-        opset_imports=[helper.make_opsetid("", 17)],
-    )
-    m.ir_version = 8
-    onnx.save(m, tmp_path / "cl.onnx")
-    return load_net({"name": "onnx", "path": str(tmp_path / "cl.onnx")})
-
-
 def test_which_layers_follow_a_split_layer(tmp_path: Path) -> None:
     g = channel_local_net(tmp_path).graph
     follows = {g.names[c]: g.names[p] for c, p in enumerate(g.follows.tolist()) if p >= 0}
@@ -457,38 +323,6 @@ def test_channel_local_layers_run_on_the_parts(tmp_path: Path) -> None:
     segments = {r.device_index: len(r.segments) for r in plan.ranks}
     assert segments == {d: int(ev.segments[0, d]) for d in range(3) if ev.used[0, d]}
     assert_equal_outputs(net, batch, plat)
-
-
-def dense_block_net(tmp_path: Path, early_reader: bool) -> Net:
-    """A dense block: a -> b -> c (8 channels each), Concat(a, b, c) -> conv d, Concat(a, b, c,
-    d) -> conv f; with ``early_reader``, e = Relu(a) is read beside f (stored before the first
-    Concat, kept in file order)."""
-    n = helper.make_node
-    nodes = [
-        n("Conv", ["x", "wa"], ["a"], pads=[1, 1, 1, 1], name="a"),
-        n("Conv", ["a", "wb"], ["b"], pads=[1, 1, 1, 1], name="b"),
-        n("Conv", ["b", "wc"], ["c"], pads=[1, 1, 1, 1], name="c"),
-    ]
-    outs = ["f"]
-    if early_reader:
-        nodes.append(n("Relu", ["a"], ["e"], name="e"))
-        outs.append("e")
-    nodes += [
-        n("Concat", ["a", "b", "c"], ["cat"], axis=1, name="cat"),
-        n("Conv", ["cat", "wd"], ["d"], name="d"),
-        n("Concat", ["a", "b", "c", "d"], ["cat2"], axis=1, name="cat2"),
-        n("Conv", ["cat2", "wf"], ["f"], name="f"),
-    ]
-    inits = [
-        weight("wa", [8, 8, 3, 3], 1),
-        weight("wb", [8, 8, 3, 3], 2),
-        weight("wc", [8, 8, 3, 3], 3),
-        weight("wd", [8, 24, 1, 1], 4),
-        weight("wf", [8, 32, 1, 1], 5),
-    ]
-    path = tmp_path / f"dense{int(early_reader)}.onnx"
-    onnx.save(onnx_model(nodes, {"x": [1, 8, 6, 6]}, outs, inits), path)
-    return load_net({"name": "onnx", "path": str(path), "order": "file"})
 
 
 @pytest.mark.parametrize("early_reader", [False, True])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +16,11 @@ from dse.measuring import measure, phase2
 from dse.measuring.rounds import Rounds
 from dse.measuring.rows import csv_row, plot, write_csv
 from dse.platform import load_platform
-from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
 from tests.helpers.cli import ROOT
-from tests.runtime.test_partition import zoo_like
+from tests.helpers.figures import pixels, showing
+from tests.helpers.nets import zoo_like
+from tests.helpers.platforms import coefficients
 
 
 def test_select_bests_then_spread() -> None:
@@ -33,11 +35,12 @@ def test_select_bests_then_spread() -> None:
 
 @pytest.mark.mpi
 def test_measure_mappings_writes_rows_and_keeps_going(tmp_path: Path, monkeypatch) -> None:
+    """zoo_like all on localhost_cpu0, then a mapping whose run fails: a row each, the first's
+    prediction worked out by hand (every op class at 1 MMAC/s, no per-layer cost), its
+    measured figures those rank 0 wrote, and the figure shows the measured mapping alone."""
     net = zoo_like(tmp_path)
     platform = load_platform(yaml.safe_load((ROOT / "conf/platform/localhost.yaml").read_text()))
-    model = AnalyticalModel(
-        net.graph, platform, load_coefficients(ROOT / "conf/platform/localhost.json")
-    )
+    model = AnalyticalModel(net.graph, platform, coefficients())
     n = len(net.graph)
     batch = from_device_lists(
         net.graph, 2, [[[0]] * n, [[0, 1] if net.graph.splittable[i] else [1] for i in range(n)]]
@@ -62,16 +65,42 @@ def test_measure_mappings_writes_rows_and_keeps_going(tmp_path: Path, monkeypatc
     with open(tmp_path / "run" / "phase2.csv") as f:
         table = list(csv.DictReader(f))
     assert [r["mapping"] for r in table] == ["one", "broken"]
-    pred = float(table[0]["latency_predicted_ms"])
-    assert pred == pytest.approx(model.evaluate(batch.take(0)).latency_s[0] * 1e3, rel=1e-3)
-    measured = float(table[0]["latency_measured_ms"])
-    assert float(table[0]["latency_error_pct"]) == pytest.approx(
-        (pred - measured) / measured * 100, abs=0.01
+    one, cpu0 = table[0], "localhost_cpu0"
+    # One device, nothing sent: the sum of the layers' MACs at 1 MMAC/s. conv_a: 8 x 8 x 8
+    # outputs of 4 x 9 MACs (18432); relu_a 512; conv_g 18432 (2 groups of 4 inputs); conv_dw
+    # 512 x 9 = 4608; convt_g 512 inputs x 3 outputs x 4 = 6144; convt 512 x 6 x 4 = 12288;
+    # add and pool 6 x 16 x 16 = 1536 each; reshape 0; gemm_n 6 x 10 = 60; gemm_t 10 x 12 =
+    # 120; matmul 12 x 5 = 60: 63728 MACs, 63.728 ms, at 10 W busy 0.63728 J
+    assert float(one["latency_predicted_ms"]) == pytest.approx(63.728, rel=1e-9)
+    assert float(one[f"{cpu0}_compute_ms_predicted"]) == pytest.approx(63.728, rel=1e-9)
+    assert float(one[f"{cpu0}_energy_j_predicted"]) == pytest.approx(0.63728, rel=1e-9)
+    assert float(one[f"{cpu0}_bytes_sent_predicted"]) == 0.0
+    assert not any(k.startswith("localhost_cpu1") for k in one)  # it ran no rank
+    # measured: what rank 0 wrote into the mapping's measurements.json; errors from the two
+    d = tmp_path / "run" / "phase2" / "one"
+    measured = json.loads((d / "measurements.json").read_text())
+    (rank,) = measured["ranks"]
+    assert float(one["latency_measured_ms"]) == measured["latency_ms"]["median"]
+    assert float(one[f"{cpu0}_compute_ms_measured"]) == rank["compute_ms"]["median"]
+    assert int(one[f"{cpu0}_bytes_sent_measured"]) == rank["bytes_sent"] == 0
+    assert float(one[f"{cpu0}_memory_mb_measured"]) == max(
+        rank["peak_rss_loading_mb"], rank["peak_rss_running_mb"]
     )
-    assert (tmp_path / "run" / "phase2.png").stat().st_size > 0
-    one = tmp_path / "run" / "phase2" / "one"
-    assert (one / "measurements.json").is_file() and (one / "plan.json").is_file()
-    assert not list(one.glob("*.onnx*"))  # sub-models dropped once measured (keep=false)
+    compute = f"{cpu0}_compute_ms"
+    for pred, meas, error in (
+        ("latency_predicted_ms", "latency_measured_ms", "latency_error_pct"),
+        (f"{compute}_predicted", f"{compute}_measured", f"{compute}_error_pct"),
+    ):
+        p, m = float(one[pred]), float(one[meas])
+        assert float(one[error]) == pytest.approx((p - m) / m * 100, abs=0.01), error
+    assert [k for k, v in table[1].items() if v] == ["mapping", "status", "reason"]
+    # two panels (latency, memory), 4.4 x 4.0 in each and 0.6 in for the title, at 110 dpi:
+    # 968 x 506 pixels; the measured mapping's points in the first colour, no second mapping's
+    image = pixels(tmp_path / "run" / "phase2.png")
+    assert image.shape == (506, 968, 3)
+    assert showing(image, "C0").any() and not showing(image, "C1").any()
+    assert (d / "plan.json").is_file()
+    assert not list(d.glob("*.onnx*"))  # sub-models dropped once measured (keep=false)
 
 
 def test_reference_outputs_are_the_whole_model_once_per_file_and_input(

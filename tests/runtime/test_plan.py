@@ -30,7 +30,7 @@ from dse.runtime.launch.run import launch
 from dse.runtime.rank.equivalence import equivalence, verdict
 from tests.helpers.cli import ROOT
 from tests.helpers.hostile import assert_each_one_line, run_all
-from tests.runtime.test_partition import zoo_like
+from tests.helpers.nets import zoo_like
 
 Edit = Callable[[dict[str, Any]], None]
 

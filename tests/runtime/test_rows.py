@@ -25,17 +25,17 @@ from dse.net.graph import LayerGraph
 from dse.runtime.compile.partition import Deployment, partition
 from dse.runtime.compile.programs import part_rows
 from dse.runtime.deployment.plan import Plan, Run
+from tests.helpers.nets import channel_local_net, dense_block_net
 from tests.helpers.onnx_factory import model as onnx_model
 from tests.helpers.onnx_factory import weight
-from tests.helpers.platforms import platform
-from tests.runtime.test_partition import (
+from tests.helpers.partition import (
+    RTOL,
     assert_equal_outputs,
-    channel_local_net,
-    dense_block_net,
     sent_by_device,
     steps_on,
     with_sizes,
 )
+from tests.helpers.platforms import platform
 
 n = helper.make_node
 
@@ -628,7 +628,6 @@ def test_deploy_cli_with_rows_in_horizontal_json(tmp_path: Path) -> None:
     from dse.runtime.deployment.reader import read_plan
     from dse.runtime.rank.inprocess import run_plan
     from tests.helpers.cli import run_module
-    from tests.runtime.test_partition import RTOL
 
     net = pool_chain(tmp_path)
     on = dict.fromkeys(("relu1", "maxpool", "avgpool"), 1)
@@ -673,7 +672,6 @@ def test_two_ranks(tmp_path: Path, localhost, kind: str) -> None:
     the whole model's, after measured iterations and a stream of frames."""
     from dse.runtime.launch.deploy import deploy
     from dse.runtime.launch.run import launch
-    from tests.runtime.test_partition import RTOL
 
     if kind == "spatial":
         net = pool_chain(tmp_path)

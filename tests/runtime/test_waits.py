@@ -18,7 +18,8 @@ from dse.runtime.rank import waits
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
 from tests.helpers.cli import ROOT
-from tests.runtime.test_partition import RTOL, zoo_like
+from tests.helpers.nets import zoo_like
+from tests.helpers.partition import RTOL
 
 
 def test_the_setting_is_spin_or_microseconds(monkeypatch) -> None:

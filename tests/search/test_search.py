@@ -18,6 +18,7 @@ from dse.search import nsga2 as search
 from dse.search.problem import MappingProblem
 from models_analytical.model import AnalyticalModel
 from tests.helpers.cli import run_module
+from tests.helpers.figures import pixels, showing
 from tests.helpers.platforms import coefficients, platform
 
 
@@ -162,6 +163,17 @@ def test_app_writes_its_outputs(tmp_path):
     assert summary["stopped"] == "generations"
     mapping = json.loads((out / "best_latency" / "mapping.json").read_text())
     assert sum(len(v) for v in mapping.values()) >= 24  # every layer somewhere
+    # the figures read back (panels of 4.2 x 3.4 in, 0.6 in for the title, 110 dpi). The
+    # convergence: four panels a row (hypervolume, the best latency, memory and energy), the
+    # run's curve (C0) in each. The front: three scatter panels over the parallel coordinates,
+    # each objective's best in its own colour (C1-C3)
+    convergence = pixels(out / "convergence.png")
+    assert convergence.shape == (440, 1848, 3)  # (3.4 + 0.6) x 110 by 4 x 4.2 x 110
+    curve = showing(convergence, "C0")
+    assert [bool(curve[:, k * 462 : (k + 1) * 462].any()) for k in range(4)] == [True] * 4
+    front = pixels(out / "pareto.png")
+    assert front.shape == (814, 1386, 3)  # (2 x 3.4 + 0.6) x 110 by 3 x 4.2 x 110
+    assert [bool(showing(front, f"C{k}").any()) for k in (1, 2, 3)] == [True] * 3
 
 
 @pytest.mark.parametrize(
