@@ -47,6 +47,7 @@ from dse.measuring.phase2 import measure_phase2
 from dse.measuring.rounds import Rounds
 from dse.net import Net, load_net
 from dse.platform import load_platform
+from dse.runtime.deployment.measurements import Measurement
 from dse.runtime.launch.deploy import deploy
 from dse.runtime.launch.mpirun import Launcher, mpi_files, placement
 from dse.runtime.launch.probe import probe_cores, probe_threads
@@ -412,10 +413,7 @@ def test_a_cut_link_fails_within_the_time_limit_and_leaves_nothing(capped, tmp_p
     finally:
         cutter.join()
         set_link(state, "tb1", True)
-    assert r == {
-        "status": "failed",
-        "reason": "board tb1's link is down; timed out after 10 s",
-    }
+    assert r == Measurement.failed("board tb1's link is down; timed out after 10 s")
     assert took < 10 + 8  # the time limit, then SIGTERM, SIGKILL and the boards emptied
 
 
