@@ -359,7 +359,7 @@ def _record(cls: type, unknown: str, tag: str | None = None) -> Reader:
                 if k not in known:
                     close = difflib.get_close_matches(str(k), sorted(known), n=1)
                     hint = f" (did you mean '{close[0]}'?)" if close else ""
-                    raise _Failure(at, f"unknown key '{_short(k)}'{hint}")
+                    raise _Failure(at, f"unknown key '{str(k)[:40]}'{hint}")
         return cls(**given)
 
     return read_record
@@ -425,8 +425,18 @@ def _make_writer(tp: Any) -> Writer:
     if tp in (Any, str, type(None)) or origin is Literal:
         return _same
     if origin in (types.UnionType, typing.Union):
-        inner = _writer(next(a for a in args if a is not type(None)))
-        return lambda value: None if value is None else inner(value)
+        members = [(typing.get_origin(a) or a, _writer(a)) for a in args if a is not type(None)]
+        if len(members) == 1:
+            inner = members[0][1]
+            return lambda value: None if value is None else inner(value)
+
+        def write_any_of(value: Any) -> Any:  # the member the value is an instance of
+            if value is None:
+                return None
+            fits = (w for kind, w in members if isinstance(kind, type) and isinstance(value, kind))
+            return next(fits, _same)(value)
+
+        return write_any_of
     if origin in (list, tuple):
         each = _writer(args[0])
         if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
