@@ -1,0 +1,139 @@
+"""Records (:mod:`dse.records`): each kind of field read, refused in one line naming it, and
+written back, on small records whose JSON is written out by hand."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Annotated, Any, ClassVar, Literal
+
+import numpy as np
+import pytest
+
+from dse.errors import DseError
+from dse.records import Items, Range, Tag, Text, key, read, to_json
+
+
+@dataclass(frozen=True)
+class Point:
+    x: float
+    y: float = 0.0
+
+
+@dataclass(frozen=True)
+class Move:
+    op: ClassVar[str] = "move"
+    to: Point
+
+
+@dataclass(frozen=True)
+class Wait:
+    op: ClassVar[str] = "wait"
+    seconds: Annotated[float, Range(0, 60, lo_open=True)]
+
+
+@dataclass(frozen=True)
+class Robot:
+    name: Annotated[str, Text(8)]
+    kind: Literal["arm", "cart"]
+    legs: Annotated[int, Range(0, 8)]
+    shape: Annotated[tuple[int, ...], Items(3)]
+    steps: list[Annotated[Move | Wait, Tag("op")]]
+    home: Point = field(metadata=key("from"))
+    extent: tuple[int, int] = (0, 0)
+    notes: dict[str, Any] = field(default_factory=dict)
+    size: list[Any] | str | None = None
+    owner: str | None = None
+
+
+DOC = {
+    "name": "r2",
+    "kind": "cart",
+    "legs": 4,
+    "shape": [1, 2],
+    "steps": [{"op": "move", "to": {"x": 1, "y": 2.5}}, {"op": "wait", "seconds": 0.5}],
+    "from": {"x": 0},
+    "extent": [3, 4],
+    "size": "big",
+}
+
+
+def test_a_record_reads_every_kind_of_field_and_writes_the_same_json() -> None:
+    r = read(Robot, DOC, "robot.json")
+    assert r == Robot(
+        "r2",
+        "cart",
+        4,
+        (1, 2),
+        [Move(Point(1.0, 2.5)), Wait(0.5)],
+        Point(0.0, 0.0),
+        (3, 4),
+        {},
+        "big",
+    )
+    assert type(r.steps[0].to.x) is float  # an integer where a float goes: a float
+    # a field with a default written only where it holds something; the tag of a step first
+    back = to_json(r)
+    assert back == {**DOC, "from": {"x": 0.0, "y": 0.0}}
+    assert list(back["steps"][1]) == ["op", "seconds"]
+    assert read(Robot, json.loads(json.dumps(back)), "again") == r
+    # numpy's scalars are written as JSON's numbers
+    assert to_json(Point(np.float32(1.5), np.int64(2))) == {"x": 1.5, "y": 2}
+
+
+BAD = {
+    "missing key": ({"kind": "arm"}, "robot.json: 'name' is missing (fix it)"),
+    "not an object": ([1], "robot.json: expected an object, not a list (fix it)"),
+    "integer as text": ({"legs": "4"}, "robot.json: legs: expected an integer, not text (fix it)"),
+    "a bool is no integer": ({"legs": True}, "legs: expected an integer, not true/false"),
+    "out of range": ({"legs": 9}, "legs: 9 is out of range: expected at most 8"),
+    "open range": (
+        {"steps": [{"op": "wait", "seconds": 0}]},
+        "steps[0].seconds: 0 is out of range: expected above 0",
+    ),
+    "too long": ({"name": "r2d2-r2d2"}, "name: expected a non-empty text of at most 8"),
+    "empty text": ({"name": ""}, "name: expected a non-empty text of at most 8"),
+    "literal": ({"kind": "boat"}, 'kind: expected arm or cart, not "boat"'),
+    "too many items": ({"shape": [1, 2, 3, 4]}, "shape: 4 items, more than 3"),
+    "pair": ({"extent": [1]}, "extent: expected a list of 2, not [1]"),
+    "unknown tag": (
+        {"steps": [{"op": "fly"}]},
+        'steps[0].op: "fly" is not one of move, wait',
+    ),
+    "nested": (
+        {"steps": [{"op": "move", "to": {"x": "far"}}]},
+        "steps[0].to.x: expected a number, not text",
+    ),
+    "renamed key": ({"from": None}, "from: expected an object, not null"),
+    "huge integer": ({"legs": 10**20}, "legs: 100000000000000000000 is beyond the integers"),
+    "union": ({"size": 3}, "size: expected a list, text or null, not an integer"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_a_wrong_field_is_one_line_naming_it(case: str) -> None:
+    edit, words = BAD[case]
+    doc = edit if not isinstance(edit, dict) else {**DOC, **edit}
+    if case == "missing key":
+        doc = {k: v for k, v in DOC.items() if k != "name"}
+    with pytest.raises(DseError) as err:
+        read(Robot, doc, "robot.json", "fix it")
+    assert words in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_unknown_keys_are_ignored_or_refused_with_the_closest_name() -> None:
+    assert read(Point, {"x": 1, "z": 2}, "p") == Point(1.0)
+    with pytest.raises(DseError, match=r"^p: unknown key 'yy' \(did you mean 'y'\?\)$"):
+        read(Point, {"x": 1, "yy": 2}, "p", unknown="refuse")
+    with pytest.raises(DseError, match=r"steps\[0\]\.to: unknown key 'z'"):
+        read(
+            Robot, {**DOC, "steps": [{"op": "move", "to": {"x": 1, "z": 0}}]}, "r", unknown="refuse"
+        )
+    # a tagged member's tag is not an unknown key
+    assert read(Robot, DOC, "r", unknown="refuse").steps[1] == Wait(0.5)
+
+
+def test_non_finite_numbers_are_refused() -> None:
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(DseError, match="x: expected a finite number"):
+            read(Point, {"x": bad}, "p")
