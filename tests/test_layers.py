@@ -16,7 +16,18 @@ PACKAGES = ("dse", "chromosomes", "models_analytical", "hydra_plugins")
 
 #: Bottom to top: (layer name, module prefixes).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("dse.errors", "dse.files", "dse.host", "dse.lifetime", "dse.paths", "dse.values")),
+    (
+        "base",
+        (
+            "dse.errors",
+            "dse.files",
+            "dse.host",
+            "dse.lifetime",
+            "dse.paths",
+            "dse.records",
+            "dse.values",
+        ),
+    ),
     ("networks", ("dse.net",)),
     ("contract", ("dse.platform", "dse.objectives", "dse.mapping", "dse.config")),
     ("encodings and model", ("chromosomes", "models_analytical")),
@@ -45,6 +56,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 SIDEWAYS = {
     ("dse.files", "dse.errors"),
     ("dse.values", "dse.errors"),
+    ("dse.records", "dse.errors"),
     ("dse.config", "dse.objectives"),  # a config checks objective names
     ("dse.mapping", "dse.platform"),
     ("models_analytical", "chromosomes"),
