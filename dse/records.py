@@ -14,14 +14,19 @@ The types a field may have:
 - ``Literal["a", "b"]``; ``list[T]``, ``tuple[T, ...]``, ``tuple[A, B]`` (a JSON list),
   ``dict[K, T]`` (a JSON object; ``K`` a ``str`` type); ``T | None``;
 - a record, and a union of records told apart by a tag key:
-  ``Annotated[A | B, Tag("op")]`` where each member declares ``op: ClassVar[str] = "a"``.
+  ``Annotated[A | B, Tag("op")]`` where each member declares ``op: ClassVar[str] = "a"``;
+- a ``TypedDict``: a JSON object with these keys (those of a ``total=False`` one may be absent),
+  read as a plain dict: a table of fixed rows, such as one figure per class of operation.
 
 Constraints ride on ``typing.Annotated``: :class:`Range` for numbers, :class:`Text` for strings
-(non-empty, without NUL, at most ``max`` characters), :class:`Items` for a list's length. A
-field's JSON key is its name, or ``field(metadata=key("from"))``. A field with a default may be
-absent from the JSON (it takes its default), and is left out of the JSON written when its value
-is None or an empty list or dict; a field without a default is always read and written. Keys a
-record does not declare are ignored, or refused naming the closest declared key
+(without NUL, at most ``max`` characters, non-empty unless ``empty``), :class:`Items` for a
+list's length; on ``T | None`` they hold for ``T``. :class:`Doc` says what a field means and its
+unit: :func:`reference` renders a record's fields as the manual's table, and a number out of its
+range is named with its unit. A field's JSON key is its name, or ``field(metadata=key("from"))``.
+A field with a default may be absent from the JSON (it takes its default), and is left out of
+the JSON written when its value is None or an empty list or dict; a field whose default is an
+empty list or dict takes it also when given empty. A field without a default is always read and
+written. Keys a record does not declare are ignored, or refused naming the closest declared key
 (``read(..., unknown="refuse")``: files users write by hand).
 """
 
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import math
 import types
 import typing
@@ -46,18 +52,36 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Range:
-    """A number within [``lo``, ``hi``] (``lo`` itself excluded where ``lo_open``)."""
+    """A number within [``lo``, ``hi``] (an end excluded where ``lo_open``, ``hi_open``)."""
 
     lo: float | None = None
     hi: float | None = None
     lo_open: bool = False
+    hi_open: bool = False
+
+    def __str__(self) -> str:
+        """``[0, 3600]``, ``(0, 100]``, ``[0, 1)``; an end not given is infinite: ``[0, inf)``."""
+        lo = "-inf" if self.lo is None else f"{self.lo:g}"
+        hi = "inf" if self.hi is None else f"{self.hi:g}"
+        opening = "(["[self.lo is not None and not self.lo_open]
+        closing = ")]"[self.hi is not None and not self.hi_open]
+        return f"{opening}{lo}, {hi}{closing}"
 
 
 @dataclass(frozen=True)
 class Text:
-    """A non-empty string without NUL, of at most ``max`` characters."""
+    """A string without NUL, of at most ``max`` characters, non-empty unless ``empty``."""
 
     max: int = 4096
+    empty: bool = False
+
+
+@dataclass(frozen=True)
+class Doc:
+    """What a field means and its unit (``""``: none), for the manual and the messages."""
+
+    what: str
+    unit: str = ""
 
 
 @dataclass(frozen=True)
@@ -158,22 +182,25 @@ def _make_reader(tp: Any, unknown: str) -> Reader:  # noqa: C901 - one branch pe
     tag = next((m for m in meta if isinstance(m, Tag)), None)
     if tag is not None:
         return _tagged(args, tag.key, unknown)
+    bounds = next((m for m in meta if isinstance(m, Range)), None)
+    unit = next((m.unit for m in meta if isinstance(m, Doc)), "")
     if tp is Any:
         return lambda value, at: value
     if tp is bool:
         return _plain(bool, "true or false")
     if tp is int:
-        return _integer(next((m for m in meta if isinstance(m, Range)), None))
+        return _integer(bounds, unit)
     if tp is float:
-        return _number(next((m for m in meta if isinstance(m, Range)), None))
+        return _number(bounds, unit)
     if tp is str:
         return _string(next((m for m in meta if isinstance(m, Text)), None))
     if tp is type(None):
         return _plain(type(None), "null")
     if origin is Literal:
         return _literal(args)
-    if origin in (types.UnionType, typing.Union):
-        return _union(args, unknown)
+    if origin in (types.UnionType, typing.Union):  # constraints hold for each member
+        kept = [m for m in meta if not isinstance(m, Doc)]
+        return _union(tuple(_annotated(a, kept) for a in args), unknown)
     most = next((m for m in meta if isinstance(m, Items)), None)
     if origin is list:
         return _list(_reader(args[0], unknown), most)
@@ -184,9 +211,13 @@ def _make_reader(tp: Any, unknown: str) -> Reader:  # noqa: C901 - one branch pe
         return _fixed_tuple([_reader(a, unknown) for a in args])
     if origin is dict:
         return _dict(_reader(args[0], unknown), _reader(args[1], unknown))
-    if dataclasses.is_dataclass(tp):
+    if dataclasses.is_dataclass(tp) or typing.is_typeddict(tp):
         return _record(tp, unknown)
     raise TypeError(f"records: no reader for {tp!r}")
+
+
+def _annotated(tp: Any, meta: list[Any]) -> Any:
+    return tp if tp is type(None) or not meta else typing.Annotated[(tp, *meta)]
 
 
 def _plain(cls: type, expected: str) -> Reader:
@@ -198,36 +229,37 @@ def _plain(cls: type, expected: str) -> Reader:
     return read_plain
 
 
-def _within(value: float, bounds: Range | None, at: At) -> None:
+def _within(value: float, bounds: Range | None, at: At, unit: str) -> None:
     if bounds is None:
         return
-    lo, hi = bounds.lo, bounds.hi
+    lo, hi, unit = bounds.lo, bounds.hi, f" {unit}" if unit else ""
     if lo is not None and (value <= lo if bounds.lo_open else value < lo):
         above = "above" if bounds.lo_open else "at least"
-        raise _Failure(at, f"{value:g} is out of range: expected {above} {lo:g}")
-    if hi is not None and value > hi:
-        raise _Failure(at, f"{value:g} is out of range: expected at most {hi:g}")
+        raise _Failure(at, f"{value:g} is out of range: expected {above} {lo:g}{unit}")
+    if hi is not None and (value >= hi if bounds.hi_open else value > hi):
+        below = "below" if bounds.hi_open else "at most"
+        raise _Failure(at, f"{value:g} is out of range: expected {below} {hi:g}{unit}")
 
 
-def _integer(bounds: Range | None) -> Reader:
+def _integer(bounds: Range | None, unit: str) -> Reader:
     def read_integer(value: Any, at: At) -> int:
         if type(value) is not int:
             raise _Failure(at, f"expected an integer, not {kind(value)}")
         if not -MAX_INT <= value <= MAX_INT:
             raise _Failure(at, f"{value} is beyond the integers JSON holds exactly")
-        _within(value, bounds, at)
+        _within(value, bounds, at, unit)
         return value
 
     return read_integer
 
 
-def _number(bounds: Range | None) -> Reader:
+def _number(bounds: Range | None, unit: str) -> Reader:
     def read_number(value: Any, at: At) -> float:
         if type(value) not in (int, float):
             raise _Failure(at, f"expected a number, not {kind(value)}")
         if type(value) is int and abs(value) > MAX_INT or not math.isfinite(value):
             raise _Failure(at, f"expected a finite number, not {value}")
-        _within(value, bounds, at)
+        _within(value, bounds, at, unit)
         return float(value)
 
     return read_number
@@ -237,8 +269,11 @@ def _string(text: Text | None) -> Reader:
     def read_string(value: Any, at: At) -> str:
         if type(value) is not str:
             raise _Failure(at, f"expected text, not {kind(value)}")
-        if text is not None and (not value or len(value) > text.max or "\0" in value):
-            raise _Failure(at, f"expected a non-empty text of at most {text.max} characters")
+        if text is not None and (
+            (not value and not text.empty) or len(value) > text.max or "\0" in value
+        ):
+            some = "a" if text.empty else "a non-empty"
+            raise _Failure(at, f"expected {some} text of at most {text.max} characters")
         return value
 
     return read_string
@@ -310,12 +345,22 @@ def _fixed_tuple(each: list[Reader]) -> Reader:
 
 
 def _dict(keys: Reader, values: Reader) -> Reader:
+    def read_key(k: Any, at: At) -> Any:
+        try:
+            return keys(k, at)
+        except _Failure as failure:
+            raise _Failure(at, f"key {_short(k)}: {failure.problem}") from None
+
     def read_dict(value: Any, at: At) -> dict[Any, Any]:
         if type(value) is not dict:
             raise _Failure(at, f"expected an object, not {kind(value)}")
-        return {keys(k, at): values(v, (at, k)) for k, v in value.items()}
+        return {read_key(k, at): values(v, (at, k)) for k, v in value.items()}
 
     return read_dict
+
+
+#: The default of a field without one.
+REQUIRED: Any = type("Required", (), {"__repr__": lambda self: "REQUIRED"})()
 
 
 @dataclass(frozen=True)
@@ -324,36 +369,45 @@ class _Field:
     key: str
     tp: Any
     required: bool
+    default: Any = REQUIRED  # a default factory's value; a TypedDict's keys have none
+
+    @property
+    def empty_default(self) -> bool:
+        return type(self.default) in (list, dict) and not self.default
 
 
 def fields_of(cls: type) -> list[_Field]:
-    """A record's fields: name, JSON key, resolved type, whether the JSON must hold it."""
+    """A record's (or TypedDict's) fields: name, JSON key, resolved type, whether the JSON
+    must hold it, default."""
     hints = typing.get_type_hints(cls, include_extras=True)
-    return [
-        _Field(
-            f.name,
-            f.metadata.get("json", f.name),
-            hints[f.name],
-            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
-        )
-        for f in dataclasses.fields(cls)
-        if f.init
-    ]
+    if typing.is_typeddict(cls):
+        return [_Field(k, k, tp, k in cls.__required_keys__) for k, tp in hints.items()]
+    out = []
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+        default = REQUIRED if default is dataclasses.MISSING else default
+        key_ = f.metadata.get("json", f.name)
+        out.append(_Field(f.name, key_, hints[f.name], default is REQUIRED, default))
+    return out
 
 
 def _record(cls: type, unknown: str, tag: str | None = None) -> Reader:
-    fields = [(f.name, f.key, _reader(f.tp, unknown), f.required) for f in fields_of(cls)]
-    known = {k for _, k, _, _ in fields} | ({tag} if tag else set())
+    fields = [(f, _reader(f.tp, unknown)) for f in fields_of(cls)]
+    known = {f.key for f, _ in fields} | ({tag} if tag else set())
 
     def read_record(value: Any, at: At) -> Any:
         if type(value) is not dict:
             raise _Failure(at, f"expected an object, not {kind(value)}")
         given = {}
-        for name, k, read_field, required in fields:
-            if k in value:
-                given[name] = read_field(value[k], (at, k))
-            elif required:
-                raise _Failure(at, f"'{k}' is missing")
+        for f, read_field in fields:
+            if f.key in value:
+                v = value[f.key]
+                if not (f.empty_default and type(v) in (list, dict) and not v):
+                    given[f.name] = read_field(v, (at, f.key))
+            elif f.required:
+                raise _Failure(at, f"'{f.key}' is missing")
         if unknown == "refuse":
             for k in value:
                 if k not in known:
@@ -383,8 +437,6 @@ def _tagged(members: tuple[Any, ...], tag: str, unknown: str) -> Reader:
 
 
 def _short(value: Any) -> str:
-    import json
-
     try:
         text = json.dumps(value)
     except (TypeError, ValueError):
@@ -446,7 +498,7 @@ def _make_writer(tp: Any) -> Writer:
     if origin is dict:
         each = _writer(args[1])
         return lambda value: {k: each(v) for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
+    if dataclasses.is_dataclass(tp) or typing.is_typeddict(tp):
         return _record_writer(tp)
     raise TypeError(f"records: no writer for {tp!r}")
 
@@ -454,13 +506,115 @@ def _make_writer(tp: Any) -> Writer:
 def _record_writer(cls: type, tag: str | None = None) -> Writer:
     fields = [(f.name, f.key, _writer(f.tp), f.required) for f in fields_of(cls)]
     head = {tag: getattr(cls, tag)} if tag else {}
+    absent = object()
+    get = dict.get if typing.is_typeddict(cls) else getattr
 
     def write_record(value: Any) -> dict[str, Any]:
         out = dict(head)
         for name, k, write, required in fields:
-            v = getattr(value, name)
+            v = get(value, name, absent)
+            if v is absent:  # a key a TypedDict may lack
+                continue
             if required or not (v is None or (isinstance(v, list | tuple | dict) and not v)):
                 out[k] = write(v)
         return out
 
     return write_record
+
+
+# --- the manual's table -------------------------------------------------------------------
+
+_KINDS = {bool: "true or false", int: "integer", float: "number", str: "string", Any: "JSON"}
+
+
+def reference(cls: type) -> str:
+    """A record's fields as a Markdown table (key, type, unit, range, default, meaning): a row
+    per field, then one per field of a record or ``TypedDict`` it holds and one for the values
+    of a table (``key.<name>``, the name its key type's :class:`Doc` gives)."""
+    rows = ["| key | type | unit | range | default | meaning |", "|---|---|---|---|---|---|"]
+    for f in fields_of(cls):
+        rows += _rows(f.key, f.tp, f.default)
+    return "\n".join(rows) + "\n"
+
+
+def _unwrap(tp: Any) -> tuple[Any, list[Any], bool]:
+    """``tp`` without ``Annotated`` and ``| None``: the type, its markers (outer first),
+    whether it may be null."""
+    meta: list[Any] = []
+    optional = False
+    while True:
+        if typing.get_origin(tp) is typing.Annotated:
+            tp, *rest = typing.get_args(tp)
+            meta += rest
+        elif typing.get_origin(tp) in (types.UnionType, typing.Union) and type(None) in (
+            args := typing.get_args(tp)
+        ):
+            rest = [a for a in args if a is not type(None)]
+            if len(rest) != 1:
+                return tp, meta, True
+            tp, optional = rest[0], True
+        else:
+            return tp, meta, optional
+
+
+def _marker(meta: list[Any], cls: type) -> Any:
+    return next((m for m in meta if isinstance(m, cls)), None)
+
+
+def _shown(default: Any) -> str:
+    if default is REQUIRED:
+        return "required"
+    if type(default) in (list, dict) and not default:
+        return "empty"
+    return f"`{json.dumps(default)}`"
+
+
+def _rows(key_: str, tp: Any, default: Any) -> list[str]:
+    tp, meta, optional = _unwrap(tp)
+    doc = _marker(meta, Doc) or Doc("")
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    null = " or null" if optional else ""
+
+    def row(kind_: str, unit: str = "", span: str = "") -> str:
+        cells = [f"`{key_}`", kind_, unit, span, _shown(default), doc.what]
+        return "| " + " | ".join(cells) + " |"
+
+    if dataclasses.is_dataclass(tp) or typing.is_typeddict(tp):
+        out = [row("object" + null)]
+        for f in fields_of(tp):
+            out += _rows(f"{key_}.{f.key}", f.tp, f.default)
+        return out
+    if origin is dict:
+        name = (_marker(_unwrap(args[0])[1], Doc) or Doc("name")).what
+        return [
+            row(f"object: {name} → value" + null),
+            *_rows(f"{key_}.<{name}>", args[1], REQUIRED),
+        ]
+    if origin in (list, tuple) and not (origin is tuple and args[-1] is not Ellipsis):
+        item, item_meta, _ = _unwrap(args[0])
+        most = _marker(meta, Items)
+        span = ", ".join(s for s in (_span(item, item_meta), most and f"at most {most.max}") if s)
+        unit = doc.unit or (_marker(item_meta, Doc) or Doc("")).unit
+        return [row(f"list of {_KINDS.get(item, 'value')}s" + null, unit, span)]
+    if origin is tuple:
+        terms = []
+        for a in args:
+            term, term_meta, _ = _unwrap(a)
+            d = _marker(term_meta, Doc) or Doc("")
+            terms.append(f"{d.what} ({', '.join(filter(None, [d.unit, _span(term, term_meta)]))})")
+        kinds = {_KINDS.get(_unwrap(a)[0], "value") for a in args}
+        kind_ = f"{kinds.pop()}s" if len(kinds) == 1 else "values"
+        return [row(f"list of {len(args)} {kind_}" + null, "", ", ".join(terms))]
+    if origin is Literal:
+        return [row("string" + null, "", "one of " + ", ".join(map(str, args)))]
+    return [row(_KINDS.get(tp, getattr(tp, "__name__", str(tp))) + null, doc.unit, _span(tp, meta))]
+
+
+def _span(tp: Any, meta: list[Any]) -> str:
+    """What a scalar's constraints allow, as the manual says it."""
+    bounds, text = _marker(meta, Range), _marker(meta, Text)
+    if bounds is not None:
+        return str(bounds)
+    if text is not None:
+        return f"at most {text.max} characters"
+    return ""
