@@ -27,7 +27,8 @@ A field with a default may be absent from the JSON (it takes its default), and i
 the JSON written when its value is None or an empty list or dict; a field whose default is an
 empty list or dict takes it also when given empty. A field without a default is always read and
 written. Keys a record does not declare are ignored, or refused naming the closest declared key
-(``read(..., unknown="refuse")``: files users write by hand).
+(``read(..., unknown="refuse")``: files users write by hand). ``read(..., text_numbers=True)``
+takes a float written as text in YAML 1.2's syntax (``5.0e9``, which PyYAML reads as text).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import dataclasses
 import difflib
 import json
 import math
+import re
 import types
 import typing
 from collections.abc import Callable
@@ -122,11 +124,14 @@ def read(
     where: str,
     fix: str = "",
     unknown: Literal["ignore", "refuse"] = "ignore",
+    text_numbers: bool = False,
 ) -> T:
     """The record ``cls`` of parsed JSON ``doc``; a :class:`DseError` ``"{where}: {field}:
-    {problem} ({fix})"`` naming the first field that is wrong."""
+    {problem} ({fix})"`` naming the first field that is wrong. ``text_numbers``: a number may
+    be given as text in YAML 1.2's syntax (a YAML file read by PyYAML, which reads ``5.0e9`` as
+    text: YAML 1.1 wants ``5.0e+9``)."""
     try:
-        return _reader(cls, unknown)(doc, None)
+        return _reader(cls, _Mode(unknown == "refuse", text_numbers))(doc, None)
     except _Failure as failure:
         at = path(failure.at)
         text = f"{where}: {at}: {failure.problem}" if at else f"{where}: {failure.problem}"
@@ -163,17 +168,25 @@ def kind(value: Any) -> str:
 _READERS: dict[tuple[Any, str], Reader] = {}
 
 
-def _reader(tp: Any, unknown: str = "ignore") -> Reader:
-    cache = (tp, unknown)
+class _Mode(typing.NamedTuple):
+    refuse: bool = False  # keys a record does not declare
+    text_numbers: bool = False
+
+
+_PLAIN = _Mode()
+
+
+def _reader(tp: Any, mode: _Mode = _PLAIN) -> Reader:
+    cache = (tp, mode)
     if cache not in _READERS:
         made: list[Reader] = []
         _READERS[cache] = lambda value, at: made[0](value, at)  # a record may hold itself
-        made.append(_make_reader(tp, unknown))
+        made.append(_make_reader(tp, mode))
         _READERS[cache] = made[0]
     return _READERS[cache]
 
 
-def _make_reader(tp: Any, unknown: str) -> Reader:  # noqa: C901 - one branch per kind of type
+def _make_reader(tp: Any, mode: _Mode) -> Reader:  # noqa: C901 - one branch per kind of type
     meta: tuple[Any, ...] = ()
     if typing.get_origin(tp) is typing.Annotated:
         tp, *rest = typing.get_args(tp)
@@ -181,7 +194,7 @@ def _make_reader(tp: Any, unknown: str) -> Reader:  # noqa: C901 - one branch pe
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     tag = next((m for m in meta if isinstance(m, Tag)), None)
     if tag is not None:
-        return _tagged(args, tag.key, unknown)
+        return _tagged(args, tag.key, mode)
     bounds = next((m for m in meta if isinstance(m, Range)), None)
     unit = next((m.unit for m in meta if isinstance(m, Doc)), "")
     if tp is Any:
@@ -191,7 +204,7 @@ def _make_reader(tp: Any, unknown: str) -> Reader:  # noqa: C901 - one branch pe
     if tp is int:
         return _integer(bounds, unit)
     if tp is float:
-        return _number(bounds, unit)
+        return _number(bounds, unit, mode.text_numbers)
     if tp is str:
         return _string(next((m for m in meta if isinstance(m, Text)), None))
     if tp is type(None):
@@ -200,19 +213,19 @@ def _make_reader(tp: Any, unknown: str) -> Reader:  # noqa: C901 - one branch pe
         return _literal(args)
     if origin in (types.UnionType, typing.Union):  # constraints hold for each member
         kept = [m for m in meta if not isinstance(m, Doc)]
-        return _union(tuple(_annotated(a, kept) for a in args), unknown)
+        return _union(tuple(_annotated(a, kept) for a in args), mode)
     most = next((m for m in meta if isinstance(m, Items)), None)
     if origin is list:
-        return _list(_reader(args[0], unknown), most)
+        return _list(_reader(args[0], mode), most)
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
-            each = _list(_reader(args[0], unknown), most)
+            each = _list(_reader(args[0], mode), most)
             return lambda value, at: tuple(each(value, at))
-        return _fixed_tuple([_reader(a, unknown) for a in args])
+        return _fixed_tuple([_reader(a, mode) for a in args])
     if origin is dict:
-        return _dict(_reader(args[0], unknown), _reader(args[1], unknown))
+        return _dict(_reader(args[0], mode), _reader(args[1], mode))
     if dataclasses.is_dataclass(tp) or typing.is_typeddict(tp):
-        return _record(tp, unknown)
+        return _record(tp, mode)
     raise TypeError(f"records: no reader for {tp!r}")
 
 
@@ -253,8 +266,14 @@ def _integer(bounds: Range | None, unit: str) -> Reader:
     return read_integer
 
 
-def _number(bounds: Range | None, unit: str) -> Reader:
+#: A number as YAML 1.2 writes it.
+YAML_NUMBER = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+
+
+def _number(bounds: Range | None, unit: str, text: bool) -> Reader:
     def read_number(value: Any, at: At) -> float:
+        if text and type(value) is str and YAML_NUMBER.fullmatch(value):
+            value = float(value)
         if type(value) not in (int, float):
             raise _Failure(at, f"expected a number, not {kind(value)}")
         if type(value) is int and abs(value) > MAX_INT or not math.isfinite(value):
@@ -292,9 +311,9 @@ def _literal(choices: tuple[Any, ...]) -> Reader:
     return read_literal
 
 
-def _union(members: tuple[Any, ...], unknown: str) -> Reader:
+def _union(members: tuple[Any, ...], mode: _Mode) -> Reader:
     optional = type(None) in members
-    rest = [_reader(m, unknown) for m in members if m is not type(None)]
+    rest = [_reader(m, mode) for m in members if m is not type(None)]
     if len(rest) == 1:
         inner = rest[0]
 
@@ -393,8 +412,8 @@ def fields_of(cls: type) -> list[_Field]:
     return out
 
 
-def _record(cls: type, unknown: str, tag: str | None = None) -> Reader:
-    fields = [(f, _reader(f.tp, unknown)) for f in fields_of(cls)]
+def _record(cls: type, mode: _Mode, tag: str | None = None) -> Reader:
+    fields = [(f, _reader(f.tp, mode)) for f in fields_of(cls)]
     known = {f.key for f, _ in fields} | ({tag} if tag else set())
 
     def read_record(value: Any, at: At) -> Any:
@@ -408,7 +427,7 @@ def _record(cls: type, unknown: str, tag: str | None = None) -> Reader:
                     given[f.name] = read_field(v, (at, f.key))
             elif f.required:
                 raise _Failure(at, f"'{f.key}' is missing")
-        if unknown == "refuse":
+        if mode.refuse:
             for k in value:
                 if k not in known:
                     close = difflib.get_close_matches(str(k), sorted(known), n=1)
@@ -419,8 +438,8 @@ def _record(cls: type, unknown: str, tag: str | None = None) -> Reader:
     return read_record
 
 
-def _tagged(members: tuple[Any, ...], tag: str, unknown: str) -> Reader:
-    by_tag = {getattr(m, tag): _record(m, unknown, tag) for m in members}
+def _tagged(members: tuple[Any, ...], tag: str, mode: _Mode) -> Reader:
+    by_tag = {getattr(m, tag): _record(m, mode, tag) for m in members}
     shown = ", ".join(by_tag)
 
     def read_tagged(value: Any, at: At) -> Any:

@@ -257,3 +257,16 @@ def test_the_reference_table_has_a_row_per_field_and_per_row_of_its_tables() -> 
         "| `others.<lift>` | number | m/s | [0, inf) | required | its speed |",
         '| `label` | string |  | at most 5 characters | `""` | label |',
     ]
+
+
+def test_numbers_as_text_are_read_only_where_asked_and_only_in_yaml_syntax() -> None:
+    """PyYAML reads ``5.0e9`` as text (YAML 1.1 wants ``5.0e+9``); a YAML file's reader asks
+    for such text to be a number, as YAML 1.2 and Hydra read it."""
+    assert read(Point, {"x": "5.0e9", "y": "-.5"}, "p", text_numbers=True) == Point(5e9, -0.5)
+    for bad in ("lots", "0x10", "1e", "nan", "inf", "1_000"):
+        with pytest.raises(DseError, match="x: expected a number, not text"):
+            read(Point, {"x": bad}, "p", text_numbers=True)
+    with pytest.raises(DseError, match="x: expected a number, not text"):
+        read(Point, {"x": "5.0e9"}, "p")
+    with pytest.raises(DseError, match="legs: expected an integer, not text"):
+        read(Robot, {**DOC, "legs": "4"}, "r", text_numbers=True)  # only numbers of a float

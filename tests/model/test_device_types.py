@@ -120,7 +120,7 @@ def test_a_device_type_defaults_to_its_kind_and_is_read_from_the_platform_file()
     plat = load_platform(cfg)
     assert [d.type for d in plat.devices] == ["cpu", "volta"] and plat.types == ["cpu", "volta"]
     cfg["devices"][1]["type"] = "volta 2"
-    with pytest.raises(DseError, match=r"device 1: type 'volta 2' must be a name of letters"):
+    with pytest.raises(DseError, match=r"devices\[1\]\.type: 'volta 2' must be a name of letters"):
         load_platform(cfg)
 
 
