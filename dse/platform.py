@@ -192,10 +192,12 @@ class Resource:
 
 @dataclass(frozen=True, kw_only=True)
 class DeviceEntry(Resource):
-    """One device of ``devices:``, on board ``host``; ``name`` null: ``<host>_<kind>``."""
+    """One device of ``devices:``, on board ``host``; ``name`` null: ``<host>_<resource>``,
+    ``resource`` null: its kind."""
 
     host: Name
     name: Name | None = None
+    resource: Name | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -317,10 +319,13 @@ def _devices(f: PlatformFile, where: str) -> list[Device]:
         raise _fail(where, "hosts are given without resources: add resources (the devices of each)")
     if not f.devices and not f.hosts:
         raise _fail(where, "lists no devices: give 'devices' or 'hosts' and 'resources'")
-    entries = [(f"devices[{i}]", d.name or f"{d.host}_{d.kind}", d.host, d) for i, d in
-               enumerate(f.devices)]  # fmt: skip
-    entries += [(f"resources.{r}", f"{h}_{r}", h, spec) for h in f.hosts for r, spec in
-                f.resources.items()]  # fmt: skip
+    entries: list[tuple[str, str, str, Resource]] = [
+        (f"devices[{i}]", d.name or f"{d.host}_{d.resource or d.kind}", d.host, d)
+        for i, d in enumerate(f.devices)
+    ]
+    entries += [
+        (f"resources.{r}", f"{h}_{r}", h, spec) for h in f.hosts for r, spec in f.resources.items()
+    ]
     devices = []
     for at, name, host, d in entries:
         if d.type is not None and not TYPE_NAME.fullmatch(d.type):

@@ -21,14 +21,15 @@ The types a field may have:
 Constraints ride on ``typing.Annotated``: :class:`Range` for numbers, :class:`Text` for strings
 (without NUL, at most ``max`` characters, non-empty unless ``empty``), :class:`Items` for a
 list's length; on ``T | None`` they hold for ``T``. :class:`Doc` says what a field means and its
-unit: :func:`reference` renders a record's fields as the manual's table, and a number out of its
-range is named with its unit. A field's JSON key is its name, or ``field(metadata=key("from"))``.
-A field with a default may be absent from the JSON (it takes its default), and is left out of
-the JSON written when its value is None or an empty list or dict; a field whose default is an
-empty list or dict takes it also when given empty. A field without a default is always read and
-written. Keys a record does not declare are ignored, or refused naming the closest declared key
-(``read(..., unknown="refuse")``: files users write by hand). ``read(..., text_numbers=True)``
-takes a float written as text in YAML 1.2's syntax (``5.0e9``, which PyYAML reads as text).
+unit: :func:`dse.record_tables.reference` renders a record's fields as the manual's table, and
+a number out of its range is named with its unit. A field's JSON key is its name, or
+``field(metadata=key("from"))``. A field with a default may be absent from the JSON (it takes
+its default), and is left out of the JSON written when its value is None or an empty list or
+dict; a field whose default is an empty list or dict takes it also when given empty. A field
+without a default is always read and written. Keys a record does not declare are ignored, or
+refused naming the closest declared key (``read(..., unknown="refuse")``: files users write by
+hand). ``read(..., text_numbers=True)`` takes a float written as text in YAML 1.2's syntax
+(``5.0e9``, which PyYAML reads as text).
 """
 
 from __future__ import annotations
@@ -215,15 +216,17 @@ def _make_reader(tp: Any, mode: _Mode) -> Reader:  # noqa: C901 - one branch per
         kept = [m for m in meta if not isinstance(m, Doc)]
         return _union(tuple(_annotated(a, kept) for a in args), mode)
     most = next((m for m in meta if isinstance(m, Items)), None)
+    item = _annotated(args[0], [Doc("", unit)]) if unit and args else None  # items' unit
     if origin is list:
-        return _list(_reader(args[0], mode), most)
+        return _list(_reader(item or args[0], mode), most)
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
-            each = _list(_reader(args[0], mode), most)
+            each = _list(_reader(item or args[0], mode), most)
             return lambda value, at: tuple(each(value, at))
         return _fixed_tuple([_reader(a, mode) for a in args])
     if origin is dict:
-        return _dict(_reader(args[0], mode), _reader(args[1], mode))
+        named = next((m.what for m in unwrap(args[0])[1] if isinstance(m, Doc)), "key")
+        return _dict(_reader(args[0], mode), _reader(args[1], mode), named)
     if dataclasses.is_dataclass(tp) or typing.is_typeddict(tp):
         return _record(tp, mode)
     raise TypeError(f"records: no reader for {tp!r}")
@@ -277,7 +280,8 @@ def _number(bounds: Range | None, unit: str, text: bool) -> Reader:
         if type(value) not in (int, float):
             raise _Failure(at, f"expected a number, not {kind(value)}")
         if type(value) is int and abs(value) > MAX_INT or not math.isfinite(value):
-            raise _Failure(at, f"expected a finite number, not {value}")
+            shown = value if type(value) is float else _short(value)  # an int of 400 digits
+            raise _Failure(at, f"expected a finite number, not {shown}")
         _within(value, bounds, at, unit)
         return float(value)
 
@@ -363,12 +367,12 @@ def _fixed_tuple(each: list[Reader]) -> Reader:
     return read_tuple
 
 
-def _dict(keys: Reader, values: Reader) -> Reader:
+def _dict(keys: Reader, values: Reader, named: str) -> Reader:
     def read_key(k: Any, at: At) -> Any:
         try:
             return keys(k, at)
-        except _Failure as failure:
-            raise _Failure(at, f"key {_short(k)}: {failure.problem}") from None
+        except _Failure as failure:  # named as its Doc says: a layer key, a device type...
+            raise _Failure(at, f"{named} {_short(k)}: {failure.problem}") from None
 
     def read_dict(value: Any, at: At) -> dict[Any, Any]:
         if type(value) is not dict:
@@ -491,9 +495,9 @@ def _make_writer(tp: Any) -> Writer:
     if tag is not None:
         by_type = {m: _record_writer(m, tag.key) for m in args}
         return lambda value: by_type[type(value)](value)
-    if tp in (float, int, bool):  # numpy's scalars become JSON's
+    if tp in (float, int, bool, str):  # numpy's scalars become JSON's
         return tp
-    if tp in (Any, str, type(None)) or origin is Literal:
+    if tp in (Any, type(None)) or origin is Literal:
         return _same
     if origin in (types.UnionType, typing.Union):
         members = [(typing.get_origin(a) or a, _writer(a)) for a in args if a is not type(None)]
@@ -515,8 +519,8 @@ def _make_writer(tp: Any) -> Writer:
             return lambda value: [w(v) for w, v in zip(fixed, value, strict=True)]
         return lambda value: [each(v) for v in value]
     if origin is dict:
-        each = _writer(args[1])
-        return lambda value: {k: each(v) for k, v in value.items()}
+        name, each = _writer(args[0]), _writer(args[1])
+        return lambda value: {name(k): each(v) for k, v in value.items()}
     if dataclasses.is_dataclass(tp) or typing.is_typeddict(tp):
         return _record_writer(tp)
     raise TypeError(f"records: no writer for {tp!r}")
@@ -541,22 +545,7 @@ def _record_writer(cls: type, tag: str | None = None) -> Writer:
     return write_record
 
 
-# --- the manual's table -------------------------------------------------------------------
-
-_KINDS = {bool: "true or false", int: "integer", float: "number", str: "string", Any: "JSON"}
-
-
-def reference(cls: type) -> str:
-    """A record's fields as a Markdown table (key, type, unit, range, default, meaning): a row
-    per field, then one per field of a record or ``TypedDict`` it holds and one for the values
-    of a table (``key.<name>``, the name its key type's :class:`Doc` gives)."""
-    rows = ["| key | type | unit | range | default | meaning |", "|---|---|---|---|---|---|"]
-    for f in fields_of(cls):
-        rows += _rows(f.key, f.tp, f.default)
-    return "\n".join(rows) + "\n"
-
-
-def _unwrap(tp: Any) -> tuple[Any, list[Any], bool]:
+def unwrap(tp: Any) -> tuple[Any, list[Any], bool]:
     """``tp`` without ``Annotated`` and ``| None``: the type, its markers (outer first),
     whether it may be null."""
     meta: list[Any] = []
@@ -574,66 +563,3 @@ def _unwrap(tp: Any) -> tuple[Any, list[Any], bool]:
             tp, optional = rest[0], True
         else:
             return tp, meta, optional
-
-
-def _marker(meta: list[Any], cls: type) -> Any:
-    return next((m for m in meta if isinstance(m, cls)), None)
-
-
-def _shown(default: Any) -> str:
-    if default is REQUIRED:
-        return "required"
-    if type(default) in (list, dict) and not default:
-        return "empty"
-    return f"`{json.dumps(default)}`"
-
-
-def _rows(key_: str, tp: Any, default: Any) -> list[str]:
-    tp, meta, optional = _unwrap(tp)
-    doc = _marker(meta, Doc) or Doc("")
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    null = " or null" if optional else ""
-
-    def row(kind_: str, unit: str = "", span: str = "") -> str:
-        cells = [f"`{key_}`", kind_, unit, span, _shown(default), doc.what]
-        return "| " + " | ".join(cells) + " |"
-
-    if dataclasses.is_dataclass(tp) or typing.is_typeddict(tp):
-        out = [row("object" + null)]
-        for f in fields_of(tp):
-            out += _rows(f"{key_}.{f.key}", f.tp, f.default)
-        return out
-    if origin is dict:
-        name = (_marker(_unwrap(args[0])[1], Doc) or Doc("name")).what
-        return [
-            row(f"object: {name} → value" + null),
-            *_rows(f"{key_}.<{name}>", args[1], REQUIRED),
-        ]
-    if origin in (list, tuple) and not (origin is tuple and args[-1] is not Ellipsis):
-        item, item_meta, _ = _unwrap(args[0])
-        most = _marker(meta, Items)
-        span = ", ".join(s for s in (_span(item, item_meta), most and f"at most {most.max}") if s)
-        unit = doc.unit or (_marker(item_meta, Doc) or Doc("")).unit
-        return [row(f"list of {_KINDS.get(item, 'value')}s" + null, unit, span)]
-    if origin is tuple:
-        terms = []
-        for a in args:
-            term, term_meta, _ = _unwrap(a)
-            d = _marker(term_meta, Doc) or Doc("")
-            terms.append(f"{d.what} ({', '.join(filter(None, [d.unit, _span(term, term_meta)]))})")
-        kinds = {_KINDS.get(_unwrap(a)[0], "value") for a in args}
-        kind_ = f"{kinds.pop()}s" if len(kinds) == 1 else "values"
-        return [row(f"list of {len(args)} {kind_}" + null, "", ", ".join(terms))]
-    if origin is Literal:
-        return [row("string" + null, "", "one of " + ", ".join(map(str, args)))]
-    return [row(_KINDS.get(tp, getattr(tp, "__name__", str(tp))) + null, doc.unit, _span(tp, meta))]
-
-
-def _span(tp: Any, meta: list[Any]) -> str:
-    """What a scalar's constraints allow, as the manual says it."""
-    bounds, text = _marker(meta, Range), _marker(meta, Text)
-    if bounds is not None:
-        return str(bounds)
-    if text is not None:
-        return f"at most {text.max} characters"
-    return ""

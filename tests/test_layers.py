@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dse.host",
             "dse.lifetime",
             "dse.paths",
+            "dse.record_tables",
             "dse.records",
             "dse.values",
         ),
@@ -57,6 +58,7 @@ SIDEWAYS = {
     ("dse.files", "dse.errors"),
     ("dse.values", "dse.errors"),
     ("dse.records", "dse.errors"),
+    ("dse.record_tables", "dse.records"),
     ("dse.config", "dse.objectives"),  # a config checks objective names
     ("dse.mapping", "dse.platform"),
     ("models_analytical", "chromosomes"),

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from dse.errors import DseError
-from dse.records import Doc, Items, Range, Tag, Text, key, read, reference, to_json
+from dse.record_tables import reference
+from dse.records import Doc, Items, Range, Tag, Text, key, read, to_json
 
 
 @dataclass(frozen=True)
@@ -209,9 +210,13 @@ LIFT_BAD = {
     ),  # fmt: skip
     "an open upper end": ({"share": 1}, "share: 1 is out of range: expected below 1"),
     "a range on T | None": ({"load": 1.5}, "load: 1.5 is out of range: expected at most 1"),
-    "a wrong key of a table": (
+    "a wrong key of a table, named by its Doc": (
         {"others": {"west": 1}},
-        'others: key "west": expected a non-empty text of at most 3 characters',
+        'others: lift "west": expected a non-empty text of at most 3 characters',
+    ),
+    "an integer of 60 digits": (
+        {"wait_s": 10**60},
+        "wait_s: expected a finite number, not 1000000000000000000000000000000000000...",
     ),
     "a text that may be empty, too long": (
         {"label": "abcdef"},
@@ -270,3 +275,12 @@ def test_numbers_as_text_are_read_only_where_asked_and_only_in_yaml_syntax() -> 
         read(Point, {"x": "5.0e9"}, "p")
     with pytest.raises(DseError, match="legs: expected an integer, not text"):
         read(Robot, {**DOC, "legs": "4"}, "r", text_numbers=True)  # only numbers of a float
+
+
+def test_numpy_texts_are_written_as_json_texts() -> None:
+    """A table keyed by numpy's str_ (family names out of an array) is written with plain
+    keys, which a reader takes again."""
+    lift = Lift({"up": 1.0, "down": 1.0}, 1.0, others={np.str_("a"): np.float64(2.0)})
+    out = to_json(lift)["others"]
+    assert out == {"a": 2.0} and [type(k) for k in out] == [str]
+    assert read(Lift, to_json(lift), "l").others == {"a": 2.0}

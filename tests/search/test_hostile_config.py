@@ -152,26 +152,26 @@ def test_a_platform_that_is_not_a_mapping_is_refused():
 
 #: (key in the cpu section of the coefficients, bad value or ..., words of the one line)
 COEFFICIENT_CASES = [
-    ("frequency_hz", 0, "frequency_hz must be positive"),
-    ("frequency_hz", -1e9, "frequency_hz must be positive"),
-    ("frequency_hz", NAN, "frequency_hz must be a finite number"),
-    ("frequency_hz", INF, "frequency_hz must be a finite number"),
-    ("frequency_hz", "fast", "frequency_hz must be a number"),
-    ("frequency_hz", True, "frequency_hz must be a number"),
-    ("layer.conv", 0, "layer.conv must be positive"),
-    ("layer.fc", -0.5, "layer.fc must be positive"),
-    ("layer.elementwise", NAN, "layer.elementwise must be a finite"),
-    ("layer", [1, 2], "'cpu'.layer must be a mapping"),
-    ("layer.conv_winograd", ..., "is missing 'conv_winograd'"),
-    ("layer_overhead_s", -1e-5, "layer_overhead_s must be zero or more"),
-    ("memory.coefficient", 0, "memory.coefficient must be positive"),
-    ("memory.coefficient", -1, "memory.coefficient must be positive"),
-    ("memory.bias_mb", -100, "memory.bias_mb must be zero or more"),
-    ("memory.per_layer_mb", -0.1, "memory.per_layer_mb must be zero or more"),
-    ("memory", "lots", "memory must be a mapping"),
-    ("power_w.idle", -1, "power_w.idle must be zero or more"),
-    ("power_w.conv", NAN, "power_w.conv must be a finite"),
-    ("power_w.overhead", ..., "is missing 'overhead'"),
+    ("frequency_hz", 0, "cpu.frequency_hz: 0 is out of range: expected at least 1000 Hz"),
+    ("frequency_hz", -1e9, "frequency_hz: -1e+09 is out of range: expected at least 1000 Hz"),
+    ("frequency_hz", NAN, "frequency_hz: expected a finite number, not nan"),
+    ("frequency_hz", INF, "frequency_hz: expected a finite number, not inf"),
+    ("frequency_hz", "fast", "frequency_hz: expected a number, not text"),
+    ("frequency_hz", True, "frequency_hz: expected a number, not true/false"),
+    ("layer.conv", 0, "layer.conv: 0 is out of range: expected at least 1e-06 MAC/cycle"),
+    ("layer.fc", -0.5, "layer.fc: -0.5 is out of range: expected at least 1e-06"),
+    ("layer.elementwise", NAN, "layer.elementwise: expected a finite"),
+    ("layer", [1, 2], "cpu.layer: expected an object, not a list"),
+    ("layer.conv_winograd", ..., "cpu.layer: 'conv_winograd' is missing"),
+    ("layer_overhead_s", -1e-5, "layer_overhead_s: -1e-05 is out of range: expected at least 0 s"),
+    ("memory.coefficient", 0, "memory.coefficient: 0 is out of range: expected above 0"),
+    ("memory.coefficient", -1, "memory.coefficient: -1 is out of range: expected above 0"),
+    ("memory.bias_mb", -100, "memory.bias_mb: -100 is out of range: expected at least 0 MB"),
+    ("memory.per_layer_mb", -0.1, "memory.per_layer_mb: -0.1 is out of range"),
+    ("memory", "lots", "cpu.memory: expected an object, not text"),
+    ("power_w.idle", -1, "power_w.idle: -1 is out of range: expected at least 0 W"),
+    ("power_w.conv", NAN, "power_w.conv: expected a finite"),
+    ("power_w.overhead", ..., "cpu.power_w: 'overhead' is missing"),
 ]
 
 
@@ -237,7 +237,7 @@ def test_bad_settings_are_one_line_each(tmp_path):
     results = run_all(cases)
     failed = []
     for key, r in results.items():
-        words = ("zero_frequency.json", "frequency_hz must be positive")
+        words = ("zero_frequency.json", "frequency_hz: 0 is out of range: expected at least")
         try:
             assert_one_line(r, *(words if key == "coefficients" else (SETTINGS[key],)))
         except AssertionError as exc:
