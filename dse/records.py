@@ -10,7 +10,8 @@ The types a field may have:
 
 - ``bool``, ``int`` (not a bool; within :data:`MAX_INT` unless a :class:`Range` says),
   ``float`` (an int or float, finite, not a bool), ``str``, ``None``, ``Any`` (a JSON value
-  as it is);
+  as it is); a document built in memory may hold their subclasses (numpy's ``float64`` and
+  ``str_``), read as the plain type;
 - ``Literal["a", "b"]``; ``list[T]``, ``tuple[T, ...]``, ``tuple[A, B]`` (a JSON list),
   ``dict[K, T]`` (a JSON object; ``K`` a ``str`` type); ``T | None``;
 - a record, and a union of records told apart by a tag key:
@@ -259,12 +260,12 @@ def _within(value: float, bounds: Range | None, at: At, unit: str) -> None:
 
 def _integer(bounds: Range | None, unit: str) -> Reader:
     def read_integer(value: Any, at: At) -> int:
-        if type(value) is not int:
+        if isinstance(value, bool) or not isinstance(value, int):
             raise _Failure(at, f"expected an integer, not {kind(value)}")
         if not -MAX_INT <= value <= MAX_INT:
             raise _Failure(at, f"{value} is beyond the integers JSON holds exactly")
         _within(value, bounds, at, unit)
-        return value
+        return int(value)
 
     return read_integer
 
@@ -277,10 +278,10 @@ def _number(bounds: Range | None, unit: str, text: bool) -> Reader:
     def read_number(value: Any, at: At) -> float:
         if text and type(value) is str and YAML_NUMBER.fullmatch(value):
             value = float(value)
-        if type(value) not in (int, float):
-            raise _Failure(at, f"expected a number, not {kind(value)}")
-        if type(value) is int and abs(value) > MAX_INT or not math.isfinite(value):
-            shown = value if type(value) is float else _short(value)  # an int of 400 digits
+        if isinstance(value, bool) or not isinstance(value, int | float):  # numpy's float64 is
+            raise _Failure(at, f"expected a number, not {kind(value)}")  # a float
+        if isinstance(value, int) and abs(value) > MAX_INT or not math.isfinite(value):
+            shown = _short(value) if isinstance(value, int) else value  # an int of 400 digits
             raise _Failure(at, f"expected a finite number, not {shown}")
         _within(value, bounds, at, unit)
         return float(value)
@@ -290,8 +291,9 @@ def _number(bounds: Range | None, unit: str, text: bool) -> Reader:
 
 def _string(text: Text | None) -> Reader:
     def read_string(value: Any, at: At) -> str:
-        if type(value) is not str:
+        if not isinstance(value, str):  # numpy's str_ is a str
             raise _Failure(at, f"expected text, not {kind(value)}")
+        value = str(value)
         if text is not None and (
             (not value and not text.empty) or len(value) > text.max or "\0" in value
         ):

@@ -284,3 +284,12 @@ def test_numpy_texts_are_written_as_json_texts() -> None:
     out = to_json(lift)["others"]
     assert out == {"a": 2.0} and [type(k) for k in out] == [str]
     assert read(Lift, to_json(lift), "l").others == {"a": 2.0}
+    # a document built in memory may hold them, read as plain ones (a float32 is no float)
+    doc = {**LIFT, "wait_s": np.float64(2.5), "label": np.str_("x")}
+    got = read(Lift, doc, "l")
+    assert (got.wait_s, got.label) == (2.5, "x") and type(got.wait_s) is float
+    assert type(got.label) is str
+    with pytest.raises(DseError, match="floors\\[0\\]: expected an integer, not int64"):
+        read(Lift, {**doc, "floors": [np.int64(1), 2]}, "l")  # numpy's int64 is no int
+    with pytest.raises(DseError, match="wait_s: expected a number, not float32"):
+        read(Lift, {**LIFT, "wait_s": np.float32(2.5)}, "l")
