@@ -22,7 +22,7 @@ from dse.config import BaseConfig, target_class
 from dse.errors import DseError
 from dse.net import Net, load_net
 from dse.paths import CONF_DIR, calibrated_path, shown
-from dse.platform import Platform, load_platform
+from dse.platform import Platform, PlatformFile, load_platform, read_platform
 from dse.runtime.launch.mpirun import Launcher
 from models_analytical.coefficients import Coefficients, load_coefficients
 from models_analytical.model import AnalyticalModel
@@ -69,29 +69,32 @@ def coefficients_path(cfg: DictConfig) -> Path:
     given = str(cfg.get("coefficients") or "")
     if given and given != "platform":
         return Path(given).expanduser()
-    raw = plain(cfg.get("platform")) or {}
-    if not given and isinstance(raw, Mapping) and raw.get("name") and not _named(raw):
-        calibrated = calibrated_path(str(raw["name"]))
+    raw = plain(cfg.get("platform"))
+    if raw is None:
+        raise DseError("no platform given: add platform=NAME (conf/platform/NAME.yaml)")
+    platform = read_platform(raw)
+    if not given and not _named(platform):
+        calibrated = calibrated_path(platform.name)
         if calibrated.is_file():
             return calibrated
-    if not isinstance(raw, Mapping) or not raw.get("coefficients"):
+    if not platform.coefficients:
         raise DseError(
             "no coefficients for this platform: set coefficients=PATH or platform.coefficients"
         )
-    path = Path(str(raw["coefficients"])).expanduser()
+    path = Path(platform.coefficients).expanduser()
     return path if path.is_absolute() else CONF_DIR / "platform" / path
 
 
-def _named(raw: Mapping[str, Any]) -> bool:
+def _named(platform: PlatformFile) -> bool:
     """Whether the user named the platform's coefficients (``platform.coefficients=FILE``):
     the value differs from the shipped platform file's. A file named so wins over a
     calibration, as ``coefficients=PATH`` does."""
-    shipped = CONF_DIR / "platform" / f"{raw['name']}.yaml"
+    shipped = CONF_DIR / "platform" / f"{platform.name}.yaml"
     try:
         original = yaml.safe_load(shipped.read_text()) if shipped.is_file() else None
     except (OSError, yaml.YAMLError):
         return False
-    return isinstance(original, Mapping) and original.get("coefficients") != raw.get("coefficients")
+    return isinstance(original, Mapping) and original.get("coefficients") != platform.coefficients
 
 
 def coefficients_from(cfg: DictConfig, platform: Platform) -> Coefficients:

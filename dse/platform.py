@@ -22,24 +22,32 @@ Transfers between devices of one board keep their per-pair queue whatever the ne
 from __future__ import annotations
 
 import re
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 
+from dse import records
 from dse.errors import DseError
-from dse.values import number
+from dse.records import Range, Text
 
-KINDS = ("cpu", "gpu")
+Kind = Literal["cpu", "gpu"]
 #: How boards are joined (see the module docstring).
-NETWORKS = ("pairs", "switched", "shared")
-#: What a port of a switched network may set (the rest comes from the ``network`` link class).
-PORT_KEYS = ("latency_s", "bandwidth_Bps")
+Network = Literal["pairs", "switched", "shared"]
+#: The link classes a platform gives figures for, from cheapest to dearest.
+LinkClass = Literal["cpu_gpu", "same_host", "network"]
+KINDS: tuple[str, ...] = typing.get_args(Kind)
+NETWORKS: tuple[str, ...] = typing.get_args(Network)
+#: Link classes; `same_device` is a tensor staying in one process.
+LINK_CLASSES: tuple[str, ...] = ("same_device", *typing.get_args(LinkClass))
 #: A device type's name: what a coefficients file's top-level keys are.
 TYPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-#: Link classes, from cheapest to dearest; `same_device` is a tensor staying in one process.
-LINK_CLASSES = ("same_device", "cpu_gpu", "same_host", "network")
+Name = Annotated[str, Text(255)]
+Seconds = Annotated[float, Range(0)]
+Rate = Annotated[float, Range(0, lo_open=True)]  # bytes per second
+Mbit = Annotated[float, Range(0, lo_open=True)]  # Mbit/s
 
 
 @dataclass(frozen=True)
@@ -59,9 +67,9 @@ class Device:
 
 @dataclass(frozen=True)
 class Link:
-    latency_s: float
-    bandwidth_Bps: float
-    energy_J_per_byte: float = 0.0
+    latency_s: Seconds
+    bandwidth_Bps: Rate
+    energy_J_per_byte: Annotated[float, Range(0)] = 0.0
 
 
 @dataclass(frozen=True)
@@ -165,195 +173,227 @@ class Platform:
         }
 
 
-# --- loading --------------------------------------------------------------------------------
+# --- the platform's file -----------------------------------------------------------------------
+
+#: What a wrong platform's one line ends with.
+FIX = "correct the platform's YAML file"
 
 
-def _need(cfg: Mapping[str, Any], key: str, where: str) -> Any:
-    if not isinstance(cfg, Mapping):
-        raise DseError(f"{where} must be a mapping of keys to values, not {cfg!r}")
-    if key not in cfg or cfg[key] is None:
-        raise DseError(f"{where} is missing '{key}'")
-    return cfg[key]
+@dataclass(frozen=True, kw_only=True)
+class Resource:
+    """A device as its board holds it (``resources:``, one of each on every host); ``type``
+    null: its kind."""
+
+    kind: Kind
+    memory_mb: Annotated[float, Range(0, lo_open=True)]
+    threads: Annotated[int, Range(1)] = 1
+    type: Name | None = None
 
 
-def _devices(cfg: Mapping[str, Any], name: str) -> list[Device]:
-    where = f"platform '{name}'"
-    if cfg.get("devices"):
-        specs = _list(cfg["devices"], f"{where}: devices")
-    elif cfg.get("hosts"):
-        resources = _need(cfg, "resources", where)
-        if not isinstance(resources, Mapping) or isinstance(cfg["hosts"], str | Mapping):
-            raise DseError(f"{where}: hosts must be a list and resources a mapping")
-        for r, spec in resources.items():
-            if not isinstance(spec, Mapping):
-                raise DseError(f"{where}: resource '{r}' must be a mapping, not {spec!r}")
-        specs = [
-            {"host": h, "resource": r, **dict(spec)}
-            for h in cfg["hosts"]
-            for r, spec in resources.items()
-        ]
-    else:
-        raise DseError(f"{where} lists no devices: give 'devices' or 'hosts' and 'resources'")
-    devices = []
-    for i, s in enumerate(specs):
-        dw = f"{where}, device {i}"
-        host = str(_need(s, "host", dw))
-        kind = str(_need(s, "kind", dw))
-        if kind not in KINDS:
-            raise DseError(f"{dw}: kind '{kind}' must be one of {', '.join(KINDS)}")
-        if s.get("memory_mb") is None:
-            raise DseError(f"{dw} ({host}) has no memory capacity: set memory_mb")
-        dtype = str(s.get("type") or kind)
-        if not TYPE_NAME.fullmatch(dtype):
-            raise DseError(
-                f"{dw}: type {dtype!r} must be a name of letters, digits, '_', '.' and '-'"
-            )
-        devices.append(
-            Device(
-                name=str(s.get("name") or f"{host}_{s.get('resource', kind)}"),
-                host=host,
-                kind=kind,
-                threads=int(
-                    number(s.get("threads", 1), f"{dw}: threads", positive=True, integer=True)
-                ),
-                memory_mb=number(s["memory_mb"], f"{dw}: memory_mb", positive=True),
-                type=dtype,
-            )
-        )
-    names = [d.name for d in devices]
-    if len(set(names)) != len(names):
-        raise DseError(f"{where} has duplicate device names")
-    return devices
+@dataclass(frozen=True, kw_only=True)
+class DeviceEntry(Resource):
+    """One device of ``devices:``, on board ``host``; ``name`` null: ``<host>_<resource>``,
+    ``resource`` null: its kind."""
+
+    host: Name
+    name: Name | None = None
+    resource: Name | None = None
 
 
-def _list(value: Any, where: str) -> list[Any]:
-    """A list from the config (a string or a mapping is refused, not iterated)."""
-    if isinstance(value, str | bytes | Mapping) or not hasattr(value, "__iter__"):
-        raise DseError(f"{where} must be a list, not {value!r}")
-    return list(value)
+@dataclass(frozen=True, kw_only=True)
+class PairLink(Link):
+    """A device pair's own link figures (``pairs:``), both ways."""
+
+    a: Name
+    b: Name
 
 
-def _link(spec: Mapping[str, Any], where: str) -> Link:
-    return Link(
-        number(_need(spec, "latency_s", where), f"{where}: latency_s"),
-        number(_need(spec, "bandwidth_Bps", where), f"{where}: bandwidth_Bps", positive=True),
-        number(spec.get("energy_J_per_byte", 0.0), f"{where}: energy_J_per_byte"),
-    )
+@dataclass(frozen=True)
+class Port:
+    """A board's port on a switched network; a figure left out is the ``network`` class's."""
+
+    latency_s: Seconds | None = None
+    bandwidth_Bps: Rate | None = None
+
+
+@dataclass(frozen=True)
+class BoardEmulation:
+    """A board of an emulated cluster: the CPUs of this machine it gets and, on a switched
+    network only, its port's own rate (null: ``emulation.rate_mbit``)."""
+
+    cpus: list[Annotated[int, Range(0)]]
+    rate_mbit: Mbit | None = None
+
+
+@dataclass(frozen=True)
+class DeviceEmulation:
+    """A device's share of its board's CPUs (null: an equal split of the board)."""
+
+    share: Annotated[float, Range(0, 1, lo_open=True)] | None = None
+
+
+@dataclass(frozen=True)
+class Emulation:
+    """How a cluster emulates the platform on this machine (``emulation:``, made a cluster by
+    :mod:`dse.cluster.spec`): a board per host, its network, rates and the devices' shares."""
+
+    rate_mbit: Mbit  # switched: every port's rate; shared: the medium's
+    boards: dict[Name, BoardEmulation]
+    network: Literal["switched", "shared"] = "switched"
+    devices: dict[Name, DeviceEmulation] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PlatformFile:
+    """A platform's config (``conf/platform/NAME.yaml``), every key it may hold: its devices
+    are ``devices``, or each of ``resources`` on every one of ``hosts``."""
+
+    name: Name = "platform"
+    coefficients: Name | None = None  # its coefficients file (read by dse.app)
+    entry: Name | None = None  # the device where the input enters; null: the first
+    weights: Literal["resident", "streamed"] = "resident"
+    network: Network | None = None  # null: shared where shared_network says, else pairs
+    shared_network: bool | None = None  # the older key for network: shared
+    devices: list[DeviceEntry] = field(default_factory=list)
+    hosts: list[Name] = field(default_factory=list)
+    resources: dict[Name, Resource] = field(default_factory=dict)
+    links: dict[LinkClass, Link] = field(default_factory=dict)
+    pairs: list[PairLink] = field(default_factory=list)
+    ports: dict[Name, Port] = field(default_factory=dict)
+    emulation: Emulation | None = None
 
 
 def load_platform(cfg: Mapping[str, Any]) -> Platform:
-    """The hardware from its config mapping (``conf/platform/NAME.yaml``)."""
-    if not isinstance(cfg, Mapping):
-        raise DseError("platform must be a mapping (conf/platform/NAME.yaml)")
-    name = str(cfg.get("name", "platform"))
-    devices = _devices(cfg, name)
-    links_cfg = cfg.get("links") or {}
-    if not isinstance(links_cfg, Mapping):
-        raise DseError(f"platform '{name}': links must be a mapping of link classes")
+    """The hardware from its config mapping (``conf/platform/NAME.yaml``): its keys read
+    (:func:`read_platform`), then held to the rules between them (:func:`resolve`)."""
+    return resolve(read_platform(cfg))
+
+
+def read_platform(cfg: Mapping[str, Any]) -> PlatformFile:
+    """A platform's config mapping as :class:`PlatformFile`: a key it does not declare refused,
+    naming the closest; a number PyYAML left as text (``5.0e9``) read as YAML 1.2 and Hydra
+    read it; one line naming the first key that is wrong."""
+    named = isinstance(cfg, Mapping) and isinstance(cfg.get("name"), str)
+    where = f"platform '{cfg['name']}'" if named else "platform"
+    raw = dict(cfg) if isinstance(cfg, Mapping) else cfg
+    return records.read(PlatformFile, raw, where, FIX, unknown="refuse", text_numbers=True)
+
+
+def _fail(where: str, problem: str) -> DseError:
+    return DseError(f"{where}: {problem}")
+
+
+def resolve(f: PlatformFile) -> Platform:
+    """The platform a file describes, once its keys agree (one line naming the first that does
+    not): its devices, the link figures they need, entry, pairs, network and ports."""
+    where = f"platform '{f.name}'"
+    devices = _devices(f, where)
+    index = {d.name: i for i, d in enumerate(devices)}
+    _check_links(f, devices, where)
+    entry = f.entry or devices[0].name
+    if entry not in index:
+        raise _fail(where, f"entry device '{entry}' is not one of its devices ({', '.join(index)})")
+    pairs = {}
+    for i, p in enumerate(f.pairs):
+        if p.a not in index or p.b not in index:
+            raise _fail(where, f"pairs[{i}]: unknown device '{p.a}' or '{p.b}'")
+        link = Link(p.latency_s, p.bandwidth_Bps, p.energy_J_per_byte)
+        pairs[index[p.a], index[p.b]] = pairs[index[p.b], index[p.a]] = link
+    network = _network(f, where)
+    return Platform(
+        name=f.name,
+        devices=tuple(devices),
+        links=dict(f.links),
+        entry=index[entry],
+        weights=f.weights,
+        network=network,
+        pair_links=pairs,
+        ports=_ports(f, where, network, [d.host for d in devices]),
+    )
+
+
+def _devices(f: PlatformFile, where: str) -> list[Device]:
+    if f.devices and (f.hosts or f.resources):
+        raise _fail(where, "give either devices or hosts and resources, not both")
+    if f.hosts and not f.resources:
+        raise _fail(where, "hosts are given without resources: add resources (the devices of each)")
+    if not f.devices and not f.hosts:
+        raise _fail(where, "lists no devices: give 'devices' or 'hosts' and 'resources'")
+    entries: list[tuple[str, str, str, Resource]] = [
+        (f"devices[{i}]", d.name or f"{d.host}_{d.resource or d.kind}", d.host, d)
+        for i, d in enumerate(f.devices)
+    ]
+    entries += [
+        (f"resources.{r}", f"{h}_{r}", h, spec) for h in f.hosts for r, spec in f.resources.items()
+    ]
+    devices = []
+    for at, name, host, d in entries:
+        if d.type is not None and not TYPE_NAME.fullmatch(d.type):
+            raise _fail(
+                where, f"{at}.type: '{d.type}' must be a name of letters, digits, '_', '.' and '-'"
+            )
+        devices.append(Device(name, host, d.kind, d.threads, d.memory_mb, d.type or d.kind))
+    names = [d.name for d in devices]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise _fail(where, f"has duplicate device names ({', '.join(twice)}): name each once")
+    return devices
+
+
+def _check_links(f: PlatformFile, devices: list[Device], where: str) -> None:
+    """Every link class between two of its devices has its figures."""
     hosts = {d.host for d in devices}
-    needed = set()
-    if len(hosts) > 1:
-        needed.add("network")
+    needed = {"network"} if len(hosts) > 1 else set()
     for h in hosts:
         on = [d for d in devices if d.host == h]
         if len({d.kind for d in on}) > 1:
             needed.add("cpu_gpu")
         if any(sum(d.kind == k for d in on) > 1 for k in KINDS):
             needed.add("same_host")
-    links = {}
-    for cls in LINK_CLASSES[1:]:
-        if cls in links_cfg:
-            links[cls] = _link(links_cfg[cls], f"platform '{name}', link '{cls}'")
-        elif cls in needed:
-            raise DseError(
-                f"platform '{name}' has no link figures for '{cls}': "
-                f"set links.{cls}.latency_s and links.{cls}.bandwidth_Bps"
+    for cls in LINK_CLASSES:
+        if cls in needed and cls not in f.links:
+            raise _fail(
+                where,
+                f"has no link figures for '{cls}': set links.{cls}.latency_s and "
+                f"links.{cls}.bandwidth_Bps",
             )
-    index = {d.name: i for i, d in enumerate(devices)}
-    entry_name = str(cfg.get("entry") or devices[0].name)
-    if entry_name not in index:
-        raise DseError(f"platform '{name}': entry device '{entry_name}' is not one of its devices")
-    pairs = {}
-    for i, spec in enumerate(_list(cfg.get("pairs") or [], f"platform '{name}': pairs")):
-        a, b = str(_need(spec, "a", f"pair {i}")), str(_need(spec, "b", f"pair {i}"))
-        if a not in index or b not in index:
-            raise DseError(f"platform '{name}', pair {i}: unknown device '{a}' or '{b}'")
-        link = _link(spec, f"platform '{name}', pair {a}-{b}")
-        pairs[index[a], index[b]] = pairs[index[b], index[a]] = link
-    network = _network(cfg, name)
-    ports = _ports(cfg, name, network, [d.host for d in devices], links.get("network"))
-    weights = str(cfg.get("weights", "resident"))
-    if weights not in ("resident", "streamed"):
-        raise DseError(f"platform '{name}': weights must be resident or streamed")
-    return Platform(
-        name=name,
-        devices=tuple(devices),
-        links=links,
-        entry=index[entry_name],
-        weights=weights,
-        network=network,
-        pair_links=pairs,
-        ports=ports,
-    )
 
 
-def _network(cfg: Mapping[str, Any], name: str) -> str:
+def _network(f: PlatformFile, where: str) -> str:
     """``network`` (NETWORKS), agreeing with the older ``shared_network`` where both are set."""
-    shared = cfg.get("shared_network")
-    if shared is not None and not isinstance(shared, bool):
-        raise DseError(f"platform '{name}': shared_network must be true or false, not {shared!r}")
-    given = cfg.get("network")
-    if given is None:
-        return "shared" if shared else "pairs"
-    network = str(given)
-    if network not in NETWORKS:
-        raise DseError(
-            f"platform '{name}': network {given!r} is not one of {', '.join(NETWORKS)} "
-            "(pairs: a queue per device pair; switched: a port per board; shared: one medium)"
+    if f.network is None:
+        return "shared" if f.shared_network else "pairs"
+    if f.shared_network is not None and f.shared_network != (f.network == "shared"):
+        raise _fail(
+            where,
+            f"network is {f.network} but shared_network is {str(f.shared_network).lower()}: "
+            "remove shared_network (network says it)",
         )
-    if shared is not None and shared != (network == "shared"):
-        raise DseError(
-            f"platform '{name}': network is {network} but shared_network is "
-            f"{str(shared).lower()}: remove shared_network (network says it)"
-        )
-    return network
+    return f.network
 
 
-def _ports(
-    cfg: Mapping[str, Any], name: str, network: str, hosts: list[str], default: Link | None
-) -> dict[str, Link]:
-    """The ports of a switched network's boards (``ports: {board: {latency_s, bandwidth_Bps}}``),
-    each figure defaulting to the network link class's."""
-    raw = cfg.get("ports")
-    if raw is None:
+def _ports(f: PlatformFile, where: str, network: str, hosts: list[str]) -> dict[str, Link]:
+    """The ports of a switched network's boards, each figure defaulting to the network link
+    class's."""
+    if not f.ports:
         return {}
-    where = f"platform '{name}': ports"
-    if not isinstance(raw, Mapping):
-        raise DseError(f"{where} must be a mapping of boards to {{latency_s, bandwidth_Bps}}")
     if network != "switched":
-        raise DseError(f"{where} are a switched network's: set network: switched or remove them")
+        raise _fail(where, "ports are a switched network's: set network: switched or remove them")
+    default = f.links.get("network")
     ports = {}
-    for board, spec in raw.items():
-        pw = f"{where}.{board}"
+    for board, port in f.ports.items():
         if board not in hosts:
-            raise DseError(
-                f"{pw}: '{board}' is not a board of the platform (its boards: "
-                f"{', '.join(dict.fromkeys(hosts))})"
+            raise _fail(
+                where,
+                f"ports.{board}: '{board}' is not a board of the platform (its boards: "
+                f"{', '.join(dict.fromkeys(hosts))})",
             )
-        if not isinstance(spec, Mapping):
-            raise DseError(f"{pw} must be a mapping such as {{bandwidth_Bps: 1.25e7}}")
-        unknown = sorted(set(spec) - set(PORT_KEYS))
-        if unknown:
-            raise DseError(f"{pw}: unknown key '{unknown[0]}' (a port has {', '.join(PORT_KEYS)})")
-        if default is None:  # one board: no network class to default to
-            missing = [k for k in PORT_KEYS if spec.get(k) is None]
-            if missing:
-                raise DseError(f"{pw} has no {missing[0]}: set it or links.network")
-        lat = spec.get("latency_s", default.latency_s if default else None)
-        bw = spec.get("bandwidth_Bps", default.bandwidth_Bps if default else None)
-        ports[str(board)] = Link(
-            number(lat, f"{pw}.latency_s"),
-            number(bw, f"{pw}.bandwidth_Bps", positive=True),
-            default.energy_J_per_byte if default else 0.0,
-        )
+        lat, bw = port.latency_s, port.bandwidth_Bps
+        if default is not None:
+            lat = default.latency_s if lat is None else lat
+            bw = default.bandwidth_Bps if bw is None else bw
+        if lat is None or bw is None:  # one board: no network class to default to
+            missing = "latency_s" if lat is None else "bandwidth_Bps"
+            raise _fail(where, f"ports.{board} has no {missing}: set it or links.network")
+        ports[board] = Link(lat, bw, default.energy_J_per_byte if default else 0.0)
     return ports

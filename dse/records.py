@@ -10,26 +10,36 @@ The types a field may have:
 
 - ``bool``, ``int`` (not a bool; within :data:`MAX_INT` unless a :class:`Range` says),
   ``float`` (an int or float, finite, not a bool), ``str``, ``None``, ``Any`` (a JSON value
-  as it is);
+  as it is); a document built in memory may hold their subclasses (numpy's ``float64`` and
+  ``str_``), read as the plain type;
 - ``Literal["a", "b"]``; ``list[T]``, ``tuple[T, ...]``, ``tuple[A, B]`` (a JSON list),
   ``dict[K, T]`` (a JSON object; ``K`` a ``str`` type); ``T | None``;
 - a record, and a union of records told apart by a tag key:
-  ``Annotated[A | B, Tag("op")]`` where each member declares ``op: ClassVar[str] = "a"``.
+  ``Annotated[A | B, Tag("op")]`` where each member declares ``op: ClassVar[str] = "a"``;
+- a ``TypedDict``: a JSON object with these keys (those of a ``total=False`` one may be absent),
+  read as a plain dict: a table of fixed rows, such as one figure per class of operation.
 
 Constraints ride on ``typing.Annotated``: :class:`Range` for numbers, :class:`Text` for strings
-(non-empty, without NUL, at most ``max`` characters), :class:`Items` for a list's length. A
-field's JSON key is its name, or ``field(metadata=key("from"))``. A field with a default may be
-absent from the JSON (it takes its default), and is left out of the JSON written when its value
-is None or an empty list or dict; a field without a default is always read and written. Keys a
-record does not declare are ignored, or refused naming the closest declared key
-(``read(..., unknown="refuse")``: files users write by hand).
+(without NUL, at most ``max`` characters, non-empty unless ``empty``), :class:`Items` for a
+list's length; on ``T | None`` they hold for ``T``. :class:`Doc` says what a field means and its
+unit: :func:`dse.record_tables.reference` renders a record's fields as the manual's table, and
+a number out of its range is named with its unit. A field's JSON key is its name, or
+``field(metadata=key("from"))``. A field with a default may be absent from the JSON (it takes
+its default), and is left out of the JSON written when its value is None or an empty list or
+dict; a field whose default is an empty list or dict takes it also when given empty. A field
+without a default is always read and written. Keys a record does not declare are ignored, or
+refused naming the closest declared key (``read(..., unknown="refuse")``: files users write by
+hand). ``read(..., text_numbers=True)`` takes a float written as text in YAML 1.2's syntax
+(``5.0e9``, which PyYAML reads as text).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import math
+import re
 import types
 import typing
 from collections.abc import Callable
@@ -46,18 +56,36 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Range:
-    """A number within [``lo``, ``hi``] (``lo`` itself excluded where ``lo_open``)."""
+    """A number within [``lo``, ``hi``] (an end excluded where ``lo_open``, ``hi_open``)."""
 
     lo: float | None = None
     hi: float | None = None
     lo_open: bool = False
+    hi_open: bool = False
+
+    def __str__(self) -> str:
+        """``[0, 3600]``, ``(0, 100]``, ``[0, 1)``; an end not given is infinite: ``[0, inf)``."""
+        lo = "-inf" if self.lo is None else f"{self.lo:g}"
+        hi = "inf" if self.hi is None else f"{self.hi:g}"
+        opening = "(["[self.lo is not None and not self.lo_open]
+        closing = ")]"[self.hi is not None and not self.hi_open]
+        return f"{opening}{lo}, {hi}{closing}"
 
 
 @dataclass(frozen=True)
 class Text:
-    """A non-empty string without NUL, of at most ``max`` characters."""
+    """A string without NUL, of at most ``max`` characters, non-empty unless ``empty``."""
 
     max: int = 4096
+    empty: bool = False
+
+
+@dataclass(frozen=True)
+class Doc:
+    """What a field means and its unit (``""``: none), for the manual and the messages."""
+
+    what: str
+    unit: str = ""
 
 
 @dataclass(frozen=True)
@@ -98,11 +126,14 @@ def read(
     where: str,
     fix: str = "",
     unknown: Literal["ignore", "refuse"] = "ignore",
+    text_numbers: bool = False,
 ) -> T:
     """The record ``cls`` of parsed JSON ``doc``; a :class:`DseError` ``"{where}: {field}:
-    {problem} ({fix})"`` naming the first field that is wrong."""
+    {problem} ({fix})"`` naming the first field that is wrong. ``text_numbers``: a number may
+    be given as text in YAML 1.2's syntax (a YAML file read by PyYAML, which reads ``5.0e9`` as
+    text: YAML 1.1 wants ``5.0e+9``)."""
     try:
-        return _reader(cls, unknown)(doc, None)
+        return _reader(cls, _Mode(unknown == "refuse", text_numbers))(doc, None)
     except _Failure as failure:
         at = path(failure.at)
         text = f"{where}: {at}: {failure.problem}" if at else f"{where}: {failure.problem}"
@@ -139,17 +170,25 @@ def kind(value: Any) -> str:
 _READERS: dict[tuple[Any, str], Reader] = {}
 
 
-def _reader(tp: Any, unknown: str = "ignore") -> Reader:
-    cache = (tp, unknown)
+class _Mode(typing.NamedTuple):
+    refuse: bool = False  # keys a record does not declare
+    text_numbers: bool = False
+
+
+_PLAIN = _Mode()
+
+
+def _reader(tp: Any, mode: _Mode = _PLAIN) -> Reader:
+    cache = (tp, mode)
     if cache not in _READERS:
         made: list[Reader] = []
         _READERS[cache] = lambda value, at: made[0](value, at)  # a record may hold itself
-        made.append(_make_reader(tp, unknown))
+        made.append(_make_reader(tp, mode))
         _READERS[cache] = made[0]
     return _READERS[cache]
 
 
-def _make_reader(tp: Any, unknown: str) -> Reader:  # noqa: C901 - one branch per kind of type
+def _make_reader(tp: Any, mode: _Mode) -> Reader:  # noqa: C901 - one branch per kind of type
     meta: tuple[Any, ...] = ()
     if typing.get_origin(tp) is typing.Annotated:
         tp, *rest = typing.get_args(tp)
@@ -157,36 +196,45 @@ def _make_reader(tp: Any, unknown: str) -> Reader:  # noqa: C901 - one branch pe
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     tag = next((m for m in meta if isinstance(m, Tag)), None)
     if tag is not None:
-        return _tagged(args, tag.key, unknown)
+        return _tagged(args, tag.key, mode)
+    bounds = next((m for m in meta if isinstance(m, Range)), None)
+    unit = next((m.unit for m in meta if isinstance(m, Doc)), "")
     if tp is Any:
         return lambda value, at: value
     if tp is bool:
         return _plain(bool, "true or false")
     if tp is int:
-        return _integer(next((m for m in meta if isinstance(m, Range)), None))
+        return _integer(bounds, unit)
     if tp is float:
-        return _number(next((m for m in meta if isinstance(m, Range)), None))
+        return _number(bounds, unit, mode.text_numbers)
     if tp is str:
         return _string(next((m for m in meta if isinstance(m, Text)), None))
     if tp is type(None):
         return _plain(type(None), "null")
     if origin is Literal:
         return _literal(args)
-    if origin in (types.UnionType, typing.Union):
-        return _union(args, unknown)
+    if origin in (types.UnionType, typing.Union):  # constraints hold for each member
+        kept = [m for m in meta if not isinstance(m, Doc)]
+        return _union(tuple(_annotated(a, kept) for a in args), mode)
     most = next((m for m in meta if isinstance(m, Items)), None)
+    item = _annotated(args[0], [Doc("", unit)]) if unit and args else None  # items' unit
     if origin is list:
-        return _list(_reader(args[0], unknown), most)
+        return _list(_reader(item or args[0], mode), most)
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
-            each = _list(_reader(args[0], unknown), most)
+            each = _list(_reader(item or args[0], mode), most)
             return lambda value, at: tuple(each(value, at))
-        return _fixed_tuple([_reader(a, unknown) for a in args])
+        return _fixed_tuple([_reader(a, mode) for a in args])
     if origin is dict:
-        return _dict(_reader(args[0], unknown), _reader(args[1], unknown))
-    if dataclasses.is_dataclass(tp):
-        return _record(tp, unknown)
+        named = next((m.what for m in unwrap(args[0])[1] if isinstance(m, Doc)), "key")
+        return _dict(_reader(args[0], mode), _reader(args[1], mode), named)
+    if dataclasses.is_dataclass(tp) or typing.is_typeddict(tp):
+        return _record(tp, mode)
     raise TypeError(f"records: no reader for {tp!r}")
+
+
+def _annotated(tp: Any, meta: list[Any]) -> Any:
+    return tp if tp is type(None) or not meta else typing.Annotated[(tp, *meta)]
 
 
 def _plain(cls: type, expected: str) -> Reader:
@@ -198,36 +246,44 @@ def _plain(cls: type, expected: str) -> Reader:
     return read_plain
 
 
-def _within(value: float, bounds: Range | None, at: At) -> None:
+def _within(value: float, bounds: Range | None, at: At, unit: str) -> None:
     if bounds is None:
         return
-    lo, hi = bounds.lo, bounds.hi
+    lo, hi, unit = bounds.lo, bounds.hi, f" {unit}" if unit else ""
     if lo is not None and (value <= lo if bounds.lo_open else value < lo):
         above = "above" if bounds.lo_open else "at least"
-        raise _Failure(at, f"{value:g} is out of range: expected {above} {lo:g}")
-    if hi is not None and value > hi:
-        raise _Failure(at, f"{value:g} is out of range: expected at most {hi:g}")
+        raise _Failure(at, f"{value:g} is out of range: expected {above} {lo:g}{unit}")
+    if hi is not None and (value >= hi if bounds.hi_open else value > hi):
+        below = "below" if bounds.hi_open else "at most"
+        raise _Failure(at, f"{value:g} is out of range: expected {below} {hi:g}{unit}")
 
 
-def _integer(bounds: Range | None) -> Reader:
+def _integer(bounds: Range | None, unit: str) -> Reader:
     def read_integer(value: Any, at: At) -> int:
-        if type(value) is not int:
+        if isinstance(value, bool) or not isinstance(value, int):
             raise _Failure(at, f"expected an integer, not {kind(value)}")
         if not -MAX_INT <= value <= MAX_INT:
             raise _Failure(at, f"{value} is beyond the integers JSON holds exactly")
-        _within(value, bounds, at)
-        return value
+        _within(value, bounds, at, unit)
+        return int(value)
 
     return read_integer
 
 
-def _number(bounds: Range | None) -> Reader:
+#: A number as YAML 1.2 writes it.
+YAML_NUMBER = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+
+
+def _number(bounds: Range | None, unit: str, text: bool) -> Reader:
     def read_number(value: Any, at: At) -> float:
-        if type(value) not in (int, float):
-            raise _Failure(at, f"expected a number, not {kind(value)}")
-        if type(value) is int and abs(value) > MAX_INT or not math.isfinite(value):
-            raise _Failure(at, f"expected a finite number, not {value}")
-        _within(value, bounds, at)
+        if text and type(value) is str and YAML_NUMBER.fullmatch(value):
+            value = float(value)
+        if isinstance(value, bool) or not isinstance(value, int | float):  # numpy's float64 is
+            raise _Failure(at, f"expected a number, not {kind(value)}")  # a float
+        if isinstance(value, int) and abs(value) > MAX_INT or not math.isfinite(value):
+            shown = _short(value) if isinstance(value, int) else value  # an int of 400 digits
+            raise _Failure(at, f"expected a finite number, not {shown}")
+        _within(value, bounds, at, unit)
         return float(value)
 
     return read_number
@@ -235,10 +291,14 @@ def _number(bounds: Range | None) -> Reader:
 
 def _string(text: Text | None) -> Reader:
     def read_string(value: Any, at: At) -> str:
-        if type(value) is not str:
+        if not isinstance(value, str):  # numpy's str_ is a str
             raise _Failure(at, f"expected text, not {kind(value)}")
-        if text is not None and (not value or len(value) > text.max or "\0" in value):
-            raise _Failure(at, f"expected a non-empty text of at most {text.max} characters")
+        value = str(value)
+        if text is not None and (
+            (not value and not text.empty) or len(value) > text.max or "\0" in value
+        ):
+            some = "a" if text.empty else "a non-empty"
+            raise _Failure(at, f"expected {some} text of at most {text.max} characters")
         return value
 
     return read_string
@@ -257,9 +317,9 @@ def _literal(choices: tuple[Any, ...]) -> Reader:
     return read_literal
 
 
-def _union(members: tuple[Any, ...], unknown: str) -> Reader:
+def _union(members: tuple[Any, ...], mode: _Mode) -> Reader:
     optional = type(None) in members
-    rest = [_reader(m, unknown) for m in members if m is not type(None)]
+    rest = [_reader(m, mode) for m in members if m is not type(None)]
     if len(rest) == 1:
         inner = rest[0]
 
@@ -309,13 +369,23 @@ def _fixed_tuple(each: list[Reader]) -> Reader:
     return read_tuple
 
 
-def _dict(keys: Reader, values: Reader) -> Reader:
+def _dict(keys: Reader, values: Reader, named: str) -> Reader:
+    def read_key(k: Any, at: At) -> Any:
+        try:
+            return keys(k, at)
+        except _Failure as failure:  # named as its Doc says: a layer key, a device type...
+            raise _Failure(at, f"{named} {_short(k)}: {failure.problem}") from None
+
     def read_dict(value: Any, at: At) -> dict[Any, Any]:
         if type(value) is not dict:
             raise _Failure(at, f"expected an object, not {kind(value)}")
-        return {keys(k, at): values(v, (at, k)) for k, v in value.items()}
+        return {read_key(k, at): values(v, (at, k)) for k, v in value.items()}
 
     return read_dict
+
+
+#: The default of a field without one.
+REQUIRED: Any = type("Required", (), {"__repr__": lambda self: "REQUIRED"})()
 
 
 @dataclass(frozen=True)
@@ -324,37 +394,46 @@ class _Field:
     key: str
     tp: Any
     required: bool
+    default: Any = REQUIRED  # a default factory's value; a TypedDict's keys have none
+
+    @property
+    def empty_default(self) -> bool:
+        return type(self.default) in (list, dict) and not self.default
 
 
 def fields_of(cls: type) -> list[_Field]:
-    """A record's fields: name, JSON key, resolved type, whether the JSON must hold it."""
+    """A record's (or TypedDict's) fields: name, JSON key, resolved type, whether the JSON
+    must hold it, default."""
     hints = typing.get_type_hints(cls, include_extras=True)
-    return [
-        _Field(
-            f.name,
-            f.metadata.get("json", f.name),
-            hints[f.name],
-            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
-        )
-        for f in dataclasses.fields(cls)
-        if f.init
-    ]
+    if typing.is_typeddict(cls):
+        return [_Field(k, k, tp, k in cls.__required_keys__) for k, tp in hints.items()]
+    out = []
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+        default = REQUIRED if default is dataclasses.MISSING else default
+        key_ = f.metadata.get("json", f.name)
+        out.append(_Field(f.name, key_, hints[f.name], default is REQUIRED, default))
+    return out
 
 
-def _record(cls: type, unknown: str, tag: str | None = None) -> Reader:
-    fields = [(f.name, f.key, _reader(f.tp, unknown), f.required) for f in fields_of(cls)]
-    known = {k for _, k, _, _ in fields} | ({tag} if tag else set())
+def _record(cls: type, mode: _Mode, tag: str | None = None) -> Reader:
+    fields = [(f, _reader(f.tp, mode)) for f in fields_of(cls)]
+    known = {f.key for f, _ in fields} | ({tag} if tag else set())
 
     def read_record(value: Any, at: At) -> Any:
         if type(value) is not dict:
             raise _Failure(at, f"expected an object, not {kind(value)}")
         given = {}
-        for name, k, read_field, required in fields:
-            if k in value:
-                given[name] = read_field(value[k], (at, k))
-            elif required:
-                raise _Failure(at, f"'{k}' is missing")
-        if unknown == "refuse":
+        for f, read_field in fields:
+            if f.key in value:
+                v = value[f.key]
+                if not (f.empty_default and type(v) in (list, dict) and not v):
+                    given[f.name] = read_field(v, (at, f.key))
+            elif f.required:
+                raise _Failure(at, f"'{f.key}' is missing")
+        if mode.refuse:
             for k in value:
                 if k not in known:
                     close = difflib.get_close_matches(str(k), sorted(known), n=1)
@@ -365,8 +444,8 @@ def _record(cls: type, unknown: str, tag: str | None = None) -> Reader:
     return read_record
 
 
-def _tagged(members: tuple[Any, ...], tag: str, unknown: str) -> Reader:
-    by_tag = {getattr(m, tag): _record(m, unknown, tag) for m in members}
+def _tagged(members: tuple[Any, ...], tag: str, mode: _Mode) -> Reader:
+    by_tag = {getattr(m, tag): _record(m, mode, tag) for m in members}
     shown = ", ".join(by_tag)
 
     def read_tagged(value: Any, at: At) -> Any:
@@ -383,8 +462,6 @@ def _tagged(members: tuple[Any, ...], tag: str, unknown: str) -> Reader:
 
 
 def _short(value: Any) -> str:
-    import json
-
     try:
         text = json.dumps(value)
     except (TypeError, ValueError):
@@ -420,9 +497,9 @@ def _make_writer(tp: Any) -> Writer:
     if tag is not None:
         by_type = {m: _record_writer(m, tag.key) for m in args}
         return lambda value: by_type[type(value)](value)
-    if tp in (float, int, bool):  # numpy's scalars become JSON's
+    if tp in (float, int, bool, str):  # numpy's scalars become JSON's
         return tp
-    if tp in (Any, str, type(None)) or origin is Literal:
+    if tp in (Any, type(None)) or origin is Literal:
         return _same
     if origin in (types.UnionType, typing.Union):
         members = [(typing.get_origin(a) or a, _writer(a)) for a in args if a is not type(None)]
@@ -444,9 +521,9 @@ def _make_writer(tp: Any) -> Writer:
             return lambda value: [w(v) for w, v in zip(fixed, value, strict=True)]
         return lambda value: [each(v) for v in value]
     if origin is dict:
-        each = _writer(args[1])
-        return lambda value: {k: each(v) for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
+        name, each = _writer(args[0]), _writer(args[1])
+        return lambda value: {name(k): each(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(tp) or typing.is_typeddict(tp):
         return _record_writer(tp)
     raise TypeError(f"records: no writer for {tp!r}")
 
@@ -454,13 +531,37 @@ def _make_writer(tp: Any) -> Writer:
 def _record_writer(cls: type, tag: str | None = None) -> Writer:
     fields = [(f.name, f.key, _writer(f.tp), f.required) for f in fields_of(cls)]
     head = {tag: getattr(cls, tag)} if tag else {}
+    absent = object()
+    get = dict.get if typing.is_typeddict(cls) else getattr
 
     def write_record(value: Any) -> dict[str, Any]:
         out = dict(head)
         for name, k, write, required in fields:
-            v = getattr(value, name)
+            v = get(value, name, absent)
+            if v is absent:  # a key a TypedDict may lack
+                continue
             if required or not (v is None or (isinstance(v, list | tuple | dict) and not v)):
                 out[k] = write(v)
         return out
 
     return write_record
+
+
+def unwrap(tp: Any) -> tuple[Any, list[Any], bool]:
+    """``tp`` without ``Annotated`` and ``| None``: the type, its markers (outer first),
+    whether it may be null."""
+    meta: list[Any] = []
+    optional = False
+    while True:
+        if typing.get_origin(tp) is typing.Annotated:
+            tp, *rest = typing.get_args(tp)
+            meta += rest
+        elif typing.get_origin(tp) in (types.UnionType, typing.Union) and type(None) in (
+            args := typing.get_args(tp)
+        ):
+            rest = [a for a in args if a is not type(None)]
+            if len(rest) != 1:
+                return tp, meta, True
+            tp, optional = rest[0], True
+        else:
+            return tp, meta, optional

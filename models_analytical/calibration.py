@@ -14,7 +14,7 @@ matrices are built from named columns (a dict of column name -> values) and read
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,7 @@ from scipy.optimize import minimize
 from sklearn.linear_model import LinearRegression
 
 from dse.mapping import Mappings
-from models_analytical.coefficients import TypeCoefficients
+from models_analytical.coefficients import Memory, TypeCoefficients
 from models_analytical.model import AnalyticalModel
 
 
@@ -173,35 +173,17 @@ class MeasuredRun:
 
 
 @dataclass(frozen=True)
-class MemoryFit:
+class MemoryFit(Memory):
     """Peak RSS while running = bias + coefficient x live activations + held x the buffers the
     runtime keeps + weights[class] x the rank's weights of that class + per segment x
     sub-models + per layer x layers (or parts) it runs; while loading = bias + loading[class] x
     weights (MB). ``held`` and ``empty_mb`` are None where no rank measured them (the model's
-    fallback then applies)."""
+    fallback then applies). Its figures are the coefficients' :class:`Memory`'s."""
 
-    bias_mb: float
-    coefficient: float
-    per_layer_mb: float
-    weights: dict[str, float]
-    per_segment_mb: float
-    loading: dict[str, float]
-    held: float | None
-    empty_mb: float | None
-    provenance: dict[str, Any] = field(compare=False)
+    provenance: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def apply(self, k: TypeCoefficients) -> TypeCoefficients:
-        return replace(
-            k,
-            memory_bias_mb=self.bias_mb,
-            memory_coefficient=self.coefficient,
-            memory_per_layer_mb=self.per_layer_mb,
-            memory_weights=self.weights,
-            memory_per_segment_mb=self.per_segment_mb,
-            memory_loading=self.loading,
-            memory_held=self.held,
-            memory_empty_mb=self.empty_mb,
-        )
+        return replace(k, memory=Memory(**{f.name: getattr(self, f.name) for f in fields(Memory)}))
 
 
 def memory_rows(runs: Sequence[MeasuredRun]) -> tuple[list[dict[str, float]], list[float], list]:

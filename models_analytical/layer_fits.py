@@ -23,7 +23,7 @@ from models_analytical.layer_costs import PART_FIXED_MAX
 class RegressionFit:
     """Per layer family, the coefficients of ``REGRESSION_TERMS`` (``any``: every layer)."""
 
-    per_family: dict[str, list[float]]
+    per_family: dict[str, tuple[float, ...]]
 
     @property
     def provenance(self) -> dict[str, Any]:
@@ -50,16 +50,16 @@ def fit_regression(
     terms = np.asarray(terms, dtype=np.float64)
     seconds = np.asarray(seconds, dtype=np.float64)
     keep = seconds > 0
-    out: dict[str, list[float]] = {}
+    out: dict[str, tuple[float, ...]] = {}
     scale = np.maximum(np.abs(terms[keep]).max(axis=0), 1.0)
 
-    def fit(rows: np.ndarray) -> list[float]:
+    def fit(rows: np.ndarray) -> tuple[float, ...]:
         a = terms[rows] / scale
         if constant_identified(terms[rows, 1]):
             coef = fit_nonnegative(a, seconds[rows])
         else:
             coef = np.concatenate([[0.0], fit_nonnegative(a[:, 1:], seconds[rows])])
-        return [float(c) for c in coef / scale]
+        return tuple(float(c) for c in coef / scale)
 
     for f in sorted(set(fam[keep])):
         rows = keep & (fam == f)

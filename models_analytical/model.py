@@ -267,25 +267,25 @@ class AnalyticalModel:
         self.inputs = kernel_inputs(graph, platform, coefficients, self.tables)
         coeff = [coefficients[d.type] for d in platform.devices]  # each device's own
         self._idle_w = np.array([c.power_w["idle"] for c in coeff])
-        self._mem_coef = np.array([c.memory_coefficient for c in coeff])
-        self._mem_bias = np.array([c.memory_bias_mb for c in coeff])
-        self._mem_layer = np.array([c.memory_per_layer_mb for c in coeff])
+        self._mem_coef = np.array([c.memory.coefficient for c in coeff])
+        self._mem_bias = np.array([c.memory.bias_mb for c in coeff])
+        self._mem_layer = np.array([c.memory.per_layer_mb for c in coeff])
         conv = np.array([layer.op in CONV_OPS for layer in graph])
         w = self.tables.weight_bytes / MB
         self._w_class = np.stack([np.where(conv, w, 0.0), np.where(conv, 0.0, w)], axis=1)
         self._mem_w = np.array(
-            [[c.memory_weights.get(k, 0.0) for k in WEIGHT_CLASSES] for c in coeff]
+            [[c.memory.weights.get(k, 0.0) for k in WEIGHT_CLASSES] for c in coeff]
         )
         self._mem_load = np.array(
-            [[c.memory_loading.get(k, 0.0) for k in WEIGHT_CLASSES] for c in coeff]
+            [[c.memory.loading.get(k, 0.0) for k in WEIGHT_CLASSES] for c in coeff]
         )
         self._by_class = platform.weights == "resident" and bool(self._mem_w.any())
-        self._mem_segment = np.array([c.memory_per_segment_mb for c in coeff])
+        self._mem_segment = np.array([c.memory.per_segment_mb for c in coeff])
         self._mem_empty = np.array(
-            [c.memory_bias_mb if c.memory_empty_mb is None else c.memory_empty_mb for c in coeff]
+            [c.memory.bias_mb if c.memory.empty_mb is None else c.memory.empty_mb for c in coeff]
         )
         self._mem_held = np.array(
-            [c.memory_coefficient if c.memory_held is None else c.memory_held for c in coeff]
+            [c.memory.coefficient if c.memory.held is None else c.memory.held for c in coeff]
         )
         self._need_weights = self._by_class or bool(self._mem_load.any())
         self.capacity_mb = np.array([d.memory_mb for d in platform.devices])

@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dse.host",
             "dse.lifetime",
             "dse.paths",
+            "dse.record_tables",
             "dse.records",
             "dse.values",
         ),
@@ -66,6 +67,7 @@ SIDEWAYS = {
     ("dse.files", "dse.errors"),
     ("dse.records", "dse.errors"),
     ("dse.values", "dse.errors"),
+    ("dse.record_tables", "dse.records"),
     ("dse.config", "dse.objectives"),  # a config checks objective names
     ("dse.cli", "dse.usage"),  # --help and --version
 }

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypedDict
 
 import numpy as np
 import pytest
 
 from dse.errors import DseError
-from dse.records import Items, Range, Tag, Text, key, read, to_json
+from dse.record_tables import reference
+from dse.records import Doc, Items, Range, Tag, Text, key, read, to_json
 
 
 @dataclass(frozen=True)
@@ -137,3 +138,158 @@ def test_non_finite_numbers_are_refused() -> None:
     for bad in (float("nan"), float("inf")):
         with pytest.raises(DseError, match="x: expected a finite number"):
             read(Point, {"x": bad}, "p")
+
+
+class Rates(TypedDict):
+    """A table of fixed rows: every key given."""
+
+    up: Annotated[float, Range(0, 10), Doc("going up", "m/s")]
+    down: Annotated[float, Range(0, 10), Doc("going down", "m/s")]
+
+
+class Extras(TypedDict, total=False):
+    colour: Annotated[str, Text(8), Doc("paint")]
+
+
+Name = Annotated[str, Text(3), Doc("lift")]
+
+
+@dataclass(frozen=True)
+class Lift:
+    speed: Annotated[Rates, Doc("speeds")]
+    wait_s: Annotated[float, Range(0, 60, lo_open=True), Doc("longest wait", "s")]
+    share: Annotated[float, Range(0, 1, hi_open=True), Doc("share of a day")] = 0.0
+    load: Annotated[float | None, Range(0, 1), Doc("load; null: unknown")] = None
+    floors: Annotated[tuple[
+        Annotated[int, Range(0, 9), Doc("lowest")], Annotated[int, Range(0, 99), Doc("top")]
+    ], Doc("floors served")] = (0, 1)  # fmt: skip
+    marks: Annotated[list[Annotated[float, Range(0, 5)]], Items(4), Doc("marks", "m")] = field(
+        default_factory=list
+    )
+    spare: Annotated[Rates, Doc("spare speeds; empty: none")] = field(
+        default_factory=dict  # type: ignore[arg-type]
+    )
+    extras: Extras = field(default_factory=dict)  # type: ignore[arg-type]
+    others: Annotated[dict[Name, Annotated[float, Range(0), Doc("its speed", "m/s")]], Doc(
+        "other lifts")] = field(default_factory=dict)  # fmt: skip
+    label: Annotated[str, Text(5, empty=True), Doc("label")] = ""
+
+
+LIFT = {"speed": {"up": 2, "down": 1.5}, "wait_s": 30}
+
+
+def test_a_typed_dict_is_a_table_of_fixed_rows_read_as_a_dict() -> None:
+    lift = read(Lift, LIFT, "lift.json")
+    assert lift.speed == {"up": 2.0, "down": 1.5} and type(lift.speed) is dict
+    assert type(lift.speed["up"]) is float
+    # a total=False one may lack keys; none written that it lacks
+    lift = read(Lift, {**LIFT, "extras": {}, "spare": {}}, "lift.json")
+    assert lift.extras == {} and lift.spare == {}  # an empty value of an empty default: it
+    # defaults written but for None and empty lists and objects
+    written = {"speed": {"up": 2.0, "down": 1.5}, "wait_s": 30.0, "share": 0.0, "floors": [0, 1]}
+    assert to_json(lift) == {**written, "label": ""}
+    full = {**LIFT, "extras": {"colour": "red"}, "spare": {"up": 1, "down": 1}, "label": "a"}
+    assert to_json(read(Lift, full, "l")) == {
+        **written,
+        "spare": {"up": 1.0, "down": 1.0},
+        "extras": {"colour": "red"},
+        "label": "a",
+    }
+
+
+LIFT_BAD = {
+    "a row missing": ({"speed": {"up": 1}}, "lift.json: speed: 'down' is missing (fix it)"),
+    "a row unknown": (
+        {"speed": {"up": 1, "down": 1, "dwn": 2}},
+        "speed: unknown key 'dwn' (did you mean 'down'?)",
+    ),
+    "a partial table of an empty default": ({"spare": {"up": 1}}, "spare: 'down' is missing"),
+    "the unit named": (
+        {"speed": {"up": 11, "down": 1}},
+        "speed.up: 11 is out of range: expected at most 10 m/s",
+    ),  # fmt: skip
+    "an open upper end": ({"share": 1}, "share: 1 is out of range: expected below 1"),
+    "a range on T | None": ({"load": 1.5}, "load: 1.5 is out of range: expected at most 1"),
+    "a wrong key of a table, named by its Doc": (
+        {"others": {"west": 1}},
+        'others: lift "west": expected a non-empty text of at most 3 characters',
+    ),
+    "an integer of 60 digits": (
+        {"wait_s": 10**60},
+        "wait_s: expected a finite number, not 1000000000000000000000000000000000000...",
+    ),
+    "a text that may be empty, too long": (
+        {"label": "abcdef"},
+        "label: expected a text of at most 5 characters",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(LIFT_BAD))
+def test_tables_units_and_open_ends_are_refused_in_one_line(case: str) -> None:
+    edit, words = LIFT_BAD[case]
+    with pytest.raises(DseError) as err:
+        read(Lift, {**LIFT, **edit}, "lift.json", "fix it", unknown="refuse")
+    assert words in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_within_range_ends_and_nulls_are_read() -> None:
+    lift = read(Lift, {**LIFT, "share": 0.999, "load": None, "wait_s": 60}, "l")
+    assert (lift.share, lift.load, lift.wait_s) == (0.999, None, 60.0)
+    assert read(Lift, {**LIFT, "load": 1}, "l").load == 1.0
+
+
+def test_the_reference_table_has_a_row_per_field_and_per_row_of_its_tables() -> None:
+    """Written out by hand from Lift's declaration."""
+    assert reference(Lift).splitlines() == [
+        "| key | type | unit | range | default | meaning |",
+        "|---|---|---|---|---|---|",
+        "| `speed` | object |  |  | required | speeds |",
+        "| `speed.up` | number | m/s | [0, 10] | required | going up |",
+        "| `speed.down` | number | m/s | [0, 10] | required | going down |",
+        "| `wait_s` | number | s | (0, 60] | required | longest wait |",
+        "| `share` | number |  | [0, 1) | `0.0` | share of a day |",
+        "| `load` | number or null |  | [0, 1] | `null` | load; null: unknown |",
+        "| `floors` | list of 2 integers |  | lowest ([0, 9]), top ([0, 99]) | `[0, 1]` "
+        "| floors served |",
+        "| `marks` | list of numbers | m | [0, 5], at most 4 | empty | marks |",
+        "| `spare` | object |  |  | empty | spare speeds; empty: none |",
+        "| `spare.up` | number | m/s | [0, 10] | required | going up |",
+        "| `spare.down` | number | m/s | [0, 10] | required | going down |",
+        "| `extras` | object |  |  | empty |  |",
+        "| `extras.colour` | string |  | at most 8 characters | required | paint |",
+        "| `others` | object: lift → value |  |  | empty | other lifts |",
+        "| `others.<lift>` | number | m/s | [0, inf) | required | its speed |",
+        '| `label` | string |  | at most 5 characters | `""` | label |',
+    ]
+
+
+def test_numbers_as_text_are_read_only_where_asked_and_only_in_yaml_syntax() -> None:
+    """PyYAML reads ``5.0e9`` as text (YAML 1.1 wants ``5.0e+9``); a YAML file's reader asks
+    for such text to be a number, as YAML 1.2 and Hydra read it."""
+    assert read(Point, {"x": "5.0e9", "y": "-.5"}, "p", text_numbers=True) == Point(5e9, -0.5)
+    for bad in ("lots", "0x10", "1e", "nan", "inf", "1_000"):
+        with pytest.raises(DseError, match="x: expected a number, not text"):
+            read(Point, {"x": bad}, "p", text_numbers=True)
+    with pytest.raises(DseError, match="x: expected a number, not text"):
+        read(Point, {"x": "5.0e9"}, "p")
+    with pytest.raises(DseError, match="legs: expected an integer, not text"):
+        read(Robot, {**DOC, "legs": "4"}, "r", text_numbers=True)  # only numbers of a float
+
+
+def test_numpy_texts_are_written_as_json_texts() -> None:
+    """A table keyed by numpy's str_ (family names out of an array) is written with plain
+    keys, which a reader takes again."""
+    lift = Lift({"up": 1.0, "down": 1.0}, 1.0, others={np.str_("a"): np.float64(2.0)})
+    out = to_json(lift)["others"]
+    assert out == {"a": 2.0} and [type(k) for k in out] == [str]
+    assert read(Lift, to_json(lift), "l").others == {"a": 2.0}
+    # a document built in memory may hold them, read as plain ones (a float32 is no float)
+    doc = {**LIFT, "wait_s": np.float64(2.5), "label": np.str_("x")}
+    got = read(Lift, doc, "l")
+    assert (got.wait_s, got.label) == (2.5, "x") and type(got.wait_s) is float
+    assert type(got.label) is str
+    with pytest.raises(DseError, match="floors\\[0\\]: expected an integer, not int64"):
+        read(Lift, {**doc, "floors": [np.int64(1), 2]}, "l")  # numpy's int64 is no int
+    with pytest.raises(DseError, match="wait_s: expected a number, not float32"):
+        read(Lift, {**LIFT, "wait_s": np.float32(2.5)}, "l")

@@ -13,7 +13,9 @@ The section (documented in ``conf/platform/edge3_ethernet.yaml``)::
         edge1_cpu0: {share: 0.6}
         edge1_cpu1: {share: 0.4}
 
-A device's memory cap is its platform entry's ``memory_mb``. How a device gets its share of
+The section's keys and values are :class:`dse.platform.Emulation`'s, read with the platform;
+here they become the cluster. A device's memory cap is its platform entry's ``memory_mb``. How
+a device gets its share of
 its board's CPUs is the cluster's ``cpu_share`` (:data:`dse.config.CPU_SHARES`, see
 :mod:`dse.cluster.cpu`): ``weight`` (the default), a CPU weight of its share and its ranks paced
 to ``s * c`` CPUs on a board of ``c``; ``corunner``, ``s`` of every CPU of its board while
@@ -26,17 +28,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dse import records
 from dse.cluster.names import MAX_BOARDS, check_board_name, check_cluster_name
 from dse.config import check_cpu_share
 from dse.errors import DseError
-from dse.platform import load_platform, number
+from dse.platform import Device, Emulation, read_platform, resolve
 
-NETWORKS = ("switched", "shared")
-KEYS = ("network", "rate_mbit", "boards", "devices")
 #: The kernel refuses a CFS quota under 1 ms and a period over 1 s.
 MIN_QUOTA_US = 1000
 PERIOD_RANGE_US = (1000, 1_000_000)
@@ -110,22 +111,14 @@ class ClusterSpec:
         return min(self.board(a).rate_mbit, self.board(b).rate_mbit)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return records.to_json(self)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> ClusterSpec:
-        return cls(
-            name=d["name"],
-            platform=d["platform"],
-            network=d["network"],
-            rate_mbit=float(d["rate_mbit"]),
-            boards=tuple(
-                Board(b["name"], tuple(b["cpus"]), float(b["rate_mbit"])) for b in d["boards"]
-            ),
-            devices=tuple(DeviceShare(**x) for x in d["devices"]),
-            cfs_period_us=int(d["cfs_period_us"]),
-            cpu_share=str(d.get("cpu_share", "quota")),  # state written before co-runners
-        )
+    def from_dict(cls, d: Any, where: str = "the cluster's state") -> ClusterSpec:
+        """The spec a cluster's state holds (:meth:`as_dict`; a state written before co-runners
+        has no ``cpu_share``: quotas); one line naming ``where`` and the key that is wrong."""
+        state = {"cpu_share": "quota", **d} if isinstance(d, dict) else d
+        return records.read(cls, state, f"{where}: spec", "run `down` and `up` again")
 
 
 def describe_shares(cpu_share: str, cfs_period_us: int) -> str:
@@ -167,35 +160,22 @@ def cpu_list(cpus: Sequence[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def _mapping(value: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise DseError(f"{where} must be a mapping, not {value!r}")
-    return value
-
-
-def _cpus(value: Any, where: str, available: Sequence[int]) -> tuple[int, ...]:
-    if isinstance(value, bool) or not isinstance(value, Sequence) or isinstance(value, str):
-        raise DseError(f"{where} must be a list of CPU numbers, such as [0] or [0, 1]")
-    cpus = []
-    for c in value:
-        if isinstance(c, bool) or not isinstance(c, int):
-            raise DseError(f"{where} must be a list of CPU numbers, not {list(value)!r}")
+def _cpus(cpus: list[int], where: str, available: Sequence[int]) -> tuple[int, ...]:
+    for c in cpus:
         if c not in available:
             raise DseError(
                 f"{where} names CPU {c}, which this machine lacks: it has CPUs "
                 f"{cpu_list(available)}"
             )
-        cpus.append(c)
     if not cpus or len(set(cpus)) != len(cpus):
         raise DseError(f"{where} must list at least one CPU, each once")
     return tuple(sorted(cpus))
 
 
 def _boards(
-    section: Mapping[str, Any], hosts: list[str], where: str, rate: float, available: Sequence[int]
+    section: Emulation, hosts: list[str], where: str, available: Sequence[int]
 ) -> tuple[Board, ...]:
-    raw = _mapping(section.get("boards"), f"{where}.boards")
-    for name in raw:
+    for name in section.boards:
         if name not in hosts:
             raise DseError(
                 f"{where}.boards.{name}: '{name}' is not a host of the platform "
@@ -203,39 +183,30 @@ def _boards(
             )
     boards = []
     for host in hosts:
-        if host not in raw:
+        if host not in section.boards:
             raise DseError(
                 f"{where}.boards has no board for host '{host}': add {host}: {{cpus: [...]}}"
             )
         bw = f"{where}.boards.{host}"
         check_board_name(host, bw)
-        b = _mapping(raw[host], bw)
-        unknown = set(b) - {"cpus", "rate_mbit"}
-        if unknown:
-            raise DseError(
-                f"{bw}: unknown key '{sorted(unknown)[0]}' (a board has cpus, rate_mbit)"
-            )
-        own_rate = b.get("rate_mbit")
-        if own_rate is not None and section.get("network") == "shared":
+        b = section.boards[host]
+        if b.rate_mbit is not None and section.network == "shared":
             raise DseError(
                 f"{bw}.rate_mbit: on a shared medium every board talks at the medium's rate "
                 f"(emulation.rate_mbit): remove it"
             )
-        board_rate = (
-            rate if own_rate is None else number(own_rate, f"{bw}.rate_mbit", positive=True)
-        )
-        boards.append(Board(host, _cpus(b.get("cpus"), f"{bw}.cpus", available), board_rate))
+        rate = section.rate_mbit if b.rate_mbit is None else b.rate_mbit
+        boards.append(Board(host, _cpus(b.cpus, f"{bw}.cpus", available), rate))
     if len(boards) > MAX_BOARDS:
         raise DseError(f"{where}: {len(boards)} boards, at most {MAX_BOARDS} can be emulated")
     return tuple(boards)
 
 
 def _devices(
-    section: Mapping[str, Any], platform_devices: list[Any], boards: tuple[Board, ...], where: str
+    section: Emulation, platform_devices: list[Device], boards: tuple[Board, ...], where: str
 ) -> tuple[DeviceShare, ...]:
-    raw = _mapping(section.get("devices") or {}, f"{where}.devices")
     names = [d.name for d in platform_devices]
-    for name in raw:
+    for name in section.devices:
         if name not in names:
             raise DseError(
                 f"{where}.devices.{name} is not a device of the platform (its devices: "
@@ -244,19 +215,8 @@ def _devices(
     devices = []
     for d in platform_devices:
         on_board = sum(x.host == d.host for x in platform_devices)
-        dw = f"{where}.devices.{d.name}"
-        spec = _mapping(raw.get(d.name) or {}, dw)
-        unknown = set(spec) - {"share"}
-        if unknown:
-            raise DseError(
-                f"{dw}: unknown key '{sorted(unknown)[0]}' (a device has a share; its memory cap "
-                "is its memory_mb)"
-            )
-        share = number(spec.get("share", 1.0 / on_board), f"{dw}.share", positive=True)
-        if share > 1.0:
-            raise DseError(
-                f"{dw}.share={share:g} is above 1: a device gets at most its board's CPUs"
-            )
+        own = section.devices.get(d.name)
+        share = 1.0 / on_board if own is None or own.share is None else own.share
         devices.append(DeviceShare(d.name, d.host, share, d.memory_mb))
     load: dict[int, list[DeviceShare]] = {}
     for d in devices:
@@ -280,42 +240,35 @@ def parse_spec(
     cpu_share: str = "weight",
 ) -> ClusterSpec:
     """The cluster a platform config (``conf/platform/NAME.yaml`` as a mapping) describes."""
-    platform = load_platform(platform_cfg)
+    file = read_platform(platform_cfg)
+    platform = resolve(file)
     where = f"platform '{platform.name}': emulation"
-    if "emulation" not in platform_cfg or platform_cfg["emulation"] is None:
+    section = file.emulation
+    if section is None:
         raise DseError(
             f"platform '{platform.name}' has no emulation: section, so it cannot be emulated "
             "(see conf/platform/edge3_ethernet.yaml)"
         )
-    section = _mapping(platform_cfg["emulation"], where)
-    unknown = set(section) - set(KEYS)
-    if unknown:
-        raise DseError(f"{where}: unknown key '{sorted(unknown)[0]}' (keys: {', '.join(KEYS)})")
-    network = str(section.get("network", "switched"))
-    if network not in NETWORKS:
-        raise DseError(f"{where}.network={network!r} must be switched or shared")
+    network = section.network
     if (network == "shared") != platform.shared_network:
         raise DseError(
             f"platform '{platform.name}': emulation.network is {network} but shared_network is "
             f"{str(platform.shared_network).lower()}: make them agree (the model and the "
             "emulation must see the same network)"
         )
-    if section.get("rate_mbit") is None:
-        raise DseError(f"{where} has no rate_mbit: give the port (or medium) rate in Mbit/s")
-    rate = number(section["rate_mbit"], f"{where}.rate_mbit", positive=True)
     check_cpu_share(cpu_share)
     lo, hi = PERIOD_RANGE_US
     if not lo <= cfs_period_us <= hi:
         raise DseError(f"cfs_period_us={cfs_period_us} must be from {lo} to {hi} (1 ms to 1 s)")
     hosts = list(dict.fromkeys(d.host for d in platform.devices))
     cpus = tuple(available) if available is not None else machine_cpus()
-    boards = _boards(section, hosts, where, rate, cpus)
+    boards = _boards(section, hosts, where, cpus)
     devices = _devices(section, list(platform.devices), boards, where)
     spec = ClusterSpec(
         name=check_cluster_name(name or platform.name),
         platform=platform.name,
         network=network,
-        rate_mbit=rate,
+        rate_mbit=section.rate_mbit,
         boards=boards,
         devices=devices,
         cfs_period_us=int(cfs_period_us),

@@ -85,7 +85,8 @@ def load(name: str) -> State:
     path = Names(name).state_dir / STATE
     try:
         data = json.loads(path.read_text())
-        return State(ClusterSpec.from_dict(data["spec"]), ipaddress.IPv4Network(data["subnet"]))
+        spec = ClusterSpec.from_dict(data["spec"], str(path))
+        return State(spec, ipaddress.IPv4Network(data["subnet"]))
     except FileNotFoundError:
         raise DseError(
             f"cluster '{name}' is not up: run python -m dse.cluster up platform=PLATFORM "

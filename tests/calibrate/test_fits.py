@@ -25,7 +25,7 @@ from models_analytical.calibration import (
     fit_submodel_costs,
     memory_rows,
 )
-from models_analytical.coefficients import Coefficients
+from models_analytical.coefficients import Coefficients, Memory
 from models_analytical.layer_costs import PART_FIXED_MAX
 from models_analytical.layer_fits import (
     fit_channel_block,
@@ -306,15 +306,7 @@ def test_memory_fit_recovers_known_coefficients() -> None:
     }
     base = coefficients()["cpu"]
     known = dataclasses.replace(
-        base,
-        memory_bias_mb=truth["bias_mb"],
-        memory_coefficient=truth["coefficient"],
-        memory_weights=truth["weights"],
-        memory_per_segment_mb=truth["per_segment_mb"],
-        memory_per_layer_mb=truth["per_layer_mb"],
-        memory_loading={"conv": 0.0, "other": 0.0},
-        memory_held=truth["held"],
-        memory_empty_mb=truth["empty_mb"],
+        base, memory=Memory(**{**truth, "loading": {"conv": 0.0, "other": 0.0}})
     )
     graph, running_model = chain_model(Coefficients({"cpu": known}))
     runs = []

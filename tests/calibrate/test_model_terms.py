@@ -15,7 +15,7 @@ from dse.mapping import from_device_lists
 from dse.mapping import whole as whole_on
 from dse.net.build import build_graph
 from dse.platform import Device, Link, Platform
-from models_analytical.coefficients import Coefficients
+from models_analytical.coefficients import Coefficients, Memory
 from models_analytical.layer_costs import family, layer_key
 from models_analytical.layer_fits import fit_row_fixed
 from models_analytical.model import AnalyticalModel
@@ -242,14 +242,15 @@ def test_receive_occupies_the_receiving_device_by_hand() -> None:
 def test_memory_by_weight_class_and_loading_peak_by_hand() -> None:
     """Resident weights: running = bias + coef x activations + per-class weight factors x
     weights + per segment; the peak RSS is the larger of that and the loading peak."""
-    cpu = dataclasses.replace(
-        coefficients()["cpu"],
-        memory_coefficient=2.0,
-        memory_bias_mb=100.0,
-        memory_per_segment_mb=0.5,
-        memory_weights={"conv": 3.0, "other": 1.0},
-        memory_loading={"conv": 1.0, "other": 1.0},
+    memory = Memory(
+        coefficient=2.0,
+        bias_mb=100.0,
+        per_layer_mb=0.0,
+        per_segment_mb=0.5,
+        weights={"conv": 3.0, "other": 1.0},
+        loading={"conv": 1.0, "other": 1.0},
     )
+    cpu = dataclasses.replace(coefficients()["cpu"], memory=memory)
     graph, m = chain_model(Coefficients({"cpu": cpu}))
     batch = one_mapping(graph, 2)
     _, plain = chain_model(coefficients())
@@ -259,7 +260,9 @@ def test_memory_by_weight_class_and_loading_peak_by_hand() -> None:
     assert m.evaluate(batch).memory_mb[0, 0] == pytest.approx(run)
     running, loading = m.memory_phases(batch)  # each phase apart: the larger is the peak
     assert running[0, 0] == pytest.approx(run) and loading[0, 0] == pytest.approx(100.0 + w_mb)
-    cpu = dataclasses.replace(cpu, memory_loading={"conv": 50.0, "other": 1.0})
+    cpu = dataclasses.replace(
+        cpu, memory=dataclasses.replace(memory, loading={"conv": 50.0, "other": 1.0})
+    )
     _, m = chain_model(Coefficients({"cpu": cpu}))
     assert m.evaluate(batch).memory_mb[0, 0] == pytest.approx(100.0 + 50.0 * w_mb)
     running, loading = m.memory_phases(batch)

@@ -98,15 +98,18 @@ def test_spec_defaults_and_per_board_rates() -> None:
     [
         (lambda e: e["boards"].update(nosuch={"cpus": [0]}), "'nosuch' is not a host"),
         (lambda e: e["boards"].pop("tb1"), "no board for host 'tb1'"),
-        (lambda e: e["devices"]["tb1_cpu0"].update(share=1.5), "share=1.5 is above 1"),
+        (lambda e: e["devices"]["tb1_cpu0"].update(share=1.5), "share: 1.5 is out of range"),
         (lambda e: e["devices"].update(tb9_cpu={"share": 0.1}), "tb9_cpu is not a device"),
         (lambda e: e["boards"]["tb1"].update(cpus=[7]), "CPU 7, which this machine lacks"),
-        (lambda e: e.update(rate_mbit=0), "rate_mbit must be positive, not 0"),
-        (lambda e: e["boards"]["tb1"].update(rate_mbit=0), "tb1.rate_mbit must be positive"),
+        (lambda e: e.update(rate_mbit=0), "emulation.rate_mbit: 0 is out of range"),
+        (lambda e: e["boards"]["tb1"].update(rate_mbit=0), "tb1.rate_mbit: 0 is out of range"),
         (lambda e: e["devices"]["tb1_cpu1"].update(share=0.5), "CPU 1 is oversubscribed"),
-        (lambda e: e.update(network="token-ring"), "must be switched or shared"),
-        (lambda e: e.update(speed=3), "unknown key 'speed'"),
-        (lambda e: e["boards"]["tb0"].update(cpus="0"), "must be a list of CPU numbers"),
+        (lambda e: e.update(network="token-ring"), "expected switched or shared"),
+        (lambda e: e.update(speed=3), "emulation: unknown key 'speed'"),
+        (lambda e: e.pop("rate_mbit"), "emulation: 'rate_mbit' is missing"),
+        (lambda e: e["boards"]["tb0"].update(cpu=[0]), "unknown key 'cpu' (did you mean 'cpus'?)"),
+        (lambda e: e["boards"]["tb0"].update(cpus="0"), "tb0.cpus: expected a list, not text"),
+        (lambda e: e["boards"]["tb0"].update(cpus=[True]), "cpus[0]: expected an integer"),
         (lambda e: e["boards"]["tb0"].update(cpus=[0, 0]), "each once"),
     ],
 )
@@ -725,9 +728,10 @@ def test_cli_bad_input_is_one_line(cluster_names) -> None:
     name = cluster_names("bad")
     share = "platform.emulation.devices.edge1_cpu0.share=1.5"
     cases = [
-        (["up", "platform=edge3_ethernet", share, f"name={name}"], "share=1.5 is above 1"),
+        (["up", "platform=edge3_ethernet", share, f"name={name}"],
+         "edge1_cpu0.share: 1.5 is out of range: expected at most 1"),
         (["up", "platform=edge3_ethernet", "platform.emulation.rate_mbit=0", f"name={name}"],
-         "rate_mbit must be positive, not 0"),
+         "emulation.rate_mbit: 0 is out of range: expected above 0"),
         (["up", "platform=localhost", f"name={name}"], "has no emulation: section"),
         (["up", f"name={name}"], "no platform given"),
         (["down"], "which cluster?"),

@@ -29,7 +29,7 @@ from dse.net.build import build_graph
 from dse.net.graph import LayerGraph
 from dse.platform import Device, Link, Platform
 from dse.search.problem import MappingProblem
-from models_analytical.coefficients import OP_CLASSES, Coefficients, TypeCoefficients
+from models_analytical.coefficients import OP_CLASSES, Coefficients, Memory, TypeCoefficients
 from models_analytical.model import AnalyticalModel
 from tests.helpers.onnx_factory import model, weight
 
@@ -48,9 +48,7 @@ def _type(
         frequency_hz=rate,
         layer=dict(zip(OP_CLASSES, factors, strict=True)),
         layer_overhead_s=overhead_s,
-        memory_coefficient=1.0,
-        memory_bias_mb=bias_mb,
-        memory_per_layer_mb=0.05,
+        memory=Memory(coefficient=1.0, bias_mb=bias_mb, per_layer_mb=0.05),
         power_w={**{c: power for c in OP_CLASSES}, "overhead": power / 2, "idle": idle},
     )
 

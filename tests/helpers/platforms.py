@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dse.net.graph import LayerGraph
 from dse.platform import Device, Link, Platform
-from models_analytical.coefficients import OP_CLASSES, Coefficients, TypeCoefficients
+from models_analytical.coefficients import OP_CLASSES, Coefficients, Memory, TypeCoefficients
 from models_analytical.model import AnalyticalModel
 
 RATE = 1e6  # MAC/s of every op class: a layer of n MACs takes n/1e6 s
@@ -30,9 +30,7 @@ def coefficients(power: float = 10.0, idle: float = 1.0, rate: float = RATE) -> 
                 frequency_hz=rate,
                 layer={c: 1.0 for c in OP_CLASSES},
                 layer_overhead_s=0.0,
-                memory_coefficient=1.0,
-                memory_bias_mb=0.0,
-                memory_per_layer_mb=0.0,
+                memory=Memory(coefficient=1.0, bias_mb=0.0, per_layer_mb=0.0),
                 power_w={**{c: power for c in OP_CLASSES}, "overhead": 0.0, "idle": idle},
             )
         }

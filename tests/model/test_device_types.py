@@ -20,6 +20,7 @@ from dse.platform import Device, Link, Platform, load_platform
 from models_analytical.coefficients import (
     OP_CLASSES,
     Coefficients,
+    Memory,
     TypeCoefficients,
     load_coefficients,
 )
@@ -37,9 +38,7 @@ def of_type(
         frequency_hz=freq,
         layer={c: 1.0 for c in OP_CLASSES},
         layer_overhead_s=overhead,
-        memory_coefficient=1.0,
-        memory_bias_mb=bias,
-        memory_per_layer_mb=0.0,
+        memory=Memory(coefficient=1.0, bias_mb=bias, per_layer_mb=0.0),
         power_w={**{c: power for c in OP_CLASSES}, "overhead": overhead_w, "idle": idle},
     )
 
@@ -120,7 +119,7 @@ def test_a_device_type_defaults_to_its_kind_and_is_read_from_the_platform_file()
     plat = load_platform(cfg)
     assert [d.type for d in plat.devices] == ["cpu", "volta"] and plat.types == ["cpu", "volta"]
     cfg["devices"][1]["type"] = "volta 2"
-    with pytest.raises(DseError, match=r"device 1: type 'volta 2' must be a name of letters"):
+    with pytest.raises(DseError, match=r"devices\[1\]\.type: 'volta 2' must be a name of letters"):
         load_platform(cfg)
 
 
@@ -141,7 +140,7 @@ def test_a_coefficients_file_is_keyed_by_type_beside_its_notes():
     )
     # a type's section missing a figure is still read as a type: one line naming the figure
     del fast["layer_overhead_s"]
-    with pytest.raises(DseError, match="'fast' is missing 'layer_overhead_s'"):
+    with pytest.raises(DseError, match="coefficients t.json: fast: 'layer_overhead_s' is missing"):
         Coefficients.from_dict(raw, "t.json")
 
 

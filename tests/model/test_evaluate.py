@@ -78,9 +78,13 @@ def test_split_fc6_moves_its_input_and_half_its_output(files):
     [
         ("bad_node", [], "unknown node 'conv9'"),
         ("bad_device", [], "unknown device 'pluto_cpu'"),
-        ("whole", ["platform.coefficients={bad_coeff}"], "missing 'layer_overhead_s'"),
+        ("whole", ["platform.coefficients={bad_coeff}"], "cpu: 'layer_overhead_s' is missing"),
         ("whole", ["~platform.links.network"], "no link figures for 'network'"),
-        ("whole", ["platform.resources.cpu.memory_mb=null"], "no memory capacity"),
+        (
+            "whole",
+            ["platform.resources.cpu.memory_mb=null"],
+            "resources.cpu.memory_mb: expected a number, not null",
+        ),
         ("whole", ["platform=mars"], "unknown platform 'mars'"),
         ("missing", [], "mapping file not found"),
     ],

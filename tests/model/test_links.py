@@ -233,17 +233,17 @@ def test_the_shipped_platforms_say_how_their_boards_are_joined():
 
 #: platform keys -> words of the one line
 BAD = [
-    ({"network": "mesh"}, "network 'mesh' is not one of pairs, switched, shared"),
+    ({"network": "mesh"}, 'network: expected one of pairs, switched, shared, not "mesh"'),
     ({"network": "pairs", "shared_network": True}, "remove shared_network"),
     ({"network": "switched", "shared_network": True}, "remove shared_network"),
     ({"network": "switched", "ports": {"c": {"bandwidth_Bps": 1e7}}}, "'c' is not a board"),
-    ({"network": "switched", "ports": {"a": {"bandwidth_Bps": 0}}}, "bandwidth_Bps must be posi"),
-    ({"network": "switched", "ports": {"a": {"latency_s": -1}}}, "latency_s must be zero or mo"),
+    ({"network": "switched", "ports": {"a": {"bandwidth_Bps": 0}}}, "a.bandwidth_Bps: 0 is out of"),
+    ({"network": "switched", "ports": {"a": {"latency_s": -1}}}, "a.latency_s: -1 is out of rang"),
     ({"network": "switched", "ports": {"a": {"rate_mbit": 100}}}, "unknown key 'rate_mbit'"),
-    ({"network": "switched", "ports": {"a": 5}}, "ports.a must be a mapping"),
-    ({"network": "switched", "ports": [1]}, "ports must be a mapping of boards"),
+    ({"network": "switched", "ports": {"a": 5}}, "ports.a: expected an object"),
+    ({"network": "switched", "ports": [1]}, "ports: expected an object, not a list"),
     ({"ports": {"a": {"bandwidth_Bps": 1e7}}}, "set network: switched or remove them"),
-    ({"shared_network": "yes"}, "shared_network must be true or false"),
+    ({"shared_network": "yes"}, "shared_network: expected true or false, not text"),
 ]
 
 

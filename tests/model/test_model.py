@@ -15,7 +15,7 @@ from dse.mapping import from_autodice, from_device_lists, to_autodice
 from dse.net import load_net
 from dse.net.build import build_graph
 from dse.platform import Link, Platform, load_platform
-from models_analytical.coefficients import OP_CLASSES, Coefficients, TypeCoefficients
+from models_analytical.coefficients import OP_CLASSES, Coefficients, Memory, TypeCoefficients
 from models_analytical.model import AnalyticalModel
 from models_analytical.schedule import ScheduleResult
 from tests.helpers.graphs import relu_chain
@@ -187,7 +187,7 @@ def test_transfers_on_one_link_queue():
     plat = platform(n=2, bw=1e6)
     fast = {c: 1e9 for c in OP_CLASSES}
     power = coefficients()["cpu"].power_w
-    coeff = Coefficients({"cpu": TypeCoefficients(1e6, fast, 0.0, 1.0, 0.0, 0.0, power)})
+    coeff = Coefficients({"cpu": TypeCoefficients(1e6, fast, 0.0, Memory(1.0, 0.0, 0.0), power)})
     ev = run(g, plat, [[0], [0], [1], [1]], coeff)
     assert ev.latency_s[0] == pytest.approx((3e6 + 5e6) / 1e6, rel=1e-6)
 

@@ -455,8 +455,11 @@ def _jetson(weight_terms: bool) -> tuple:
         types = {
             k: dataclasses.replace(
                 c,
-                memory_weights={"conv": 2.0, "other": 1.5},
-                memory_loading={"conv": 2.5 + i, "other": 1.25},
+                memory=dataclasses.replace(
+                    c.memory,
+                    weights={"conv": 2.0, "other": 1.5},
+                    loading={"conv": 2.5 + i, "other": 1.25},
+                ),
             )
             for i, (k, c) in enumerate(coeff.types.items())
         }
