@@ -1,5 +1,5 @@
 """Does a message between hosts move while its sender computes? With and without Open MPI's
-TCP progress thread (``dse.runtime.launch.mpirun.MPI_ENV``).
+TCP progress thread (``dse.runtime.launch.mpiexec.MPI_ENV``).
 
     python benchmarks/bench_progress.py [--rounds 3] [--busy-ms 200]
 
@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from dse.runtime.launch.mpirun import MPI_ENV, ROOT_ENV, mpiexec_path
+from dse.runtime.launch.mpiexec import MPI_ENV, ROOT_ENV, mpiexec_path
 
 SIZES = (40_000, 8_000_000)  # below TCP's eager limit, far above it
 ITERATIONS = 5

@@ -30,7 +30,7 @@ from dse.platform import load_platform
 from dse.runtime.compile.partition import partition
 from dse.runtime.deployment.plan import input_arrays
 from dse.runtime.launch.deploy import deploy  # noqa: E402
-from dse.runtime.launch.run import launch
+from dse.runtime.launch.mpiexec import launch
 from dse.runtime.rank.sessions import session
 
 

@@ -25,7 +25,7 @@ from dse.net import load_net
 from dse.paths import CONF_DIR
 from dse.platform import load_platform
 from dse.runtime.launch.deploy import deploy  # noqa: E402
-from dse.runtime.launch.run import launch
+from dse.runtime.launch.mpiexec import launch
 
 MODES = {"spin": "spin", "sleep": "200"}
 

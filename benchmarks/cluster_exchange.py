@@ -136,7 +136,7 @@ def main() -> int:
     from dse.cluster.mpi import command
     from dse.cluster.state import load, one_run
     from dse.errors import DseError
-    from dse.runtime.launch.mpirun import mpiexec_path
+    from dse.runtime.launch.mpiexec import mpiexec_path
 
     try:
         state = load(a.cluster)

@@ -47,7 +47,7 @@ from dse.fidelity.statistics import by_kind, stats
 from dse.fidelity.workflow import draw
 from dse.mapping import Mappings
 from dse.measuring.comparison import read_comparison
-from dse.measuring.merge import Slowdown, scaled_rounds, whole
+from dse.measuring.rounds import Slowdown, scaled_rounds, whole
 from dse.measuring.speed import slowdown, speed_reference
 from dse.net import Net
 from dse.objectives import OBJECTIVES
@@ -101,7 +101,7 @@ def judged(
     rounds: dict, reference: float, slowdowns: list[Slowdown]
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """(latencies, periods) as measured; per round by its probe, by each mapping's slowdown
-    (as dse.fidelity takes it out, :func:`dse.measuring.merge.scaled_rounds`) and wholly; and
+    (as dse.fidelity takes it out, :func:`dse.measuring.rounds.scaled_rounds`) and wholly; and
     wholly by the run's median probe."""
     whole_run = run_probe(rounds)
 

@@ -23,7 +23,7 @@ from dse.errors import DseError
 from dse.net import Net, load_net
 from dse.paths import CONF_DIR, calibrated_path, shown
 from dse.platform import Platform, PlatformFile, load_platform, read_platform
-from dse.runtime.launch.mpirun import Launcher
+from dse.runtime.launch.mpiexec import Launcher
 from models_analytical.coefficients import Coefficients, load_coefficients
 from models_analytical.model import AnalyticalModel
 

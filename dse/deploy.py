@@ -22,7 +22,7 @@ from dse.paths import CONF_DIR
 from dse.records import to_json
 from dse.runtime.deployment.layout import COMPARISON, MEASUREMENTS
 from dse.runtime.launch.deploy import deploy
-from dse.runtime.launch.mpirun import mpiexec_path
+from dse.runtime.launch.mpiexec import mpiexec_path
 from dse.values import number
 
 #: Where a deployment goes without out=: under runs/, named by net and mapping.

@@ -1,9 +1,9 @@
 """A child process that dies with the process that started it, however that one ends:
-mpiexec (:mod:`dse.runtime.launch.run`), the model's kernel compiling ahead
+mpiexec (:mod:`dse.runtime.launch.mpiexec`), the model's kernel compiling ahead
 (:mod:`models_analytical.ahead`).
 
 mpiexec runs in a session of its own (so that Ctrl-C at the terminal reaches the launching
-process first, which then stops every rank: :func:`dse.runtime.launch.run.kill_session`). A
+process first, which then stops every rank: :func:`dse.runtime.launch.mpiexec.kill_session`). A
 launching process killed outright (SIGKILL, the OOM killer) or by a closed terminal runs no
 cleanup at all, and mpiexec and its ranks went on running. :func:`die_with_parent` is a
 ``preexec_fn`` that asks Linux to send the child SIGTERM when its parent dies

@@ -9,7 +9,7 @@ sub-model. Where those two devices are on different hosts and a host has two cpu
 network's mix and split also run on those two, in rounds of their own (:data:`SAME_HOST`,
 :data:`SPLIT_SAME_HOST`): crossings within a host cost otherwise per byte, and two devices of one
 host computing side by side run slower (:func:`shared_host`). A speed probe beside the runs gives
-the speed every latency is brought to (:func:`dse.measuring.merge.take_out_drift`).
+the speed every latency is brought to (:func:`dse.measuring.rounds.take_out_drift`).
 
 The measurements become the fits' :class:`~models_analytical.calibration.MeasuredRun` beside
 a model of given coefficients (:func:`measured`); the fits that need the deployments' own
@@ -30,8 +30,14 @@ from dse.calibrate.journal import Journal, NoJournal, key_of
 from dse.calibrate.settings import CalibrationSettings
 from dse.errors import DseError
 from dse.mapping import Mappings, from_devices, random_mappings, remap, whole
-from dse.measuring.merge import probe_times, start_rss_mb, take_out_drift
-from dse.measuring.rounds import AGAIN_ABOVE, Rounds, measure_interleaved
+from dse.measuring.rounds import (
+    AGAIN_ABOVE,
+    Rounds,
+    measure_interleaved,
+    probe_times,
+    start_rss_mb,
+    take_out_drift,
+)
 from dse.net import load_net
 from dse.net.graph import LayerGraph
 from dse.platform import Platform

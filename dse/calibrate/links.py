@@ -26,8 +26,7 @@ from dse.files import scratch
 from dse.platform import Platform
 from dse.runtime.deployment.layout import HOSTFILE, RANKFILE
 from dse.runtime.deployment.measurements import Measurement
-from dse.runtime.launch.mpirun import Launcher, mpi_files, placement
-from dse.runtime.launch.run import captured
+from dse.runtime.launch.mpiexec import Launcher, captured, mpi_files, placement
 from dse.runtime.rank.waits import Waits, spin_s
 from models_analytical.coefficients import port_key
 

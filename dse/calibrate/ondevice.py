@@ -53,9 +53,8 @@ from dse.platform import Platform
 from dse.runtime.deployment.layout import HOSTFILE, RANKFILE
 from dse.runtime.deployment.measurements import Measurement
 from dse.runtime.deployment.reader import read_plan
-from dse.runtime.launch.mpirun import Launcher, mpi_files, placement
+from dse.runtime.launch.mpiexec import Launcher, captured, mpi_files, placement
 from dse.runtime.launch.probe import LOCAL_HOSTS
-from dse.runtime.launch.run import captured
 from dse.runtime.rank.pace import pace_from_env
 from dse.runtime.rank.sessions import session
 

@@ -13,7 +13,7 @@ from dse.files import writable_file
 from dse.net import zoo
 from dse.paths import calibrated_path
 from dse.platform import Platform
-from dse.runtime.launch.mpirun import Launcher
+from dse.runtime.launch.mpiexec import Launcher
 from models_analytical.coefficients import Coefficients, load_coefficients
 
 #: What ``quick=true`` changes (a smoke test of every step, not for predictions): the first

@@ -9,7 +9,7 @@ platform's ``emulation:`` section. The library, for the runtime and the tests:
   :func:`write_mpi_files` (hostfile and rankfile naming the boards), :func:`rank_prefix`
   (each rank into its device's cgroups), :func:`command` (all of it);
 * the runtime on the cluster: :func:`launcher_for` (a platform config -> the runtime's
-  :class:`~dse.runtime.launch.mpirun.Launcher`: on the platform's running cluster, or on its hosts
+  :class:`~dse.runtime.launch.mpiexec.Launcher`: on the platform's running cluster, or on its hosts
   by name without ``emulation:``), :func:`cluster_launcher` (of a running cluster);
 * :func:`oom_kills` (whether a device's cgroup saw an OOM kill), :func:`peak_memory_mb` (the
   most memory charged to a device's cgroup), :func:`stop_processes` (kill whatever still runs

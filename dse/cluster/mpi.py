@@ -27,7 +27,7 @@ from pathlib import Path
 
 from dse.cluster.state import State
 from dse.errors import DseError
-from dse.runtime.launch.mpirun import MPI_ENV, ROOT_ENV
+from dse.runtime.launch.mpiexec import MPI_ENV, ROOT_ENV
 
 #: A rank that waits polls for 50 us, then sleeps between polls (:mod:`dse.runtime.rank.waits`): a
 #: device is a CPU share and a board's devices share its CPUs, so a rank spinning while it

@@ -1,7 +1,7 @@
 """The runtime's launcher for a platform: on its hosts by name, or on its emulated cluster.
 
 :func:`launcher_for` is where a platform config becomes the runtime's
-:class:`~dse.runtime.launch.mpirun.Launcher`, for every workflow that launches ranks
+:class:`~dse.runtime.launch.mpiexec.Launcher`, for every workflow that launches ranks
 (``dse.deploy``, phase two, ``dse.calibrate``, ``dse.fidelity``):
 
 * a platform without ``emulation:`` runs on its hosts by name: ``Launcher()`` (mpiexec reaches
@@ -35,7 +35,7 @@ from dse.cluster.spec import ClusterSpec, parse_spec
 from dse.cluster.state import STATE, State, load, one_run
 from dse.errors import DseError
 from dse.runtime.deployment.measurements import Measurement
-from dse.runtime.launch.mpirun import Finish, Launcher, Placement
+from dse.runtime.launch.mpiexec import Finish, Launcher, Placement
 
 
 def launcher_for(
@@ -100,7 +100,7 @@ def cluster_launcher(state: State) -> Launcher:
 
 @dataclass(frozen=True)
 class RunWatch:
-    """Around each run on the cluster (:data:`dse.runtime.launch.mpirun.Watch`).
+    """Around each run on the cluster (:data:`dse.runtime.launch.mpiexec.Watch`).
 
     A cluster runs one run at a time (:func:`dse.cluster.state.one_run`): from before
     mpiexec starts until its processes are gone, so a failed run's cleanup, which kills every

@@ -15,7 +15,7 @@ from dse.measuring.measure import Measured, Settings, measure_mappings
 from dse.measuring.rounds import Rounds
 from dse.measuring.speed import finite_number
 from dse.net import Net
-from dse.runtime.launch.mpirun import Launcher
+from dse.runtime.launch.mpiexec import Launcher
 from models_analytical.model import AnalyticalModel
 
 #: Where a fidelity run deploys its mappings, under its output directory.

@@ -30,9 +30,9 @@ from dse.fidelity.report import FidelityDoc, figures, write_doc
 from dse.fidelity.settings import FidelitySettings, out_dir, settings_from
 from dse.fidelity.statistics import points
 from dse.files import writable_dir
-from dse.measuring.rows import csv_row, write_csv
+from dse.measuring.phase2 import csv_row, write_csv
 from dse.net import Net
-from dse.runtime.launch.mpirun import mpiexec_path
+from dse.runtime.launch.mpiexec import mpiexec_path
 from dse.search.problem import MappingProblem
 from models_analytical.model import AnalyticalModel
 

@@ -21,14 +21,13 @@ from dse.errors import DseError
 from dse.files import temporary_files
 from dse.mapping import Mappings
 from dse.measuring.comparison import Compared, compared, with_prediction, write_comparison
-from dse.measuring.merge import start_rss_mb, take_out_drift
-from dse.measuring.rounds import Rounds, measure_interleaved
+from dse.measuring.rounds import Rounds, measure_interleaved, start_rss_mb, take_out_drift
 from dse.measuring.speed import Speed, beside, calibrated_speed, drift, slowdown, speed_reference
 from dse.net import Net
 from dse.runtime.deployment.layout import SUBMODELS
 from dse.runtime.deployment.measurements import Measurement
 from dse.runtime.launch.deploy import check_gpus, deploy
-from dse.runtime.launch.mpirun import Launcher
+from dse.runtime.launch.mpiexec import Launcher
 from dse.runtime.launch.probe import speed_probe
 from models_analytical.model import AnalyticalModel
 
@@ -101,7 +100,7 @@ def measure_mappings(
         probe = None
         if settings.probe and deployed:
             probe = speed_probe(directories[deployed[0]], platform, launcher)
-        reference = speed_reference(model, net)
+        reference = speed_reference(model, net) if probe is not None else None
         level = None
         if probe is not None and reference is None:  # held out of calibration
             level = calibrated_speed(model, net, probe, settings.seed)

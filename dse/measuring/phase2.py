@@ -1,6 +1,8 @@
 """Phase two after a search: the best mapping of each objective and more spread along the front,
 deployed and measured (:mod:`dse.measuring.measure`) into ``<run>/phase2/<label>/``;
-``phase2.csv`` and ``phase2.png`` (:mod:`dse.measuring.rows`).
+``phase2.csv`` (one row per mapping: predicted and measured latency, period, and per device
+memory, energy, compute and bytes sent, each with its error; ``dse.fidelity`` writes its CSV
+with the same rows) and ``phase2.png`` (predicted against measured).
 
 A mapping that fails (a crash, a hang past the time limit, outputs that differ from the whole
 model) is a row marked failed with its reason, and the others go on. ``phase2.csv`` is
@@ -11,22 +13,106 @@ killed outright, at the next start (:func:`dse.files.temporary_files`).
 
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from dse.config import Phase2Config
+from dse.files import write_text
 from dse.mapping import Mappings
-from dse.measuring.comparison import Compared
+from dse.measuring.comparison import Compared, Figure
 from dse.measuring.measure import Settings, measure_mappings
 from dse.measuring.rounds import Rounds
-from dse.measuring.rows import Row, csv_row, plot, write_csv
 from dse.net import Net
 from dse.platform import Platform
-from dse.runtime.launch.mpirun import Launcher
+from dse.results.plots import plot_predicted_vs_measured
+from dse.runtime.launch.mpiexec import Launcher
 from dse.search.problem import MappingProblem
 from models_analytical.model import AnalyticalModel
+
+#: A row of phase2.csv (and of dse.fidelity's CSV): column -> value.
+Row = dict[str, Any]
+
+
+def csv_row(label: str, result: Compared) -> Row:
+    """One CSV row: predicted and measured latency, per-device memory and energy, error %."""
+    row: Row = {"mapping": label, "status": result.status, "reason": result.reason or ""}
+    cmp = result.comparison
+
+    def put(prefix: str, f: Figure) -> None:
+        row[f"{prefix}_predicted_ms"] = f.predicted
+        row[f"{prefix}_measured_ms"] = f.measured
+        row[f"{prefix}_error_pct"] = f.error_pct
+
+    latency = cmp.latency_ms if cmp is not None else Figure(None, None, None)
+    put("latency", latency)
+    if cmp is not None and cmp.latency_adjusted_ms is not None:  # with a speed probe
+        row["latency_adjusted_ms"] = cmp.latency_adjusted_ms.measured
+        row["latency_adjusted_error_pct"] = cmp.latency_adjusted_ms.error_pct
+    eq = result.equivalence
+    row["max_rel_error"] = eq.max_rel_error if eq is not None else None
+    if cmp is not None and cmp.period_ms is not None:
+        put("period", cmp.period_ms)
+    if cmp is not None and cmp.period_adjusted_ms is not None:  # with a probe, as the latency
+        row["period_adjusted_ms"] = cmp.period_adjusted_ms.measured
+        row["period_adjusted_error_pct"] = cmp.period_adjusted_ms.error_pct
+    for device, figures in (cmp.devices if cmp is not None else {}).items():
+        for key in ("memory_mb", "energy_j", "compute_ms", "bytes_sent"):
+            f = getattr(figures, key)
+            row[f"{device}_{key}_predicted"] = f.predicted
+            row[f"{device}_{key}_measured"] = f.measured
+            row[f"{device}_{key}_error_pct"] = f.error_pct
+    return row
+
+
+def write_csv(path: Path, rows: list[Row]) -> None:
+    columns: list[str] = []
+    for r in rows:
+        columns.extend(k for k in r if k not in columns)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, restval="")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in r.items()})
+    write_text(path, buf.getvalue())
+
+
+def plot(path: Path, rows: list[Row], title: str) -> None:
+    """Predicted against measured: latency, the peak memory of every device and, where
+    measured (``stream``), the pipelined period."""
+    ok = [r for r in rows if r["status"] == "ok"]
+    names = [r["mapping"] for r in ok]
+    panels = {
+        "latency (ms)": (
+            [r["latency_measured_ms"] for r in ok],
+            [r["latency_predicted_ms"] for r in ok],
+            names,
+        )
+    }
+    mem = [
+        (r[k], r[k.replace("_measured", "_predicted")], r["mapping"])
+        for r in ok
+        for k in r
+        if k.endswith("_memory_mb_measured")
+    ]
+    if mem:
+        panels["peak memory per device (MB)"] = tuple(map(list, zip(*mem, strict=True)))
+    streamed = [r for r in ok if r.get("period_measured_ms")]
+    if streamed:
+        panels["pipelined period (ms)"] = (
+            [r["period_measured_ms"] for r in streamed],
+            [r["period_predicted_ms"] for r in streamed],
+            [r["mapping"] for r in streamed],
+        )
+    failed = len(rows) - len(ok)
+    plot_predicted_vs_measured(
+        path, panels, title + (f" ({failed} mapping(s) failed)" if failed else "")
+    )
+
 
 #: Where phase two deploys each mapping, under the run's directory.
 DEPLOYMENTS = "phase2"

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import numpy as np
 
 from dse.mapping import Mappings
-from dse.measuring.merge import Slowdown
+from dse.measuring.rounds import Slowdown
 from dse.net import Net, zoo
 from dse.net.load import load_net
 from dse.objectives import OBJECTIVES

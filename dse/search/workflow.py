@@ -35,7 +35,7 @@ from dse.paths import shown
 from dse.platform import Platform
 from dse.results import plot_worker, writers
 from dse.results.outputs import write_outputs
-from dse.runtime.launch.mpirun import Launcher
+from dse.runtime.launch.mpiexec import Launcher
 from dse.search import checkpoint, nsga2
 from dse.search.problem import MappingProblem
 from dse.search.rehearsal import rehearse

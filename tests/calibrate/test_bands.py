@@ -217,7 +217,7 @@ def test_a_unit_whose_mpiexec_fails_at_startup_is_started_again(tmp_path) -> Non
     from dse.calibrate import ondevice
     from dse.paths import CONF_DIR
     from dse.platform import load_platform
-    from dse.runtime.launch.mpirun import Launcher
+    from dse.runtime.launch.mpiexec import Launcher
     from tests.helpers.mpi import flaky_mpiexec
 
     platform = load_platform(yaml.safe_load((CONF_DIR / "platform/localhost.yaml").read_text()))

@@ -23,7 +23,7 @@ from dse.runtime.deployment.plan import input_arrays
 from dse.runtime.deployment.reader import read_plan
 from dse.runtime.launch import probe as probe_mod
 from dse.runtime.launch.deploy import deploy
-from dse.runtime.launch.mpirun import Launcher
+from dse.runtime.launch.mpiexec import Launcher
 from tests.helpers.calibrate import platform_localhost
 
 

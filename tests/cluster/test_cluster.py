@@ -463,7 +463,7 @@ def _mpi(state: State, devices: list[str], program: str, tmp: Path) -> subproces
     (tmp / "program.py").write_text(program)
     cmd, env = command(state, devices, tmp, [sys.executable, str(tmp / "program.py"), str(tmp)],
                        mpiexec=str(Path(sys.executable).parent / "mpiexec"))  # fmt: skip
-    # into files, as the runtime does (dse.runtime.launch.run): a board's daemon or rank that
+    # into files, as the runtime does (dse.runtime.launch.mpiexec): a board's daemon or rank that
     # outlives mpiexec for a moment (a loaded machine) would hold pipes open past its end
     with open(tmp / "stdout.log", "w") as out, open(tmp / "stderr.log", "w") as err:
         proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=out, stderr=err, cwd=tmp)

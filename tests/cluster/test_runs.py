@@ -49,9 +49,8 @@ from dse.net import Net, load_net
 from dse.platform import load_platform
 from dse.runtime.deployment.measurements import Measurement
 from dse.runtime.launch.deploy import deploy
-from dse.runtime.launch.mpirun import Launcher, mpi_files, placement
+from dse.runtime.launch.mpiexec import Launcher, launch, mpi_files, placement
 from dse.runtime.launch.probe import probe_cores, probe_threads
-from dse.runtime.launch.run import launch
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
 from tests.helpers.cli import ROOT, run_module

@@ -31,7 +31,7 @@ from dse.fidelity.statistics import (
 from dse.mapping import Mappings, check, from_device_lists, random_mappings
 from dse.mapping.build import ROW_KINDS
 from dse.measuring.comparison import Compared, Figure, Figures
-from dse.measuring.merge import start_rss_mb
+from dse.measuring.rounds import start_rss_mb
 from dse.measuring.speed import slowdown, speed_reference
 from dse.net import load_net
 from dse.net.build import build_graph

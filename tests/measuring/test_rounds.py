@@ -1,5 +1,5 @@
 """Runs of a deployment merged, the machine's drift taken out, and interleaved rounds with their
-one re-run rule (:mod:`dse.measuring.merge`, :mod:`dse.measuring.rounds`), on runs whose figures
+one re-run rule (:mod:`dse.measuring.rounds`, :mod:`dse.measuring.rounds`), on runs whose figures
 are set by hand."""
 
 from __future__ import annotations
@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 from dse.measuring import rounds as measure
-from dse.measuring.merge import merge_runs, take_out_drift
-from dse.measuring.rounds import Rounds
+from dse.measuring.rounds import Rounds, merge_runs, take_out_drift
 from dse.runtime.deployment.measurements import Latency, Measurement, Stream
-from dse.runtime.launch.mpirun import Launcher
+from dse.runtime.launch.mpiexec import Launcher
 
 
 def run(

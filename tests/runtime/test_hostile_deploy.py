@@ -12,8 +12,7 @@ import pytest
 
 from dse.errors import DseError
 from dse.mapping import to_autodice
-from dse.runtime.launch.mpirun import Launcher
-from dse.runtime.launch.run import check_session_folder
+from dse.runtime.launch.mpiexec import Launcher, check_session_folder
 from tests.helpers.hostile import assert_each_one_line, run_all
 from tests.helpers.nets import aba_batch, zoo_like
 

@@ -23,9 +23,9 @@ from dse.measuring.rounds import Rounds
 from dse.net import Net, load_net
 from dse.platform import load_platform
 from dse.runtime.deployment.measurements import Measurement, read_measurements
-from dse.runtime.launch import mpirun
+from dse.runtime.launch import mpiexec
 from dse.runtime.launch.deploy import deploy
-from dse.runtime.launch.run import launch
+from dse.runtime.launch.mpiexec import launch
 from dse.runtime.rank.energy import energy_meter
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
@@ -139,10 +139,10 @@ def test_time_limit_stops_every_rank(tmp_path: Path, localhost) -> None:
 
 
 def test_missing_mpiexec_is_one_line(monkeypatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(mpirun.shutil, "which", lambda _: None)
-    monkeypatch.setattr(mpirun.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setattr(mpiexec.shutil, "which", lambda _: None)
+    monkeypatch.setattr(mpiexec.sys, "executable", str(tmp_path / "python"))
     with pytest.raises(DseError, match="mpiexec not found"):
-        mpirun.mpiexec_path()
+        mpiexec.mpiexec_path()
 
 
 def test_full_disk_leaves_nothing_behind(monkeypatch, tmp_path: Path, localhost) -> None:
@@ -267,14 +267,14 @@ def test_rankfile_binds_cpu_threads_and_gpu_host_threads() -> None:
         yaml.safe_load((ROOT / "conf/platform/jetson_xavier_nx_x8.yaml").read_text())
     )
     # each board: its 6-thread cpu on cores 0-5, its gpu's host thread beside them on core 5
-    assert mpirun.core_slots(jetson)[:4] == ["0-5", "5", "0-5", "5"]
+    assert mpiexec.core_slots(jetson)[:4] == ["0-5", "5", "0-5", "5"]
     # ranks on devices 0 and 1 of xavier0 and device 6 (xavier3's cpu)
-    hostfile, rankfile = mpirun.mpi_files(jetson, [0, 1, 6])
+    hostfile, rankfile = mpiexec.mpi_files(jetson, [0, 1, 6])
     assert hostfile == "xavier0 slots=2\nxavier3 slots=1\n"
     assert rankfile == ("rank 0=xavier0 slot=0-5\nrank 1=xavier0 slot=5\nrank 2=xavier3 slot=0-5\n")
     # boards known to mpiexec by other names (an emulated cluster): the same slots on them
-    boards = mpirun.Launcher(hosts={"xavier0": "board-a", "xavier3": "10.0.0.4"})
-    hostfile, rankfile = mpirun.mpi_files(jetson, [0, 1, 6], boards)
+    boards = mpiexec.Launcher(hosts={"xavier0": "board-a", "xavier3": "10.0.0.4"})
+    hostfile, rankfile = mpiexec.mpi_files(jetson, [0, 1, 6], boards)
     assert hostfile == "board-a slots=2\n10.0.0.4 slots=1\n"
     assert rankfile == "rank 0=board-a slot=0-5\nrank 1=board-a slot=5\nrank 2=10.0.0.4 slot=0-5\n"
 
@@ -286,7 +286,7 @@ def test_the_launcher_takes_mpiexec_arguments_environment_and_boards(
     the command, its environment and run.sh; the default command is as before."""
     for name in [k for k in os.environ if k.startswith("DSE_")]:
         monkeypatch.delenv(name)
-    agent = mpirun.Launcher(
+    agent = mpiexec.Launcher(
         mpiexec="/opt/mpi/bin/mpiexec",
         args=("--prtemca", "plm_ssh_agent", "/opt/enter-board"),
         env={"OMPI_MCA_btl_tcp_if_include": "10.9.0.0/24"},
@@ -317,7 +317,7 @@ def test_the_launcher_takes_mpiexec_arguments_environment_and_boards(
     assert "\nexport OMPI_MCA_btl_tcp_progress_thread=1\n" in script
     assert "\nexport OMPI_MCA_btl_tcp_if_include=10.9.0.0/24\n" in script
     assert script.endswith(f'exec {" ".join(cmd)} "$@"\n')
-    plain = mpirun.Launcher(mpiexec="mpiexec").command(tmp_path, 2)
+    plain = mpiexec.Launcher(mpiexec="mpiexec").command(tmp_path, 2)
     assert plain == ["mpiexec", "-n", "2", *placed, *rank]
 
 
@@ -331,7 +331,7 @@ def test_the_launcher_forwards_dses_variables_to_other_hosts(
     monkeypatch.setenv("DSE_WAIT_SPIN_US", "50")
     monkeypatch.setenv("UNRELATED_VARIABLE", "1")
     env = {"OMPI_MCA_btl": "tcp,self", "LD_LIBRARY_PATH": "/opt/lib"}
-    launcher = mpirun.Launcher(mpiexec="mpiexec", env=env)
+    launcher = mpiexec.Launcher(mpiexec="mpiexec", env=env)
     assert launcher.forwarded() == ["DSE_WAIT_SPIN_US", "LD_LIBRARY_PATH"]
     cmd = launcher.mpiexec_command(2, tmp_path, ["prog"])
     assert cmd[:3] == ["mpiexec", "-n", "2"] and cmd[-1] == "prog"
@@ -370,9 +370,9 @@ def test_a_message_between_hosts_moves_while_its_sender_makes_no_mpi_call(
     prog = tmp_path / "sender_waits.py"
     prog.write_text(SENDER_WAITS)
     flag = tmp_path / "received"
-    cmd = [mpirun.mpiexec_path(), "-n", "2", "--mca", "btl", "tcp,self",
+    cmd = [mpiexec.mpiexec_path(), "-n", "2", "--mca", "btl", "tcp,self",
            sys.executable, str(prog), str(flag)]  # fmt: skip
-    env = mpirun.Launcher().environment()
+    env = mpiexec.Launcher().environment()
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["moved"]
@@ -395,12 +395,12 @@ def test_a_launch_that_fails_at_startup_is_started_again(
     net = zoo_like(tmp_path)
     out = tmp_path / "aba"
     deploy(net, localhost, aba_batch(net), out, warmup=1, iterations=2)
-    launcher = mpirun.Launcher(mpiexec=flaky_mpiexec(tmp_path, failures=2, message=message))
+    launcher = mpiexec.Launcher(mpiexec=flaky_mpiexec(tmp_path, failures=2, message=message))
     r = launch(out, timeout_s=120, launcher=launcher)
     assert r.status == "ok", r.reason
     assert (tmp_path / "launches").read_text().strip() == "3"
     (tmp_path / "launches").unlink()
-    launcher = mpirun.Launcher(mpiexec=flaky_mpiexec(tmp_path, failures=3, message=message))
+    launcher = mpiexec.Launcher(mpiexec=flaky_mpiexec(tmp_path, failures=3, message=message))
     r = launch(out, timeout_s=120, launcher=launcher)
     assert r.status == "failed"
     assert r.reason == f"mpiexec exited with 213: {said} (3 launches)"
@@ -413,7 +413,7 @@ def test_a_rank_failure_is_not_started_again(tmp_path: Path, localhost) -> None:
     net = zoo_like(tmp_path)
     out = tmp_path / "killed"
     deploy(net, localhost, aba_batch(net), out, warmup=1, iterations=50)
-    launcher = mpirun.Launcher(mpiexec=flaky_mpiexec(tmp_path, failures=0))
+    launcher = mpiexec.Launcher(mpiexec=flaky_mpiexec(tmp_path, failures=0))
     r = launch(out, timeout_s=120, rank_args=["--kill-rank", "1"], launcher=launcher)
     assert r.status == "failed" and "launches" not in r.reason
     assert (tmp_path / "launches").read_text().strip() == "1"

@@ -257,7 +257,7 @@ def test_weights_as_external_data(tmp_path: Path) -> None:
 def test_zoo_weights_found_in_the_file() -> None:
     """The wire-format scan finds every initializer's bytes where protobuf parsing puts them."""
     from dse.net import zoo
-    from dse.runtime.compile.weights import inline_offsets
+    from dse.runtime.compile.statics import inline_offsets
 
     path = zoo.materialize("alexnet", 0)
     offsets = inline_offsets(path)
@@ -358,7 +358,7 @@ def test_concat_inputs_of_a_cpu_sub_model_pass_an_identity_conv() -> None:
     1x1 Conv with weights 1 (onnxruntime keeps the Concats in its blocked layout); an input one
     Concat reads, an input of 6 channels and other readers are left alone."""
     from dse.net.onnx_load import TensorType
-    from dse.runtime.compile.submodel import blocked_inputs
+    from dse.runtime.compile.segments import blocked_inputs
 
     n = helper.make_node
     nodes = [

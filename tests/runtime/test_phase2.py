@@ -13,8 +13,8 @@ import yaml
 from dse.errors import DseError
 from dse.mapping import from_device_lists
 from dse.measuring import measure, phase2
+from dse.measuring.phase2 import csv_row, plot, write_csv
 from dse.measuring.rounds import Rounds
-from dse.measuring.rows import csv_row, plot, write_csv
 from dse.platform import load_platform
 from models_analytical.model import AnalyticalModel
 from tests.helpers.cli import ROOT
@@ -111,7 +111,7 @@ def test_reference_outputs_are_the_whole_model_once_per_file_and_input(
     import os
 
     from dse.runtime.deployment.plan import Plan, Port, Reference, input_arrays
-    from dse.runtime.launch.reference import reference_outputs
+    from dse.runtime.launch.deploy import reference_outputs
     from dse.runtime.rank.sessions import session
 
     monkeypatch.setenv("DSE_CACHE", str(tmp_path / "cache"))

@@ -26,7 +26,7 @@ from dse.runtime.deployment.measurements import read_measurements
 from dse.runtime.deployment.plan import Plan
 from dse.runtime.deployment.reader import read_plan
 from dse.runtime.launch.deploy import deploy
-from dse.runtime.launch.run import launch
+from dse.runtime.launch.mpiexec import launch
 from dse.runtime.rank.equivalence import equivalence, verdict
 from tests.helpers.cli import ROOT
 from tests.helpers.hostile import assert_each_one_line, run_all

@@ -671,7 +671,7 @@ def test_two_ranks(tmp_path: Path, localhost, kind: str) -> None:
     on a's bands) reads a row of each from the other rank. Rank 0 checks the outputs against
     the whole model's, after measured iterations and a stream of frames."""
     from dse.runtime.launch.deploy import deploy
-    from dse.runtime.launch.run import launch
+    from dse.runtime.launch.mpiexec import launch
 
     if kind == "spatial":
         net = pool_chain(tmp_path)

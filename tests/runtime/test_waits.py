@@ -13,7 +13,7 @@ from dse.errors import DseError
 from dse.mapping import from_device_lists
 from dse.platform import load_platform
 from dse.runtime.launch.deploy import deploy
-from dse.runtime.launch.run import launch
+from dse.runtime.launch.mpiexec import launch
 from dse.runtime.rank import waits
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel

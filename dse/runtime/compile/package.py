@@ -15,10 +15,11 @@ import tempfile
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
+import numpy as np
+
 from dse.errors import DseError
 from dse.files import LOCK, owned, temporary_files
 from dse.runtime.compile.partition import Deployment
-from dse.runtime.deployment.expected import write_expected
 from dse.runtime.deployment.layout import PLAN, RUN_OUTPUTS
 from dse.runtime.deployment.reader import read_plan_json
 
@@ -88,7 +89,8 @@ def _write(deployment: Deployment, out: Path, files: dict[str, str], executable:
     with temporary_files(out.parent, [tmp.name]):
         try:
             deployment.write_segments(tmp)
-            write_expected(tmp / plan.reference.expected, deployment.expected)
+            arrays = {f"o{i}": np.asarray(a) for i, a in enumerate(deployment.expected)}
+            np.savez(tmp / plan.reference.expected, **arrays)  # read_expected reads them
             for name, text in files.items():
                 (tmp / name).write_text(text)
                 if name in executable:

@@ -42,11 +42,10 @@ non-blocking, every send is posted before the device's next receive, receives bl
 order, and every receive waits for a tensor made at an earlier layer (or, for a gather, at the same
 layer's parts, each sent before its device gathers): work going A -> B -> A cannot deadlock.
 
-The jobs, by module: static tensors and weights (:mod:`~dse.runtime.compile.statics`,
-:mod:`~dse.runtime.compile.weights`), each device's program (:mod:`~dse.runtime.compile.programs`;
-its bands: :mod:`~dse.runtime.compile.bands`; what it is made of:
-:mod:`~dse.runtime.compile.actions`), cutting it into segments and steps
-(:mod:`~dse.runtime.compile.segments`), one sub-model (:mod:`~dse.runtime.compile.submodel`), the
+The jobs, by module: static tensors and weights (:mod:`~dse.runtime.compile.statics`), each
+device's program (:mod:`~dse.runtime.compile.programs`; its bands:
+:mod:`~dse.runtime.compile.bands`; what it is made of: :mod:`~dse.runtime.compile.actions`),
+cutting it into segments, their steps and sub-models (:mod:`~dse.runtime.compile.segments`), the
 plan (:mod:`~dse.runtime.deployment.plan`).
 """
 
@@ -63,10 +62,14 @@ from dse.mapping import Mappings
 from dse.net import Net
 from dse.platform import Platform
 from dse.runtime.compile.programs import check_mapping, device_programs
-from dse.runtime.compile.segments import Cutter, dtype_name, first_readers
-from dse.runtime.compile.statics import Blob, Statics, tensor_types
-from dse.runtime.compile.submodel import SubModelBuilder, write_segment
-from dse.runtime.compile.weights import weight_source
+from dse.runtime.compile.segments import (
+    Cutter,
+    SubModelBuilder,
+    dtype_name,
+    first_readers,
+    write_segment,
+)
+from dse.runtime.compile.statics import Blob, Statics, tensor_types, weight_source
 from dse.runtime.deployment.plan import DType, Output, Plan, Port, RankPlan
 
 

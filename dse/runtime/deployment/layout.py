@@ -5,14 +5,14 @@ from __future__ import annotations
 #: What each rank receives, runs and sends (:mod:`dse.runtime.deployment.plan`).
 PLAN = "plan.json"
 #: The whole model's outputs on the plan's input (``numpy.savez``: ``o0``, ``o1``... in the
-#: order of the plan's outputs) (:mod:`dse.runtime.deployment.expected`).
+#: order of the plan's outputs) (:func:`dse.runtime.deployment.reader.read_expected`).
 EXPECTED = "expected.npz"
 #: What a run measured, written by its rank 0 (:mod:`dse.runtime.deployment.measurements`).
 MEASUREMENTS = "measurements.json"
 #: A measurement with the model's prediction beside it (:mod:`dse.measuring.comparison`).
 COMPARISON = "comparison.json"
 #: Where mpiexec places the ranks, and the script that runs the deployment by hand
-#: (:mod:`dse.runtime.launch.mpirun`).
+#: (:mod:`dse.runtime.launch.mpiexec`).
 HOSTFILE, RANKFILE, RUN_SCRIPT = "hostfile", "rankfile", "run.sh"
 #: mpiexec's output of the last run.
 STDOUT, STDERR = "stdout.log", "stderr.log"

@@ -1,5 +1,6 @@
-"""The one reader of a deployment's plan: ``plan.json`` ->
-:class:`~dse.runtime.deployment.plan.Plan`, checked before a rank allocates anything.
+"""The one reader of a deployment: ``plan.json`` -> :class:`~dse.runtime.deployment.plan.Plan`,
+checked before a rank allocates anything, and the whole model's outputs stored beside it
+(:func:`read_expected`).
 
 :func:`read_plan` reads the JSON (size, depth, NaN, a key twice), checks its schema
 (:meth:`~dse.runtime.deployment.plan.Plan.from_json`) and the rules of
@@ -18,6 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 from onnx import TensorProto
 
@@ -170,3 +172,25 @@ def read_plan(directory: Path, rank: int | None = None, host_memory: int | None 
     plan = Plan.from_json(read_plan_json(directory), where)
     check_files(plan, directory, rank, host_memory)
     return plan
+
+
+def read_expected(plan: Plan, directory: Path) -> list[np.ndarray]:
+    """The whole model's outputs stored in the deployment, each of its output's shape and type
+    (one line otherwise)."""
+    if plan.reference is None:
+        raise DseError("the plan names no reference")
+    path = inside(directory, plan.reference.expected, "the whole model's expected outputs")
+    limit = sum(o.spec.nbytes for o in plan.outputs) + 2**20  # the arrays and npz headers
+    if path.stat().st_size > limit:
+        raise DseError(f"{path} is larger than the plan's outputs")
+    out = []
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            for i, o in enumerate(plan.outputs):
+                a = z[f"o{i}"]
+                if a.shape != o.shape or a.dtype != np.dtype(o.dtype):
+                    raise DseError(f"{path}: output '{o.name}' is not {o.dtype}{list(o.shape)}")
+                out.append(a)
+    except (OSError, KeyError, ValueError) as exc:
+        raise DseError(f"{path} is not the whole model's outputs: {exc}") from None
+    return out

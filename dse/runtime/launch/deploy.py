@@ -1,26 +1,36 @@
-"""Deploy one mapping: compile it into sub-models and a plan, add how its ranks start (hostfile,
-rankfile, ``run.sh``), and write the deployment directory, ready to launch."""
+"""Deploy one mapping: compile it into sub-models and a plan, compute the whole model's outputs on
+the plan's input (the reference a run is checked against; cached per model file and input), add
+how its ranks start (hostfile, rankfile, ``run.sh``), and write the deployment directory, ready
+to launch."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import shlex
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 
 from dse.config import ITERATIONS, WARMUP
 from dse.errors import DseError
 from dse.files import can_write
 from dse.mapping import Mappings
-from dse.net import Net
+from dse.net import Net, zoo
+from dse.net.onnx_load import fix_input_shapes
+from dse.net.zoo.materialize import cache_root
 from dse.platform import Platform
+from dse.records import to_json
 from dse.runtime.compile.package import check_existing, write_deployment
 from dse.runtime.compile.partition import Deployment, partition
 from dse.runtime.deployment.layout import HOSTFILE, RANKFILE, RUN_SCRIPT
-from dse.runtime.deployment.plan import Plan, RunSettings
-from dse.runtime.launch.mpirun import Launcher, check_mpi_path, mpi_files, mpiexec_path
-from dse.runtime.launch.reference import reference, reference_outputs
+from dse.runtime.deployment.plan import Plan, Reference, RunSettings, input_arrays
+from dse.runtime.launch.mpiexec import Launcher, check_mpi_path, mpi_files, mpiexec_path
+from dse.runtime.rank.sessions import session
 
 
 def check_gpus(platform: Platform, mapping: Mappings) -> None:
@@ -75,3 +85,50 @@ def launch_files(plan: Plan, platform: Platform, out: Path, launcher: Launcher) 
     cmd = launcher.command(out, len(plan.ranks), mpiexec=mpiexec, placement=placement)
     plan.command = shlex.join(cmd)
     return {HOSTFILE: hostfile, RANKFILE: rankfile, RUN_SCRIPT: launcher.run_script(cmd, out)}
+
+
+def reference(net: Net, seed: int) -> Reference:
+    """Where the whole model is (the equivalence check's reference, the speed probe's work)."""
+    path = net.path if net.path is not None else zoo.materialize(net.name, seed)
+    shape = net.input_shape
+    if shape is not None and not isinstance(shape, list | dict | str | int | float):
+        shape = list(shape) if not hasattr(shape, "items") else dict(shape)
+    return Reference(str(path), shape)
+
+
+def whole_model_session(plan: Plan, path: Path, threads: int = 1) -> Any:
+    """The whole model of a deployment (``plan.reference``) in one cpu session."""
+    shape = plan.reference.input_shape if plan.reference is not None else None
+    if shape is None:
+        model: Any = path  # onnxruntime reads the file itself: no protobuf copy
+    else:
+        model = onnx.load(path, load_external_data=True)
+        fix_input_shapes(model, shape)
+    return session(model, "cpu", threads)
+
+
+def reference_outputs(plan: Plan, path: Path, names: list[str]) -> list[np.ndarray]:
+    """The whole model's outputs on the plan's input, computed once per (model file, input)
+    and cached (``<zoo cache>/reference/<key>.npz``): building the whole-model session costs
+    seconds for a large network, and fidelity and calibration deploy each network several
+    times."""
+    st = path.stat()
+    spec: list[Any] = [str(path.resolve()), st.st_size, st.st_mtime_ns, plan.seed]
+    shape = plan.reference.input_shape if plan.reference is not None else None
+    spec += [[to_json(p) for p in plan.inputs], shape, names]
+    key = hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()
+    cache = cache_root() / "reference" / f"{key[:32]}.npz"
+    try:
+        with np.load(cache, allow_pickle=False) as z:
+            return [z[f"o{i}"] for i in range(len(names))]
+    except (OSError, KeyError, ValueError):
+        pass
+    expected = whole_model_session(plan, path).run(names, input_arrays(plan))
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f"{cache.stem}.{os.getpid()}.tmp.npz")
+        np.savez(tmp, **{f"o{i}": np.asarray(e) for i, e in enumerate(expected)})
+        os.replace(tmp, cache)
+    except OSError:
+        pass  # no cache: computed again next time
+    return expected

@@ -5,7 +5,7 @@ which no scheduling removes: a latency measured now and one measured at calibrat
 at the same speed. A probe times the same work (the deployment's whole model in onnxruntime, at
 the devices' thread count) between runs; :func:`dse.measuring.rounds.measure_interleaved` calls
 it before the first run and after every run, so each run has a probe on either side, and
-:func:`dse.measuring.merge.take_out_drift` scales each run by the speed they show. The probe
+:func:`dse.measuring.rounds.take_out_drift` scales each run by the speed they show. The probe
 runs in the launching process while no rank runs: it measures the machine, never competes with a
 measurement. It measures this machine only, so a platform with no cpu device here gets none
 (:func:`speed_probe`). An emulated cluster's boards are this machine's cores (the launcher's
@@ -28,8 +28,8 @@ import numpy as np
 from dse.platform import Platform
 from dse.runtime.deployment.plan import input_arrays
 from dse.runtime.deployment.reader import read_plan
-from dse.runtime.launch.mpirun import Launcher, core_slots
-from dse.runtime.launch.reference import whole_model_session
+from dse.runtime.launch.deploy import whole_model_session
+from dse.runtime.launch.mpiexec import Launcher, core_slots
 from dse.runtime.rank.sessions import session
 
 #: A probe times this much work per core set (at least one run of the model).

@@ -1,9 +1,9 @@
 """The equivalence check: a run's outputs against the whole model's in onnxruntime.
 
 The whole model's outputs on the plan's input are stored in the deployment
-(:mod:`dse.runtime.deployment.expected`), so rank 0 checks a run wherever it runs (a board need
-not hold the whole model). Outputs must agree to ``max|a - b| <= RTOL * max|b|``; a run whose
-outputs cannot be checked is not a valid measurement either.
+(:func:`dse.runtime.deployment.reader.read_expected`), so rank 0 checks a run wherever it runs (a
+board need not hold the whole model). Outputs must agree to ``max|a - b| <= RTOL * max|b|``; a run
+whose outputs cannot be checked is not a valid measurement either.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from dse.errors import DseError
-from dse.runtime.deployment.expected import read_expected
 from dse.runtime.deployment.measurements import Equivalence
 from dse.runtime.deployment.plan import Plan
+from dse.runtime.deployment.reader import read_expected
 
 #: Outputs must agree to max|a - b| <= RTOL * max|b|.
 RTOL = 1e-4

@@ -1,4 +1,5 @@
-"""How a deployment's ranks start: the mpiexec command, its environment, hostfile and rankfile.
+"""mpiexec: how a deployment's ranks start (the command, its environment, hostfile and rankfile)
+and a run of them, with a time limit, that leaves nothing behind.
 
 Everything that reaches mpiexec is built here, from a :class:`Launcher`: the default runs on
 the platform's hosts by name (ssh reaches the other hosts); an emulated cluster (boards as
@@ -11,23 +12,37 @@ of each host is bound to, a program each rank starts through (a **rank wrapper**
 A rank wrapper is called as ``WRAPPER HOST/DEVICE,HOST/DEVICE,... PROGRAM...`` (every rank's
 host and device, in rank order): it prepares rank ``OMPI_COMM_WORLD_RANK`` (e.g. moves it into
 its device's CPU and memory cgroups) and execs PROGRAM.
+
+A run (:func:`launch`) checks the plan, starts mpiexec in a session of its own
+(:func:`started`), waits at most its time limit and reads the measurement rank 0 wrote; no
+process of it outlives it, nor the launching process (:mod:`dse.lifetime`). A launch that fails
+at startup for a cause that does not last is started again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
+import signal
+import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
+from dse.config import TIMEOUT_S
 from dse.errors import DseError
+from dse.files import owned, why_unwritable
+from dse.lifetime import die_with_parent
 from dse.platform import Platform
-from dse.runtime.deployment.layout import HOSTFILE, RANKFILE
-from dse.runtime.deployment.measurements import Measurement
+from dse.runtime.deployment.layout import HOSTFILE, MEASUREMENTS, RANKFILE, STDERR, STDOUT
+from dse.runtime.deployment.measurements import Measurement, read_measurements
+from dse.runtime.deployment.reader import read_plan
 
 #: Open MPI refuses to run as root without these.
 ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
@@ -192,7 +207,7 @@ class Launcher:
             "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
             "# A rank waiting for a message yields its core rather than spinning on it, and a",
             "# message between hosts moves while its sender computes (MPI_ENV in",
-            "# dse.runtime.launch.mpirun).",
+            "# dse.runtime.launch.mpiexec).",
             *(f"export {k}={v}" for k, v in MPI_ENV.items()),
             *(f"export {k}={shlex.quote(v)}" for k, v in extra.items()),
             "# The plan and files checked before any rank starts (each rank checks them again).",
@@ -244,3 +259,240 @@ def mpi_files(
 def placement(platform: Platform, devices: Sequence[int]) -> list[tuple[str, str]]:
     """Each rank's (host, device) for ranks on ``devices`` (indices into the platform)."""
     return [(platform.devices[d].host, platform.devices[d].name) for d in devices]
+
+
+# --- a run of the ranks -----------------------------------------------------------------
+
+
+#: What Open MPI prints (on stderr or stdout) when its launcher failed to start before any rank
+#: ran, for a cause that does not last (its PMIx server's listener thread, a board's daemon
+#: that did not report back): a run that ends with one of these is started again (RETRIES
+#: times); a launch right after such a failure has been seen to work.
+STARTUP_FAILURES = (
+    "The PMIx server's listener thread failed to start",
+    "A daemon failed to report back after being spawned",
+)
+RETRIES = 2
+RETRY_PAUSE_S = 0.5
+
+R = TypeVar("R")
+
+
+def session_processes(sid: int) -> list[int]:
+    """Pids of the live processes of session ``sid`` (Linux /proc)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2 :].split()
+        # fields: state, ppid, pgrp, session, ...
+        if len(fields) > 3 and int(fields[3]) == sid and fields[0] != "Z":
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def kill_session(sid: int, grace_s: float = 3.0) -> None:
+    """SIGTERM then SIGKILL to every process of session ``sid`` (mpiexec and its ranks: Open
+    MPI gives each rank its own process group, but they stay in mpiexec's session)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = session_processes(sid)
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and session_processes(sid):
+            time.sleep(0.05)
+
+
+def launch(
+    directory: Path,
+    timeout_s: float = TIMEOUT_S,
+    warmup: int | None = None,
+    iterations: int | None = None,
+    rank_args: Sequence[str] = (),
+    launcher: Launcher | None = None,
+) -> Measurement:
+    """Run the deployment; the measurement its rank 0 wrote (``failed`` with its reason when
+    the outputs differ from the whole model's), or a failure naming the exit status and the
+    ranks' error line (or the last lines of stderr), or the time limit. The plan is checked
+    first (one line, :func:`dse.runtime.deployment.reader.read_plan`). Ctrl-C stops every rank. The
+    launcher's watch (:data:`dse.runtime.launch.mpiexec.Watch`) sees the run start and end, and may
+    name a failure's cause."""
+    directory = Path(directory).absolute()
+    plan = read_plan(directory)
+    launcher = launcher or Launcher()
+    check_session_folder(launcher)
+    placement = [(r.host, r.device) for r in plan.ranks]
+    cmd = launcher.command(
+        directory, len(plan.ranks), warmup, iterations, rank_args, placement=placement
+    )
+    # one run of a deployment at a time; the launcher's watch around it
+    with owned(directory, "deployment"), launcher.watched(placement) as finish:
+        try:
+            result = _run_retrying(cmd, directory, timeout_s, launcher)
+        except BaseException:
+            finish(Measurement.failed("interrupted"))  # nothing of the run stays behind
+            raise
+        return finish(result)
+
+
+def check_session_folder(launcher: Launcher) -> None:
+    """Open MPI keeps its session files in the temporary folder (``TMPDIR``, else /tmp): one
+    that cannot be written is one line before mpiexec fails with a page of its own."""
+    folder = Path(launcher.environment().get("TMPDIR") or "/tmp")
+    why = why_unwritable(folder)
+    if why is not None:
+        raise DseError(
+            f"mpiexec needs a temporary folder it can write, and TMPDIR={folder} is not "
+            f"({why}): set TMPDIR to another folder"
+        )
+
+
+def _run_retrying(
+    cmd: list[str], directory: Path, timeout_s: float, launcher: Launcher
+) -> Measurement:
+    """:func:`_run`, :func:`started_again` while it fails at startup; a failure after the
+    retries says how many launches failed."""
+    result = started_again(
+        lambda: _run(cmd, directory, timeout_s, launcher),
+        lambda r: r.status != "ok" and _failed_at_startup(directory),
+    )
+    if result.status != "ok" and _failed_at_startup(directory):
+        return replace(result, reason=f"{result.reason} ({RETRIES + 1} launches)")
+    return result
+
+
+def started_again(attempt: Callable[[], R], failed_at_startup: Callable[[R], bool]) -> R:
+    """What ``attempt()`` (an mpiexec run) returns, after running it again, at most
+    :data:`RETRIES` more times :data:`RETRY_PAUSE_S` apart, while ``failed_at_startup`` says
+    it failed at startup (:func:`startup_failure` of its output)."""
+    for i in range(RETRIES + 1):
+        result = attempt()
+        if i == RETRIES or not failed_at_startup(result):
+            break
+        time.sleep(RETRY_PAUSE_S)
+    return result
+
+
+def _failed_at_startup(directory: Path) -> bool:
+    """Whether no rank wrote a measurement in ``directory`` and mpiexec's stderr or stdout
+    there names a startup failure that does not last."""
+    return not (directory / MEASUREMENTS).is_file() and _startup_named(directory) is not None
+
+
+def _startup_named(directory: Path) -> str | None:
+    """The startup failure that does not last (:func:`startup_message`) mpiexec's stderr or
+    stdout in ``directory`` names, and which of them: the first that names one."""
+    for name in (STDERR, STDOUT):
+        message = startup_message(_read(directory / name))
+        if message is not None:
+            return f"{message} (Open MPI, in {name})"
+    return None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def captured(cmd: list[str], env: dict[str, str], timeout_s: float) -> subprocess.CompletedProcess:
+    """mpiexec ``cmd`` run to its end with its output captured as text, dying with this
+    process, at most ``timeout_s`` (else :class:`subprocess.TimeoutExpired`); run again after a
+    startup failure that does not last (:func:`started_again`)."""
+    return started_again(
+        lambda: subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout_s,
+            preexec_fn=die_with_parent(),  # mpiexec dies with this process
+        ),
+        process_failed_at_startup,
+    )
+
+
+def process_failed_at_startup(proc: subprocess.CompletedProcess) -> bool:
+    """Whether a finished mpiexec (run with its output captured as text) failed at startup."""
+    return proc.returncode != 0 and startup_failure(f"{proc.stderr}\n{proc.stdout}")
+
+
+def startup_failure(output: str) -> bool:
+    """Whether mpiexec's ``output`` names a startup failure that does not last."""
+    return startup_message(output) is not None
+
+
+def startup_message(output: str) -> str | None:
+    """The startup failure that does not last (:data:`STARTUP_FAILURES`) mpiexec's ``output``
+    names, if any (Open MPI breaks its lines anywhere)."""
+    text = " ".join(output.split())
+    return next((message for message in STARTUP_FAILURES if message in text), None)
+
+
+@contextlib.contextmanager
+def started(cmd: list[str], directory: Path, launcher: Launcher) -> Iterator[subprocess.Popen]:
+    """mpiexec ``cmd`` started in its own session, its output to the deployment's logs
+    (:data:`~dse.runtime.deployment.layout.STDOUT`, ``STDERR``), dying with this process; when
+    the block ends, however it ends, nothing of it is left (its session killed). A measuring
+    run waits in the block for the ranks to end (:func:`launch`)."""
+    with open(directory / STDERR, "wb") as err, open(directory / STDOUT, "wb") as out:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=err,
+            env=launcher.environment(),
+            start_new_session=True,
+            preexec_fn=die_with_parent(),  # and if this process is killed outright, with it
+        )
+        try:
+            yield proc
+        except BaseException:
+            kill_session(proc.pid)
+            raise
+        finally:
+            kill_session(proc.pid, grace_s=1.0)  # nothing of this run outlives it
+            proc.wait()
+
+
+def _run(cmd: list[str], directory: Path, timeout_s: float, launcher: Launcher) -> Measurement:
+    """mpiexec ``cmd`` in its own session, at most ``timeout_s``; what the run gave."""
+    result_path = directory / MEASUREMENTS
+    result_path.unlink(missing_ok=True)
+    with started(cmd, directory, launcher) as proc:
+        try:
+            code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            kill_session(proc.pid)
+            return Measurement.failed(f"timed out after {timeout_s:g} s")
+    if result_path.is_file():
+        result = read_measurements(directory)
+        if code == 0 or result.status != "ok":
+            return result
+    return Measurement.failed(f"mpiexec exited with {code}: {_why(directory)}")
+
+
+def _why(directory: Path) -> str:
+    """What mpiexec said: a startup failure it names (:data:`STARTUP_FAILURES`, on stderr or
+    stdout, where Open MPI prints some of them), else its stderr's lines (:func:`_tail`), else
+    its stdout's."""
+    return (
+        _startup_named(directory)
+        or _tail(directory / STDERR)
+        or _tail(directory / STDOUT)
+        or "no output"
+    )
+
+
+def _tail(path: Path, lines: int = 4) -> str:
+    """The ranks' own error lines, else the last lines of ``path`` (banners left out); empty
+    for a file without any."""
+    text = _read(path).strip().splitlines()
+    keep = [t.strip() for t in text if t.strip() and not set(t.strip()) <= set("-=*")]
+    ours = [t for t in keep if t.startswith("error: ")]
+    return " | ".join(ours[:lines] or keep[-lines:])
