@@ -159,7 +159,7 @@ def fit_part_fixed(rows: list[dict], min_layers: int = 3) -> PartFixedFit:
         by_key.setdefault(r["key"], []).append(r)
     per_layer: dict[str, float] = {}
     fam_rows: dict[str, list[tuple[float, float, float]]] = {}
-    errors = []
+    errors: list[float] = []
     for key, rs in by_key.items():
         c = np.array([r["channels"] for r in rs], dtype=np.float64)
         t = np.array([r["seconds"] for r in rs], dtype=np.float64)
@@ -173,13 +173,13 @@ def fit_part_fixed(rows: list[dict], min_layers: int = 3) -> PartFixedFit:
         per_layer[key] = f
         fam_rows.setdefault(rs[0]["family"], []).append((full, f, float(t[c == full][0])))
     per_family = {}
-    for fam, rs in fam_rows.items():
-        if len(rs) < min_layers:
+    for fam, points in fam_rows.items():
+        if len(points) < min_layers:
             continue
-        x = 1.0 / np.array([r[0] for r in rs])
-        f = np.array([r[1] for r in rs])
-        w = np.array([r[2] for r in rs])
-        per_family[fam] = float(np.sum(w * x * f) / np.sum(w * x * x))
+        x = 1.0 / np.array([p[0] for p in points])
+        share = np.array([p[1] for p in points])
+        w = np.array([p[2] for p in points])
+        per_family[fam] = float(np.sum(w * x * share) / np.sum(w * x * x))
     return PartFixedFit(per_layer, per_family, float(np.median(errors)) if errors else float("nan"))
 
 
@@ -221,7 +221,7 @@ def fit_row_fixed(rows: list[dict], min_layers: int = 3) -> RowFixedFit:
         by_key.setdefault(r["key"], []).append(r)
     per_layer: dict[str, float] = {}
     shares: dict[str, list[float]] = {}
-    errors = []
+    errors: list[float] = []
     for key, rs in by_key.items():
         n = np.array([r["rows"] for r in rs], dtype=np.float64)
         t = np.array([r["seconds"] for r in rs], dtype=np.float64)

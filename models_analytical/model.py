@@ -48,7 +48,7 @@ class Evaluation:
 
     @cached_property
     def feasible(self) -> np.ndarray:
-        return (self.memory_mb <= self.capacity_mb).all(axis=1)
+        return np.asarray((self.memory_mb <= self.capacity_mb).all(axis=1))  # bool [P]
 
     def constraints(self) -> np.ndarray:
         """pymoo-style G <= 0: memory over capacity, relative, per device."""
@@ -259,7 +259,8 @@ class AnalyticalModel:
         more; None (the default): one or every core, whichever its timings show is faster
         now (:class:`~models_analytical.threads.ThreadTuner`)."""
         coefficients.check_covers(platform)
-        cores = numba.config.NUMBA_NUM_THREADS
+        # numba.config sets its NUMBA_* names through globals(), unseen by a type checker
+        cores = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
         self.tuner = ThreadTuner([1, cores] if threads is None else [min(threads, cores)])
         self._scratch: list = []  # the kernel's working arrays, kept from batch to batch
         self.graph, self.platform, self.coefficients = graph, platform, coefficients

@@ -379,6 +379,17 @@ def test_memory_rows_name_the_model_terms_by_hand() -> None:
     assert names == ["chain/single/h0_cpu/run", "chain/single/h0_cpu/load"]
 
 
+def test_memory_rows_leave_out_a_rank_missing_either_peak() -> None:
+    """A rank that read its running peak but not its loading one (or the reverse) gives no
+    row: both of its rows or neither, never a target of None."""
+    graph, m = chain_model(coefficients())
+    batch = whole_on(graph, 2, np.zeros(len(graph), int))
+    for running, loading in ((500.0, None), (None, 400.0)):
+        rank = RankMeasurement(0, 0.1, running, loading)
+        run = MeasuredRun("chain", "single", m, batch, 1.0, (rank,))
+        assert memory_rows([run]) == ([], [], [])
+
+
 def test_cut_costs_recovered_from_synthetic_latencies() -> None:
     """Latencies of cut mappings made by a model with known cut costs (0.3 ms per tensor
     crossing devices, 2 ns per byte): fit_cuts, from a model without them, finds them again,
