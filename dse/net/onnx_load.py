@@ -174,7 +174,7 @@ def append_external(data: BinaryIO, t: TensorProto, arr: np.ndarray) -> None:
     pad = (-data.tell()) % EXTERNAL_ALIGN
     data.write(b"\0" * pad)
     offset = data.tell()
-    data.write(memoryview(np.ascontiguousarray(arr)).cast("B"))
+    data.write(np.ascontiguousarray(arr).data.cast("B"))
     point_external(t, Path(data.name).name, offset, arr.nbytes)
 
 
