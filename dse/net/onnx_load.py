@@ -229,11 +229,12 @@ def graph_inputs(model: ModelProto) -> list[onnx.ValueInfoProto]:
     return [i for i in model.graph.input if i.name not in inits]
 
 
-def fix_input_shapes(model: ModelProto, input_shape: InputShape) -> None:
+def fix_input_shapes(model: ModelProto, input_shape: object) -> None:
     """Give every real input a fully static shape, in place.
 
     ``input_shape`` is one shape (for a model with one input, or applied to the single input
-    that has dynamic dimensions) or a mapping from input name to shape.
+    that has dynamic dimensions) or a mapping from input name to shape (:data:`InputShape`),
+    as the config gave it: anything else is one line.
     """
     inputs = graph_inputs(model)
     by_name: dict[str, list[int]] = {}

@@ -14,7 +14,9 @@ from dse.runtime.deployment.reader import inside
 
 def write_expected(path: Path, arrays: list[np.ndarray]) -> None:
     """The whole model's outputs, in the order of the plan's outputs, to ``path``."""
-    np.savez(path, **{f"o{i}": np.asarray(a) for i, a in enumerate(arrays)})
+    named = {f"o{i}": np.asarray(a) for i, a in enumerate(arrays)}
+    # numpy's stub lets **kwds fill allow_pickle: bool, so a dict of arrays fails it
+    np.savez(path, **named)  # type: ignore[arg-type]
 
 
 def read_expected(plan: Plan, directory: Path) -> list[np.ndarray]:
