@@ -7,7 +7,7 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeGuard
 
 import numpy as np
 import onnx
@@ -300,7 +300,7 @@ def check_shape(value: object, key: str) -> list[int]:
     return shape
 
 
-def _is_static(dims: list[int | str] | None) -> bool:
+def _is_static(dims: list[int | str] | None) -> TypeGuard[list[int]]:
     return dims is not None and all(isinstance(d, int) for d in dims)
 
 
@@ -347,7 +347,7 @@ def infer_types(model: ModelProto) -> dict[str, TensorType | None]:
         dims = _dims(vi)
         elem = vi.type.tensor_type.elem_type
         if _is_static(dims) and vi.type.HasField("tensor_type"):
-            types[vi.name] = TensorType(tuple(dims), elem)  # type: ignore[arg-type]
+            types[vi.name] = TensorType(tuple(dims), elem)
         else:
             types[vi.name] = None
     return types
