@@ -222,6 +222,22 @@ def test_shared_host_factor_fitted_on_the_split_against_the_one_device_run() -> 
     )
 
 
+def test_shared_host_factor_leaves_out_a_rank_without_compute() -> None:
+    """A rank that read no compute gives no estimate and does not fail the fit: the split of
+    the test above with its first rank's compute unread leaves its second rank's 1.2 and the
+    other split's 1.1 (1.02 x 33 ms against 30 ms of work, 30 of them side by side): their
+    median 1.15, over 2 ranks."""
+    plat = platform_localhost()
+    single = fake_run("single", [0.050, 0.0], [0.0, 0.0], [51.0, 0.0])
+    split = fake_run("split", [0.030, 0.020], [0.020, 0.020], [1.02 * 34, 1.02 * 24])
+    first = dataclasses.replace(split.ranks[0], compute_s=None)
+    unread = dataclasses.replace(split, ranks=(first, split.ranks[1]))
+    other = fake_run("split", [0.030, 0.020], [0.030, 0.001], [1.02 * 33, 40.0])
+    fit = shared_host([single, unread, other], plat)
+    assert fit.provenance["ranks"] == 2
+    assert fit.factor == pytest.approx(1.15)
+
+
 def test_shared_host_factor_from_the_pairs_split_where_the_cuts_cross_hosts() -> None:
     """edge3-like: device 0 alone on its host, devices 1 and 2 (types a, b) on another; the
     cuts cross hosts, so the factor comes from the split on the pair (each rank against the
