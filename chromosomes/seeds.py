@@ -52,7 +52,7 @@ def spread(
             return None
         # row 0: the first device covers all; row r: it covers the layers before ``first``
         # again (a second part on one device is no split), device r the rest up to ``last``
-        genes = np.zeros((chrom.splits, chrom.n_devices), dtype=np.int64)
+        genes: np.ndarray = np.zeros((chrom.splits, chrom.n_devices), dtype=np.int64)
         genes[0, devices[0]] = len(chrom.split_layers)
         genes[1:k, devices[0]] = first
         genes[np.arange(1, k), devices[1:]] = last + 1
@@ -83,7 +83,9 @@ def structured_seeds(
             break
         rows.append(genes)
         if chrom.spatial:
-            rows.append(spread(chrom, order[:k], rows=True))
+            by_rows = spread(chrom, order[:k], rows=True)
+            assert by_rows is not None  # rows= changes the axes only, not whether k parts fit
+            rows.append(by_rows)
     if not rows:
         return np.zeros((0, chrom.n_genes), dtype=np.int64)
     return np.stack(rows)

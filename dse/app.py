@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from hydra.core.hydra_config import HydraConfig
@@ -169,7 +169,8 @@ def resumed_config(cfg: DictConfig, stored: dict, overrides: list[str]) -> DictC
     """The run's own config (from its checkpoint) with only :data:`RESUMABLE` keys taken from
     the command line; any other override that changes a setting is refused in one line."""
     try:
-        run_cfg = OmegaConf.merge(OmegaConf.structured(BaseConfig), stored)
+        # merged onto a structured DictConfig: a DictConfig
+        run_cfg = cast(DictConfig, OmegaConf.merge(OmegaConf.structured(BaseConfig), stored))
     except Exception as exc:  # noqa: BLE001 - OmegaConf validation errors are many classes
         raise DseError(f"the checkpoint's config is not valid: {exc}") from None
     for line in overrides:

@@ -70,13 +70,14 @@ def output_format(cfg: Mapping[str, Any]) -> str:
 
 def one_line(exc: BaseException) -> str:
     """The first line of an exception and of each of its causes, joined."""
-    parts = []
-    while exc is not None and len(parts) < 4:
-        text = str(exc).strip().splitlines()
+    parts: list[str] = []
+    at: BaseException | None = exc
+    while at is not None and len(parts) < 4:
+        text = str(at).strip().splitlines()
         # a cause whose text an earlier line already holds adds nothing ("Invalid value...")
         if text and not any(text[0].rstrip(".") in p for p in parts) and "$" not in text[0]:
             parts.append(text[0].rstrip("."))
-        exc = exc.__cause__ or exc.__context__
+        at = at.__cause__ or at.__context__
     return ": ".join(parts) or "invalid configuration"
 
 
@@ -122,7 +123,8 @@ def check_overrides(argv: Sequence[str], config_name: str) -> None:
         overrides = OverridesParser.create().parse_overrides(args)
     except Exception as exc:  # noqa: BLE001 - Hydra's parser errors are many classes
         raise DseError(f"cannot read the command line: {one_line(exc)}") from None
-    base, variants = [], []
+    base: list[str] = []
+    variants: list[list[str]] = []
     for o in overrides:
         key = o.get_key_element()
         if (
@@ -144,6 +146,7 @@ def check_overrides(argv: Sequence[str], config_name: str) -> None:
                 continue
             variants.append([f"{key}={v}" for v in values])
         else:
+            assert o.input_line is not None  # parse_overrides keeps each override's text
             base.append(o.input_line)
         group = key.lstrip("+~")
         if o.is_sweep_override() or "." in group or not o.value():

@@ -418,5 +418,5 @@ def register() -> None:
         cs.store(group="chromosome", name=name, node=node)
     cs.store(group="algorithm", name="nsga2", node=AlgorithmConfig)
     for group, options in (("crossover", CROSSOVERS), ("mutation", MUTATIONS)):
-        for name, node in options.items():
-            cs.store(group=f"algorithm/{group}", name=name, node=node)
+        for name, operator in options.items():
+            cs.store(group=f"algorithm/{group}", name=name, node=operator)

@@ -27,7 +27,7 @@ import sys
 import tokenize
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from hydra.core.config_store import ConfigStore
@@ -112,7 +112,7 @@ def field_notes(cls: type) -> dict[str, str]:
     for item in node.body:
         if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)):
             continue
-        above = []
+        above: list[str] = []
         row = item.lineno - 1  # 1-based line just above the field
         while row >= 1 and lines[row - 1].strip().startswith("#"):
             above.insert(0, notes[row])
@@ -124,7 +124,7 @@ def field_notes(cls: type) -> dict[str, str]:
     return out
 
 
-def annotations(cls: type) -> dict[str, str]:
+def written_types(cls: type) -> dict[str, str]:
     """Field name -> its annotation as written in the source (``int | None``)."""
     out: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
@@ -205,7 +205,7 @@ def schemas() -> list[type]:
 def keys(cls: type, own_only: bool = False) -> list[Key]:
     """The keys of a schema (its own fields only, when ``own_only``), in declaration order."""
     notes = source_notes(cls)
-    types = annotations(cls)
+    types = written_types(cls)
     inherited = set()
     if own_only:
         for base in cls.__mro__[1:]:
@@ -251,7 +251,9 @@ def schema(name: str) -> type:
     bases = [d for d in defaults_list(name) if isinstance(d, str) and d.startswith("base_")]
     if not bases:  # the main tree: conf/config.yaml extends base_config
         bases = ["base_config"]
-    return OmegaConf.get_type(store.load(f"{bases[-1]}.yaml").node)
+    cls = OmegaConf.get_type(store.load(f"{bases[-1]}.yaml").node)
+    assert cls is not None  # config.register stores each base_* as a dataclass
+    return cls
 
 
 def group_defaults() -> dict[str, str]:
@@ -287,7 +289,7 @@ def option_rows(group: str) -> list[str]:
     base = {f.name: default_of(f) for f in dataclasses.fields(cls)} if cls else {}
     out = ["| option | sets |", "|---|---|"]
     for name, node in found.items():
-        values = OmegaConf.to_container(node)
+        values = cast("dict[str, Any]", OmegaConf.to_container(node))  # a group's option
         sets = [
             f"`{k}={as_yaml(v).strip('`')}`"
             for k, v in values.items()
@@ -400,11 +402,12 @@ def render() -> str:
     ]
     for group in GROUPS:
         node = next(iter(options(group).values()))
-        cls = OmegaConf.get_type(node)
+        option_type = OmegaConf.get_type(node)
+        assert option_type is not None  # config.register stores each option as a dataclass
         start = chosen.get(group)
         plus = "+" if group == "net" else ""  # no default: the option is added
         intro = f"Options: `{plus}{group}=NAME`" + (f", default `{start}`." if start else ".")
-        lines += list(section(group, cls, group.replace("/", ".") + ".", intro))
+        lines += list(section(group, option_type, group.replace("/", ".") + ".", intro))
         lines += option_rows(group)
         lines.append("")
     lines += [

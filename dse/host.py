@@ -15,6 +15,7 @@ def spare_cores(samples: int = 5) -> float:
     one more); the fewest over a few samples a millisecond apart is what runs all the time.
     Elsewhere the 1-minute load average (which lags, and counts this run's own past work)."""
     cores = os.cpu_count() or 1
+    others: float
     try:
         running = []
         for _ in range(samples):

@@ -303,7 +303,7 @@ def resolve(f: PlatformFile) -> Platform:
     return Platform(
         name=f.name,
         devices=tuple(devices),
-        links=dict(f.links),
+        links={str(k): v for k, v in f.links.items()},
         entry=index[entry],
         weights=f.weights,
         network=network,

@@ -167,8 +167,6 @@ def kind(value: Any) -> str:
 
 # --- readers, built once per type ---------------------------------------------------------
 
-_READERS: dict[tuple[Any, str], Reader] = {}
-
 
 class _Mode(typing.NamedTuple):
     refuse: bool = False  # keys a record does not declare
@@ -176,6 +174,8 @@ class _Mode(typing.NamedTuple):
 
 
 _PLAIN = _Mode()
+
+_READERS: dict[tuple[Any, _Mode], Reader] = {}
 
 
 def _reader(tp: Any, mode: _Mode = _PLAIN) -> Reader:
@@ -234,7 +234,10 @@ def _make_reader(tp: Any, mode: _Mode) -> Reader:  # noqa: C901 - one branch per
 
 
 def _annotated(tp: Any, meta: list[Any]) -> Any:
-    return tp if tp is type(None) or not meta else typing.Annotated[(tp, *meta)]
+    if tp is type(None) or not meta:
+        return tp
+    args = (tp, *meta)
+    return typing.Annotated[args]
 
 
 def _plain(cls: type, expected: str) -> Reader:
@@ -406,7 +409,8 @@ def fields_of(cls: type) -> list[_Field]:
     must hold it, default."""
     hints = typing.get_type_hints(cls, include_extras=True)
     if typing.is_typeddict(cls):
-        return [_Field(k, k, tp, k in cls.__required_keys__) for k, tp in hints.items()]
+        required: frozenset[str] = getattr(cls, "__required_keys__", frozenset())
+        return [_Field(k, k, tp, k in required) for k, tp in hints.items()]
     out = []
     for f in dataclasses.fields(cls):
         if not f.init:

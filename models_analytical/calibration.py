@@ -198,7 +198,7 @@ def memory_rows(runs: Sequence[MeasuredRun]) -> tuple[list[dict[str, float]], li
         terms = {k: v[0] for k, v in r.model.memory_terms(r.mapping).items()}
         w = terms["weights_mb"]  # [D, class]
         for rank in r.ranks:
-            if rank.running_mb is None:
+            if rank.running_mb is None or rank.loading_mb is None:
                 continue
             d = rank.device
             runs_any = float(terms["parts"][d] > 0)
@@ -304,7 +304,7 @@ def fit_shared_host(
     for r in references:
         busy = work(r, 1.0)
         for rank in r.ranks:
-            if busy[rank.device] > SHARED_HOST_MIN_WORK_S:
+            if rank.compute_s is not None and busy[rank.device] > SHARED_HOST_MIN_WORK_S:
                 t = types[rank.device]
                 base.setdefault((r.net, t), []).append(rank.compute_s / busy[rank.device])
     found: dict[str, list[float]] = {}
@@ -313,7 +313,7 @@ def fit_shared_host(
         a = work(r, 2.0) - b
         for rank in r.ranks:
             ref = base.get((r.net, types[rank.device]))
-            if ref and a[rank.device] > SHARED_HOST_MIN_WORK_S:
+            if ref and rank.compute_s is not None and a[rank.device] > SHARED_HOST_MIN_WORK_S:
                 alone = rank.compute_s / float(np.median(ref))
                 est = 1.0 + (alone - b[rank.device]) / a[rank.device]
                 found.setdefault(r.net, []).append(est)

@@ -105,10 +105,10 @@ class Memory:
     bias_mb: Annotated[MB, Doc("runtime libraries and state of a device", "MB")]
     per_layer_mb: Annotated[float, Range(0, 1e5), Doc("runtime structures per layer held", "MB")]
     weights: Annotated[WeightFactors, Doc("memory while running, per weight class; empty: off")] = (
-        field(default_factory=dict)  # type: ignore[arg-type]
+        field(default_factory=dict)  # type: ignore[assignment]  # empty: off, which a TypedDict cannot say
     )
     loading: Annotated[WeightFactors, Doc("memory while loading, per weight class; empty: off")] = (
-        field(default_factory=dict)  # type: ignore[arg-type]
+        field(default_factory=dict)  # type: ignore[assignment]  # empty: off, which a TypedDict cannot say
     )
     per_segment_mb: Annotated[float, Range(0, 1e5), Doc("per sub-model a device runs", "MB")] = 0.0
     #: per MB of the buffers the runtime keeps for good (what a device receives or gathers, the

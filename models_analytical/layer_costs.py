@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -140,7 +142,8 @@ def layer_tables(graph: LayerGraph, coefficients: Coefficients) -> LayerTables:
     borrowed = borrowed_profiles(coefficients)
     keys = [layer_key(layer) for layer in graph]
     for k, (name, coeff) in enumerate(coefficients.types.items()):
-        per_class = np.array([coeff.layer[c] for c in OP_CLASSES])
+        rates = cast("Mapping[str, float]", coeff.layer)  # a TypedDict keyed by op class
+        per_class = np.array([rates[c] for c in OP_CLASSES])
         t_work[k] = macs / (coeff.frequency_hz * per_class[classes])  # Eq. 4.7
         t_fixed[k] = coeff.layer_overhead_s
         block[k, conv] = coeff.channel_block

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from models_analytical.calibration import fit_columns, fit_nonnegative
-from models_analytical.coefficients import TypeCoefficients
+from models_analytical.coefficients import RegressionRow, TypeCoefficients
 from models_analytical.layer_costs import PART_FIXED_MAX
 
 
@@ -23,7 +23,7 @@ from models_analytical.layer_costs import PART_FIXED_MAX
 class RegressionFit:
     """Per layer family, the coefficients of ``REGRESSION_TERMS`` (``any``: every layer)."""
 
-    per_family: dict[str, tuple[float, ...]]
+    per_family: dict[str, RegressionRow]
 
     @property
     def provenance(self) -> dict[str, Any]:
@@ -50,16 +50,17 @@ def fit_regression(
     terms = np.asarray(terms, dtype=np.float64)
     seconds = np.asarray(seconds, dtype=np.float64)
     keep = seconds > 0
-    out: dict[str, tuple[float, ...]] = {}
+    out: dict[str, RegressionRow] = {}
     scale = np.maximum(np.abs(terms[keep]).max(axis=0), 1.0)
 
-    def fit(rows: np.ndarray) -> tuple[float, ...]:
+    def fit(rows: np.ndarray) -> RegressionRow:
         a = terms[rows] / scale
         if constant_identified(terms[rows, 1]):
             coef = fit_nonnegative(a, seconds[rows])
         else:
             coef = np.concatenate([[0.0], fit_nonnegative(a[:, 1:], seconds[rows])])
-        return tuple(float(c) for c in coef / scale)
+        c0, c1, c2, c3 = (float(c) for c in coef / scale)  # one per REGRESSION_TERMS
+        return c0, c1, c2, c3
 
     for f in sorted(set(fam[keep])):
         rows = keep & (fam == f)
@@ -159,7 +160,7 @@ def fit_part_fixed(rows: list[dict], min_layers: int = 3) -> PartFixedFit:
         by_key.setdefault(r["key"], []).append(r)
     per_layer: dict[str, float] = {}
     fam_rows: dict[str, list[tuple[float, float, float]]] = {}
-    errors = []
+    errors: list[float] = []
     for key, rs in by_key.items():
         c = np.array([r["channels"] for r in rs], dtype=np.float64)
         t = np.array([r["seconds"] for r in rs], dtype=np.float64)
@@ -173,13 +174,13 @@ def fit_part_fixed(rows: list[dict], min_layers: int = 3) -> PartFixedFit:
         per_layer[key] = f
         fam_rows.setdefault(rs[0]["family"], []).append((full, f, float(t[c == full][0])))
     per_family = {}
-    for fam, rs in fam_rows.items():
-        if len(rs) < min_layers:
+    for fam, points in fam_rows.items():
+        if len(points) < min_layers:
             continue
-        x = 1.0 / np.array([r[0] for r in rs])
-        f = np.array([r[1] for r in rs])
-        w = np.array([r[2] for r in rs])
-        per_family[fam] = float(np.sum(w * x * f) / np.sum(w * x * x))
+        x = 1.0 / np.array([p[0] for p in points])
+        share = np.array([p[1] for p in points])
+        w = np.array([p[2] for p in points])
+        per_family[fam] = float(np.sum(w * x * share) / np.sum(w * x * x))
     return PartFixedFit(per_layer, per_family, float(np.median(errors)) if errors else float("nan"))
 
 
@@ -221,7 +222,7 @@ def fit_row_fixed(rows: list[dict], min_layers: int = 3) -> RowFixedFit:
         by_key.setdefault(r["key"], []).append(r)
     per_layer: dict[str, float] = {}
     shares: dict[str, list[float]] = {}
-    errors = []
+    errors: list[float] = []
     for key, rs in by_key.items():
         n = np.array([r["rows"] for r in rs], dtype=np.float64)
         t = np.array([r["seconds"] for r in rs], dtype=np.float64)

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import cast
 
 import numba
 import numpy as np
@@ -48,7 +50,7 @@ class Evaluation:
 
     @cached_property
     def feasible(self) -> np.ndarray:
-        return (self.memory_mb <= self.capacity_mb).all(axis=1)
+        return np.asarray((self.memory_mb <= self.capacity_mb).all(axis=1))  # bool [P]
 
     def constraints(self) -> np.ndarray:
         """pymoo-style G <= 0: memory over capacity, relative, per device."""
@@ -193,7 +195,9 @@ def per_type(coefficients: Coefficients, name: str, dtype: type = np.float64) ->
 
 def type_power(coefficients: Coefficients, classes: tuple[str, ...]) -> np.ndarray:
     """[Y, len(classes)] W each device type draws in each of ``classes`` (``power_w`` keys)."""
-    return np.array([[c.power_w[k] for k in classes] for c in coefficients.types.values()])
+    # TypedDicts keyed by power class
+    power = [cast("Mapping[str, float]", c.power_w) for c in coefficients.types.values()]
+    return np.array([[p[k] for k in classes] for p in power])
 
 
 def link_tables(platform: Platform, coefficients: Coefficients) -> dict[str, np.ndarray]:
@@ -259,7 +263,8 @@ class AnalyticalModel:
         more; None (the default): one or every core, whichever its timings show is faster
         now (:class:`~models_analytical.threads.ThreadTuner`)."""
         coefficients.check_covers(platform)
-        cores = numba.config.NUMBA_NUM_THREADS
+        # numba.config sets its NUMBA_* names through globals(), unseen by a type checker
+        cores = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
         self.tuner = ThreadTuner([1, cores] if threads is None else [min(threads, cores)])
         self._scratch: list = []  # the kernel's working arrays, kept from batch to batch
         self.graph, self.platform, self.coefficients = graph, platform, coefficients

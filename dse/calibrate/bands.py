@@ -135,7 +135,9 @@ def _time_band_group(net: Any, group: list, threads: int, repeats: int) -> list:
         x = np.random.default_rng(layer.index).random(layer.inputs[0].shape, dtype=np.float32)
         runs = []
         for r in counts:
-            m, (lo, hi) = band_model(layer, node, (0, r))
+            built = band_model(layer, node, (0, r))
+            assert built is not None  # the group holds only layers with a part for every band
+            m, (lo, hi) = built
             runs.append((session(m, "cpu", threads), {"x": np.ascontiguousarray(x[:, :, lo:hi])}))
             del m
         cases.append((layer, key, counts, runs))

@@ -287,7 +287,10 @@ def steady_regressions(
         if not found:
             continue
         (_, ratio), other = min(found, key=lambda f: (-f[0][0], f[1]))  # as borrowed_profiles
-        regression = {f: tuple(x * ratio for x in coef) for f, coef in c[other].regression.items()}
+        regression = {
+            f: (a * ratio, b * ratio, m * ratio, w * ratio)
+            for f, (a, b, m, w) in c[other].regression.items()
+        }
         out[name] = replace(c[name], regression=regression)
         prov[name] = {"from": other, "ratio": round(ratio, 4)}
     return replace(c, types=out), prov

@@ -28,7 +28,7 @@ from dse.runtime.deployment.layout import HOSTFILE, RANKFILE
 from dse.runtime.deployment.measurements import Measurement
 from dse.runtime.launch.mpiexec import Launcher, captured, mpi_files, placement
 from dse.runtime.rank.waits import Waits, spin_s
-from models_analytical.coefficients import port_key
+from models_analytical.coefficients import Curve, port_key
 
 #: The flag that asks the benchmark for fewer exchanges per size.
 FEW = "--few-repeats"
@@ -233,7 +233,7 @@ class LinkTables:
     one-way time by message size the model reads, and the benchmarks' full tables with their
     fitted latency and bandwidth (provenance)."""
 
-    tables: dict[str, dict[str, list[float]]]
+    tables: dict[str, Curve]
     provenance: dict[str, Any]
 
 
@@ -263,7 +263,7 @@ def measure_links(
     measured: dict[tuple[int, int], dict[str, Any]] = {}
     for cls, (a, b) in pairs.items():
         t = bench_pair(a, b)
-        tables[cls] = {"bytes": t["bytes"], "seconds": t["one_way_s"]}
+        tables[cls] = Curve(bytes=t["bytes"], seconds=t["one_way_s"])
         names = [platform.devices[a].name, platform.devices[b].name]
         prov[cls] = {"devices": names, **t, "fit": fit_link(t), **step_note(t)}
         if cls == "network":
@@ -275,7 +275,7 @@ def measure_links(
             tick(f"link {platform.devices[a].host}-{platform.devices[b].host}")
     ports = port_tables(platform, measured)
     for host, t in ports.items():
-        tables[port_key(host)] = {"bytes": t["bytes"], "seconds": t["one_way_s"]}
+        tables[port_key(host)] = Curve(bytes=t["bytes"], seconds=t["one_way_s"])
     if ports:
         checked = pairs.get("network")  # its step, if any, is the class's, noted above
         prov["ports"] = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypedDict
 
 from omegaconf import DictConfig
 
@@ -16,9 +17,22 @@ from dse.platform import Platform
 from dse.runtime.launch.mpiexec import Launcher
 from models_analytical.coefficients import Coefficients, load_coefficients
 
+
+class Quick(TypedDict):
+    """The fields of :class:`CalibrationSettings` that ``quick=true`` sets (:data:`QUICK`)."""
+
+    profile_runs: int
+    channel_repeats: int
+    part_repeats: int
+    link_few_repeats: bool
+    iterations: int
+    rounds: int
+    submodel_runs: int
+
+
 #: What ``quick=true`` changes (a smoke test of every step, not for predictions): the first
 #: network only, and these smaller numbers.
-QUICK = {
+QUICK: Quick = {
     "profile_runs": 3,
     "channel_repeats": 4,
     "part_repeats": 2,

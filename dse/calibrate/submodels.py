@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 import onnx
@@ -56,9 +57,19 @@ def _bytes(values: list[onnx.ValueInfoProto]) -> int:
     return total
 
 
+class Features(TypedDict):
+    """What :func:`features` gives of one sub-model (the fields of ``SubModelTiming``)."""
+
+    device: int
+    compute_s: float
+    split_s: float
+    in_bytes: float
+    out_bytes: float
+
+
 def features(
     deployment: Deployment, mapping: Mappings, model: AnalyticalModel, as_type: int | None = None
-) -> dict[str, dict[str, float]]:
+) -> dict[str, Features]:
     """Per sub-model of ``deployment`` (mapping 0 of ``mapping``): its device, the model's
     compute of its layers (``compute_s``, split factor 1; of the device type in row
     ``as_type`` of the model's tables, default its device's own) and of its split parts
@@ -74,7 +85,7 @@ def features(
     share = np.where(on_bands[:, None], bands, share[row])
     row = np.arange(len(graph))
     k_in = model.inputs
-    out: dict[str, dict[str, float]] = {}
+    out: dict[str, Features] = {}
     for rank in deployment.plan.ranks:
         d = rank.device_index
         k = int(k_in.device_type[d]) if as_type is None else as_type

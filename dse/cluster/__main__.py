@@ -14,6 +14,7 @@ if __name__ == "__main__":  # before the heavy imports: a signal now ends the pr
 import json
 import sys
 from collections.abc import Mapping
+from typing import Any, cast
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -36,7 +37,9 @@ USAGE = f"usage: {HELP['cluster'].command}"
 def platform_cfg(cfg: DictConfig) -> Mapping | None:
     """The platform's config (conf/platform/NAME.yaml) as plain containers, if one is given."""
     raw = cfg.get("platform")
-    return None if raw is None else dict(OmegaConf.to_container(raw, resolve=True))
+    if raw is None:
+        return None
+    return dict(cast("dict[str, Any]", OmegaConf.to_container(raw, resolve=True)))  # a mapping
 
 
 def cluster_name(cfg: DictConfig) -> str | None:
@@ -136,7 +139,7 @@ def do_status(name: str | None, fmt: str) -> dict:
 @guarded
 def main(cfg: DictConfig) -> dict:
     fmt = output_format(cfg)
-    conf = ClusterConfig(**{k: v for k, v in cfg.items() if k != "platform"})  # its checks
+    conf = ClusterConfig(**{str(k): v for k, v in cfg.items() if k != "platform"})  # its checks
     if ACTION == "up":
         return do_up(cfg, conf, fmt)
     name = cluster_name(cfg)

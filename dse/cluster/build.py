@@ -30,7 +30,7 @@ def local_names() -> set[str]:
     through the launcher): its host name, and /etc/hosts names of loopback or own addresses."""
     own = {"127.0.0.1", "::1"}
     with contextlib.suppress(OSError):
-        own |= {a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None)}
+        own |= {str(a[4][0]) for a in socket.getaddrinfo(socket.gethostname(), None)}
     found = {"localhost", socket.gethostname(), socket.gethostname().split(".")[0]}
     with contextlib.suppress(OSError):
         for line in HOSTS.read_text().splitlines():

@@ -88,6 +88,7 @@ def links(out: str, size: int, reps: int) -> None:
                     mine.append({"a": hosts[i], "b": hosts[j], **times})
     pairs = comm.gather(mine, root=0)
     if rank == 0:
+        assert pairs is not None  # gather gives the root every rank's list
         result = {"size": size, "hosts": hosts, "pairs": [p for ps in pairs for p in ps]}
         with open(out, "w") as f:
             json.dump(result, f)

@@ -212,12 +212,12 @@ def _devices(
                 f"{where}.devices.{name} is not a device of the platform (its devices: "
                 f"{', '.join(names)})"
             )
-    devices = []
-    for d in platform_devices:
-        on_board = sum(x.host == d.host for x in platform_devices)
-        own = section.devices.get(d.name)
+    devices: list[DeviceShare] = []
+    for dev in platform_devices:
+        on_board = sum(x.host == dev.host for x in platform_devices)
+        own = section.devices.get(dev.name)
         share = 1.0 / on_board if own is None or own.share is None else own.share
-        devices.append(DeviceShare(d.name, d.host, share, d.memory_mb))
+        devices.append(DeviceShare(dev.name, dev.host, share, dev.memory_mb))
     load: dict[int, list[DeviceShare]] = {}
     for d in devices:
         for c in next(b for b in boards if b.name == d.board).cpus:

@@ -17,11 +17,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import cast
 
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from dse import app
+from dse.config import AlgorithmConfig
 from dse.errors import DseError
 from dse.fidelity.choose import Chosen, choose
 from dse.fidelity.measure import DEPLOYMENTS, measure, memory_baseline
@@ -51,7 +53,7 @@ def draw(cfg: DictConfig, net: Net, model: AnalyticalModel, s: FidelitySettings)
     settings, code and coefficients."""
     problem = MappingProblem(app.chromosome_from(cfg, net, model), model, cfg.objectives)
     algorithm = replace(
-        OmegaConf.to_object(cfg.algorithm),
+        cast(AlgorithmConfig, OmegaConf.to_object(cfg.algorithm)),  # its structured schema
         pop_size=s.search_pop_size,
         n_gen=s.search_generations,
         max_evaluations=None,

@@ -112,7 +112,7 @@ def from_autodice(
             raise DseError(f"horizontal.json entry '{name}' names unknown device '{unknown[0]}'")
         if len(set(devs)) != len(devs):
             raise DseError(f"horizontal.json entry '{name}' lists a device twice: {devs}")
-        placed = {keys[d] for d in np.flatnonzero(on[0, layer])}
+        placed = {keys[int(d)] for d in np.flatnonzero(on[0, layer])}
         if set(devs) != placed or len(devs) != len(points) + 1:
             raise DseError(
                 f"horizontal.json entry '{name}' must list the {len(placed)} devices "

@@ -117,10 +117,10 @@ def whole(graph: LayerGraph, n_devices: int, device: np.ndarray) -> Mappings:
 def remap(m: Mappings, devices: Sequence[int], n_devices: int) -> Mappings:
     """The same mappings on another platform of ``n_devices`` devices, device i of ``m``
     becoming device ``devices[i]`` (parts keep their sizes, in the new devices' order)."""
-    devices = np.asarray(devices, dtype=np.int64)
-    device = np.where(m.device >= 0, devices[np.maximum(m.device, 0)], -1)
+    new = np.asarray(devices, dtype=np.int64)
+    device = np.where(m.device >= 0, new[np.maximum(m.device, 0)], -1)
     sizes = np.zeros((len(m), m.sizes.shape[1], n_devices), dtype=m.sizes.dtype)
-    sizes[:, :, devices] = m.sizes
+    sizes[:, :, new] = m.sizes
     return Mappings(device, sizes, m.axis.copy())
 
 

@@ -100,7 +100,8 @@ def plot(path: Path, rows: list[Row], title: str) -> None:
         if k.endswith("_memory_mb_measured")
     ]
     if mem:
-        panels["peak memory per device (MB)"] = tuple(map(list, zip(*mem, strict=True)))
+        measured, predicted, labels = zip(*mem, strict=True)
+        panels["peak memory per device (MB)"] = (list(measured), list(predicted), list(labels))
     streamed = [r for r in ok if r.get("period_measured_ms")]
     if streamed:
         panels["pipelined period (ms)"] = (

@@ -19,6 +19,9 @@ from dse.objectives import OBJECTIVES
 from dse.runtime.launch.probe import CalibratedSpeed, FileProbe, SpeedProbe, probe_threads
 from models_analytical.model import AnalyticalModel
 
+#: Where a run's reference speed comes from (:class:`Speed`).
+SpeedFrom = Literal["calibration", "calibrated networks", "this run's median probe"]
+
 
 @dataclass(frozen=True)
 class Speed:
@@ -27,7 +30,7 @@ class Speed:
     own median probe; ``probe_ms``: the runs' median probe, ``slower_pct`` than the reference."""
 
     reference_ms: float
-    reference: Literal["calibration", "calibrated networks", "this run's median probe"]
+    reference: SpeedFrom
     probe_ms: float
     slower_pct: float
     networks: list[str] = field(default_factory=list)
@@ -71,7 +74,7 @@ def calibrated_speed(
     """For a network calibration did not probe: probes of the zoo networks it did (the same
     graphs as then: their fingerprints), on ``probe``'s cores, beside their calibration
     probes; None where there are none."""
-    probes = {}
+    probes: dict[str, tuple[SpeedProbe, float]] = {}
     for name, (fingerprint, ms) in calibration_probes(model).items():
         if name == net.name or name not in zoo.NETS:
             continue  # a user's file calibration probed is not at hand
@@ -98,6 +101,7 @@ def drift(now: float, reference: float | None, level: CalibratedSpeed | None) ->
     those, ``now`` itself (only the drift within the run comes out)."""
     now = round(now, 3)
     networks: list[str] = []
+    how: SpeedFrom
     if reference is not None:
         ref, how = round(reference, 3), "calibration"
     elif level is not None and level.factors:
@@ -105,7 +109,7 @@ def drift(now: float, reference: float | None, level: CalibratedSpeed | None) ->
         ref, how, networks = round(now / slower, 3), "calibrated networks", sorted(level.probes)
     else:
         ref, how = now, "this run's median probe"
-    return Speed(ref, how, now, round((now / ref - 1) * 100, 2), networks)  # type: ignore[arg-type]
+    return Speed(ref, how, now, round((now / ref - 1) * 100, 2), networks)
 
 
 def slowdown(model: AnalyticalModel, mapping: Mappings) -> Slowdown:

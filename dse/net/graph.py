@@ -96,7 +96,7 @@ class LayerGraph:
         return iter(self.layers)
 
     def _array(self, attr: str, dtype: type) -> np.ndarray:
-        arr = np.array([getattr(layer, attr) for layer in self.layers], dtype=dtype)
+        arr: np.ndarray = np.array([getattr(layer, attr) for layer in self.layers], dtype=dtype)
         arr.setflags(write=False)
         return arr
 
@@ -150,7 +150,9 @@ class LayerGraph:
             if lp.outputs[0].name in outputs:
                 continue
             if lp.splittable:
-                axis1[p] = ops.channel_split(lp.op).axis == 1
+                split = ops.channel_split(lp.op)
+                assert split is not None  # splittable only where the op has a channel split
+                axis1[p] = split.axis == 1
             elif follows[p] < 0:
                 continue
             kind = ops.local(lc.op)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import onnx
 from omegaconf import DictConfig, OmegaConf
@@ -72,7 +72,7 @@ def load_net(net: DictConfig | Mapping[str, Any] | None) -> Net:
     if isinstance(net, DictConfig):
         if OmegaConf.is_missing(net, "path"):
             raise DseError("+net=onnx needs the model file: add net.path=/path/to/model.onnx")
-        net = OmegaConf.to_container(net, resolve=True)  # type: ignore[assignment]
+        net = cast("dict[str, Any]", OmegaConf.to_container(net, resolve=True))  # a mapping
     if not isinstance(net, Mapping):
         raise DseError(f"net must be a mapping such as {{name: alexnet}}, not {net!r}")
     name = str(net.get("name", ""))

@@ -7,7 +7,7 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeGuard
 
 import numpy as np
 import onnx
@@ -174,7 +174,7 @@ def append_external(data: BinaryIO, t: TensorProto, arr: np.ndarray) -> None:
     pad = (-data.tell()) % EXTERNAL_ALIGN
     data.write(b"\0" * pad)
     offset = data.tell()
-    data.write(memoryview(np.ascontiguousarray(arr)).cast("B"))
+    data.write(np.ascontiguousarray(arr).data.cast("B"))
     point_external(t, Path(data.name).name, offset, arr.nbytes)
 
 
@@ -229,11 +229,12 @@ def graph_inputs(model: ModelProto) -> list[onnx.ValueInfoProto]:
     return [i for i in model.graph.input if i.name not in inits]
 
 
-def fix_input_shapes(model: ModelProto, input_shape: InputShape) -> None:
+def fix_input_shapes(model: ModelProto, input_shape: object) -> None:
     """Give every real input a fully static shape, in place.
 
     ``input_shape`` is one shape (for a model with one input, or applied to the single input
-    that has dynamic dimensions) or a mapping from input name to shape.
+    that has dynamic dimensions) or a mapping from input name to shape (:data:`InputShape`),
+    as the config gave it: anything else is one line.
     """
     inputs = graph_inputs(model)
     by_name: dict[str, list[int]] = {}
@@ -299,7 +300,7 @@ def check_shape(value: object, key: str) -> list[int]:
     return shape
 
 
-def _is_static(dims: list[int | str] | None) -> bool:
+def _is_static(dims: list[int | str] | None) -> TypeGuard[list[int]]:
     return dims is not None and all(isinstance(d, int) for d in dims)
 
 
@@ -346,7 +347,7 @@ def infer_types(model: ModelProto) -> dict[str, TensorType | None]:
         dims = _dims(vi)
         elem = vi.type.tensor_type.elem_type
         if _is_static(dims) and vi.type.HasField("tensor_type"):
-            types[vi.name] = TensorType(tuple(dims), elem)  # type: ignore[arg-type]
+            types[vi.name] = TensorType(tuple(dims), elem)
         else:
             types[vi.name] = None
     return types

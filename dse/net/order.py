@@ -123,8 +123,8 @@ def memory_aware_order(
                 new_live = live + lv.out[v]
                 new_peak = max(peak, new_live)
                 new_live -= lv.freed(v, now)
-                best = nxt.get(now)
-                if best is None or (new_peak, new_live) < best[:2]:
+                kept = nxt.get(now)
+                if kept is None or (new_peak, new_live) < kept[:2]:
                     opened = {s for s in lv.succs[v] if lv.preds[s] <= now}
                     nxt[now] = (new_peak, new_live, (*order, v), (ready - {v}) | opened)
         states = dict(sorted(nxt.items(), key=lambda kv: kv[1][:2])[:beam])

@@ -88,7 +88,9 @@ def write_outputs(
     if phase2 is not None:
         summary["phase2"] = phase2
     title = plots.run_title(summary)
-    figures = [("plot_pareto", (out / "pareto.png", f, feasible, problem.objectives, title))]
+    figures: list[tuple[str, tuple[Any, ...]]] = [
+        ("plot_pareto", (out / "pareto.png", f, feasible, problem.objectives, title))
+    ]
     if state.history:
         runs = {cfg.chromosome.name: state.history}
         figures.insert(

@@ -167,6 +167,9 @@ def vertical_optimum(model: AnalyticalModel) -> VerticalOptimum:
     return VerticalOptimum(best, device, genes, mapping, relaxed)
 
 
+#: A state of :func:`_search`: the next layer, the devices used (a bit each), the last device.
+State = tuple[int, int, int]
+
 _NONE_FITS = "no vertical mapping fits in the devices' memory: there is no vertical optimum"
 
 
@@ -201,7 +204,16 @@ def _to_go(prefix, enter, leave, move, fits, entry):
     return to_go
 
 
-def _search(prefix, enter, leave, move, fits, entry, idle_fits, to_go):  # noqa: ANN001
+def _search(
+    prefix: np.ndarray,
+    enter: np.ndarray,
+    leave: np.ndarray,
+    move: np.ndarray,
+    fits: np.ndarray,
+    entry: int,
+    idle_fits: bool,
+    to_go: np.ndarray,
+) -> tuple[float, np.ndarray]:
     """Least latency with each device one run at most (the entry running one when it cannot
     hold the image idle), and its placement: A* over (next layer, devices used, last device),
     guided by ``to_go`` (a relaxation's exact cost, so consistent: the first goal taken is
@@ -209,7 +221,7 @@ def _search(prefix, enter, leave, move, fits, entry, idle_fits, to_go):  # noqa:
     n, n_dev = enter.shape
     start = (0, 0, entry)
     g_best = {start: 0.0}
-    parent: dict = {start: None}
+    parent: dict[State, State | None] = {start: None}
     heap = [(float(to_go[0, entry]), 0.0, start)]
     expanded = 0
     while heap:
@@ -241,10 +253,10 @@ def _search(prefix, enter, leave, move, fits, entry, idle_fits, to_go):  # noqa:
     raise DseError(_NONE_FITS)
 
 
-def _placement(parent: dict, state: tuple[int, int, int], n: int) -> np.ndarray:
+def _placement(parent: dict[State, State | None], state: State, n: int) -> np.ndarray:
     device = np.full(n, -1, dtype=np.int64)
-    while parent[state] is not None:
-        prev = parent[state]
+    prev = parent[state]
+    while prev is not None:
         device[prev[0] : state[0]] = state[2]
-        state = prev
+        state, prev = prev, parent[prev]
     return device

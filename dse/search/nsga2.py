@@ -306,11 +306,12 @@ def _offspring(state: SearchState, budget: int) -> tuple[np.ndarray, Mappings, l
     of them the refill supplied (:mod:`dse.search.refill`): the local step's share
     (``algorithm.local_share``), one mating for the rest, then refill rounds on the slots they
     could not fill."""
-    problem, settings = state.problem, state.settings
+    problem, settings, pop = state.problem, state.settings, state.pop
+    assert pop is not None  # offspring are bred from a population evaluated before
     n_local = min(budget, round(settings.local_share * budget))
     found_x, found_m, keys = _local(state, n_local) if n_local else ([], [], [])
     n_bred = budget - len(keys)
-    pool = state.pop.X[:0]
+    pool = pop.X[:0]
     if n_bred:
         X, mappings, kb, pool = _distinct(problem, offspring(state, n_bred), n_bred, state.seen)
         found_x.append(X)
@@ -320,7 +321,7 @@ def _offspring(state: SearchState, budget: int) -> tuple[np.ndarray, Mappings, l
     refill = REFILLS[settings.refill]
     missing = budget - len(keys)
     if len(pool) == 0:
-        pool = state.pop.X
+        pool = pop.X
     for attempt in range(MAX_REFILL_ROUNDS):
         if missing <= 0:
             break
@@ -451,7 +452,7 @@ def record(state: SearchState) -> dict:
     pop = state.pop
     assert pop is not None
     feasible = pop.cv <= 0
-    row = {
+    row: dict[str, float] = {
         "generation": state.generation,
         "evaluations": state.evaluations,
         "feasible": int(feasible.sum()),

@@ -11,8 +11,6 @@ from dse.search import operators
 from dse.search.hypervolume import Reference
 from dse.search.problem import MappingProblem
 
-_ARRAY_FIELDS = ("X", "F", "G", "rank", "crowding")
-
 #: Why a search ended (``SearchState.stop_reason``; summary.json's ``stopped``).
 STOP_REASONS = {
     "generations": "it ran algorithm.n_gen generations",
@@ -96,5 +94,11 @@ class SearchState:
 
 
 def concat(a: Population, b: Population) -> Population:
-    arrays = (np.concatenate([getattr(a, f), getattr(b, f)]) for f in _ARRAY_FIELDS)
-    return Population(*arrays, a.keys + b.keys)
+    return Population(
+        np.concatenate([a.X, b.X]),
+        np.concatenate([a.F, b.F]),
+        np.concatenate([a.G, b.G]),
+        np.concatenate([a.rank, b.rank]),
+        np.concatenate([a.crowding, b.crowding]),
+        a.keys + b.keys,
+    )

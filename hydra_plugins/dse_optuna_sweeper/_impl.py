@@ -12,8 +12,9 @@ import time
 import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import optuna
 from hydra.core.plugins import Plugins
@@ -36,7 +37,8 @@ from hydra_plugins.dse_optuna_sweeper._space import SearchSpace, parse, same_spa
 from hydra_plugins.dse_optuna_sweeper._storage import default_url, open_storage, retry
 from hydra_plugins.dse_optuna_sweeper.config import SAMPLERS
 
-DIRECTIONS = ("maximize", "minimize")
+Direction = Literal["maximize", "minimize"]
+DIRECTIONS: tuple[Direction, ...] = ("maximize", "minimize")
 
 
 def as_list(value: Any) -> list[Any]:
@@ -45,7 +47,7 @@ def as_list(value: Any) -> list[Any]:
     return [value]
 
 
-def objectives_and_directions(objective: Any, direction: Any) -> tuple[list[str], list[str]]:
+def objectives_and_directions(objective: Any, direction: Any) -> tuple[list[str], list[Direction]]:
     """The objective keys and one direction for each (a single direction applies to all)."""
     keys = [str(k) for k in as_list(objective)]
     dirs = [str(d).lower() for d in as_list(direction)]
@@ -58,10 +60,14 @@ def objectives_and_directions(objective: Any, direction: Any) -> tuple[list[str]
             f"hydra.sweeper.direction has {len(dirs)} values for {len(keys)} objectives "
             f"({', '.join(keys)}): give one direction per objective"
         )
-    for d in dirs:
-        if d not in DIRECTIONS:
-            raise DseError(f"hydra.sweeper.direction={d}: choose maximize or minimize")
-    return keys, dirs
+    return keys, [_direction(d) for d in dirs]
+
+
+def _direction(text: str) -> Direction:
+    for d in DIRECTIONS:
+        if d == text:
+            return d
+    raise DseError(f"hydra.sweeper.direction={text}: choose maximize or minimize")
 
 
 def make_sampler(conf: Any) -> optuna.samplers.BaseSampler:
@@ -70,7 +76,7 @@ def make_sampler(conf: Any) -> optuna.samplers.BaseSampler:
     if name not in SAMPLERS:
         raise DseError(f"unknown sampler '{name}': choose one of {', '.join(SAMPLERS)}")
     options = OmegaConf.to_container(conf.options) if OmegaConf.is_config(conf.options) else {}
-    kwargs = dict(options or {})
+    kwargs = dict(cast("dict[str, Any]", options or {}))  # SamplerConf.options: a dict
     if conf.seed is not None:
         kwargs["seed"] = int(conf.seed)
     try:
@@ -80,7 +86,7 @@ def make_sampler(conf: Any) -> optuna.samplers.BaseSampler:
 
 
 def default_study_name(
-    config: DictConfig, space: SearchSpace, keys: list[str], dirs: list[str]
+    config: DictConfig, space: SearchSpace, keys: Sequence[str], dirs: Sequence[str]
 ) -> str:
     """``<net>-<digest>``: the same command (fixed settings, search space, objectives) gives
     the same study, so running it again continues it."""
@@ -279,12 +285,10 @@ class SweeperImpl:
     def _ask(self, study: optuna.Study, space: SearchSpace) -> tuple[Trial, list[str], float]:
         started = time.perf_counter()
         trial = retry(study.ask)
-        values = {
-            n: retry(lambda n=n, d=d: suggest(trial, n, d)) for n, d in space.distributions.items()
-        }
+        values = {n: retry(partial(suggest, trial, n, d)) for n, d in space.distributions.items()}
         overrides = space.overrides(values)
         for key, value in (("overrides", overrides), ("worker", self.worker)):
-            retry(lambda k=key, v=value: trial.set_user_attr(k, v))
+            retry(partial(trial.set_user_attr, key, value))
         return trial, overrides, time.perf_counter() - started
 
     def _fail(self, study: optuna.Study, trial: Trial, reason: str) -> None:
@@ -336,7 +340,7 @@ class SweeperImpl:
         if job is not None and int(job) in self.task.seconds:
             attrs["seconds"]["task"] = round(self.task.seconds.pop(int(job)), 6)
         for key, value in attrs.items():
-            retry(lambda k=key, v=value: trial.set_user_attr(k, v))
+            retry(partial(trial.set_user_attr, key, value))
         if got.values is None:
             self._fail(study, trial, str(got.reason))
             return

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,11 @@ def trial_entry(trial: FrozenTrial, keys: list[str]) -> dict[str, Any]:
     }
 
 
+def _objective(i: int, trial: FrozenTrial) -> float:
+    """Objective ``i`` of a completed ``trial`` (a multi-objective study's importance target)."""
+    return trial.values[i]
+
+
 def importances(
     study: optuna.Study, keys: list[str], names: list[str], minimum: int = MIN_TRIALS_FOR_IMPORTANCE
 ) -> tuple[dict[str, dict[str, float]] | None, str | None]:
@@ -47,7 +53,7 @@ def importances(
                 study,
                 evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0),
                 params=varied,
-                target=lambda t, i=i: t.values[i],
+                target=partial(_objective, i),
             )
         except (ValueError, RuntimeError) as exc:
             return None, f"importances unavailable: {exc}"

@@ -16,7 +16,7 @@ from typing import Any
 
 import optuna
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override
+from hydra.core.override_parser.types import IntervalSweep, Override, RangeSweep
 from optuna.distributions import (
     BaseDistribution,
     CategoricalDistribution,
@@ -75,11 +75,12 @@ def distribution(override: Override) -> tuple[BaseDistribution, tuple[str, ...]]
     choices)."""
     value = override.value()
     tags = set(getattr(value, "tags", ()) or ())
-    if override.is_interval_sweep():
+    if isinstance(value, IntervalSweep):
         unknown = tags - {"log", "int"}
         if unknown:
             raise _bad(override, f"unknown tag {sorted(unknown)[0]} (interval takes log and int)")
         log = "log" in tags
+        assert value.start is not None and value.end is not None  # the grammar asks for both
         low, high = float(value.start), float(value.end)
         if not low < high:
             raise _bad(override, "an interval needs its start below its end")
@@ -93,16 +94,18 @@ def distribution(override: Override) -> tuple[BaseDistribution, tuple[str, ...]]
         return FloatDistribution(low, high, log=log), ()
     if tags:
         raise _bad(override, "tags (log, int) apply to interval() only")
-    if override.is_range_sweep():
+    if isinstance(value, RangeSweep):
         if not value.step:
             raise _bad(override, "a range needs a step other than 0")
         values = list(override.sweep_iterator())
         if not values:
             raise _bad(override, "the range is empty")
         step = abs(value.step)
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            return IntDistribution(min(values), max(values), step=int(step)), ()
-        return FloatDistribution(float(min(values)), float(max(values)), step=float(step)), ()
+        ints = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+        if len(ints) == len(values):
+            return IntDistribution(min(ints), max(ints), step=int(step)), ()
+        numbers = [float(v) for v in values if isinstance(v, int | float)]  # all, in a range
+        return FloatDistribution(min(numbers), max(numbers), step=float(step)), ()
     if override.is_choice_sweep():
         raw = list(override.sweep_iterator())
         text = tuple(override.sweep_string_iterator())
@@ -131,6 +134,7 @@ def parse(arguments: Sequence[str], params: dict[str, str] | None = None) -> Sea
             dist, encoded = distribution(o)
             space.params[name] = Param(key, name, dist, encoded)
         else:
+            assert o.input_line is not None  # parse_overrides keeps each override's text
             fixed[name] = o.input_line
     space.fixed = list(fixed.values())
     return space
@@ -181,7 +185,9 @@ def describe(dist_json: str) -> str:
         return dist_json
     if isinstance(d, CategoricalDistribution):
         return f"choice({','.join(map(str, d.choices))})"
-    if isinstance(d, IntDistribution | FloatDistribution) and d.step is not None and not d.log:
+    if not isinstance(d, IntDistribution | FloatDistribution):
+        return dist_json  # no other kind is made by the sweep syntax
+    if d.step is not None and not d.log:
         return f"range({d.low:g},{d.high + d.step:g},{d.step:g})"
     text = f"interval({d.low:g},{d.high:g})"
     tags = [t for t, on in (("log", d.log), ("int", isinstance(d, IntDistribution))) if on]

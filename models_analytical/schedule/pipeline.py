@@ -40,6 +40,7 @@ import copy
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import ModuleType
 from typing import Any
 
 import numba.core.inline_closurecall as inline_closurecall
@@ -69,7 +70,7 @@ _SSA_NAMES = (
 _SSA_KNOWN = all(hasattr(_ssa, name) for name in _SSA_NAMES)
 
 
-class _BlocksUncopied:
+class _BlocksUncopied(ModuleType):
     """The ``copy`` module, but a block's deep copy is the block itself."""
 
     def __getattr__(self, name: str) -> Any:
@@ -89,7 +90,7 @@ def _blocks_uncopied() -> Iterator[None]:
     if getattr(inline_closurecall, "copy", None) is not copy:
         yield  # numba changed: copy as it does
         return
-    inline_closurecall.copy = _BlocksUncopied()
+    inline_closurecall.copy = _BlocksUncopied("copy")
     try:
         yield
     finally:
@@ -250,7 +251,8 @@ def ssa_by_mentions(blocks: dict) -> dict:
         states = _ssa._make_states(blocks)
         states["varname"] = name
         states["defmap"] = defmap
-        states["phimap"] = phimap = defaultdict(list)
+        phimap: defaultdict[int, list[ir.Assign]] = defaultdict(list)  # label -> its phis
+        states["phimap"] = phimap
         states["cfg"] = cfg
         states["phi_locations"] = _ssa._compute_phi_locations(df_plus, defmap)
         fixed = _ssa._run_block_rewrite(

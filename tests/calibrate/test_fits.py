@@ -222,6 +222,22 @@ def test_shared_host_factor_fitted_on_the_split_against_the_one_device_run() -> 
     )
 
 
+def test_shared_host_factor_leaves_out_a_rank_without_compute() -> None:
+    """A rank that read no compute gives no estimate and does not fail the fit: the split of
+    the test above with its first rank's compute unread leaves its second rank's 1.2 and the
+    other split's 1.1 (1.02 x 33 ms against 30 ms of work, 30 of them side by side): their
+    median 1.15, over 2 ranks."""
+    plat = platform_localhost()
+    single = fake_run("single", [0.050, 0.0], [0.0, 0.0], [51.0, 0.0])
+    split = fake_run("split", [0.030, 0.020], [0.020, 0.020], [1.02 * 34, 1.02 * 24])
+    first = dataclasses.replace(split.ranks[0], compute_s=None)
+    unread = dataclasses.replace(split, ranks=(first, split.ranks[1]))
+    other = fake_run("split", [0.030, 0.020], [0.030, 0.001], [1.02 * 33, 40.0])
+    fit = shared_host([single, unread, other], plat)
+    assert fit.provenance["ranks"] == 2
+    assert fit.factor == pytest.approx(1.15)
+
+
 def test_shared_host_factor_from_the_pairs_split_where_the_cuts_cross_hosts() -> None:
     """edge3-like: device 0 alone on its host, devices 1 and 2 (types a, b) on another; the
     cuts cross hosts, so the factor comes from the split on the pair (each rank against the
@@ -369,6 +385,17 @@ def test_memory_rows_name_the_model_terms_by_hand() -> None:
     }
     assert target == [500.0, 400.0]
     assert names == ["chain/single/h0_cpu/run", "chain/single/h0_cpu/load"]
+
+
+def test_memory_rows_leave_out_a_rank_missing_either_peak() -> None:
+    """A rank that read its running peak but not its loading one (or the reverse) gives no
+    row: both of its rows or neither, never a target of None."""
+    graph, m = chain_model(coefficients())
+    batch = whole_on(graph, 2, np.zeros(len(graph), int))
+    for running, loading in ((500.0, None), (None, 400.0)):
+        rank = RankMeasurement(0, 0.1, running, loading)
+        run = MeasuredRun("chain", "single", m, batch, 1.0, (rank,))
+        assert memory_rows([run]) == ([], [], [])
 
 
 def test_cut_costs_recovered_from_synthetic_latencies() -> None:

@@ -43,7 +43,7 @@ An entry (:class:`Op`) says, for the op types of one family:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -69,13 +69,28 @@ class OpView:
         return self.attrs.get(name, default)
 
 
-class LayerLike(Protocol):
-    """What a family rule reads of a layer (``dse.net.graph.Layer``)."""
+class TensorLike(Protocol):
+    """What a rule reads of a tensor (``dse.net.graph.Tensor``): its static shape."""
 
-    op: str
-    attrs: Any
-    weights: Any
-    out_channels: int
+    @property
+    def shape(self) -> Shape: ...
+
+
+class LayerLike(Protocol):
+    """What a family or row rule reads of a layer (``dse.net.graph.Layer``), read-only."""
+
+    @property
+    def op(self) -> str: ...
+    @property
+    def attrs(self) -> Mapping[str, Any]: ...
+    @property
+    def inputs(self) -> Sequence[TensorLike]: ...
+    @property
+    def weights(self) -> Sequence[TensorLike]: ...
+    @property
+    def output_shape(self) -> Shape: ...
+    @property
+    def out_channels(self) -> int: ...
 
 
 #: A weight of a part: the source static tensor's name and its cuts, (axis, start, stop) each.
@@ -367,7 +382,7 @@ def same_pads(size: int, span: int, stride: int, auto: str) -> tuple[int, int]:
 def row_columns(layer: LayerLike) -> tuple[int, int] | None:
     """What :func:`row_part` needs of ``layer`` to resolve an ``auto_pad`` SAME_* of its
     columns: the input's width and the kernel's columns (None where it is not 4-D)."""
-    shape = layer.inputs[0].shape if getattr(layer, "inputs", ()) else ()
+    shape = layer.inputs[0].shape if layer.inputs else ()
     if len(shape) != 4:
         return None
     kernel = layer.attrs.get("kernel_shape")

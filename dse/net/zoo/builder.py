@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import onnx
 from onnx import TensorProto, helper
@@ -84,7 +84,7 @@ class NetBuilder:
         self.fills[name] = fill
         return name
 
-    def _node(self, op: str, inputs: list[str], shape: Shape, name: str, **attrs: object) -> str:
+    def _node(self, op: str, inputs: list[str], shape: Shape, name: str, **attrs: Any) -> str:
         if name in self._names or name in self.shapes or name in self.fills:
             raise ValueError(f"duplicate node name {name!r} in {self.name}")
         self._names.add(name)

@@ -72,9 +72,9 @@ def materialize(
         with open(data, "wb") as f:
             fill_weights(model, fills, seed, f)
         (Path(tmp) / path.name).write_bytes(model.SerializeToString())
-        for f in (data, Path(tmp) / path.name):  # the model last: it is what marks the cache
-            os.chmod(f, 0o644)
-            os.replace(f, root / f.name)
+        for p in (data, Path(tmp) / path.name):  # the model last: it is what marks the cache
+            os.chmod(p, 0o644)
+            os.replace(p, root / p.name)
     return path
 
 

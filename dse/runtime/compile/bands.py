@@ -27,7 +27,7 @@ mapping's row layout, :func:`dse.mapping.rows.layout_of`; this module only carri
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -41,7 +41,7 @@ from dse.net import ops
 from dse.net.graph import Layer, LayerGraph
 from dse.net.onnx_load import TensorType
 from dse.runtime.compile.actions import Action, add_part
-from dse.runtime.compile.statics import Statics
+from dse.runtime.compile.statics import Init, Statics
 
 #: The tag of device d's band of a tensor or a layer: ``{tensor}.band{d}``.
 TAG = ".band"
@@ -87,9 +87,11 @@ class _Walk(Protocol):
     where: dict[str, int]
     has: dict[str, set[int]]
     made_at: dict[tuple[str, int], int]
-    programs: MutableMapping[int, list[Action]]
     owner: np.ndarray
     opset: int
+
+    @property
+    def programs(self) -> MutableMapping[int, list[Action]]: ...
 
     def add(self, d: int, act: Action, layer: int) -> None: ...
 
@@ -121,7 +123,7 @@ def with_rows(tt: TensorType, n: int) -> TensorType:
 
 def slice_rows(
     src: str, out: str, lo: int, hi: int, opset: int
-) -> tuple[onnx.NodeProto, dict[str, onnx.TensorProto]]:
+) -> tuple[onnx.NodeProto, dict[str, Init]]:
     """A Slice of rows ``[lo, hi)`` (axis 2) of ``src`` into ``out``, in the form of the
     model's opset (inputs from opset 10, attributes before); its constant inputs."""
     if opset < 10:
@@ -129,7 +131,7 @@ def slice_rows(
         return node, {}
     names = [f"{out}.starts", f"{out}.ends", f"{out}.axes"]
     values = ([lo], [hi], [2])
-    inits = {
+    inits: dict[str, Init] = {
         n: numpy_helper.from_array(np.array(v, dtype=np.int64), n)
         for n, v in zip(names, values, strict=True)
     }
@@ -234,7 +236,7 @@ def _beside(
     dev: int,
     idx: int,
     node: onnx.NodeProto,
-    inits: dict[str, onnx.TensorProto],
+    inits: Mapping[str, Init],
     piece: str,
 ) -> None:
     """``node`` (making ``piece``) into action ``idx`` of ``dev``: an extra output of it."""

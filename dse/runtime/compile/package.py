@@ -90,7 +90,8 @@ def _write(deployment: Deployment, out: Path, files: dict[str, str], executable:
         try:
             deployment.write_segments(tmp)
             arrays = {f"o{i}": np.asarray(a) for i, a in enumerate(deployment.expected)}
-            np.savez(tmp / plan.reference.expected, **arrays)  # read_expected reads them
+            # read_expected reads them; numpy's stub lets **kwds fill allow_pickle: bool
+            np.savez(tmp / plan.reference.expected, **arrays)  # type: ignore[arg-type]
             for name, text in files.items():
                 (tmp / name).write_text(text)
                 if name in executable:

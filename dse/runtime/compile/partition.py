@@ -100,6 +100,7 @@ def partition(
     """Cut ``net`` by mapping 0 of ``mapping`` into per-device sub-models and a plan."""
     share, owner = check_mapping(net, platform, mapping)
     graph = net.graph
+    locations: dict[str, tuple[Path, int, int]]
     if weighted is not None:
         model, locations = weighted, {}
     else:

@@ -54,8 +54,10 @@ from dse.runtime.deployment.plan import (
 OUTPUT_TAG = 1_000_000
 #: A sub-model's or data file's name: a plain file name of the deployment directory.
 FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,254}")
-#: A sub-model's ONNX inputs and outputs: name -> spec (a dimension None where symbolic).
-SegmentIO = dict[str, tuple[dict[str, TensorSpec], dict[str, TensorSpec]]]
+#: A sub-model's ONNX inputs and outputs: name -> spec (a dimension None where symbolic; the
+#: spec None where ONNX gives no shape or a type a plan has not).
+Specs = dict[str, TensorSpec | None]
+SegmentIO = dict[str, tuple[Specs, Specs]]
 
 
 class _Rules:
@@ -363,8 +365,8 @@ def value_spec(v: onnx.ValueInfoProto) -> TensorSpec | None:
     return TensorSpec(dims, dtype)  # type: ignore[arg-type]
 
 
-def model_io(model: onnx.ModelProto) -> tuple[dict[str, TensorSpec], dict[str, TensorSpec]]:
+def model_io(model: onnx.ModelProto) -> tuple[Specs, Specs]:
     g = model.graph
     inits = {t.name for t in g.initializer}
     ins = {v.name: value_spec(v) for v in g.input if v.name not in inits}
-    return ins, {v.name: value_spec(v) for v in g.output}  # type: ignore[return-value]
+    return ins, {v.name: value_spec(v) for v in g.output}

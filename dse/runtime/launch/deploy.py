@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -90,10 +91,10 @@ def launch_files(plan: Plan, platform: Platform, out: Path, launcher: Launcher) 
 def reference(net: Net, seed: int) -> Reference:
     """Where the whole model is (the equivalence check's reference, the speed probe's work)."""
     path = net.path if net.path is not None else zoo.materialize(net.name, seed)
-    shape = net.input_shape
-    if shape is not None and not isinstance(shape, list | dict | str | int | float):
-        shape = list(shape) if not hasattr(shape, "items") else dict(shape)
-    return Reference(str(path), shape)
+    shape = net.input_shape  # checked at load: one shape, or input name -> shape
+    if shape is None or isinstance(shape, list | dict | str | int):
+        return Reference(str(path), shape)
+    return Reference(str(path), dict(shape) if isinstance(shape, Mapping) else list(shape))
 
 
 def whole_model_session(plan: Plan, path: Path, threads: int = 1) -> Any:
@@ -127,7 +128,9 @@ def reference_outputs(plan: Plan, path: Path, names: list[str]) -> list[np.ndarr
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_name(f"{cache.stem}.{os.getpid()}.tmp.npz")
-        np.savez(tmp, **{f"o{i}": np.asarray(e) for i, e in enumerate(expected)})
+        arrays = {f"o{i}": np.asarray(e) for i, e in enumerate(expected)}
+        # numpy's stub lets **kwds fill allow_pickle: bool, so a dict of arrays fails it
+        np.savez(tmp, **arrays)  # type: ignore[arg-type]
         os.replace(tmp, cache)
     except OSError:
         pass  # no cache: computed again next time
