@@ -58,7 +58,7 @@ def advanced_counts(genes, splits, anchor, is_split, device, counts):
             _cover_row(genes[p, r * n_devices : (r + 1) * n_devices], n_split, r == 0, cov)
             if r == 0:
                 for s in range(n_split):  # not first[:] = cov: a slice copy compiles its
-                    first[s] = cov[s]  # shape check's error message (3 s, cold cache)
+                    first[s] = cov[s]  # shape check's error message: seconds of compiling
             for s in range(n_split):
                 if cov[s] >= 0:
                     counts[p, s, cov[s]] += 1

@@ -31,7 +31,7 @@ WARMUP, ITERATIONS, TIMEOUT_S = 4, 20, 600.0
 def zoo_names() -> list[str]:
     """The zoo's networks. ``dse.net`` is imported here, not at the top: it brings numba and
     llvmlite, and a rank that reads the measurement defaults above must not load them (their
-    library put 36-88 MB of file pages into every rank's start)."""
+    library's file pages would go into every rank's memory)."""
     from dse.net.zoo import NETS
 
     return list(NETS)
@@ -339,10 +339,9 @@ class ClusterConfig:
     # run; quota, a CFS quota per period, under which a device that computes in bursts shorter
     # than its quota runs at a whole CPU's speed (docs/results/cluster.md compares them)
     cpu_share: str = "weight"
-    # CFS period of the devices' CPU quotas, cpu_share=quota only (benchmarks/cluster_cpu.py):
-    # at 10 ms a 35 ms inference took its share's time within 3 %, alone and beside the other
-    # device of its CPU; 2.5-5 ms ran up to 76 % slower (the kernel enforces quotas at its 4 ms
-    # tick), 100 ms up to 26 % slower with twice the spread
+    # CFS period of the devices' CPU quotas, cpu_share=quota only (benchmarks/cluster_cpu.py,
+    # docs/results/cluster.md): shorter periods run slower than the share (the kernel enforces
+    # quotas at its scheduler tick), longer ones slower too and with a larger spread
     cfs_period_us: int = 10_000
     check_mb: float = 4.0  # message size of the link checks
     check_reps: int = 5  # repetitions per link (the best counts; the median is shown)
@@ -388,8 +387,8 @@ def register() -> None:
     through :func:`dse.cli.run` before Hydra composes a config).
 
     Not done on import, and Hydra is imported here, not at the top: a rank of a deployment
-    reads the measurement defaults above, and importing Hydra cost it 0.17 s of the 0.29 s
-    this module took to import."""
+    reads the measurement defaults above, and importing Hydra would be most of what importing
+    this module costs it."""
     global _REGISTERED
     if _REGISTERED:
         return

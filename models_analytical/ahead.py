@@ -1,10 +1,10 @@
 """The model's kernel compiled ahead, in a child process, while its parent starts.
 
 A first run (numba's cache cold) compiles the kernel's one big function,
-:func:`~models_analytical.schedule.kernel.simulate_chunk`: about 12 s of CPU on this 2-core
-machine, where the search's other kernels take about 6 s and its start (imports,
-configuration, network, model) about 2 s. One after another they add up; side by side, on two
-cores, the longest of them is most of the first run's extra time.
+:func:`~models_analytical.schedule.kernel.simulate_chunk`, which takes longer than the search's
+other kernels and its start (imports, configuration, network, model). One after another they
+add up; side by side, on two cores, the longest of them is most of the first run's extra time
+(``docs/results/performance.md``, "The first run").
 
 :func:`start` launches ``python -m models_analytical.ahead`` when the cache lacks the kernel
 for batches without row splits (else nothing starts). The child compiles it by evaluating one
@@ -44,7 +44,7 @@ _CHILD: tuple[subprocess.Popen, IO[bytes]] | None = None
 def start() -> bool:
     """Start the child if numba's cache lacks the kernel and none was started and not yet
     waited for; whether it started. Reads one index file; the import it needs (numba and the
-    kernel's modules, about 0.6 s) is one its caller makes anyway."""
+    kernel's modules) is one its caller makes anyway."""
     global _CHILD
     from models_analytical.schedule.kernel import kernel_in_cache
 

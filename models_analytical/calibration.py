@@ -352,10 +352,10 @@ class CutCosts:
 
 
 #: The two costs per byte :func:`fit_cuts` tells apart: between hosts (a network's sockets) and
-#: between devices of one host (shared memory). On edge3_wifi (2026-12-03), a fit over
-#: deployments that all crossed the medium gave 1.58 ns per byte, a few per cent of the
-#: medium's 85 ns, so ill-determined; charged to crossings within a board as well, it made
-#: MobileNetV2's mixed mappings, which cross within edge1, 31 % slow (7 % at 0 ns there).
+#: between devices of one host (shared memory). One cost fitted on deployments that all cross
+#: a network is small beside the network's own time per byte, so ill-determined, and charged
+#: to crossings within a host as well it can be far off there (``docs/results/cluster.md``,
+#: "Two costs per byte: between boards and within one").
 PER_BYTE_KINDS = ("between_hosts", "same_host")
 
 

@@ -32,10 +32,8 @@ class RegressionFit:
 
 #: A family's constant (a time per layer whatever its work) is fitted only where its layers'
 #: MACs span at least this factor. Otherwise the constant and the time per MAC cannot be told
-#: apart, and a constant fitted anyway extrapolates badly: ResNet-50's 3x3 convolutions all
-#: have 116 M MACs, and a fit on them and AlexNet's gave 1.35 ms per layer plus 7 ps per MAC,
-#: which predicted VGG-16's (1.85 G MACs each) at half their time and DenseNet-121's (1.8-116 M)
-#: at four times theirs. Without the constant both came within 10 %.
+#: apart, and a constant fitted anyway extrapolates badly to layers of other sizes (a fit on
+#: ResNet-50's 3x3 convolutions, all of one size: ``docs/results/cluster.md``).
 CONSTANT_MIN_MAC_SPAN = 4.0
 
 

@@ -27,7 +27,7 @@ from models_analytical.threads import ThreadTuner
 
 MB = 1e6
 #: Batches smaller than this run on one thread: waking a thread pool costs more than it saves,
-#: and on a busy machine far more (45 ms a call measured against 0.07 ms).
+#: and on a busy machine far more (``docs/results/performance.md``, "The model's threads").
 PARALLEL_MIN_BATCH = 256
 
 

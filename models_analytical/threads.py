@@ -1,14 +1,15 @@
 """How many threads the model's kernel runs large batches on, chosen by timing them.
 
-On an idle 2-core machine two threads evaluate a batch of 1,000 mappings 1.8-1.9x faster than
-one; beside even one busy process they are slower than one (the kernel splits a batch into
-equal chunks, a few per thread, so the thread sharing a core holds the other back), and the
-load can change during a run (benchmarks/bench_threads.py). A load average lags by a minute
-and counts the run's own recent work, so :class:`ThreadTuner` measures instead: after a first,
-untimed batch (it starts the thread pool) it tries every choice, then uses the fastest by the
-median of its last few timed batches (one batch's rate varies by ±40 % here), and times the
-others again, every few batches at first, then every ``reprobe`` batches, so a machine that
-becomes busy or idle is noticed within a few batches.
+On an idle machine of two cores two threads evaluate a large batch nearly twice as fast as
+one; beside even one busy process they can be slower than one (the kernel splits a batch into
+chunks, a few per thread, so the thread sharing a core holds the other back), and the load can
+change during a run (benchmarks/bench_threads.py; ``docs/results/performance.md``, "The
+model's threads"). A load average lags by a minute and counts the run's own recent work, so
+:class:`ThreadTuner` measures instead: after a first, untimed batch (it starts the thread pool)
+it tries every choice, then uses the fastest by the median of its last few timed batches (one
+batch's rate varies widely on a shared machine), and times the others again, every few batches
+at first, then every ``reprobe`` batches, so a machine that becomes busy or idle is noticed
+within a few batches.
 """
 
 from __future__ import annotations

@@ -105,8 +105,8 @@ def measure_band_costs(net: Any, threads: int, repeats: int, seen: set | None = 
     timed in groups of at most a quarter of :data:`~dse.calibrate.channels.
     GROUP_WEIGHT_BYTES` of weights (a heavier one alone): each of a layer's four models holds
     its whole weights, where its channel parts hold 2.5 times them together. A group's
-    sessions are released before the next group's are made (all of ResNet-50's at once
-    peaked at 908 MB, over a 512 MB device's cap)."""
+    sessions are released before the next group's are made (all of a network's at once can
+    exceed a small device's memory cap)."""
     seen = set() if seen is None else seen
     graph = net.graph
     candidates = []

@@ -134,9 +134,8 @@ def write_weights(layer, path: Path, seed: int = 0) -> None:
 #: The weights (float32 bytes) of the layers timed together by :func:`measure_part_costs`: a
 #: layer's models hold 2.5 times its weights (its parts of a quarter, a half and three quarters
 #: of its channels, and all of them), so a group's sessions hold about 2.5 times this. A layer
-#: heavier than this is timed alone (AlexNet's fc6, 151 MB: about 380 MB of sessions). With
-#: all of AlexNet's layers at once, timing them peaked at 1.6 GB (over a 1.5 GB device's
-#: memory cap); in these groups, at 1.15 GB.
+#: heavier than this is timed alone (AlexNet's fc6, 151 MB: about 380 MB of sessions). All of
+#: a network's layers at once can exceed a device's memory cap.
 GROUP_WEIGHT_BYTES = 64 * 2**20
 
 
@@ -217,8 +216,8 @@ def _part_models(layer, node, counts: list[int], directory: Path) -> list[Path] 
     """``layer``'s models of ``counts`` channels (:func:`one_layer`) written into
     ``directory``, all reading their rows of one file of the layer's weights
     (:func:`write_weights`): making them holds no copy of the weights beyond what the
-    sessions keep (made in memory and handed over, AlexNet's fc6, 151 MB, passed through
-    about four copies, and its group peaked at 1.1 GB); None for a layer not covered."""
+    sessions keep (made in memory and handed over, the weights pass through several copies);
+    None for a layer not covered."""
     weights = directory / f"{layer.index}.bin"
     if one_layer(layer, node, counts[0], weights=weights) is None:
         return None

@@ -237,8 +237,8 @@ def anchor_to_runtime(
             continue
         m = r.model
         # all the model puts in this run besides the layers: the sub-model's costs and the
-        # image's transfer (counted as layer time, the image's 5.1 ms crossing edge3's
-        # network made about 0.43 of MobileNetV2's factor of 1.63 on the 0.6 share)
+        # image's transfer (counted as layer time, the image's crossing from the entry device
+        # would inflate the type's factor)
         layers_ms = (m.tables.t_work[row].sum() + m.tables.t_fixed[row].sum()) * 1e3
         overhead = m.evaluate(r.mapping).latency_s[0] * 1e3 - layers_ms
         factors[r.net] = (r.latency_ms - overhead) / compute.whole_ms[r.net]
@@ -272,10 +272,9 @@ def steady_regressions(
     another type's profile is scaled; the steady type with most layer keys in common). On a
     share, a short layer's profiled time is its full-speed time in most runs and a slice
     longer in a few: its mean is right but noisy, and a fit on relative residuals follows the
-    many fast runs. Each of the four calibration networks the 0.4 share profiled, held out of
-    the fits, got 0.44-12 times its profiled time from that share's own regression, and
-    0.74-1.19 times from the whole CPU's times the ratio (whose own regression gives them
-    0.75-1.14). The provenance names, per type, the steady type and the ratio; a sliced type
+    many fast runs, so a share's own regression predicts networks held out of its fit far
+    worse than a steady type's times the ratio (``docs/results/cluster.md``). The provenance
+    names, per type, the steady type and the ratio; a sliced type
     with no steady type to compare keeps its own."""
     out, prov = dict(c.types), {}
     for name in sliced:

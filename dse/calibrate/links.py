@@ -187,9 +187,8 @@ def small_message_step(table: dict[str, Any]) -> dict[str, float] | None:
     :data:`STEP_EXCESS_S` and :data:`STEP_RATIO` times: ``{"bytes", "seconds", "line_s"}``;
     None if there is none. On an emulated cluster such a step is what a process busy on the
     machine's CPUs during the benchmark leaves (each message waits for the kernel's deferred
-    network work, up to a scheduler tick), not the link: measured, a busy loop on one core
-    turned edge3_wifi's 4 kB message from 0.21 ms into 2.0 ms and edge3_ethernet's 64 kB one
-    from 0.30 into 6.0 (``benchmarks/link_busy.py``, docs/results/cluster.md)."""
+    network work, up to a scheduler tick), not the link (``benchmarks/link_busy.py``;
+    ``docs/results/cluster.md``, "Wi-Fi's small-message step: a busy CPU, not the medium")."""
     fit = fit_link(table)
     steps = [
         {"bytes": float(x), "seconds": float(y), "line_s": float(line)}

@@ -135,8 +135,8 @@ def bands_unit(r: Unit) -> Unit:
 
 def submodels_unit(r: Unit) -> Unit:
     """``submodels``: ``directory`` (a deployment's), ``runs``, ``warmup``, ``threads``."""
-    # imported here: it brings the model's kernel (numba, 70 MB) into a process whose other
-    # units run on devices of little memory
+    # imported here: it brings the model's kernel (numba and its compiler) into a process
+    # whose other units run on devices of little memory
     from dse.runtime.rank.timing import beside, time_files
 
     directory = Path(r["directory"])

@@ -188,8 +188,8 @@ def profile_model(
         for _ in range(warmup + runs):
             sess.run(None, feeds)
         events = json.loads(Path(sess.end_profiling()).read_text())
-        # the profiler slows small kernels down (MobileNetV2: 16 ms against 11 ms): the whole
-        # run's time comes from runs after it stopped (end_profiling ends its collection)
+        # the profiler slows small kernels down: the whole run's time comes from runs after it
+        # stopped (end_profiling ends its collection)
         wall, timed = [], paced(sess)  # as a rank runs it on an emulated device
         for k in range(warmup + runs):
             t0 = time.perf_counter()
@@ -209,9 +209,7 @@ def profile_model(
     # by_mean, where the device is a CPU share of a core that its neighbours share by time
     # slices: a kernel shorter than a slice runs whole at full speed in most runs and waits
     # out a neighbour's slice in a few, so the median of its runs is near its full-speed time
-    # and the mean is its time at the share (on a share of 0.4, the median of 5 runs gave the
-    # first 14x14 convolution of ResNet-50 1.3 times its time on a whole CPU, where the
-    # network took 2.5 times)
+    # and the mean is its time at the share
     med = a.mean(axis=0) if by_mean else np.median(a, axis=0)
     spread = np.where(
         med > 0,

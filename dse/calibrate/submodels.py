@@ -3,8 +3,8 @@
 The runtime runs each device's work as sub-models (one onnxruntime session each). A sub-model
 costs more than its layers did inside the whole network: a session call, and at its edges the
 tensors it takes in and gives out are converted and copied (onnxruntime keeps a whole network's
-activations in its blocked layout; a sub-model converts at every input and output). Measured
-here, on ResNet-50's split mappings, its sub-models alone took 14 % longer than their layers.
+activations in its blocked layout; a sub-model converts at every input and output:
+``docs/results/fidelity-history.md`` has what it came to).
 
 For each cut mapping ``dse.calibrate`` deploys, each of its sub-models is timed alone on the
 deployments' first device (:mod:`dse.calibrate.ondevice`: in this process on ``localhost``, as

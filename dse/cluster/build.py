@@ -105,8 +105,8 @@ def down(name: str) -> bool:
 def stop_processes(state: State) -> None:
     """Kill every process running on the cluster's boards (in their namespaces or cgroups):
     after a run that timed out or failed. Open MPI's daemons on the boards leave mpiexec's
-    session (a second daemon calls setsid): killing the session alone leaves them ~0.6 s
-    before they notice and exit with their ranks."""
+    session (a second daemon calls setsid): killing the session alone leaves them running a
+    while before they notice and exit with their ranks."""
     for b in state.spec.boards:
         net.kill_in(state.names.board_ns(b.name))
     cpu.kill_tasks(state.names)

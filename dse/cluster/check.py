@@ -6,9 +6,9 @@ rate of one transfer alone and of both directions at once. A link's rate is the 
 repetitions: shaping can only hold a transfer back, while a loaded machine slows some
 repetitions down; the best is what the link delivers, the median what the machine allowed (both
 are printed). A link more than ``tolerance`` (10 %) off its configured rate is measured once
-more after the devices, and its best over both is kept (:func:`joined`): in a CI run beside
-another test worker, a 100 Mbit/s medium's best of 5 was 76 Mbit/s, and the same check alone a
-minute later passed. Still off, it is an error naming it. TCP's payload is at most 95.6 % of
+more after the devices, and its best over both is kept (:func:`joined`): a machine busy with
+other work for a while can hold back every repetition of the first measurement. Still off, it
+is an error naming it. TCP's payload is at most 95.6 % of
 a rate (1448 bytes of every 1514-byte frame).
 Both directions at once tell a switched port (each direction its rate) from a shared medium
 (one rate for all): a shared medium must give its rate within the tolerance, a switch clearly

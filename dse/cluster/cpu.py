@@ -32,35 +32,34 @@ How a device gets its share ``s`` of its board's CPUs is the cluster's ``cpu_sha
     they run. The device's cgroup is then always ready to run, and the kernel divides each CPU
     by weights: a board's devices by their shares, boards by the sums of their devices' shares,
     and a CPU's unused share goes to its ``rest_cpu<N>`` group. A device that computes gets
-    ``s`` of each CPU from its first scheduler tick (4 ms here) on, however long it waited
+    ``s`` of each CPU from its first scheduler tick on, however long it waited
     before; its ranks are paced as under ``weight``. A device that wakes (a message came) may
     still wait for the other devices' co-runners' time slice before it runs (the launcher runs
     ranks under ``SCHED_BATCH``, which does not preempt: :mod:`dse.cluster.launcher`), where a
-    real board answers at once: a short part on the 0.4 device of ``edge3_ethernet`` took
-    2.6-3.0 ms where its share gives 1.2. The co-runners leave with the process that started
+    real board answers at once, so a short part takes longer than its share gives
+    (``docs/results/cluster.md``). The co-runners leave with the process that started
     them: they poll their parent.
 ``quota``
     A CFS quota of ``s`` times the board's CPUs per period (``cfs_period_us``). A device runs at
     full speed until its quota for the period is spent, then waits: a burst of work shorter
     than its quota after a wait (a rank that waited for its inputs) runs at a whole CPU's
-    speed. ``benchmarks/cluster_cpu.py`` measures quotas per period: at the default 10 ms a
-    35 ms inference took its share's time within 3 %; shorter periods ran slower than the
-    share (the kernel enforces a quota at its 4 ms tick), longer ones paused inferences for
-    longer. The kernel refuses quotas under 1 ms.
+    speed. ``benchmarks/cluster_cpu.py`` measures quotas per period (the default's figures:
+    ``docs/results/cluster.md``): shorter periods run slower than the share (the kernel
+    enforces a quota at its scheduler tick), longer ones pause inferences for longer. The
+    kernel refuses quotas under 1 ms.
 
 ``benchmarks/cluster_bursts.py`` measures the three on bursts of work after a wait, and
 ``docs/results/cluster.md`` compares the model's fidelity under each on edge3_ethernet, each
 calibrated on its own cluster ("One run at a time, and both mechanisms on the fixed emulator";
 "CPU shares by weights, without co-runners"): co-runners predicted three networks of five
 better than quotas, and weights predicted MobileNetV2's mappings on the 0.4 device better than
-co-runners (93 % within 10 % against 70 %), the others as well. So weights are the default.
+co-runners, the others as well. So weights are the default.
 
 A device gets its share whatever else the machine runs: the cluster's top cgroup has the
 largest CPU weight the kernel takes (``cpu.shares`` :data:`TOP_SHARES`). With the default
-weight (1024) the whole cluster weighed as much as one process of the machine: on a machine
-loaded by other work (load 4.5 on 2 cores) edge3_ethernet's edge1 devices were ready to run
-but not running 136-190 ms of each 163-271 ms MobileNetV2 inference, with their quotas hardly
-ever spent; at the largest weight the same deployment took 36-44 ms. Under quotas and weights
+weight (1024) the whole cluster weighs as much as one process of the machine, so on a machine
+loaded by other work its devices wait, ready to run, for most of an inference with their
+shares unspent (``docs/results/cluster.md``). Under quotas and weights
 the machine's other work gets every CPU time the devices leave (a pacing rank's yields
 excepted); under co-runners it gets a board's CPUs only when nothing runs on the board.
 
@@ -108,8 +107,8 @@ CORUNNER_PROGRAM = (
 
 #: The scheduling policy the launcher gives everything it puts on a board (``chrt``'s flag; None:
 #: the default, SCHED_OTHER), per ``cpu_share``. Under ``SCHED_BATCH`` a process that wakes does
-#: not preempt the one running: a rank that polls for a message (every ~70 us,
-#: :mod:`dse.runtime.rank.waits`) no longer interrupts its board's other device at each poll, and
+#: not preempt the one running: a rank that polls for a message (:mod:`dse.runtime.rank.waits`)
+#: no longer interrupts its board's other device at each poll, and
 #: sees its message a little later (``benchmarks/cluster_neighbour.py``, "Waiting ranks that do
 #: not preempt" in ``docs/results/cluster.md``). It paid under co-runners, and weights keep it
 #: (not measured against the default policy under weights); under quotas a device that waited

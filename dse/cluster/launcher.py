@@ -25,7 +25,7 @@
 Under weights and co-runners, everything the launcher puts on a board runs under
 ``SCHED_BATCH`` (``chrt -b``; Open MPI's daemon, and the ranks it starts, inherit it): a
 process of that policy that wakes does not preempt the one running, it waits for the
-scheduler's next decision. A rank that waits for a message wakes every ~70 us to poll
+scheduler's next decision. A rank that waits for a message wakes often to poll
 (:mod:`dse.runtime.rank.waits`); under the default policy each poll preempted the device beside it
 on its CPU (:data:`dse.cluster.cpu.RANK_POLICY` says why not under quotas). Real boards'
 devices do not share a core.

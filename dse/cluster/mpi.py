@@ -31,11 +31,9 @@ from dse.runtime.launch.mpiexec import MPI_ENV, ROOT_ENV
 
 #: A rank that waits polls for 50 us, then sleeps between polls (:mod:`dse.runtime.rank.waits`): a
 #: device is a CPU share and a board's devices share its CPUs, so a rank spinning while it
-#: waits burns its device's share and holds the core its board's other device needs. On
-#: edge3_ethernet's MobileNetV2 mapping over all three devices (a loaded machine) edge1_cpu0
-#: spent 20-36 ms of CPU per inference spinning and 13-15 ms polling then sleeping, and the
-#: latency's median over 3 interleaved rounds was 40.4 ms against 34.3 ms. Set
-#: DSE_WAIT_SPIN_US before the command to choose another (``spin``: MPI's blocking calls).
+#: waits burns its device's share and holds the core its board's other device needs
+#: (``docs/results/cluster.md``). Set DSE_WAIT_SPIN_US before the command to choose another
+#: (``spin``: MPI's blocking calls).
 WAIT_US = "50"
 
 
@@ -49,9 +47,9 @@ def mpiexec_options(state: State) -> tuple[list[str], dict[str, str]]:
     ]
     args = [word for option in options for word in option]
     wait = {"DSE_WAIT_SPIN_US": os.environ.get("DSE_WAIT_SPIN_US", WAIT_US)}
-    # MPI_ENV: a rank blocked in a receive yields its core (1 byte between boards then takes
-    # ~15 us instead of a 4 ms scheduler tick), and a message between boards moves while its
-    # sender computes; ROOT_ENV: Open MPI refuses root without it
+    # MPI_ENV: a rank blocked in a receive yields its core (a small message between boards
+    # then arrives without waiting for a scheduler tick), and a message between boards moves
+    # while its sender computes; ROOT_ENV: Open MPI refuses root without it
     env = {**MPI_ENV, **wait, **(ROOT_ENV if os.geteuid() == 0 else {})}
     return args, env
 

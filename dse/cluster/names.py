@@ -33,9 +33,8 @@ PREFIX = "dse."
 #: cgroup v1 hierarchies a cluster makes directories in, in the order a process joins them:
 #: ``cpuset`` first, so that it is on its board's CPUs before it joins a ``cpu`` group. A process
 #: that joined a device's ``cpu`` group on another CPU left its load average there: the kernel
-#: then weighed the device's group on its own CPU down by that stale load, and in 4 of 16 fresh
-#: starts of co-runners the device beside it ran at a whole CPU instead of its 0.4 (none of 16
-#: with ``cpuset`` first).
+#: then weighed the device's group on its own CPU down by that stale load, and the device
+#: beside it could run at a whole CPU instead of its share (``docs/results/cluster.md``).
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("cpuset", "cpu", "memory")
 #: Where clusters keep their launcher and last self-check (tmpfs: gone at reboot, as are the

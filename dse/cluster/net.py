@@ -22,12 +22,11 @@ daemons' control traffic only); boards talk to each other through the bridge.
 
 Token buckets: ``burst`` holds 0.5 ms of the rate (at least four full frames) and the boards'
 GSO packets are a quarter of it (at most 16 KB), so tbf never has to cut a packet in software,
-and a timer that fires late (a loaded machine) is made up by the next packets instead of lost.
-Measured on this 2-core machine under other load, 4 MB MPI ping-pongs on 1 Gbit/s ports at best:
-16 KB burst and GSO 838-917 Mbit/s, 64 KB / 16 KB 853-949, 128 KB / 16 KB 942-966; a burst
-equal to a 64 KB GSO packet only 598-674 (unshaped: 7.5-9.3 Gbit/s). The price: a message gets
-up to one burst (0.5 ms of the rate) ahead of a real port. ``limit`` holds 20 ms of the rate, a
-switch's buffer. No delay is added: this kernel has no netem; a veth crossing costs ~15 us.
+and a timer that fires late (a loaded machine) is made up by the next packets instead of lost;
+a burst no larger than one GSO packet held the rate back (``docs/results/cluster.md``). The
+price: a message gets up to one burst (0.5 ms of the rate) ahead of a real port. ``limit``
+holds 20 ms of the rate, a switch's buffer. No delay is added (no netem qdisc): a link's
+latency is what crossing the veth pairs costs, far less than a real network's.
 """
 
 from __future__ import annotations

@@ -424,7 +424,7 @@ def fold_constants(model: ModelProto, types: Mapping[str, TensorType | None]) ->
     are all known (small initializers with data, or values folded before) run in ONNX's
     reference evaluator. Returns a new model; what cannot be evaluated is left as it was.
     """
-    from onnx.reference import ReferenceEvaluator  # 37 ms, when a fold is needed
+    from onnx.reference import ReferenceEvaluator  # slow to import: only when a fold is needed
 
     opsets = {o.domain or "": o.version for o in model.opset_import}
     values: dict[str, np.ndarray] = {}

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from dse.net.graph import LayerGraph
 
 #: Work the programme may do, in layers copied while extending partial schedules by one ready
-#: layer each. The zoo nets need at most 6.5 million (GoogLeNet), about 0.2 s; 1000 parallel
-#: branches would need billions.
+#: layer each. The zoo nets need at most 6.5 million (GoogLeNet); 1000 parallel branches would
+#: need billions.
 EXPANSIONS = 15_000_000
 
 

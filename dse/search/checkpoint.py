@@ -62,7 +62,7 @@ def save(state: SearchState, directory: Path, ident: dict, config: dict) -> Path
     buf = io.BytesIO()
     arrays = {name: getattr(pop, name) for name in _ARRAYS}
     meta_bytes = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    # sorted as numbers (the file does not depend on the set's order): 20x faster than sorted()
+    # sorted as numbers by numpy (the file does not depend on the set's order), not by sorted()
     seen = np.sort(np.fromiter(state.seen, dtype=np.uint64, count=len(state.seen)))
     np.savez(buf, meta=meta_bytes, seen=seen, **arrays)
     path = Path(directory) / CHECKPOINT

@@ -4,11 +4,11 @@ Every generation decodes, copies and evaluates batches of the same few sizes (a 
 population of 1,000 on 16 devices: 7.7 MB of part counts, as much of sizes, 3.4 MB of
 devices), then frees them. glibc serves such blocks from its heap and, by its adaptive rule,
 gives the heap's top back to the kernel once more than twice the largest block freed lies
-free there: then the next generation faults every page in again, zeroed. That cost a search
-at the thesis's settings on DenseNet-121 about 150,000 page faults and a tenth of its time
-(``benchmarks/bench_dse.py``). Fixed thresholds (blocks up to 32 MB from the heap, the heap
-trimmed only beyond 256 MB free) keep the pages for reuse; the memory kept is at most what
-one generation used.
+free there: then the next generation faults every page in again, zeroed, a cost a search at
+the thesis's settings pays every generation (``benchmarks/bench_dse.py``;
+``docs/results/performance.md``, "A search at the thesis's settings"). Fixed thresholds
+(blocks up to 32 MB from the heap, the heap trimmed only beyond 256 MB free) keep the pages
+for reuse; the memory kept is at most what one generation used.
 
 Elsewhere than glibc (no ``mallopt``) this does nothing.
 """

@@ -17,17 +17,16 @@ the bred share keeps the search global:
   layer's naive genes name a set of devices, repeats meaning fewer parts: changing one gene
   adds a device to the set, and only the group move replaces one (the layer from the CPU to
   the GPU: every gene naming the CPU at once). Single-gene moves of front members did not help
-  the naive encoding at all; group moves took it from 0.90-0.94 to 0.99-0.997 of the true
-  front's hypervolume at 1,000 evaluations (docs/results/search-quality.md);
+  the naive encoding; group moves did (docs/results/search-quality.md);
 * moves that give a mapping evaluated before are drawn again, 4 per missing slot, for
   :data:`ROUNDS` rounds (the neighbours not yet evaluated, near-systematically, at no cost in
   evaluations); slots still empty go to breeding.
 
 Off by default because it is a small-budget tool: on the zoo's networks it raises the
-hypervolume at 1,000-2,000 evaluations (naive AlexNet and VGG-16 by 0.1-0.4) and on DenseNet-121
-at every budget, but on VGG-16's naive encoding from 5,000 evaluations up it lowers it (1.74 ->
-1.54 at the thesis's 1000 x 100): group moves merge or swap a layer's devices, never add one,
-and the front the moves sharpen early loses the spread-out mappings of least memory.
+hypervolume at small budgets, but on VGG-16's naive encoding at large ones (the thesis's
+1000 x 100 among them) it lowers it (docs/results/search-quality.md): group moves merge or swap
+a layer's devices, never add one, and the front the moves sharpen early loses the spread-out
+mappings of least memory.
 
 Everything is arrays, drawn from the search's generator: no state of its own (a checkpoint
 holds rank and crowding), so a resumed search continues exactly.

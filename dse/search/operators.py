@@ -32,7 +32,7 @@ class RandomReset(Mutation):
 # --- pymoo's SBX and PM in one compiled pass ------------------------------------------------------
 #
 # pymoo's cross_sbx and mut_pm are vectorised numpy, but over boolean-masked copies of small
-# arrays: at the thesis's settings they took a quarter of a VGG-16 search. The functions below
+# arrays, a large share of a search at the thesis's settings. The functions below
 # draw the same random numbers from the same generator in the same order and shapes as pymoo
 # 0.6 (so a seed gives the same offspring) and compute each crossed or mutated gene in one
 # compiled loop with pymoo's formulas; tests/test_search.py checks them against pymoo's.

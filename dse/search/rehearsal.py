@@ -2,12 +2,12 @@
 
 On a first run (numba's cache cold) the model's kernel compiles in a child process
 (:mod:`models_analytical.ahead`) and the search's own kernels (decoding, keys, survival,
-crossover, mutation: about 6 s of CPU on this 2-core machine) compile where they are first
-called. The search's first step needs the model, so without a rehearsal they would compile
-only after the child is done, one after the other. :func:`rehearse` runs a few generations of
-a small population of the same problem and settings, the model replaced by random figures
-of the right shapes (:class:`RandomFigures`), so those kernels compile at once, on the other
-core, beside the child. Nothing of it is kept: the real search starts afresh.
+crossover, mutation) compile where they are first called. The search's first step needs the
+model, so without a rehearsal they would compile only after the child is done, one after the
+other. :func:`rehearse` runs a few generations of a small population of the same problem and
+settings, the model replaced by random figures of the right shapes (:class:`RandomFigures`),
+so those kernels compile at once, on the other core, beside the child. Nothing of it is kept:
+the real search starts afresh.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ where they are missing the kernel still runs, stamped by numba alone, and ``test
 fails.
 
 Compiled once: on a cold cache, processes that reach the kernel at the same time would each
-compile it (a minute or more each for the batch with row splits, on cores they share);
-:func:`one_compiler` lets one compile while the others wait, then read numba's cache.
+compile it (the batch with row splits the slowest, on cores they share); :func:`one_compiler`
+lets one compile while the others wait, then read numba's cache.
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ def simulate_one(k_in, share, owner, sizes, axis, st):
 @stage
 def simulate_one_without_rows(k_in, share, owner, st):
     """:func:`simulate_one` for a mapping that splits no layer by rows: the same stages but
-    the bands' (which took 29 of the kernel's 40 s of first compilation)."""
+    the bands' (most of the kernel's first compilation)."""
     reset_state(st)
     no_rows(st)
     assign_parts(k_in, share, st)
@@ -177,7 +177,7 @@ _RUN: set[bool] = set()
 
 def new_scratch(k_in, n_layers: int, n_dev: int) -> tuple:
     """What :func:`simulate_chunk` works in: share [L, D] zeros, owner and anchor [L], a
-    state. Allocated by numpy: compiled, its allocations took seconds of numba's first
+    state. Allocated by numpy: compiled, its allocations would lengthen numba's first
     compilation, for no speed (once per thread)."""
     return (
         np.zeros((n_layers, n_dev)),
@@ -217,11 +217,11 @@ def simulate(
     mapping). Batches that share a list must not run at the same time.
 
     Threads of this process rather than numba's parallel loops: the same figures (each mapping
-    is scheduled alone, by the same compiled code), and no parallel loop to compile: the
-    kernel's first compilation took a third less CPU time without one. The calling thread
-    starts at once and the chunks go to whichever thread is free: a pool thread asleep
-    between generations wakes milliseconds late on this VM, and with every chunk waiting for
-    the pool a DenseNet-121 search spent 5-10 % more in the model (benchmarks/bench_dse.py)."""
+    is scheduled alone, by the same compiled code), and no parallel loop to compile (one made
+    a large share of the kernel's first compilation). The calling thread starts at once and the
+    chunks go to whichever thread is free: a pool thread asleep between generations can wake
+    milliseconds late, which a batch whose every chunk waits for the pool would wait too
+    (``docs/results/performance.md``, "A search at the thesis's settings")."""
     n_pop = device.shape[0]
     n_dev = sizes.shape[2]
     out = ScheduleResult(

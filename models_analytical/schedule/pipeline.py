@@ -1,48 +1,56 @@
 """The kernel's numba pipeline: numba's own, made cheaper to compile where inlining is.
 
-None of these changes alters the code numba generates, only what compiling it costs (figures:
-a cold cache, VGG-16 unless said, CPU seconds on the 2-core machine):
+None of these changes alters the code numba generates, only what compiling it costs (the
+figures: ``docs/results/performance.md``, "The first run"):
 
 * :class:`InlineStages` inlines stages (:func:`~models_analytical.schedule.compiled.stage`) as
   numba does, without copying them: for each call site numba builds the callee's IR afresh
   (its front end, run again), then copies it block by block twice, once to work on and once
-  to hand back unchanged to the pass, which drops it. Each copy was deep, statement by
+  to hand back unchanged to the pass, which drops it. Each copy is deep, statement by
   statement, and (as numba copies a block) of the whole variable scope once per block, which
-  is quadratic in the stage's size (5.9 s). The IR built for one call site is held by nothing
-  else, so its blocks are inlined as they are: the pass took 3.5-4.5 s on VGG-16's kernel
-  with the blocks' statements copied (their scope shared), 2.2-2.5 s without; the batch with
-  row splits compiled in 63 s instead of 73 s (CPU time).
+  is quadratic in the stage's size. The IR built for one call site is held by nothing else,
+  so its blocks are inlined as they are.
 * :class:`ForwardCopies`: inlining binds each parameter of a stage to the caller's variable
   by a copy (``st.5 = st``), so the kernel's inputs and state, namedtuples of some 80 arrays,
-  had one copy per inlined stage, 44 in ``simulate_one``. numba gives each a stack slot and
-  LLVM splits every slot back into its ~330 scalars (SROA): 19 s of LLVM's function passes on
-  ``simulate_one``, 5 s once the copies are forwarded. After numba's SSA pass every variable
-  is assigned once, so a variable copied from another is that other: each use is renamed.
-* :class:`SSAByMentions`: numba's SSA reconstruction, which rewrites every block of the
-  function twice for each variable assigned more than once (251 in the kernel for batches
-  with row splits, 6.8 million statement visits), rewrites only the blocks that mention the
-  variable: that kernel's SSA pass took 16.6 s of its 66 s, 5.4 s now. A block that does
-  not mention it is left as it is by numba's rewrite too, and changes nothing it keeps (the
-  reaching definitions, the phi nodes to insert), so the result is the same IR; the phi
+  get one copy per inlined stage. numba gives each a stack slot and LLVM splits every slot
+  back into its scalars (SROA), copy after copy. After numba's SSA pass every variable is
+  assigned once, so a variable copied from another is that other: each use is renamed.
+* :class:`SSAByMentions`: numba's SSA reconstruction rewrites every block of the function
+  twice for each variable assigned more than once (hundreds in the kernel for batches with
+  row splits); this one rewrites only the blocks that mention the variable. A block that
+  does not mention it is left as it is by numba's rewrite too, and changes nothing it keeps
+  (the reaching definitions, the phi nodes to insert), so the result is the same IR; the phi
   nodes that go into such a block go into a copy of it, as numba's go into a new block.
 
 This uses numba's compiler-pass API (``numba.core.compiler_machinery``, documented for custom
-pipelines, not a stable public API). While their passes run (under numba's compiler lock),
-:class:`InlineStages` replaces the ``copy`` module that ``numba.core.inline_closurecall``
-sees, and :class:`SSAByMentions` the function ``numba.core.ssa._run_ssa`` (and calls that
-module's other functions); where numba no longer has those names, each does as numba does.
-``tests/model`` compiles the kernel through this pipeline.
+pipelines, not a stable public API) and replaces two of numba's internals while their passes
+run (under numba's compiler lock): :class:`InlineStages` the ``copy`` module that
+``numba.core.inline_closurecall`` sees, :class:`SSAByMentions` the function
+``numba.core.ssa._run_ssa`` (and it calls that module's other functions). Both are right for
+numba's code as it is in the releases :data:`NUMBA_PIN` allows (``pyproject.toml`` pins numba
+to them): :func:`check_numba` compares the source of every numba function they replace or
+rely on with those releases', and the first compilation through this pipeline fails in one
+line where one differs. ``tests/model/test_pipeline.py`` checks the passes on small functions,
+``tests/model/test_stock_pipeline.py`` the kernel's figures on the zoo against the kernel
+compiled by numba's stock pipeline, bit for bit.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import importlib
+import inspect
+import re
+import textwrap
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
 from types import ModuleType
 from typing import Any
 
+import numba
 import numba.core.inline_closurecall as inline_closurecall
 from numba.core import errors as _errors
 from numba.core import ir, types
@@ -53,21 +61,88 @@ from numba.core.ir_utils import build_definitions, mk_unique_var, replace_var_na
 from numba.core.typed_passes import NopythonTypeInference
 from numba.core.untyped_passes import InlineInlinables, ReconstructSSA
 
-#: The functions of numba's SSA module SSAByMentions calls or replaces (internal names).
-_SSA_NAMES = (
-    "_run_ssa",
-    "compute_cfg_from_blocks",
-    "_iterated_domfronts",
-    "_find_defs_violators",
-    "_CacheListVars",
-    "_fresh_vars",
-    "_make_states",
-    "_compute_phi_locations",
-    "_run_block_rewrite",
-    "_FixSSAVars",
-)
-#: Whether numba still has them all (else SSAByMentions does as numba does).
-_SSA_KNOWN = all(hasattr(_ssa, name) for name in _SSA_NAMES)
+from dse.errors import DseError
+
+#: The numba releases whose internals the pipeline's replacements were checked against, as
+#: ``pyproject.toml`` requires them (the tests check the two agree).
+NUMBA_PIN = ">=0.61,<0.69"
+
+#: The numba functions and classes the replacements replace or rely on, by the digest of their
+#: source (:func:`source_digest`), as in every release :data:`NUMBA_PIN` allows
+#: (0.61.0 to 0.68.1: unchanged across them). ``SSAByMentions`` is ``_run_ssa`` and
+#: ``_fix_ssa_vars`` run on fewer blocks, through the helpers they call, in place of the
+#: ``_run_ssa`` that ``reconstruct_ssa`` (``ReconstructSSA``'s) calls; ``InlineStages`` relies
+#: on the inliner's only copies being the callee's blocks, deep-copied in ``inline_ir``, of an
+#: IR that ``inline_function`` builds afresh for one call site (``InlineInlinables``).
+NUMBA_SOURCES: dict[str, str] = {
+    "numba.core.ssa:reconstruct_ssa": "36c9845d547fc8f7",
+    "numba.core.ssa:_run_ssa": "c497422bcf049990",
+    "numba.core.ssa:_fix_ssa_vars": "3f183045a5355bf4",
+    "numba.core.ssa:_run_block_rewrite": "d17efdbed57062bf",
+    "numba.core.ssa:_fresh_vars": "4a4d13bc0ec57cfb",
+    "numba.core.ssa:_make_states": "4b44d7827493e4b7",
+    "numba.core.ssa:_compute_phi_locations": "9d418ed0e65a2a6a",
+    "numba.core.ssa:_iterated_domfronts": "5457ae972a154114",
+    "numba.core.ssa:_find_defs_violators": "013daf6becaf6429",
+    "numba.core.ssa:_CacheListVars": "767b434b66f6542a",
+    "numba.core.ssa:_FixSSAVars": "8ac0ed2311ebb1ad",
+    "numba.core.inline_closurecall:InlineWorker.inline_ir": "a16b53c6f9e858e6",
+    "numba.core.inline_closurecall:InlineWorker.inline_function": "9202af50f97956b6",
+    "numba.core.untyped_passes:InlineInlinables": "4e0e625dfe8fd58d",
+    "numba.core.untyped_passes:ReconstructSSA": "db185e2b0df44702",
+}
+
+#: A call of a function of the ``copy`` module in source text.
+_COPY_CALL = re.compile(r"\bcopy\.\w+\(")
+
+
+def source_digest(obj: Any) -> str:
+    """The first 16 hex digits of the SHA-256 of the source of function ``obj`` (dedented),
+    or of a class's functions one after another."""
+    funcs = (
+        [f for f in vars(obj).values() if inspect.isfunction(f)] if isinstance(obj, type) else [obj]
+    )
+    text = "".join(textwrap.dedent(inspect.getsource(f)) for f in funcs)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def numba_mismatch() -> str | None:
+    """What of numba's internals differs from what the replacements were written against
+    (:data:`NUMBA_SOURCES`), in a few words; None where nothing does."""
+    for name, digest in NUMBA_SOURCES.items():
+        module, qualname = name.split(":")
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part, None)
+        shown = f"{module}.{qualname}"
+        if obj is None:
+            return f"{shown} is missing"
+        try:
+            if source_digest(obj) != digest:
+                return f"{shown} has changed"
+        except (OSError, TypeError):
+            return f"{shown} has no source to check"
+    if getattr(inline_closurecall, "copy", None) is not copy:
+        return "numba.core.inline_closurecall no longer imports the copy module"
+    module = inspect.getsource(inline_closurecall)
+    inline_ir = inspect.getsource(inline_closurecall.InlineWorker.inline_ir)
+    if len(_COPY_CALL.findall(module)) != len(_COPY_CALL.findall(inline_ir)):
+        return "numba.core.inline_closurecall copies outside InlineWorker.inline_ir"
+    return None
+
+
+@cache
+def check_numba() -> None:
+    """Fail in one line (:class:`~dse.errors.DseError`) where numba's internals that the
+    pipeline replaces are not those it was written against (:func:`numba_mismatch`); once per
+    process where they are."""
+    what = numba_mismatch()
+    if what is not None:
+        raise DseError(
+            f"numba {numba.__version__} does not fit the model kernel's compiler pipeline "
+            f"({what} since the releases it was checked against): install one of those, "
+            f"pip install 'numba{NUMBA_PIN}'"
+        )
 
 
 class _BlocksUncopied(ModuleType):
@@ -87,9 +162,6 @@ class _BlocksUncopied(ModuleType):
 def _blocks_uncopied() -> Iterator[None]:
     """While inside, numba's inliner inlines a callee's blocks without copying them (see the
     module; its only deep copy is of the callee's blocks, in ``InlineWorker.inline_ir``)."""
-    if getattr(inline_closurecall, "copy", None) is not copy:
-        yield  # numba changed: copy as it does
-        return
     inline_closurecall.copy = _BlocksUncopied("copy")
     try:
         yield
@@ -277,8 +349,6 @@ class SSAByMentions(ReconstructSSA):
     _name = "dse_ssa_by_mentions"
 
     def run_pass(self, state: Any) -> bool:
-        if not _SSA_KNOWN:
-            return super().run_pass(state)
         numbas = _ssa._run_ssa
         _ssa._run_ssa = ssa_by_mentions
         try:
@@ -293,6 +363,7 @@ class KernelCompiler(CompilerBase):
     :class:`HoistFieldReads` after type inference."""
 
     def define_pipelines(self) -> list:
+        check_numba()
         pm = DefaultPassBuilder.define_nopython_pipeline(self.state)
         ours = {InlineInlinables: InlineStages, ReconstructSSA: SSAByMentions}
         pm.passes = [(ours.get(p, p), d) for p, d in pm.passes]

@@ -12,8 +12,8 @@ from models_analytical.schedule.compiled import stage
 #: Slots of the table of pieces received in one mapping (tensor, device, rows): a piece
 #: received again is not sent again, as the runtime sends a tensor to a device once. Beyond
 #: three quarters of them filled (some thousands of bands' halos), a piece is counted again.
-#: Small arrays on purpose: a table per (tensor, device) of a few pieces, 0.4 MB each for
-#: DenseNet-121, made the kernel 40 % slower in some processes, untouched as it was.
+#: Small arrays on purpose: a table per (tensor, device) of a few pieces, large for a large
+#: network and mostly untouched, made the kernel slower in some processes.
 PIECES = 1024
 
 
@@ -88,15 +88,14 @@ class ScheduleState(NamedTuple):
 
 def new_state(k_in, n_layers: int, n_dev: int) -> ScheduleState:
     """A state for mappings of ``n_layers`` layers on ``n_dev`` devices (reset it before use).
-    Allocated by numpy, not compiled: compiled, its 37 arrays of 5 kinds took 5 s of numba's
-    first compilation (CPU time, loaded machine), for no speed: it runs once per chunk.
+    Allocated by numpy, not compiled: compiled, its arrays of several kinds would lengthen
+    numba's first compilation, for no speed: it runs once per chunk.
 
     Its arrays are views of one buffer, each at a fixed offset from the buffer's first page
     (:func:`_layout`): allocated one by one, where the heap put them decided the kernel's
-    speed (DenseNet-121's batch in 40 or 54 ms in one process or another, the same code: two
-    arrays read and written together whose addresses differ by a multiple of 4 KiB make the
-    CPU take a load for a store it waits on); with the layout fixed, every process runs as the
-    fast ones did."""
+    speed, the same code running faster in one process than in another (two arrays read and
+    written together whose addresses differ by a multiple of 4 KiB make the CPU take a load for
+    a store it waits on); with the layout fixed, every process runs as the fast ones did."""
     n_tensors = int(k_in.in_tensor.max()) + 1 if k_in.in_tensor.size else 0
     L, D, T = n_layers, n_dev, n_tensors
     i64, b = np.int64, np.bool_

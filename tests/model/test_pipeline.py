@@ -1,5 +1,7 @@
 """The kernel's numba pipeline (models_analytical.schedule.pipeline): a stage inlined with its
-copies forwarded and its namedtuple fields read once gives the numbers worked out by hand."""
+copies forwarded and its namedtuple fields read once gives the numbers worked out by hand, and
+a numba whose internals the pipeline replaces are not those it was written against stops it in
+one line."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import NamedTuple
 import numba
 import numba.core.inline_closurecall as inline_closurecall
 import numpy as np
+import pytest
 
 from models_analytical.schedule.pipeline import KernelCompiler, ssa_by_mentions
 
@@ -219,3 +222,65 @@ def test_ssa_by_mentions_gives_the_ir_numbas_ssa_gives():
     x = np.array([0.7, 0.05, 0.3, 0.9, 0.2])
     compiled = numba.njit(pipeline_class=KernelCompiler)(branches)
     assert compiled(x, 5) == numba.njit(branches)(x, 5) == branches(x, 5)
+
+
+@pytest.fixture
+def fresh_check():
+    """check_numba's verdict forgotten before and after the test (numba as the test leaves it)."""
+    from models_analytical.schedule.pipeline import check_numba
+
+    check_numba.cache_clear()
+    yield check_numba
+    check_numba.cache_clear()
+
+
+def test_numba_is_a_release_the_pipeline_was_checked_against():
+    """The numba installed has the internals the pipeline was written against, its version is
+    within NUMBA_PIN, and pyproject.toml pins numba to NUMBA_PIN."""
+    import re
+    from pathlib import Path
+
+    from models_analytical.schedule.pipeline import NUMBA_PIN, numba_mismatch
+
+    assert numba_mismatch() is None
+    bounds = re.fullmatch(r">=(\d+)\.(\d+),<(\d+)\.(\d+)", NUMBA_PIN)
+    low, high = [tuple(map(int, bounds.group(i, i + 1))) for i in (1, 3)]
+    assert low <= tuple(int(v) for v in numba.__version__.split(".")[:2]) < high
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    assert re.findall(r'"numba([^"]*)"', pyproject) == [NUMBA_PIN]
+
+
+def test_changed_numba_internals_stop_the_pipeline_in_one_line(monkeypatch, fresh_check):
+    """Where a numba function the pipeline replaces or relies on is not the one it was written
+    against (changed, or gone), the first compilation through it fails with one line naming
+    the function and the releases to install, not a traceback from inside numba's passes;
+    numba's own pipeline still compiles."""
+    from numba.core import ssa
+
+    from dse.errors import DseError
+    from models_analytical.schedule.pipeline import NUMBA_PIN, numba_mismatch
+
+    theirs = ssa._run_ssa
+
+    def _run_ssa(blocks):  # what a later numba might hold: another body
+        return theirs(blocks)
+
+    monkeypatch.setattr(ssa, "_run_ssa", _run_ssa)
+    assert numba_mismatch() == "numba.core.ssa._run_ssa has changed"
+    with pytest.raises(DseError) as failed:
+        numba.njit(pipeline_class=KernelCompiler)(branches)(np.ones(3), 3)
+    said = str(failed.value)
+    assert "\n" not in said
+    assert "numba.core.ssa._run_ssa has changed" in said
+    assert f"pip install 'numba{NUMBA_PIN}'" in said
+    assert numba.njit(branches)(np.ones(3), 3) == branches(np.ones(3), 3)
+    monkeypatch.undo()
+    monkeypatch.delattr(inline_closurecall.InlineWorker, "inline_function")
+    assert (
+        numba_mismatch() == "numba.core.inline_closurecall.InlineWorker.inline_function is missing"
+    )
+    monkeypatch.undo()
+    monkeypatch.setattr(inline_closurecall, "copy", copy.copy)
+    assert numba_mismatch() == "numba.core.inline_closurecall no longer imports the copy module"
+    monkeypatch.undo()
+    assert numba_mismatch() is None
