@@ -34,7 +34,7 @@ from dse.lifetime import die_with_parent
 #: ``python -m dse +net=vgg16 chromosome=advanced``, benchmarks/bench_first_run.py).
 NOTICE = (
     "compiling the model's kernel once (numba, into its cache) in a second process while dse "
-    "starts: about 12 s on an idle 2-core machine; later runs start in a few seconds"
+    "starts: seconds to tens of seconds, by the machine; later runs start in a few seconds"
 )
 
 #: The child compiling the kernel and the file of its stderr, until :func:`wait` is done.
