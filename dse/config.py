@@ -85,7 +85,7 @@ class ChromosomeConfig:
     # a split layer's parts: speed (sized to each device's modelled throughput on that layer,
     # so a fast GPU and a slow CPU finish together; between equal devices, equal parts), or
     # equal (the thesis's rule). speed: lower latency and a larger hypervolume on VGG-16 and
-    # AlexNet over the default platform (benchmarks/uneven_splits.py)
+    # AlexNet over the default platform (scripts/uneven_splits.py)
     shares: str = "speed"
     # split layers by rows too (spatial partitioning): one more gene per layer that can split
     # both ways (a convolution), choosing its axis: output channels or output rows. The
@@ -157,7 +157,7 @@ class AlgorithmConfig:
     seed_structured: bool = False
     # what fills the offspring breeding leaves without a new mapping: escalating mutation of
     # the copies (mutation), random immigrants, a partial restart, or mating again (dse.search
-    # .refill; benchmarks/search_quality.py --refill compares them)
+    # .refill; scripts/search_quality.py --refill compares them)
     refill: str = "mutation"
     # share of each generation's offspring made as one move from a member of the current
     # front (a gene, with the genes naming the same device of its layer), the rest bred by
@@ -339,7 +339,7 @@ class ClusterConfig:
     # run; quota, a CFS quota per period, under which a device that computes in bursts shorter
     # than its quota runs at a whole CPU's speed (docs/results/cluster.md compares them)
     cpu_share: str = "weight"
-    # CFS period of the devices' CPU quotas, cpu_share=quota only (benchmarks/cluster_cpu.py,
+    # CFS period of the devices' CPU quotas, cpu_share=quota only (scripts/cluster_cpu.py,
     # docs/results/cluster.md): shorter periods run slower than the share (the kernel enforces
     # quotas at its scheduler tick), longer ones slower too and with a larger spread
     cfs_period_us: int = 10_000

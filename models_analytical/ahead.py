@@ -31,7 +31,7 @@ from typing import IO
 from dse.lifetime import die_with_parent
 
 #: What the user reads when the child compiles the kernel (the first-run extra time of
-#: ``python -m dse +net=vgg16 chromosome=advanced``, benchmarks/bench_first_run.py).
+#: ``python -m dse +net=vgg16 chromosome=advanced``, scripts/bench_first_run.py).
 NOTICE = (
     "compiling the model's kernel once (numba, into its cache) in a second process while dse "
     "starts: seconds to tens of seconds, by the machine; later runs start in a few seconds"

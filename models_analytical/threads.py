@@ -3,7 +3,7 @@
 On an idle machine of two cores two threads evaluate a large batch nearly twice as fast as
 one; beside even one busy process they can be slower than one (the kernel splits a batch into
 chunks, a few per thread, so the thread sharing a core holds the other back), and the load can
-change during a run (benchmarks/bench_threads.py; ``docs/results/performance.md``, "The
+change during a run (scripts/bench_threads.py; ``docs/results/performance.md``, "The
 model's threads"). A load average lags by a minute and counts the run's own recent work, so
 :class:`ThreadTuner` measures instead: after a first, untimed batch (it starts the thread pool)
 it tries every choice, then uses the fastest by the median of its last few timed batches (one

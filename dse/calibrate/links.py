@@ -187,7 +187,7 @@ def small_message_step(table: dict[str, Any]) -> dict[str, float] | None:
     :data:`STEP_EXCESS_S` and :data:`STEP_RATIO` times: ``{"bytes", "seconds", "line_s"}``;
     None if there is none. On an emulated cluster such a step is what a process busy on the
     machine's CPUs during the benchmark leaves (each message waits for the kernel's deferred
-    network work, up to a scheduler tick), not the link (``benchmarks/link_busy.py``;
+    network work, up to a scheduler tick), not the link (``scripts/link_busy.py``;
     ``docs/results/cluster.md``, "Wi-Fi's small-message step: a busy CPU, not the medium")."""
     fit = fit_link(table)
     steps = [

@@ -43,12 +43,12 @@ How a device gets its share ``s`` of its board's CPUs is the cluster's ``cpu_sha
     A CFS quota of ``s`` times the board's CPUs per period (``cfs_period_us``). A device runs at
     full speed until its quota for the period is spent, then waits: a burst of work shorter
     than its quota after a wait (a rank that waited for its inputs) runs at a whole CPU's
-    speed. ``benchmarks/cluster_cpu.py`` measures quotas per period (the default's figures:
+    speed. ``scripts/cluster_cpu.py`` measures quotas per period (the default's figures:
     ``docs/results/cluster.md``): shorter periods run slower than the share (the kernel
     enforces a quota at its scheduler tick), longer ones pause inferences for longer. The
     kernel refuses quotas under 1 ms.
 
-``benchmarks/cluster_bursts.py`` measures the three on bursts of work after a wait, and
+``scripts/cluster_bursts.py`` measures the three on bursts of work after a wait, and
 ``docs/results/cluster.md`` compares the model's fidelity under each on edge3_ethernet, each
 calibrated on its own cluster ("One run at a time, and both mechanisms on the fixed emulator";
 "CPU shares by weights, without co-runners"): co-runners predicted three networks of five
@@ -109,7 +109,7 @@ CORUNNER_PROGRAM = (
 #: the default, SCHED_OTHER), per ``cpu_share``. Under ``SCHED_BATCH`` a process that wakes does
 #: not preempt the one running: a rank that polls for a message (:mod:`dse.runtime.rank.waits`)
 #: no longer interrupts its board's other device at each poll, and
-#: sees its message a little later (``benchmarks/cluster_neighbour.py``, "Waiting ranks that do
+#: sees its message a little later (``scripts/cluster_neighbour.py``, "Waiting ranks that do
 #: not preempt" in ``docs/results/cluster.md``). It paid under co-runners, and weights keep it
 #: (not measured against the default policy under weights); under quotas a device that waited
 #: runs ahead at full speed, and the later wake-ups cost more than they save.

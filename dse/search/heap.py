@@ -5,7 +5,7 @@ population of 1,000 on 16 devices: 7.7 MB of part counts, as much of sizes, 3.4 
 devices), then frees them. glibc serves such blocks from its heap and, by its adaptive rule,
 gives the heap's top back to the kernel once more than twice the largest block freed lies
 free there: then the next generation faults every page in again, zeroed, a cost a search at
-the thesis's settings pays every generation (``benchmarks/bench_dse.py``;
+the thesis's settings pays every generation (``scripts/bench_dse.py``;
 ``docs/results/performance.md``, "A search at the thesis's settings"). Fixed thresholds
 (blocks up to 32 MB from the heap, the heap trimmed only beyond 256 MB free) keep the pages
 for reuse; the memory kept is at most what one generation used.

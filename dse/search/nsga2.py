@@ -27,7 +27,7 @@ enumerable cases of tests/helpers/cases.py at 20,000 evaluations it stalled (gen
 immigrants and a partial restart never stall either, but spend the slots on random mappings,
 far from the front: at 1,000-5,000 evaluations they reach less of the true front's
 hypervolume than escalating mutation, which mutates the very copies (1, 2, 4, ... genes) and
-so stays near the parents that bred them. benchmarks/search_quality.py prints the figures
+so stays near the parents that bred them. scripts/search_quality.py prints the figures
 (``--refill mutation immigrants restart mating``); the README has them. A refill round costs a
 decode and a hash of its candidates (numpy and numba, no loop over the population).
 """
@@ -118,7 +118,7 @@ def nearest_neighbour_pruning(F: np.ndarray, n_remove: int) -> np.ndarray:
     recomputed each time. Survival keeps the points of largest value, so removed points always
     rank below kept ones. Crowding distance, computed once, removes whole clusters of points
     from a front of three objectives; this keeps the front's spread when the population is far
-    smaller than the front (benchmarks/search_quality.py --crowding)."""
+    smaller than the front (scripts/search_quality.py --crowding)."""
     F = np.ascontiguousarray(F, dtype=np.float64)
     n = len(F)
     if n <= F.shape[1]:

@@ -15,7 +15,7 @@ Each takes the gene vectors that failed last round (``pool``) and returns ``n`` 
   front (a partial restart of the population; :func:`dse.search.nsga2.step`);
 * ``mating``: the whole mating again (tournament, crossover, mutation): dse's earlier rule.
 
-benchmarks/search_quality.py measures them (``--refill``); the module docstring of
+scripts/search_quality.py measures them (``--refill``); the module docstring of
 :mod:`dse.search.nsga2` says why ``mutation`` is the default.
 """
 

@@ -52,7 +52,7 @@ ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"
 #: ``btl_tcp_progress_thread``: a message between hosts moves while its sender computes. Over
 #: TCP a message above the eager limit (64 kB) waits for the receiver's go-ahead, and without
 #: this thread the sender acts on it only in its next MPI call, after its work
-#: (``benchmarks/bench_progress.py`` measures it). Shared memory needs no thread: the receiver
+#: (``scripts/bench_progress.py`` measures it). Shared memory needs no thread: the receiver
 #: copies.
 MPI_ENV = {"OMPI_MCA_mpi_yield_when_idle": "1", "OMPI_MCA_btl_tcp_progress_thread": "1"}
 

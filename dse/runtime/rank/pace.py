@@ -2,7 +2,7 @@
 
 An emulated cluster's device of share ``s`` (:mod:`dse.cluster.cpu`) gets ``s`` of a
 CPU once the kernel divides the CPU by weights, from its next scheduler tick on; a burst of
-work after a wait runs ahead at up to a whole CPU (``benchmarks/cluster_bursts.py`` measures
+work after a wait runs ahead at up to a whole CPU (``scripts/cluster_bursts.py`` measures
 how far ahead, by the burst's length). A board of that speed
 computes every burst at its speed, and a mapping of many short segments (rows split over a
 device, DenseNet-121's small layers) is made of such bursts. So the cluster's rank script sets
@@ -16,7 +16,7 @@ tick or until it waits: a rank woken by its message (a poll of
 :func:`dse.runtime.rank.waits.until`) waits in the CPU's queue until the other device's burst ends,
 where a device of a real board starts at once. Without a remedy, a layer split over the two
 devices runs its parts one after the other, and the second, paced from the moment it got the
-CPU, ends up to the first's CPU time late (``benchmarks/cluster_exchange.py`` measures an
+CPU, ends up to the first's CPU time late (``scripts/cluster_exchange.py`` measures an
 exchange with and without the credit below). So a run's pacing counts from
 earlier by the time the rank sat in the run queue since its last run (:class:`RunQueue`), but
 for the queueing of its waits before their messages were there (all of a wait's sleeps but the

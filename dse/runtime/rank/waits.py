@@ -7,7 +7,7 @@
     ``allreduce``): the rank keeps its core while it waits (``OMPI_MCA_mpi_yield_when_idle=1``
     makes it yield between polls, which frees the core for other processes of its own
     cgroup only). On a machine where each rank has its own core this is the fastest: a
-    message is seen the moment it lands (``benchmarks/bench_wait.py``).
+    message is seen the moment it lands (``scripts/bench_wait.py``).
 a number of microseconds
     every wait is the non-blocking call (``Iprobe``, ``Irecv``, ``Testall``, ``Ibarrier``,
     ``Iallreduce``) polled for that long, then polled every :data:`SLEEP_S` with the rank

@@ -1,6 +1,6 @@
 """Time the exploration as a user runs it, with the thesis's settings.
 
-    python benchmarks/bench_dse.py [--nets vgg16 densenet121] [--repeat N] [--against DIR]
+    python scripts/bench_dse.py [--nets vgg16 densenet121] [--repeat N] [--against DIR]
         [extra overrides ...]
 
 Runs `python -m dse +net=NET` (population 1000, 100 generations, default platform) in a fresh

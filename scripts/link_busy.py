@@ -1,7 +1,7 @@
 """A link's table on an emulated cluster, quiet and beside a busy loop on one of the machine's CPUs.
 
     python -m dse.cluster up platform=edge3_wifi
-    python benchmarks/link_busy.py [--platform edge3_wifi] [--cpu 1] [--rounds 2]
+    python scripts/link_busy.py [--platform edge3_wifi] [--cpu 1] [--rounds 2]
 
 Calibration's link benchmark (:func:`dse.calibrate.links.measure_link`: MPI ping-pongs through
 the boards' namespaces, cgroups and shaped ports, as deployments run) between the first pair of

@@ -1,6 +1,6 @@
 """Time loading graphs of many parallel branches: the memory-aware order must stay near-linear.
 
-    python benchmarks/bench_order.py [BRANCHES ...]   (default: 1000 2000 4000)
+    python scripts/bench_order.py [BRANCHES ...]   (default: 1000 2000 4000)
 
 Each graph is one input feeding BRANCHES branches of two layers (Relu -> Sigmoid) joined by a
 Concat, so a graph of B branches has 2B + 1 layers. Prints, per size, the load time with the

@@ -1,6 +1,6 @@
 """How close NSGA-II gets to the true front of cases whose every mapping is enumerated.
 
-    python benchmarks/search_quality.py [--cases board_gpu_cpu two_boards]
+    python scripts/search_quality.py [--cases board_gpu_cpu two_boards]
         [--encodings naive advanced-2 advanced-3 vertical] [--budgets 200 1000 5000 20000]
         [--seeds 5] [--refill mutation immigrants restart mating] [--mutation pm]
         [--structured-seeds] [--local-share 0.75] [--pop-factor 0.75] [--crowding 2nn]

@@ -1,7 +1,7 @@
 """The small-budget settings on the zoo's networks, whose fronts are not known: the hypervolume
 (each problem's fixed normalisation, dse/search/hypervolume.py) of each setting's final front.
 
-    python benchmarks/zoo_small_budgets.py [--nets alexnet vgg16 densenet121]
+    python scripts/zoo_small_budgets.py [--nets alexnet vgg16 densenet121]
         [--encodings naive advanced] [--budgets 1000] [--seeds 5]
         [--settings before sqrt local small] [--thesis]
 
@@ -9,7 +9,7 @@ Each network on the default platform (``python -m dse +net=NAME chromosome=ENC``
 in-process with ``algorithm.max_evaluations`` at each budget and these settings (population P
 from the budget B):
 
-* ``before``: P = sqrt(B) / 2, NSGA-II alone (benchmarks/search_quality.py before the local
+* ``before``: P = sqrt(B) / 2, NSGA-II alone (scripts/search_quality.py before the local
   step);
 * ``sqrt``: P = sqrt(B), NSGA-II alone;
 * ``local``: P = sqrt(B), the local step on half the offspring (``algorithm.local_share=0.5``);

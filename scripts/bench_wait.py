@@ -7,7 +7,7 @@ one network (one device; all but the last layer on device 0, so device 1 waits t
 a vertical cut at half the layers; every splittable layer over both devices) run in both
 modes, interleaved in random order, and the medians per mapping and mode are printed.
 
-    python benchmarks/bench_wait.py --net resnet50 --rounds 5      # quiet machine: it measures
+    python scripts/bench_wait.py --net resnet50 --rounds 5      # quiet machine: it measures
 """
 
 from __future__ import annotations

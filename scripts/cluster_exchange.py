@@ -1,7 +1,7 @@
 """What a message costs on an emulated cluster while its devices compute, per pair of devices.
 
     python -m dse.cluster up platform=edge3_ethernet
-    python benchmarks/cluster_exchange.py [--cluster edge3_ethernet] [--rounds 3]
+    python scripts/cluster_exchange.py [--cluster edge3_ethernet] [--rounds 3]
 
 Two ranks, each on its device's cgroups as the runtime's are (the cluster's rank script:
 CPU share, memory cap, ``DSE_PACE``), repeat a step 6 times:

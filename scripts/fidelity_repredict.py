@@ -2,9 +2,9 @@
 with another coefficients file, or other cut costs (it measures nothing, so it can run beside
 anything).
 
-    python benchmarks/fidelity_repredict.py runs/fidelity/googlenet-edge3_ethernet-*
-    python benchmarks/fidelity_repredict.py RUN --coefficients /tmp/refit.json
-    python benchmarks/fidelity_repredict.py RUN --transfer-fixed-ms 0,0.2,0.3,0.5
+    python scripts/fidelity_repredict.py runs/fidelity/googlenet-edge3_ethernet-*
+    python scripts/fidelity_repredict.py RUN --coefficients /tmp/refit.json
+    python scripts/fidelity_repredict.py RUN --transfer-fixed-ms 0,0.2,0.3,0.5
 
 For each run directory of ``python -m dse.fidelity``, the mappings are drawn again as the run
 drew them (the same network, platform and number of mappings: ``fidelity.json`` and

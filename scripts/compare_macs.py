@@ -1,7 +1,7 @@
 """Compare dse's per-layer MACs and params with onnx-tool, an independent counter.
 
-    python benchmarks/compare_macs.py MODEL.onnx [1,3,640,640]
-    python benchmarks/compare_macs.py --zoo          # every zoo net, materialized to the cache
+    python scripts/compare_macs.py MODEL.onnx [1,3,640,640]
+    python scripts/compare_macs.py --zoo          # every zoo net, materialized to the cache
 
 Prints, for the layers both tools count the same way (Conv, ConvTranspose, Gemm, MatMul and
 their quantized forms, LSTM/GRU), the totals of each tool and the largest per-layer

@@ -1,6 +1,6 @@
 """Does the search beat the fastest device and a hand-written split? Best latency per seed.
 
-    python benchmarks/uneven_splits.py [--nets vgg16 alexnet] [--encodings advanced naive]
+    python scripts/uneven_splits.py [--nets vgg16 alexnet] [--encodings advanced naive]
         [--seeds 5] [--set chromosome.shares=equal ...] [--structured-seeds]
 
 For each network and hybrid encoding, runs the headline search (``python -m dse +net=NET

@@ -1,6 +1,6 @@
 """What a first run costs beyond a later one: numba compiling the kernels into an empty cache.
 
-    python benchmarks/bench_first_run.py [--rounds 2] [--checkout DIR ...] [-- ARGS...]
+    python scripts/bench_first_run.py [--rounds 2] [--checkout DIR ...] [-- ARGS...]
 
 Runs ``python -m dse ARGS`` (default: ``+net=vgg16 chromosome=advanced``, the README's first
 command) in fresh processes, each round once with an empty numba cache (``NUMBA_CACHE_DIR`` a

@@ -1,6 +1,6 @@
 """Time building the layer graph of every zoo net, and of a 2.4 GB model with external data.
 
-    python benchmarks/bench_graph.py
+    python scripts/bench_graph.py
 
 Prints one line per network, `NET: T ms (L layers)`, the median of 5 builds in this process
 (the very first build, which warms caches, is reported apart).

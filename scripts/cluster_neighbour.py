@@ -1,6 +1,6 @@
 """How much a waiting rank slows the device that shares its CPU, per scheduling policy.
 
-    python benchmarks/cluster_neighbour.py [--cpu 1] [--bursts 30] [--rounds 3]   (as root)
+    python scripts/cluster_neighbour.py [--cpu 1] [--bursts 30] [--rounds 3]   (as root)
 
 Two devices of shares 0.6 and 0.4 share one CPU, as edge1 of conf/platform/edge3_*.yaml (built
 by dse.cluster.cpu, under each ``cpu_share``). A worker in dev60 computes bursts of 20 ms of CPU

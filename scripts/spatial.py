@@ -1,9 +1,9 @@
 """Where splitting by rows pays, measured (issue 29): run on a quiet machine; prints its figures.
 
-    python benchmarks/spatial.py vgg16        # VGG-16 on localhost: rows, channels, one device
-    python benchmarks/spatial.py mobilenetv2  # searches with and without rows, bests measured
-    python benchmarks/spatial.py mobilenetv2-by-hand  # the first k layers by rows or channels
-    python benchmarks/spatial.py cluster      # bytes on edge3_ethernet (needs its cluster up)
+    python scripts/spatial.py vgg16        # VGG-16 on localhost: rows, channels, one device
+    python scripts/spatial.py mobilenetv2  # searches with and without rows, bests measured
+    python scripts/spatial.py mobilenetv2-by-hand  # the first k layers by rows or channels
+    python scripts/spatial.py cluster      # bytes on edge3_ethernet (needs its cluster up)
 
 ``vgg16``: VGG-16 on ``localhost`` (two cores, a rank each) as one device, with every
 splittable layer split by channels 50/50 (LOP), with every convolution split by rows 50/50 (the

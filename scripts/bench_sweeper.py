@@ -1,7 +1,7 @@
 """Time the Optuna sweeper's overhead per trial against the run itself, on tiny runs.
 
-    python benchmarks/bench_sweeper.py                    # 10 tiny AlexNet trials on localhost
-    python benchmarks/bench_sweeper.py --trials 20 --gens 5 --sampler nsga2
+    python scripts/bench_sweeper.py                    # 10 tiny AlexNet trials on localhost
+    python scripts/bench_sweeper.py --trials 20 --gens 5 --sampler nsga2
 
 Runs one sweep (``python -m dse --multirun hydra/sweeper=dse_optuna``) into a temporary SQLite
 study, then reads each trial's times back from the study and prints medians per trial:

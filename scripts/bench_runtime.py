@@ -8,8 +8,8 @@
    DenseNet-121 < 5 s), weights already materialized: the second of two deploys (the first
    also runs the whole model once for the equivalence check's outputs, then cached).
 
-    python benchmarks/bench_runtime.py                 # VGG-16, 3 interleaved rounds of 4 + 20
-    python benchmarks/bench_runtime.py --net alexnet --rounds 1 --iterations 3   # a quick check
+    python scripts/bench_runtime.py                 # VGG-16, 3 interleaved rounds of 4 + 20
+    python scripts/bench_runtime.py --net alexnet --rounds 1 --iterations 3   # a quick check
 """
 
 from __future__ import annotations

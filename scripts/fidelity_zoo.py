@@ -1,10 +1,10 @@
 """Calibrate, then measure the model's fidelity on the zoo and on a network left out of
 calibration; print one table (run on a quiet machine: it measures).
 
-    python benchmarks/fidelity_zoo.py              # ~55 min on localhost, into runs/fidelity_zoo
-    python benchmarks/fidelity_zoo.py --out DIR --skip-calibrate --nets alexnet   # reuse, one net
-    python benchmarks/fidelity_zoo.py --out DIR --rounds 3   # quicker, noisier medians
-    python benchmarks/fidelity_zoo.py --out DIR --platform edge3_ethernet --stream 8
+    python scripts/fidelity_zoo.py              # ~55 min on localhost, into runs/fidelity_zoo
+    python scripts/fidelity_zoo.py --out DIR --skip-calibrate --nets alexnet   # reuse, one net
+    python scripts/fidelity_zoo.py --out DIR --rounds 3   # quicker, noisier medians
+    python scripts/fidelity_zoo.py --out DIR --platform edge3_ethernet --stream 8
         --calibrate-arg quick=true --nets mobilenetv2 --mappings 6 --held-out ''  # a smoke run
 
 An emulated platform (``edge3_ethernet``, ``edge3_wifi``) needs its cluster up first

@@ -1,6 +1,6 @@
 """Fit the Xavier NX CPU coefficients to the thesis's unpartitioned measurements (Table 2).
 
-    python benchmarks/fit_thesis_coefficients.py [--write]
+    python scripts/fit_thesis_coefficients.py [--write]
 
 One set of coefficients for all networks. Fixed from hardware facts rather than fitted: the
 CPU frequency (1.4 GHz, the 6-core mode) and the rates of memory-bound layers (fully connected
@@ -121,7 +121,7 @@ def fit(platform_cfg: dict) -> dict:
     cpu["memory"] = {"coefficient": m[0], "bias_mb": m[1], "per_layer_mb": m[2]}
     return {
         "description": "Jetson Xavier NX: CPU fitted to the thesis's Table 2 by "
-        "benchmarks/fit_thesis_coefficients.py; " + GPU_NOTE,
+        "scripts/fit_thesis_coefficients.py; " + GPU_NOTE,
         "cpu": cpu,
         "gpu": GPU,
     }

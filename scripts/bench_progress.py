@@ -1,7 +1,7 @@
 """Does a message between hosts move while its sender computes? With and without Open MPI's
 TCP progress thread (``dse.runtime.launch.mpiexec.MPI_ENV``).
 
-    python benchmarks/bench_progress.py [--rounds 3] [--busy-ms 200]
+    python scripts/bench_progress.py [--rounds 3] [--busy-ms 200]
 
 Two ranks on this machine talk over TCP (``--mca btl tcp,self``), as ranks on two hosts do.
 Rank 0 posts a send (``Isend``), then computes for ``--busy-ms`` without any MPI call, as a

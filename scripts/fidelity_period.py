@@ -1,8 +1,8 @@
 """Where a fidelity run's pipelined period is lost: a reading of runs already measured (it
 measures nothing, so it can run beside anything).
 
-    python benchmarks/fidelity_period.py runs/fidelity/alexnet-edge3_ethernet-*
-    python benchmarks/fidelity_period.py runs/fidelity/*-edge3_ethernet-* --send-ms-per-mb 0.8
+    python scripts/fidelity_period.py runs/fidelity/alexnet-edge3_ethernet-*
+    python scripts/fidelity_period.py runs/fidelity/*-edge3_ethernet-* --send-ms-per-mb 0.8
 
 For each run directory of ``python -m dse.fidelity ... stream=N`` it splits the measured
 mappings in two: those whose predicted period is their predicted latency (the model's cap: a

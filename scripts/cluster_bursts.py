@@ -1,6 +1,6 @@
 """How fast a CPU-share device computes a burst of work after waiting, per mechanism.
 
-    python benchmarks/cluster_bursts.py [--cpu 1] [--gap-ms 30] [--repeats 5] [--rounds 3]
+    python scripts/cluster_bursts.py [--cpu 1] [--gap-ms 30] [--repeats 5] [--rounds 3]
         (as root)
 
 A rank on a device waits for its inputs, then computes for a few milliseconds, then waits

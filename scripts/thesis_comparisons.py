@@ -1,7 +1,7 @@
 """The thesis's two comparisons at its settings (population 1000, 100 generations), 5 seeds each;
 hypervolume against budgets; the gap to the exact vertical optimum.
 
-    python benchmarks/thesis_comparisons.py [--nets alexnet vgg16 densenet121] [--seeds 5]
+    python scripts/thesis_comparisons.py [--nets alexnet vgg16 densenet121] [--seeds 5]
         [--out runs/thesis] [--summarize-only]
         [--budgets [1000 5000 20000 100000]] [--gap]
 

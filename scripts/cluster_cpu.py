@@ -1,6 +1,6 @@
 """How steady a CFS quota makes a device's speed, per CFS period: prints medians and spreads.
 
-    python benchmarks/cluster_cpu.py [--cpu 1] [--inference-ms 35] [--inferences 20]
+    python scripts/cluster_cpu.py [--cpu 1] [--inference-ms 35] [--inferences 20]
         [--rounds 3]   (as root)
 
 Two devices of shares 0.6 and 0.4 share one CPU (as edge1 of conf/platform/edge3_*.yaml), each

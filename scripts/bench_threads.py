@@ -1,6 +1,6 @@
 """The analytical model's speed by thread count, batch size and machine load.
 
-    python benchmarks/bench_threads.py [--net vgg16] [--seconds 2] [--rounds 3]
+    python scripts/bench_threads.py [--net vgg16] [--seconds 2] [--rounds 3]
 
 For 1 and all threads, a batch of 1 and of 1000 mappings, on an idle machine, with one busy
 process fewer than the cores beside it, and with one per core (started and stopped by this

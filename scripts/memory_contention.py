@@ -1,6 +1,6 @@
 """How much a layer's part slows while the machine's other core computes the other part.
 
-    python benchmarks/memory_contention.py [--rounds 3] [--seconds 3]
+    python scripts/memory_contention.py [--rounds 3] [--seconds 3]
 
 An emulated cluster's boards are one machine: their cores share its memory bus and last-level
 cache, where real boards have a memory each. A layer split over two boards runs its parts at

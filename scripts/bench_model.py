@@ -1,6 +1,6 @@
 """Speed of the analytical model: random valid hybrid mappings evaluated per second.
 
-    python benchmarks/bench_model.py [--nets vgg16 densenet121] [--batch 1000] [--threads 1]
+    python scripts/bench_model.py [--nets vgg16 densenet121] [--batch 1000] [--threads 1]
 
 Prints one line per network, `NET: N mappings/s`, on the default 16-device platform
 (jetson_xavier_nx_x8). Mappings put every layer on a random device and split every splittable
