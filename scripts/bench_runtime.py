@@ -57,8 +57,8 @@ def plain_median(sess, feeds, warmup: int, iterations: int) -> float:
 
 def runtime_median(directory: Path, warmup: int, iterations: int) -> float:
     r = launch(directory, timeout_s=1800, warmup=warmup, iterations=iterations)
-    if r.get("status") != "ok":
-        raise SystemExit(f"runtime run failed: {r.get('reason')}")
+    if not r.ok:
+        raise SystemExit(f"runtime run failed: {r.reason}")
     return float(r.latency.median)
 
 

@@ -62,8 +62,8 @@ def main() -> None:
                 k, w = keys[i]
                 os.environ["DSE_WAIT_SPIN_US"] = MODES[w]
                 r = launch(Path(tmp) / k, timeout_s=600, warmup=3, iterations=a.iterations)
-                if r.get("status") != "ok":
-                    raise SystemExit(f"{k} ({w}) failed: {r.get('reason')}")
+                if not r.ok:
+                    raise SystemExit(f"{k} ({w}) failed: {r.reason}")
                 res[k, w].append(r.latency.median)
     print(f"{a.net}: median latency (ms) over {a.rounds} interleaved rounds, [each round]")
     for k in maps:

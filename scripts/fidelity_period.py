@@ -48,7 +48,10 @@ def shares(run: Path) -> dict[str, float]:
 def comparisons(run: Path) -> list[dict]:
     """The run's measured mappings that streamed (status ok, with a period)."""
     out = []
-    for path in sorted(run.glob("phase2/*/comparison.json")):
+    # a fidelity run deploys into deployments/ (before 2026-12-07: phase2/)
+    for path in sorted(
+        [*run.glob("deployments/*/comparison.json"), *run.glob("phase2/*/comparison.json")]
+    ):
         c = json.loads(path.read_text())
         if c.get("status") == "ok" and c.get("stream"):
             out.append(c)
