@@ -41,7 +41,7 @@ PACE_ENV = "DSE_PACE"
 class RunQueue:
     """How long this rank's main thread has been ready to run but not running (s, Linux
     ``/proc/self/schedstat``: its CPU taken by other work, or its device's CPU quota spent);
-    0 where the file is not readable. A read costs ~3 us (the file stays open)."""
+    0 where the file is not readable. The file stays open between reads."""
 
     def __init__(self) -> None:
         try:
