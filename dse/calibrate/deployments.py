@@ -53,7 +53,7 @@ from models_analytical.calibration import (
     fit_cuts,
     fit_shared_host,
 )
-from models_analytical.coefficients import Coefficients
+from models_analytical.coefficients import Coefficients, MemoryReference, SpeedReference
 from models_analytical.model import AnalyticalModel
 
 #: Each network's mappings: the one-device reference, then the cut mappings.
@@ -214,29 +214,32 @@ class Deployments:
     left_out: dict[str, str]  # single:<type> runs that failed (a memory cap too small...)
     start_rss_mb: float | None = None  # a rank's RSS before loading (median over the ranks)
 
-    def memory_reference(self) -> dict[str, Any] | None:
+    def memory_reference(self) -> MemoryReference | None:
         """The coefficients' ``memory_reference`` note (:mod:`dse.fidelity` compares with it)."""
         if self.start_rss_mb is None:
             return None
-        return {
-            "start_mb": self.start_rss_mb,
-            "what": "a rank's RSS before it loads any sub-model (the interpreter, onnxruntime, "
-            "MPI), median over the deployments' ranks: the baseline every fitted memory figure "
-            "sits on, and dse.fidelity compares its own runs' with it",
-        }
+        what = (
+            "a rank's RSS before it loads any sub-model (the interpreter, onnxruntime, MPI), "
+            "median over the deployments' ranks: the baseline every fitted memory figure sits "
+            "on, and dse.fidelity compares its own runs' with it"
+        )
+        return MemoryReference(self.start_rss_mb, what)
 
-    def speed_reference(self, platform: Platform) -> dict[str, Any] | None:
+    def speed_reference(self, platform: Platform) -> SpeedReference | None:
         """The coefficients' ``speed_reference`` note (:mod:`dse.fidelity` compares with it)."""
         if not self.speed:
             return None
-        return {
-            "whole_ms": {n: ms for n, (ms, _) in self.speed.items()},
-            "fingerprints": {n: fp for n, (_, fp) in self.speed.items()},
-            "threads": probe_threads(platform),
-            "what": "the whole network alone (dse.runtime.launch.probe), median over the probes "
-            "beside the deployment runs; every latency fitted here was brought to this "
-            "speed, and dse.fidelity compares its own probes with it",
-        }
+        what = (
+            "the whole network alone (dse.runtime.launch.probe), median over the probes beside "
+            "the deployment runs; every latency fitted here was brought to this speed, and "
+            "dse.fidelity compares its own probes with it"
+        )
+        return SpeedReference(
+            whole_ms={n: ms for n, (ms, _) in self.speed.items()},
+            threads=probe_threads(platform),
+            fingerprints={n: fp for n, (_, fp) in self.speed.items()},
+            what=what,
+        )
 
 
 def measure_deployments(

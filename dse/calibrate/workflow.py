@@ -66,6 +66,7 @@ from dse.calibrate.ondevice import unit_runner
 from dse.calibrate.settings import CalibrationSettings
 from dse.calibrate.submodels import measure_submodels
 from dse.files import scratch
+from dse.records import to_json
 from models_analytical.calibration import fit_memory
 from models_analytical.coefficients import Coefficients, TypeCoefficients
 
@@ -188,9 +189,9 @@ def _fit_deployments(
     root: Path,
 ) -> DeploymentFits:
     deployments = measure_deployments(s, coefficients, progress.tick, root, journal)
-    notes = {"speed_reference": deployments.speed_reference(s.platform),
-             "memory_reference": deployments.memory_reference()}  # fmt: skip
-    notes = {k: v for k, v in notes.items() if v is not None}
+    references = {"speed_reference": deployments.speed_reference(s.platform),
+                  "memory_reference": deployments.memory_reference()}  # fmt: skip
+    notes = {k: to_json(v) for k, v in references.items() if v is not None}
     if notes:
         coefficients = replace(coefficients, notes=notes)
     runs = deployments.runs

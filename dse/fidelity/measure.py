@@ -13,9 +13,10 @@ from dse.fidelity.settings import FidelitySettings
 from dse.mapping import Mappings
 from dse.measuring.measure import Measured, Settings, measure_mappings
 from dse.measuring.rounds import Rounds
-from dse.measuring.speed import finite_number
+from dse.measuring.speed import note
 from dse.net import Net
 from dse.runtime.launch.mpiexec import Launcher
+from models_analytical.coefficients import MemoryReference
 from models_analytical.model import AnalyticalModel
 
 #: Where a fidelity run deploys its mappings, under its output directory.
@@ -40,8 +41,8 @@ def memory_baseline(model: AnalyticalModel, start_mb: float | None) -> MemoryBas
     against the coefficients' ``memory_reference`` note."""
     if start_mb is None:
         return None
-    ref = model.coefficients.notes.get("memory_reference")
-    then = finite_number(ref.get("start_mb") if isinstance(ref, dict) else None)
+    ref = note(model, "memory_reference", MemoryReference)
+    then = None if ref is None else ref.start_mb
     changed = then is not None and abs(start_mb - then) > BASELINE_CHANGED * then
     return MemoryBaseline(start_mb, then, changed)
 

@@ -4,20 +4,24 @@ and how much a mapping slows with the machine (its devices' own work, not its tr
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 
+from dse.errors import DseError
 from dse.mapping import Mappings
 from dse.measuring.rounds import Slowdown
 from dse.net import Net, zoo
 from dse.net.load import load_net
 from dse.objectives import OBJECTIVES
+from dse.records import read
 from dse.runtime.launch.probe import CalibratedSpeed, FileProbe, SpeedProbe, probe_threads
+from models_analytical.coefficients import SpeedReference
 from models_analytical.model import AnalyticalModel
+
+T = TypeVar("T")
 
 #: Where a run's reference speed comes from (:class:`Speed`).
 SpeedFrom = Literal["calibration", "calibrated networks", "this run's median probe"]
@@ -36,29 +40,27 @@ class Speed:
     networks: list[str] = field(default_factory=list)
 
 
-def finite_number(value: Any) -> float | None:
-    """``value`` as a float where it is a finite number (not a bool): a note of the
-    coefficients file as fidelity may use it; None otherwise (absent, or an edited file)."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    return float(value) if ok else None
+def note(model: AnalyticalModel, name: str, cls: type[T]) -> T | None:
+    """The coefficients' note ``name`` (what calibration left for fidelity) as ``cls``; None
+    where there is none, or it is not of that shape (an edited file)."""
+    try:
+        return read(cls, model.coefficients.notes.get(name), name)
+    except DseError:
+        return None
 
 
 def calibration_probes(model: AnalyticalModel) -> dict[str, tuple[str, float]]:
     """The calibration's speed probes: network -> (its fingerprint, the whole network alone in
     ms), where probed at this platform's probe thread count; {} otherwise (none, or not of
     this shape: an edited file)."""
-    ref = model.coefficients.notes.get("speed_reference")
-    if not isinstance(ref, dict) or ref.get("threads") != probe_threads(model.platform):
+    ref = note(model, "speed_reference", SpeedReference)
+    if ref is None or ref.threads != probe_threads(model.platform):
         return {}
-    fingerprints, whole = ref.get("fingerprints"), ref.get("whole_ms")
-    if not isinstance(fingerprints, dict) or not isinstance(whole, dict):
-        return {}
-    out = {}
-    for name, fingerprint in fingerprints.items():
-        value = finite_number(whole.get(name))
-        if isinstance(fingerprint, str) and value is not None and value > 0:
-            out[str(name)] = (fingerprint, value)
-    return out
+    return {
+        str(name): (fingerprint, ref.whole_ms[name])
+        for name, fingerprint in ref.fingerprints.items()
+        if name in ref.whole_ms
+    }
 
 
 def speed_reference(model: AnalyticalModel, net: Net) -> float | None:
