@@ -60,11 +60,14 @@ def every_term(coefficients: Coefficients, graph: LayerGraph) -> Coefficients:
             segment_in_per_byte_s=1e-10,
             segment_out_per_byte_s=3e-10,
             receive_on_device=i % 2 == 0,
-            memory_weights={"conv": 1.1, "other": 1.05},
-            memory_loading={"conv": 2.2, "other": 2.0},
-            memory_per_segment_mb=1.5,
-            memory_held=0.9,
-            memory_empty_mb=30.0,
+            memory=dataclasses.replace(
+                t.memory,
+                weights={"conv": 1.1, "other": 1.05},
+                loading={"conv": 2.2, "other": 2.0},
+                per_segment_mb=1.5,
+                held=0.9,
+                empty_mb=30.0,
+            ),
         )
         for i, (name, t) in enumerate(coefficients.types.items())
     }
