@@ -99,7 +99,7 @@ def read_json(path: str, what: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
     if not text.strip():
         raise DseError(f"{what} file {p} is empty: it must hold a JSON object")
     try:
-        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
+        return json.loads(text, parse_constant=no_constant, object_pairs_hook=no_duplicates)
     except json.JSONDecodeError as exc:
         raise DseError(f"{what} file {p} is not valid JSON: {exc}") from None
     except RecursionError:
@@ -112,11 +112,13 @@ def read_json(path: str, what: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
         raise DseError(f"{what} file {p}: {exc}") from None
 
 
-def _no_constant(name: str) -> Any:
+def no_constant(name: str) -> Any:
+    """A ``json.loads`` hook refusing NaN and Infinity (ValueError)."""
     raise ValueError(f"{name} is not a JSON value (write a number)")
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A ``json.loads`` hook refusing a key given twice (ValueError)."""
     out: dict[str, Any] = {}
     for k, v in pairs:
         if k in out:

@@ -188,13 +188,19 @@ def _reader(tp: Any, mode: _Mode = _PLAIN) -> Reader:
     return _READERS[cache]
 
 
-def _make_reader(tp: Any, mode: _Mode) -> Reader:  # noqa: C901 - one branch per kind of type
+def _parts(tp: Any) -> tuple[Any, tuple[Any, ...], Any, tuple[Any, ...], Tag | None]:
+    """A type taken apart: the type without its ``Annotated`` markers, the markers, its origin
+    (``list``, a union...), its arguments, and its :class:`Tag` if it has one."""
     meta: tuple[Any, ...] = ()
     if typing.get_origin(tp) is typing.Annotated:
         tp, *rest = typing.get_args(tp)
         meta = tuple(rest)
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
     tag = next((m for m in meta if isinstance(m, Tag)), None)
+    return tp, meta, typing.get_origin(tp), typing.get_args(tp), tag
+
+
+def _make_reader(tp: Any, mode: _Mode) -> Reader:  # noqa: C901 - one branch per kind of type
+    tp, meta, origin, args, tag = _parts(tp)
     if tag is not None:
         return _tagged(args, tag.key, mode)
     bounds = next((m for m in meta if isinstance(m, Range)), None)
@@ -492,12 +498,7 @@ def _same(value: Any) -> Any:
 
 
 def _make_writer(tp: Any) -> Writer:
-    meta: tuple[Any, ...] = ()
-    if typing.get_origin(tp) is typing.Annotated:
-        tp, *rest = typing.get_args(tp)
-        meta = tuple(rest)
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    tag = next((m for m in meta if isinstance(m, Tag)), None)
+    tp, _meta, origin, args, tag = _parts(tp)
     if tag is not None:
         by_type = {m: _record_writer(m, tag.key) for m in args}
         return lambda value: by_type[type(value)](value)

@@ -24,6 +24,7 @@ import onnx
 from onnx import TensorProto
 
 from dse.errors import DseError
+from dse.files import no_constant, no_duplicates
 from dse.runtime.deployment.layout import PLAN
 from dse.runtime.deployment.plan import MAX_PLAN_BYTES, Plan
 from dse.runtime.deployment.validate import FILE_NAME, SegmentIO, check_io, model_io, validate
@@ -126,24 +127,14 @@ def check_files(
 
 def parse_plan_text(text: str | bytes, where: str) -> Any:
     """``plan.json``'s JSON; one line when it is not JSON, too deep, has NaN or a key twice."""
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for k, v in items:
-            if k in out:
-                raise DseError(f"{where}: key '{k}' appears twice")
-            out[k] = v
-        return out
-
-    def constant(name: str) -> None:
-        raise DseError(f"{where}: {name} is not a number JSON allows")
-
     try:
-        return json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+        return json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constant)
     except RecursionError:
         raise DseError(f"{where}: nested too deeply") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DseError(f"{where} is not JSON: {exc}") from None
+    except ValueError as exc:  # the hooks': NaN, a key twice
+        raise DseError(f"{where}: {exc}") from None
 
 
 def read_plan_json(directory: Path) -> Any:
