@@ -218,11 +218,13 @@ class Port:
 
 @dataclass(frozen=True)
 class BoardEmulation:
-    """A board of an emulated cluster: the CPUs of this machine it gets and, on a switched
-    network only, its port's own rate (null: ``emulation.rate_mbit``)."""
+    """A board of an emulated cluster: the CPUs of this machine it gets, on a switched
+    network only its port's own rate (null: ``emulation.rate_mbit``), and the size of its own
+    disk (its home, ``/tmp`` and ``/var/tmp``: memory, used only as it fills)."""
 
     cpus: list[Annotated[int, Range(0)]]
     rate_mbit: Mbit | None = None
+    disk_mb: Annotated[int, Range(16, 1 << 20)] = 4096
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """`up` and `down`: build a cluster in an order that can always be undone, and undo it.
 
 ``up`` first removes whatever a cluster of the same name left (a killed run), then makes the
-launcher, the network, the cgroups, waits until every board's link carries traffic, and writes
-the state last. Any failure on the way tears down everything of the cluster's name before the
-error goes on, so nothing is left half built. ``down`` finds everything by name alone.
+launcher, the network, the cgroups, waits until every board's link carries traffic, boots every
+board (its own disk and sshd, :mod:`dse.cluster.hosts`), and writes the state last. Any
+failure on the way tears down everything of the cluster's name before the error goes on, so
+nothing is left half built. ``down`` finds everything by name alone.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import shutil
 import socket
 from pathlib import Path
 
-from dse.cluster import cpu, launcher, net, system
+from dse.cluster import cpu, hosts, launcher, net, system
 from dse.cluster.names import BOARD_IF, CGROUP_ROOT, CONTROLLERS, PREFIX, STATE_ROOT, Names
 from dse.cluster.spec import ClusterSpec
 from dse.cluster.state import State, machine_lock, save
@@ -65,6 +66,7 @@ def up(spec: ClusterSpec) -> State:
             net.build(spec, names, subnet)
             cpu.build(spec, names)
             net.wait_ready(spec, names, subnet)
+            hosts.start(spec, names, hosts.addresses(spec, subnet))
             state = State(spec, subnet)
             save(state)
         except BaseException as exc:
@@ -103,13 +105,14 @@ def down(name: str) -> bool:
 
 
 def stop_processes(state: State) -> None:
-    """Kill every process running on the cluster's boards (in their namespaces or cgroups):
-    after a run that timed out or failed. Open MPI's daemons on the boards leave mpiexec's
-    session (a second daemon calls setsid): killing the session alone leaves them running a
-    while before they notice and exit with their ranks."""
+    """Kill every process running on the cluster's boards (in their namespaces or cgroups)
+    but their sshd: after a run that timed out or failed. Open MPI's daemons on the boards
+    leave mpiexec's session (a second daemon calls setsid): killing the session alone leaves
+    them running a while before they notice and exit with their ranks."""
+    spare = hosts.listeners(state.names, [b.name for b in state.spec.boards])
     for b in state.spec.boards:
-        net.kill_in(state.names.board_ns(b.name))
-    cpu.kill_tasks(state.names)
+        net.kill_in(state.names.board_ns(b.name), spare)
+    cpu.kill_tasks(state.names, spare)
 
 
 def set_link(state: State, board: str, carrying: bool) -> None:

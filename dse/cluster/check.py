@@ -44,6 +44,7 @@ from typing import Any
 
 from dse.cluster import system
 from dse.cluster.mpi import board_files, mpiexec_options
+from dse.cluster.probe import LINKS
 from dse.cluster.spec import ClusterSpec, DeviceShare, cpu_list, describe_shares
 from dse.cluster.state import State, one_run
 from dse.errors import DseError
@@ -91,18 +92,21 @@ def run_links(state: State, settings: CheckSettings) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="dse-cluster-check-") as tmp:
         files = board_files(state, boards, Path(tmp))
         args, env = mpiexec_options(state)
-        out = Path(tmp) / "links.json"
         size = max(1, int(settings.size_mb * 2**20))
         program = [sys.executable, "-m", "mpi4py", "-m", "dse.cluster.probe", "links"]
         cmd = [mpiexec_path(), *args, "-n", str(len(boards)), *files.args(), *program]
-        cmd += [str(out), str(size), str(settings.reps)]
-        run_mpi(cmd, {**os.environ, **env}, settings.timeout_s, Path(tmp))
-        return json.loads(out.read_text())
+        cmd += [str(size), str(settings.reps)]
+        output = run_mpi(cmd, {**os.environ, **env}, settings.timeout_s, Path(tmp))
+        line = next((t for t in output.splitlines() if t.startswith(LINKS)), None)
+        if line is None:
+            raise DseError(f"the link check's rank 0 printed no times: {output[-300:]!r}")
+        return json.loads(line[len(LINKS) :])
 
 
-def run_mpi(cmd: list[str], env: dict[str, str], timeout_s: float, cwd: Path) -> None:
+def run_mpi(cmd: list[str], env: dict[str, str], timeout_s: float, cwd: Path) -> str:
     """Run an mpiexec command on the cluster, again after a startup failure that does not
-    last (:data:`dse.runtime.launch.mpiexec.STARTUP_FAILURES`); nothing of it outlives this call."""
+    last (:data:`dse.runtime.launch.mpiexec.STARTUP_FAILURES`); its output. Nothing of it
+    outlives this call."""
     log = cwd / "mpiexec.log"
     code = started_again(
         lambda: _run_once(cmd, env, timeout_s, cwd, log),
@@ -112,6 +116,7 @@ def run_mpi(cmd: list[str], env: dict[str, str], timeout_s: float, cwd: Path) ->
         tail = [t for t in log.read_text(errors="replace").splitlines() if t.strip()][-3:]
         why = "timed out" if code is None else f"exited with {code}"
         raise DseError(f"the link check's mpiexec {why}: {' | '.join(tail) or 'no output'}")
+    return log.read_text(errors="replace")
 
 
 def _run_once(

@@ -290,10 +290,12 @@ def tasks(group: Path) -> list[int]:
         return []
 
 
-def kill_tasks(names: Names) -> None:
-    """SIGKILL every process in the cluster's cgroups."""
+def kill_tasks(names: Names, spare: frozenset[int] | set[int] = frozenset()) -> None:
+    """SIGKILL every process in the cluster's cgroups but those of ``spare``."""
     for group in groups(names):
         for pid in tasks(group):
+            if pid in spare:
+                continue
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 

@@ -1,18 +1,21 @@
-"""The launcher: how a process gets onto an emulated board (Open MPI's ssh agent, and more).
+"""The launcher: how a process gets onto an emulated board without ssh (and the rank script).
 
-``up`` writes two small shell scripts per cluster into ``/run/dse-cluster/<cluster>/``:
+Boards are hosts reached by ssh (:mod:`dse.cluster.hosts`), and Open MPI reaches them so, as it
+does real boards. ``up`` writes two small shell scripts per cluster into
+``/run/dse-cluster/<cluster>/`` for what ssh cannot do:
 
 ``launcher BOARD COMMAND...``
-    what ``ssh BOARD COMMAND...`` is to a real board, for Open MPI's ``plm_ssh_agent``: starts
-    the board's co-runners if any (:func:`dse.cluster.cpu.corunner_groups`; they end with
-    it), joins the board's cgroups, enters its network namespace and a new UTS namespace named
-    after the board (ranks of boards that share a host name hang after connecting), and runs
-    COMMAND with ``sh -c``, as sshd would. Leading ``-options`` (ssh's) are skipped. Open MPI's
-    daemon of the board stays a child of it, in mpiexec's session: killing the session kills
-    the daemon.
+    Open MPI's ssh agent on a cluster whose devices get their shares from co-runners
+    (``cpu_share=corunner``) only: it starts the board's co-runners (busy processes that must
+    live exactly as long as the run on the board, :func:`dse.cluster.cpu.corunner_groups`),
+    joins the board's cgroups, enters the board's namespaces (network; mount: its own disk;
+    UTS: its host name) through its sshd's, and runs COMMAND with ``sh -c``, as sshd would.
+    Leading ``-options`` (ssh's) are skipped. Open MPI's daemon of the board stays a child of
+    it, in mpiexec's session: killing the session kills the daemon.
 ``launcher --in BOARD[/DEVICE] PROGRAM...``
     runs PROGRAM on a board, in the board's or a device's cgroups (with the board's
-    co-runners if any, as above).
+    co-runners if any, as above): the self-check's probes and the speed probe, which must
+    start in a device's cgroups, where ssh would start them in the board's.
 ``rank BOARD/DEVICE,BOARD/DEVICE,... PROGRAM...``
     put before each rank's program: the rank (``OMPI_COMM_WORLD_RANK``) joins the cgroups of
     the device at its place in the list (its CPU share and memory cap), then execs PROGRAM.
@@ -22,8 +25,8 @@
     file of its own: mpiexec mistakes a program whose path equals its ssh agent's for the
     agent's argument and takes the rest of its own command line for the program's.)
 
-Under weights and co-runners, everything the launcher puts on a board runs under
-``SCHED_BATCH`` (``chrt -b``; Open MPI's daemon, and the ranks it starts, inherit it): a
+Under weights and co-runners, every rank runs under ``SCHED_BATCH`` (``chrt -b``: the rank
+script sets it, and the launcher for all it starts, which inherits it): a
 process of that policy that wakes does not preempt the one running, it waits for the
 scheduler's next decision. A rank that waits for a message wakes often to poll
 (:mod:`dse.runtime.rank.waits`); under the default policy each poll preempted the device beside it
@@ -73,6 +76,8 @@ LAUNCHER_BODY = r"""
 #   launcher --in BOARD[/DEVICE] PROGRAM...  run PROGRAM on BOARD (in a device's cgroups)
 board() {
   [ -e "$NETNS.$1" ] || { say "no board $1 (is the cluster up?)"; exit 255; }
+  sshd=$(cat "@STATE@/boards/$1/sshd.pid" 2>/dev/null) && [ -d "/proc/$sshd" ] ||
+    { say "board $1 is down (its sshd does not run): bring the cluster up again"; exit 255; }
 }
 if [ "${1:-}" = --in ]; then
   [ $# -ge 3 ] || { say "usage: launcher --in BOARD[/DEVICE] PROGRAM..."; exit 2; }
@@ -82,8 +87,7 @@ if [ "${1:-}" = --in ]; then
   corun "$b"
   join "$target"
   pace "$target"
-  exec nsenter --net="$NETNS.$b" unshare --uts \
-    sh -c 'printf %s "$0" > /proc/sys/kernel/hostname && exec "$@"' "$b" "$@"
+  exec nsenter -t "$sshd" --net --mount --uts --wd=/ "$@"
 fi
 while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do shift; done
 [ $# -ge 2 ] || { say "usage: launcher BOARD COMMAND..."; exit 2; }
@@ -91,8 +95,7 @@ b=$1; shift
 board "$b"
 corun "$b"
 join "$b"
-exec nsenter --net="$NETNS.$b" unshare --uts \
-  sh -c 'printf %s "$0" > /proc/sys/kernel/hostname && exec sh -c "$1"' "$b" "$*"
+exec nsenter -t "$sshd" --net --mount --uts --wd=/ sh -c "$*"
 """
 
 RANK_BODY = r"""
@@ -163,6 +166,7 @@ def script(names: Names, which: str, spec: ClusterSpec) -> str:
         "@CONTROLLERS@": " ".join(CONTROLLERS),
         "@CGROUP_ROOT@": str(CGROUP_ROOT),
         "@POLICY@": policy_line(spec),
+        "@STATE@": str(names.state_dir),
     }
     text = COMMON + body
     for key, value in values.items():

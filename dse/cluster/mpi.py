@@ -4,11 +4,12 @@ The runtime's command for a real cluster is ``mpiexec --hostfile H --map-by rank
 PROGRAM`` with ssh reaching the boards. For an emulated cluster three things change, and
 nothing else:
 
-* :func:`mpiexec_options`: Open MPI reaches the boards through the cluster's launcher instead
-  of ssh, and its daemons (``oob``) and ranks (``btl tcp``) talk over the cluster's subnet
-  only; ranks blocked in a receive yield their core (a spinning rank starves the veth's
-  receive work: every small message then waits a scheduler tick), and the runtime's ranks
-  poll then sleep while they wait (:data:`WAIT_US`);
+* :func:`mpiexec_options`: Open MPI reaches the boards by ssh with the cluster's config (its
+  key and known hosts, :mod:`dse.cluster.hosts`; through the cluster's launcher where co-runners
+  must start with the run), and its daemons (``oob``) and ranks (``btl tcp``) talk over the
+  cluster's subnet only; ranks blocked in a receive yield their core (a spinning rank
+  starves the veth's receive work: every small message then waits a scheduler tick), and the
+  runtime's ranks poll then sleep while they wait (:data:`WAIT_US`);
 * :func:`write_mpi_files`: the hostfile and rankfile name the boards; a rank's slot is its
   board's CPUs as the board sees them (numbered from 0, as on a real board of that many cores);
 * :func:`rank_prefix`: put before the program, it moves each rank into its device's cgroups
@@ -21,10 +22,12 @@ shaped links: Open MPI decides that from the host names, which the launcher make
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dse.cluster.hosts import ssh_command
 from dse.cluster.state import State
 from dse.errors import DseError
 from dse.runtime.launch.mpiexec import MPI_ENV, ROOT_ENV
@@ -40,8 +43,15 @@ WAIT_US = "50"
 def mpiexec_options(state: State) -> tuple[list[str], dict[str, str]]:
     """mpiexec's extra arguments for the cluster, and the environment to run it with."""
     subnet = str(state.subnet)
+    if state.spec.cpu_share == "corunner":  # the board's co-runners start with the run
+        reach = [("--prtemca", "plm_ssh_agent", str(state.launcher))]
+    else:
+        reach = [("--prtemca", "plm_ssh_args", shlex.join(ssh_command(state.names)[1:]))]
     options = [
-        ("--prtemca", "plm_ssh_agent", str(state.launcher)),
+        *reach,
+        # mpiexec reaches every board itself: a board's daemon does not ssh to others (real
+        # boards need not hold each other's keys)
+        ("--prtemca", "plm_ssh_no_tree_spawn", "1"),
         ("--prtemca", "oob_tcp_if_include", subnet),
         ("--mca", "btl_tcp_if_include", subnet),
     ]

@@ -184,10 +184,11 @@ def wait_ready(
                 time.sleep(0.1)
 
 
-def kill_in(ns: str) -> None:
-    """SIGKILL every process inside the namespace ``ns`` (only our launcher puts any there)."""
+def kill_in(ns: str, spare: frozenset[int] | set[int] = frozenset()) -> None:
+    """SIGKILL every process inside the namespace ``ns`` but those of ``spare``."""
     for _ in range(50):
-        out = ip("netns", "pids", ns, check=False).stdout.split()
+        pids = ip("netns", "pids", ns, check=False).stdout.split()
+        out = [p for p in pids if int(p) not in spare]
         if not out:
             return
         for pid in out:

@@ -1,9 +1,11 @@
 """The self-check's measuring programs, run on the cluster's boards.
 
-``python -m mpi4py -m dse.cluster.probe links OUT SIZE REPS``, one rank per board: for every
+``python -m mpi4py -m dse.cluster.probe links SIZE REPS``, one rank per board: for every
 pair of boards in turn (the others wait), 1-byte ping-pongs give the latency, SIZE-byte
 ping-pongs the rate of one transfer alone, and SIZE-byte two-way exchanges the rate of both
-directions at once (on a shared medium they share it). Rank 0 writes the times to OUT (JSON).
+directions at once (on a shared medium they share it). Rank 0 prints the times on one line,
+:data:`LINKS` then JSON (mpiexec brings it back from the board: boards have disks of their
+own).
 
 ``python -m dse.cluster.probe compute CLUSTER BOARD DEVICES ROUNDS CHUNK_MS`` (no MPI): a fixed
 compute kernel (single-threaded float32 matrix products) timed in rounds, wall and CPU time; in
@@ -71,7 +73,11 @@ def _pair(comm: Any, peer: int, first: bool, size: int, reps: int) -> dict[str, 
     return {"latency_s": lat, "one_way_s": one, "exchange_s": both}
 
 
-def links(out: str, size: int, reps: int) -> None:
+#: What starts the line of the link probe's times on rank 0's output.
+LINKS = "dse-links: "
+
+
+def links(size: int, reps: int) -> None:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
@@ -90,8 +96,7 @@ def links(out: str, size: int, reps: int) -> None:
     if rank == 0:
         assert pairs is not None  # gather gives the root every rank's list
         result = {"size": size, "hosts": hosts, "pairs": [p for ps in pairs for p in ps]}
-        with open(out, "w") as f:
-            json.dump(result, f)
+        print(LINKS + json.dumps(result), flush=True)
 
 
 def _chunk(a: Any, b: Any, iterations: int, pace: Pace | None = None) -> tuple[float, float]:
@@ -142,14 +147,14 @@ def compute(cluster: str, board: str, devices: list[str], rounds: int, chunk_ms:
 
 
 def main(argv: list[str]) -> None:
-    if argv[:1] == ["links"] and len(argv) == 4:
-        links(argv[1], int(argv[2]), int(argv[3]))
+    if argv[:1] == ["links"] and len(argv) == 3:
+        links(int(argv[1]), int(argv[2]))
     elif argv[:1] == ["compute"] and len(argv) == 6:
         devices = [d for d in argv[3].split(",") if d]
         compute(argv[1], argv[2], devices, int(argv[4]), float(argv[5]))
     else:
         sys.exit(
-            "usage: probe links OUT SIZE REPS | probe compute CLUSTER BOARD DEVICES ROUNDS CHUNK_MS"
+            "usage: probe links SIZE REPS | probe compute CLUSTER BOARD DEVICES ROUNDS CHUNK_MS"
         )
 
 

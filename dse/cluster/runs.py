@@ -6,8 +6,9 @@
 
 * a platform without ``emulation:`` runs on its hosts by name: ``Launcher()`` (mpiexec reaches
   hosts other than this one over ssh, as on real boards);
-* a platform with it runs on its cluster, which must be up (:func:`cluster_launcher`): Open MPI
-  reaches the boards through the cluster's launcher (its ssh agent), its daemons and ranks talk
+* a platform with it runs on its cluster, which must be up (:func:`cluster_launcher`): every
+  run ships the deployment to the boards' own disks, Open MPI reaches the boards by ssh
+  (:mod:`dse.cluster.hosts`, :mod:`dse.cluster.mpi`), its daemons and ranks talk
   over the cluster's subnet only (between boards TCP over the shaped links; within a board
   shared memory: Open MPI tells them apart by the boards' host names), each rank is bound to its
   board's CPUs and enters its device's cgroups (the cluster's ``rank`` script as the rank
@@ -28,6 +29,7 @@ from typing import Any
 
 from dse.cluster.build import link_carrying, stop_processes
 from dse.cluster.cpu import oom_kills
+from dse.cluster.hosts import ssh_command
 from dse.cluster.mpi import board_slot, mpiexec_options
 from dse.cluster.names import Names
 from dse.cluster.net import namespaces
@@ -36,6 +38,7 @@ from dse.cluster.state import STATE, State, load, one_run
 from dse.errors import DseError
 from dse.runtime.deployment.measurements import Measurement
 from dse.runtime.launch.mpiexec import Finish, Launcher, Placement
+from dse.runtime.launch.ship import Remote
 
 
 def launcher_for(
@@ -95,6 +98,7 @@ def cluster_launcher(state: State) -> Launcher:
         rank_wrapper=str(state.rank_script),
         watch=RunWatch(state),
         local_cores={b.name: frozenset(b.cpus) for b in state.spec.boards},
+        remote=Remote(ssh=ssh_command(state.names)),
     )
 
 

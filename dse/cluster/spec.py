@@ -9,6 +9,7 @@ The section (documented in ``conf/platform/edge3_ethernet.yaml``)::
       boards:                # one per host of the platform: the CPUs of this machine it gets
         edge0: {cpus: [0]}
         edge1: {cpus: [1], rate_mbit: 100}     # switched only: this port's own rate
+        edge2: {cpus: [1], disk_mb: 512}       # its own disk (default 4096 MB)
       devices:               # a device's share of its board's CPUs (default: an equal split)
         edge1_cpu0: {share: 0.6}
         edge1_cpu1: {share: 0.4}
@@ -50,6 +51,7 @@ class Board:
     name: str
     cpus: tuple[int, ...]  # CPUs of this machine
     rate_mbit: float  # its port's rate; on a shared medium, the medium's
+    disk_mb: int = 4096  # its own disk (dse.cluster.hosts)
 
 
 @dataclass(frozen=True)
@@ -196,7 +198,7 @@ def _boards(
                 f"(emulation.rate_mbit): remove it"
             )
         rate = section.rate_mbit if b.rate_mbit is None else b.rate_mbit
-        boards.append(Board(host, _cpus(b.cpus, f"{bw}.cpus", available), rate))
+        boards.append(Board(host, _cpus(b.cpus, f"{bw}.cpus", available), rate, b.disk_mb))
     if len(boards) > MAX_BOARDS:
         raise DseError(f"{where}: {len(boards)} boards, at most {MAX_BOARDS} can be emulated")
     return tuple(boards)

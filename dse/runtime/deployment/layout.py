@@ -16,8 +16,11 @@ COMPARISON = "comparison.json"
 HOSTFILE, RANKFILE, RUN_SCRIPT = "hostfile", "rankfile", "run.sh"
 #: mpiexec's output of the last run.
 STDOUT, STDERR = "stdout.log", "stderr.log"
+#: Where the last run shipped the deployment on hosts with disks of their own, and what each
+#: copy took (:mod:`dse.runtime.launch.ship`).
+SHIPPED = "shipped.json"
 #: What a run leaves: removed when the deployment is written again.
-RUN_OUTPUTS = (MEASUREMENTS, COMPARISON, STDOUT, STDERR)
+RUN_OUTPUTS = (MEASUREMENTS, COMPARISON, STDOUT, STDERR, SHIPPED)
 #: The sub-models and their weights: what a measured deployment need not keep (a deployment
 #: holds every weight of its network again); plan, logs and figures stay. Phase two and
 #: fidelity mark them temporary (:func:`dse.files.temporary_files`).

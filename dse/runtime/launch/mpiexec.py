@@ -22,6 +22,7 @@ at startup for a cause that does not last is started again.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import shutil
@@ -37,12 +38,22 @@ from typing import TypeVar
 
 from dse.config import TIMEOUT_S
 from dse.errors import DseError
-from dse.files import owned, why_unwritable
+from dse.files import owned, why_unwritable, write_text
 from dse.lifetime import die_with_parent
 from dse.platform import Platform
-from dse.runtime.deployment.layout import HOSTFILE, MEASUREMENTS, RANKFILE, STDERR, STDOUT
+from dse.records import to_json
+from dse.runtime.deployment.layout import (
+    HOSTFILE,
+    MEASUREMENTS,
+    RANKFILE,
+    SHIPPED,
+    STDERR,
+    STDOUT,
+)
 from dse.runtime.deployment.measurements import Measurement, read_measurements
+from dse.runtime.deployment.plan import Plan
 from dse.runtime.deployment.reader import read_plan
+from dse.runtime.launch.ship import Remote, fetch, ship
 
 #: Open MPI refuses to run as root without these.
 ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
@@ -108,7 +119,10 @@ class Launcher:
     its own quota), ``rank_wrapper``: a program each rank starts through (the module's
     docstring), ``watch``: what happens around each run (:data:`Watch`), and ``local_cores``:
     the cores of this machine a platform host's ranks run on, for hosts that are on this
-    machine under another name (an emulated cluster's boards; the speed probe times them)."""
+    machine under another name (an emulated cluster's boards; the speed probe times them);
+    ``remote``: how hosts with disks of their own are reached, for a run to ship them what
+    their ranks read (:mod:`dse.runtime.launch.ship`); None: every host sees this machine's
+    deployment directory at its path (this machine, a shared file system)."""
 
     mpiexec: str | None = None
     args: tuple[str, ...] = ()
@@ -118,6 +132,7 @@ class Launcher:
     rank_wrapper: str | None = None
     watch: Watch | None = field(default=None, compare=False)
     local_cores: Mapping[str, frozenset[int]] = field(default_factory=dict)
+    remote: Remote | None = None
 
     def host(self, name: str) -> str:
         return self.hosts.get(name, name)
@@ -180,12 +195,14 @@ class Launcher:
         rank_args: Sequence[str] = (),
         mpiexec: str | None = None,
         placement: Placement = (),
+        on_hosts: str | None = None,
     ) -> list[str]:
         """The exact mpiexec command that runs the deployment in ``directory``; ``rank_args``
         go to the ranks (``python -m dse.runtime --help``); ``placement``: each rank's host
-        and device (the plan's)."""
+        and device (the plan's); ``on_hosts``: where the ranks find it, if not at
+        ``directory`` (shipped to hosts with disks of their own)."""
         program = [sys.executable, "-m", "mpi4py", "-m", "dse.runtime"]
-        program.append(str(Path(directory).resolve()))
+        program.append(on_hosts or str(Path(directory).resolve()))
         if warmup is not None:
             program += ["--warmup", str(warmup)]
         if iterations is not None:
@@ -327,17 +344,50 @@ def launch(
     launcher = launcher or Launcher()
     check_session_folder(launcher)
     placement = [(r.host, r.device) for r in plan.ranks]
-    cmd = launcher.command(
-        directory, len(plan.ranks), warmup, iterations, rank_args, placement=placement
-    )
     # one run of a deployment at a time; the launcher's watch around it
     with owned(directory, "deployment"), launcher.watched(placement) as finish:
         try:
-            result = _run_retrying(cmd, directory, timeout_s, launcher)
+            result = _shipped_and_run(
+                plan, directory, timeout_s, warmup, iterations, rank_args, launcher
+            )
         except BaseException:
             finish(Measurement.failed("interrupted"))  # nothing of the run stays behind
             raise
         return finish(result)
+
+
+def _shipped_and_run(
+    plan: Plan,
+    directory: Path,
+    timeout_s: float,
+    warmup: int | None,
+    iterations: int | None,
+    rank_args: Sequence[str],
+    launcher: Launcher,
+) -> Measurement:
+    """The run, after shipping the deployment to hosts with disks of their own; their rank 0's
+    measurement fetched here after it."""
+    placement = [(r.host, r.device) for r in plan.ranks]
+    remote, on_hosts = launcher.remote, None
+    if remote is not None:
+        (directory / SHIPPED).unlink(missing_ok=True)
+        try:
+            shipment = ship(directory, plan, remote, launcher.hosts)
+        except DseError as exc:
+            return Measurement.failed(str(exc))
+        write_text(directory / SHIPPED, json.dumps(to_json(shipment), indent=1) + "\n")
+        on_hosts = shipment.directory
+    cmd = launcher.command(
+        directory, len(plan.ranks), warmup, iterations, rank_args, placement=placement,
+        on_hosts=on_hosts,
+    )  # fmt: skip
+
+    def collect() -> None:
+        if remote is not None and on_hosts is not None:
+            host = launcher.host(plan.ranks[0].host)
+            fetch(remote, host, f"{on_hosts}/{MEASUREMENTS}", directory)
+
+    return _run_retrying(cmd, directory, timeout_s, launcher, collect)
 
 
 def check_session_folder(launcher: Launcher) -> None:
@@ -353,12 +403,16 @@ def check_session_folder(launcher: Launcher) -> None:
 
 
 def _run_retrying(
-    cmd: list[str], directory: Path, timeout_s: float, launcher: Launcher
+    cmd: list[str],
+    directory: Path,
+    timeout_s: float,
+    launcher: Launcher,
+    collect: Callable[[], None] = lambda: None,
 ) -> Measurement:
     """:func:`_run`, :func:`started_again` while it fails at startup; a failure after the
     retries says how many launches failed."""
     result = started_again(
-        lambda: _run(cmd, directory, timeout_s, launcher),
+        lambda: _run(cmd, directory, timeout_s, launcher, collect),
         lambda r: r.status != "ok" and _failed_at_startup(directory),
     )
     if result.status != "ok" and _failed_at_startup(directory):
@@ -460,8 +514,15 @@ def started(cmd: list[str], directory: Path, launcher: Launcher) -> Iterator[sub
             proc.wait()
 
 
-def _run(cmd: list[str], directory: Path, timeout_s: float, launcher: Launcher) -> Measurement:
-    """mpiexec ``cmd`` in its own session, at most ``timeout_s``; what the run gave."""
+def _run(
+    cmd: list[str],
+    directory: Path,
+    timeout_s: float,
+    launcher: Launcher,
+    collect: Callable[[], None] = lambda: None,
+) -> Measurement:
+    """mpiexec ``cmd`` in its own session, at most ``timeout_s``; what the run gave (rank 0's
+    measurement, brought here by ``collect`` where it was written elsewhere)."""
     result_path = directory / MEASUREMENTS
     result_path.unlink(missing_ok=True)
     with started(cmd, directory, launcher) as proc:
@@ -470,6 +531,10 @@ def _run(cmd: list[str], directory: Path, timeout_s: float, launcher: Launcher) 
         except subprocess.TimeoutExpired:
             kill_session(proc.pid)
             return Measurement.failed(f"timed out after {timeout_s:g} s")
+    try:
+        collect()
+    except DseError as exc:
+        return Measurement.failed(f"mpiexec exited with {code}; then {exc}")
     if result_path.is_file():
         result = read_measurements(directory)
         if code == 0 or result.status != "ok":

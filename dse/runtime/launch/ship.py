@@ -1,0 +1,209 @@
+"""Deployments shipped to hosts that have disks of their own, and their measurements fetched.
+
+A run on such hosts (a :class:`~dse.runtime.launch.mpiexec.Launcher` with a :class:`Remote`)
+first copies to every host the files its ranks read, and only those: ``plan.json``, the whole
+model's expected outputs, and the sub-models of its ranks with their weights files
+(:func:`host_files`). They go to the same folder on every host (:meth:`Remote.directory`: the
+deployment area, then the deployment's name and a digest of where it lies on this machine), so
+the ranks' command line names one folder, as mpiexec needs.
+
+The copy is rsync over ssh, one per host at once: it compares each file by size and checksum
+and sends only those the host lacks or holds otherwise (a mapping deployed again sends
+nothing), writes each to a temporary name and renames it once whole and verified against its
+checksum, and removes from the host's folder every file that is not one of them (a previous
+run's measurement, a half-sent file of a copy cut short). rsync was chosen over sftp (no
+comparison by content: every file sent again) and Open MPI's file preloading (every file to
+every rank's session folder, at every launch).
+
+After the run, rank 0's measurement is fetched into the deployment here. Every problem is one
+line naming the host and what to check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto
+
+from dse.errors import DseError
+from dse.lifetime import die_with_parent
+from dse.runtime.deployment.layout import PLAN
+from dse.runtime.deployment.plan import Plan
+
+#: Where deployments go on a host unless the platform names another folder.
+AREA = "/var/tmp/dse"
+#: rsync gives up on a host that has sent or taken nothing for this long (a cut link).
+IO_TIMEOUT_S = 30
+#: The whole copy to one host at most.
+COPY_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class Remote:
+    """How this machine reaches hosts with disks of their own: ``ssh`` (the command a host's
+    name and a command follow, e.g. ``ssh -F CONFIG``) and ``area``, the folder deployments go
+    to on every host (absolute)."""
+
+    ssh: tuple[str, ...] = ("ssh",)
+    area: str = AREA
+
+    def directory(self, local: Path) -> str:
+        """Where the deployment at ``local`` (on this machine) lies on every host."""
+        where = Path(local).resolve()
+        digest = hashlib.sha256(f"{socket.gethostname()}:{where}".encode()).hexdigest()[:12]
+        return f"{self.area.rstrip('/')}/{where.name}-{digest}"
+
+
+@dataclass(frozen=True)
+class Copied:
+    """One host's copy: its files (names), their bytes, the bytes of those it had to be sent
+    (the others it held already), and the seconds it took."""
+
+    host: str
+    files: list[str]
+    file_bytes: int
+    sent_bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Shipment:
+    """Where the deployment lies on its hosts and what each one's copy took."""
+
+    directory: str
+    hosts: list[Copied]
+
+
+def host_files(plan: Plan, directory: Path, host: str) -> list[str]:
+    """The files the ranks on ``host`` read: the plan, the expected outputs, and their own
+    sub-models and the weights files those name."""
+    names = [PLAN]
+    if plan.reference is not None:
+        names.append(plan.reference.expected)
+    for r in plan.ranks:
+        if r.host != host:
+            continue
+        for segment in r.segments:
+            names.append(segment)
+            names += _weights_files(Path(directory) / segment)
+    return list(dict.fromkeys(names))
+
+
+def _weights_files(path: Path) -> list[str]:
+    model = onnx.load(str(path), load_external_data=False)  # read_plan has checked it
+    found = []
+    for t in model.graph.initializer:
+        if t.data_location == TensorProto.EXTERNAL:
+            found += [e.value for e in t.external_data if e.key == "location"]
+    return found
+
+
+def rsync_path() -> str:
+    found = shutil.which("rsync")
+    if found is None:
+        raise DseError(
+            "rsync not found, and these hosts have disks of their own: install it here and on "
+            "every host (apt-get install rsync)"
+        )
+    return found
+
+
+def ship(
+    directory: Path, plan: Plan, remote: Remote, hosts: Mapping[str, str] | None = None
+) -> Shipment:
+    """Copy to each host of the plan the files its ranks read (:func:`host_files`), all hosts
+    at once; ``hosts``: the name ssh knows a platform host by (default: its own). One line
+    naming the first host whose copy failed."""
+    directory = Path(directory).resolve()
+    target = remote.directory(directory)
+    rsync = rsync_path()
+    names = list(dict.fromkeys(r.host for r in plan.ranks))
+    hosts = hosts or {}
+
+    def one(host: str) -> Copied:
+        files = host_files(plan, directory, host)
+        return _copy(rsync, remote, directory, files, hosts.get(host, host), target)
+
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        copies = list(pool.map(one, names))
+    return Shipment(target, copies)
+
+
+def _copy(
+    rsync: str, remote: Remote, directory: Path, files: Sequence[str], host: str, target: str
+) -> Copied:
+    cmd = [rsync, "--recursive", "--times", "--checksum", "--mkpath", "--stats"]
+    cmd += ["--delete", "--delete-excluded", f"--timeout={IO_TIMEOUT_S}"]
+    cmd += ["--rsh", shlex.join(remote.ssh)]
+    cmd += [f"--include=/{name}" for name in files] + ["--exclude=*"]
+    cmd += [f"{directory}/", f"{host}:{target}/"]
+    started = time.perf_counter()
+    proc = _run(cmd, host, "copying the deployment to")
+    seconds = time.perf_counter() - started
+    total = sum((directory / name).stat().st_size for name in files)
+    sent = _stat(proc.stdout, "Total transferred file size")
+    return Copied(host, list(files), total, sent, seconds)
+
+
+def fetch(remote: Remote, host: str, source: str, directory: Path) -> None:
+    """Copy the file ``source`` of ``host`` into ``directory`` here, if it exists there."""
+    cmd = [rsync_path(), "--times", "--ignore-missing-args", f"--timeout={IO_TIMEOUT_S}"]
+    cmd += ["--rsh", shlex.join(remote.ssh), f"{host}:{source}", f"{Path(directory)}/"]
+    _run(cmd, host, "fetching the measurement from")
+
+
+def _run(cmd: list[str], host: str, doing: str) -> subprocess.CompletedProcess[str]:
+    try:
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=COPY_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent(),
+        )
+    except subprocess.TimeoutExpired:
+        raise DseError(
+            f"{doing} host {host} took over {COPY_TIMEOUT_S:g} s: check its link"
+        ) from None
+    if proc.returncode != 0:
+        raise DseError(f"{doing} host {host} failed: {why(proc.stderr, proc.returncode)}")
+    return proc
+
+
+def why(stderr: str, code: int) -> str:
+    """rsync's or ssh's failure, in one line with what to check."""
+    text = " ".join(stderr.split())
+    lines = [t.strip() for t in stderr.splitlines() if t.strip()]
+    said = next((t for t in lines if not t.startswith("rsync error")), lines[-1] if lines else "")
+    if "No space left on device" in text:
+        return f"its disk is full ({said}): free room there, or name another deployment area"
+    if "Host key verification failed" in text or "REMOTE HOST IDENTIFICATION" in text:
+        return (
+            f"its host key is not the one known ({said}): if the host was reinstalled, "
+            "update known_hosts"
+        )
+    if "rsync: command not found" in text or "rsync: not found" in text:
+        return "it lacks rsync: install it there (apt-get install rsync)"
+    if code == 255 or "ssh:" in text or "Connection" in text:
+        return f"ssh cannot reach it ({said}): check that it is on and its sshd runs"
+    if code == 30 or "timeout" in text:
+        return f"it stopped answering ({said}): check its link"
+    return said or f"rsync exited with {code}"
+
+
+def _stat(output: str, label: str) -> int:
+    """A figure of rsync's ``--stats`` (bytes, thousands separated by commas)."""
+    found = re.search(rf"^{re.escape(label)}: ([\d,.]+) bytes", output, re.MULTILINE)
+    return int(found.group(1).replace(",", "").replace(".", "")) if found else 0
