@@ -129,10 +129,12 @@ HELP = {
         "FidelityConfig",
     ),
     "cluster": Help(
-        "python -m dse.cluster up|status|check|down platform=NAME [name=CLUSTER]",
+        "python -m dse.cluster up|status|check|down platform=NAME [name=CLUSTER] | "
+        "exec BOARD [name=CLUSTER] -- COMMAND...",
         "Builds (up), shows (status), measures again (check) or removes (down) an emulated edge "
         "cluster on this machine, made as root from the platform's emulation: section: boards "
-        "in network namespaces, shaped links, CPU shares and memory caps.",
+        "in network namespaces, each with its own disk and sshd, shaped links, CPU shares and "
+        "memory caps; exec runs a command on a board over ssh, as on a real board.",
         "docs/guides/cluster.md",
         ("platform",),
         ("name", "check", "cpu_share", "cfs_period_us", "check_mb", "check_reps")

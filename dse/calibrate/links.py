@@ -1,10 +1,12 @@
 """Link micro-benchmark: ping-pong and two-way exchanges between two ranks, by message size.
 
-Run under MPI by :func:`measure_link` (``mpiexec -n 2 python -m mpi4py -m dse.calibrate.links
-OUT``), with the buffer API the runtime uses (``Isend`` / ``Probe`` + ``Recv``). Per size: the
-median one-way time of a ping-pong (round trip / 2) and of a two-way exchange (both ranks send
-at once, the time until both messages are in), and their spread (p90 - p10) / median.
-:func:`measure_links` runs it once per link class the platform's device pairs use.
+Run under MPI by :func:`measure_link` (``mpiexec -n 2 python -m mpi4py -m
+dse.calibrate.links``: rank 0 prints the table on one line after :data:`TABLE`, and mpiexec
+brings it back from a board with a disk of its own), with the buffer API the runtime uses
+(``Isend`` / ``Probe`` + ``Recv``). Per size: the median one-way time of a ping-pong (round
+trip / 2) and of a two-way exchange (both ranks send at once, the time until both messages are
+in), and their spread (p90 - p10) / median. :func:`measure_links` runs it once per link class
+the platform's device pairs use.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ FEW = "--few-repeats"
 #: The flag (with a number of bytes) that leaves out larger messages.
 MAX = "--max-bytes="
 
+#: What starts the line of rank 0's output that holds the table (JSON).
+TABLE = "dse-link-table: "
 #: Message sizes (bytes): 64 B to 64 MiB, every factor of 4.
 SIZES = tuple(64 * 4**k for k in range(11))
 
@@ -117,8 +121,7 @@ def measure_link(
         hostfile, rankfile = mpi_files(platform, [a, b], launcher)
         (d / HOSTFILE).write_text(hostfile)
         (d / RANKFILE).write_text(rankfile)
-        out = d / "links.json"
-        program = [sys.executable, "-m", "mpi4py", "-m", "dse.calibrate.links", str(out)]
+        program = [sys.executable, "-m", "mpi4py", "-m", "dse.calibrate.links"]
         ranks = placement(platform, [a, b])
         flags = [*([FEW] if few else []), *([f"{MAX}{max_bytes}"] if max_bytes else [])]
         cmd = launcher.mpiexec_command(2, d, [*program, *flags], placement=ranks)
@@ -129,10 +132,13 @@ def measure_link(
                 why = f"{proc.returncode}: " + " | ".join(proc.stderr.strip().splitlines()[-3:])
             except subprocess.TimeoutExpired:
                 proc, why = None, "timed out after 600 s"
-            if proc is None or proc.returncode != 0 or not out.is_file():
+            line = next(
+                (t for t in (proc.stdout if proc else "").splitlines() if t.startswith(TABLE)), None
+            )
+            if proc is None or proc.returncode != 0 or line is None:
                 result = Measurement.failed(f"the link benchmark failed under mpiexec ({why})")
                 raise DseError(finish(result).reason or why)
-        return json.loads(out.read_text())
+        return json.loads(line[len(TABLE) :])
 
 
 def link_pairs(platform: Platform) -> dict[str, tuple[int, int]]:
@@ -300,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     limit = next((int(a[len(MAX) :]) for a in args if a.startswith(MAX)), None)
     table = bench(comm, few=FEW in args, max_bytes=limit)
     if table is not None:
-        Path(args[0]).write_text(json.dumps(table))
+        print(TABLE + json.dumps(table), flush=True)
     return 0
 
 

@@ -1,7 +1,10 @@
 """`python -m dse.cluster up|status|check|down platform=NAME [name=CLUSTER]`: an emulated cluster.
 
 ``up`` builds it and checks it, ``status`` reprints it and its last check, ``check`` measures it
-again, ``down`` removes it.
+again, ``down`` removes it. ``exec BOARD [name=CLUSTER|platform=NAME] -- COMMAND...`` runs
+COMMAND on a board of a running cluster over ssh with the cluster's key and known hosts (as
+``ssh BOARD COMMAND...`` on a real board: the board's shell reads the words; without a
+COMMAND, a login shell), and exits with its status.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ if __name__ == "__main__":  # before the heavy imports: a signal now ends the pr
     stop_early_on_signals()
 
 import json
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any, cast
@@ -20,6 +24,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from dse.cli import fail, guarded, output_format, run
+from dse.cluster import hosts
 from dse.cluster.build import clusters, down, leftovers, up
 from dse.cluster.check import CheckSettings, check, format_check
 from dse.cluster.net import namespaces
@@ -30,7 +35,7 @@ from dse.errors import DseError
 from dse.paths import CONF_DIR
 from dse.usage import HELP
 
-ACTIONS = ("up", "status", "check", "down")
+ACTIONS = ("up", "status", "check", "down", "exec")
 USAGE = f"usage: {HELP['cluster'].command}"
 
 
@@ -154,9 +159,54 @@ def main(cfg: DictConfig) -> dict:
     return {"status": "ok"}
 
 
+def do_exec(argv: list[str]) -> None:
+    """``exec BOARD [name=C|platform=P] [--] COMMAND...``: replaces this process with ssh."""
+    words = list(argv)
+    command = words[words.index("--") + 1 :] if "--" in words else []
+    words = words[: words.index("--")] if "--" in words else words
+    if not words:
+        fail("exec needs a board: python -m dse.cluster exec BOARD -- COMMAND...")
+    board, options = words[0], words[1:]
+    named = [w.split("=", 1)[1] for w in options if w.startswith(("name=", "platform="))]
+    others = [w for w in options if not w.startswith(("name=", "platform="))]
+    if others:
+        fail(f"exec takes only name= or platform= before --, not {others[0]!r}")
+    try:
+        state = board_cluster(board, named[-1] if named else None)
+    except DseError as exc:
+        fail(str(exc))
+        raise
+    ssh = hosts.ssh_command(state.names)
+    os.execvp(ssh[0], [*ssh, board, *command])
+
+
+def board_cluster(board: str, name: str | None) -> State:
+    """The running cluster with the board ``board`` (the one named, else the only one)."""
+    candidates = [name] if name else clusters()
+    found = []
+    for n in candidates:
+        try:
+            state = load(n)
+        except DseError:
+            if name:
+                raise
+            continue
+        if any(b.name == board for b in state.spec.boards):
+            found.append(state)
+    if not found:
+        where = f"cluster {name}" if name else "no running cluster"
+        raise DseError(f"{where} has no board '{board}': python -m dse.cluster status lists them")
+    if len(found) > 1:
+        names = ", ".join(s.name for s in found)
+        raise DseError(f"board '{board}' is on clusters {names}: add name=CLUSTER")
+    return found[0]
+
+
 ACTION = ""
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["exec"]:
+        do_exec(sys.argv[2:])
     if sys.argv[1:2] and sys.argv[1] in ("-h", "--help", "--version"):
         ACTION = ""  # run() prints the page and exits before any action
     elif len(sys.argv) < 2 or sys.argv[1] not in ACTIONS:

@@ -13,6 +13,7 @@ import importlib
 import ipaddress
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -43,6 +44,7 @@ from dse.cluster import (
 from dse.cluster import build as build_module
 from dse.cluster.check import exchange_ok, format_check, run_mpi, summarise
 from dse.cluster.cpu import CoGroup, corunner_groups, pace_speed, tasks
+from dse.cluster.hosts import listener, ssh_command
 from dse.cluster.names import CGROUP_ROOT, CONTROLLERS, Names
 from dse.cluster.net import bucket
 from dse.cluster.state import State
@@ -258,10 +260,17 @@ def test_mpi_files_name_the_boards(tmp_path: Path) -> None:
         "edge1/edge1_cpu1,edge0/edge0_cpu,edge1/edge1_cpu0",
     ]
     args, env = mpiexec_options(state)
+    ssh = shutil.which("ssh") or "ssh"
+    assert ssh_command(state.names) == (ssh, "-F", "/run/dse-cluster/edge3_ethernet/ssh/config")
     assert args == [
-        "--prtemca", "plm_ssh_agent", "/run/dse-cluster/edge3_ethernet/launcher",
+        "--prtemca", "plm_ssh_args", "-F /run/dse-cluster/edge3_ethernet/ssh/config",
+        "--prtemca", "plm_ssh_no_tree_spawn", "1",
         "--prtemca", "oob_tcp_if_include", "198.18.7.0/24",
         "--mca", "btl_tcp_if_include", "198.18.7.0/24",
+    ]  # fmt: skip
+    corunners = State(replace(state.spec, cpu_share="corunner"), state.subnet)
+    assert mpiexec_options(corunners)[0][:3] == [
+        "--prtemca", "plm_ssh_agent", "/run/dse-cluster/edge3_ethernet/launcher"
     ]  # fmt: skip
     assert env["OMPI_MCA_mpi_yield_when_idle"] == "1"
     with pytest.raises(DseError, match="has no device 'edge2_cpu'"):
@@ -453,15 +462,15 @@ PROGRAM = textwrap.dedent(
     out = {"rank": rank, "host": socket.gethostname(), "total": total, "echoed": echoed,
            "cgroups": sorted(set(cgroups)), "policy": os.sched_getscheduler(0),
            "pace": os.environ.get("DSE_PACE")}
-    with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as f:
-        json.dump(out, f)
+    print(f"rank{rank}: " + json.dumps(out), flush=True)  # boards' disks are their own
     """
 )
 
 
 def _mpi(state: State, devices: list[str], program: str, tmp: Path) -> subprocess.CompletedProcess:
-    (tmp / "program.py").write_text(program)
-    cmd, env = command(state, devices, tmp, [sys.executable, str(tmp / "program.py"), str(tmp)],
+    """``program`` (Python's ``-c``: the boards do not see this machine's files) as one rank
+    per device."""
+    cmd, env = command(state, devices, tmp, [sys.executable, "-c", program],
                        mpiexec=str(Path(sys.executable).parent / "mpiexec"))  # fmt: skip
     # into files, as the runtime does (dse.runtime.launch.mpiexec): a board's daemon or rank that
     # outlives mpiexec for a moment (a loaded machine) would hold pipes open past its end
@@ -479,7 +488,8 @@ def _mpi(state: State, devices: list[str], program: str, tmp: Path) -> subproces
 def test_two_ranks_on_two_boards_over_tcp(cluster: State, tmp_path: Path) -> None:
     proc = _mpi(cluster, ["tb0_cpu", "tb1_cpu1"], PROGRAM, tmp_path)
     assert proc.returncode == 0, proc.stderr
-    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    said = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if line.startswith("rank"))
+    r0, r1 = (json.loads(said[f"rank{r}"]) for r in (0, 1))
     assert r0["total"] == r1["total"] == 3  # 1 + 2
     assert r0["echoed"] is True  # 2 MB there and back through the shaped ports, x2 + 1
     assert (r0["host"], r1["host"]) == ("tb0", "tb1")
@@ -703,17 +713,19 @@ def test_shares_by_weights_pace_ranks_and_start_nothing_beside_them(cluster_name
         assert (top / "tb1" / d / "cpu.cfs_quota_us").read_text().strip() == "-1"
     assert not list(top.rglob("corunner")) and not list(top.glob("rest_cpu*"))
     # what a command on a device sees: its pace, its policy, and how many other processes
-    # run in its board's cgroups (co-runners would)
+    # run in its board's cgroups but the board's sshd (co-runners would)
     probe = (
         "import os, pathlib, sys\n"
         "pids = {int(x) for f in pathlib.Path(sys.argv[1]).rglob('cgroup.procs')"
         " for x in f.read_text().split()}\n"
-        "print(os.environ.get('DSE_PACE'), os.sched_getscheduler(0), len(pids - {os.getpid()}))"
+        "print(os.environ.get('DSE_PACE'), os.sched_getscheduler(0),"
+        " len(pids - {os.getpid(), int(sys.argv[2])}))"
     )
     got = {}
     for where in ("tb1/tb1_cpu1", "tb0/tb0_cpu"):
         board = str(top / where.split("/")[0])
-        cmd = [str(state.launcher), "--in", where, sys.executable, "-c", probe, board]
+        sshd = str(listener(state.names, where.split("/")[0]))
+        cmd = [str(state.launcher), "--in", where, sys.executable, "-c", probe, board, sshd]
         ran = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
         got[where] = ran.stdout.split()
     assert got == {

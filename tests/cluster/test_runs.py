@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import copy
 import csv
+import hashlib
 import ipaddress
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -114,10 +116,11 @@ def test_the_cluster_launcher_places_each_rank_on_its_board(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What the runtime's command becomes on edge3_ethernet (a cluster state made by hand,
-    nothing started): mpiexec reaches the boards through the cluster's launcher, talks over
-    its subnet, passes the ranks their wait setting, binds every rank to its board's one CPU
-    (edge1's two devices share it, each under its quota) and starts each rank through the rank
-    script, which moves it into its device's cgroups."""
+    nothing started): mpiexec reaches the boards by ssh with the cluster's config, each board
+    from here, talks over its subnet, passes the ranks their wait setting, binds every rank to
+    its board's one CPU (edge1's two devices share it, each under its quota) and starts each
+    rank through the rank script, which moves it into its device's cgroups; the ranks find the
+    deployment where a run ships it, in the boards' deployment area."""
     for name in [k for k in os.environ if k.startswith("DSE_")]:
         monkeypatch.delenv(name)
     cfg = platform_yaml("edge3_ethernet")
@@ -131,16 +134,22 @@ def test_the_cluster_launcher_places_each_rank_on_its_board(
     # on the hosts by name, edge1's second device would take a second core edge1 lacks
     assert mpi_files(platform, devices)[1].splitlines()[0] == "rank 0=edge1 slot=1"
     d = tmp_path.resolve()
-    cmd = launcher.command(tmp_path, 3, mpiexec="mpiexec", placement=placement(platform, devices))
+    assert launcher.remote is not None
+    there = launcher.remote.directory(d)
+    digest = hashlib.sha256(f"{socket.gethostname()}:{d}".encode()).hexdigest()[:12]
+    assert there == f"/var/tmp/dse/{d.name}-{digest}"
+    cmd = launcher.command(tmp_path, 3, mpiexec="mpiexec", placement=placement(platform, devices),
+                           on_hosts=there)  # fmt: skip
     assert cmd == [
         "mpiexec", "-n", "3", "--hostfile", f"{d}/hostfile",
         "--map-by", f"rankfile:file={d}/rankfile:oversubscribe",
         "-x", "DSE_WAIT_SPIN_US",
-        "--prtemca", "plm_ssh_agent", "/run/dse-cluster/edge3_ethernet/launcher",
+        "--prtemca", "plm_ssh_args", "-F /run/dse-cluster/edge3_ethernet/ssh/config",
+        "--prtemca", "plm_ssh_no_tree_spawn", "1",
         "--prtemca", "oob_tcp_if_include", "198.18.7.0/24",
         "--mca", "btl_tcp_if_include", "198.18.7.0/24",
         "/run/dse-cluster/edge3_ethernet/rank", "edge1/edge1_cpu1,edge0/edge0_cpu,edge1/edge1_cpu0",
-        sys.executable, "-m", "mpi4py", "-m", "dse.runtime", str(d),
+        sys.executable, "-m", "mpi4py", "-m", "dse.runtime", there,
     ]  # fmt: skip
     assert launcher.environment()["OMPI_MCA_mpi_yield_when_idle"] == "1"
     # its ranks poll then sleep while they wait (a spinning rank burns its device's quota)
@@ -246,7 +255,7 @@ def test_deploy_cli_runs_a_b_a_across_the_boards(edge3, tmp_path: Path) -> None:
     assert peak_memory_mb(state, "edge0_cpu") > 20 and peak_memory_mb(state, "edge1_cpu0") > 20
     assert peak_memory_mb(state, "edge1_cpu1") < 5
     plan = json.loads((out / "plan.json").read_text())
-    assert f"plm_ssh_agent {state.launcher} " in plan["command"]
+    assert f"plm_ssh_args '-F {state.names.state_dir}/ssh/config' " in plan["command"]
     assert f" {state.rank_script} edge0/edge0_cpu,edge1/edge1_cpu0 " in plan["command"]
     period = r.comparison.period_ms
     assert period.measured == r.stream.period_ms > 0

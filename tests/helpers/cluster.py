@@ -83,18 +83,28 @@ def wait_on_board(state: State, proc: subprocess.Popen, board: str) -> None:
 
 
 def left_on_boards(state: State) -> list[str]:
-    """Processes in the cluster's board namespaces or cgroups (read with ip and the cgroup
-    files, not dse's code)."""
+    """Processes in the cluster's board namespaces or cgroups but the boards' sshd listeners
+    (read with ip, the cgroup files and the processes' titles, not dse's code)."""
     found = []
     for b in state.spec.boards:
         ns = state.names.board_ns(b.name)
         pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
-        found += [f"{ns}: {p}" for p in pids.split()]
+        found += [f"{ns}: {p}" for p in pids.split() if not sshd_listener(int(p))]
     for controller in CONTROLLERS:
         top = CGROUP_ROOT / controller / f"dse.{state.name}"
         for procs in top.rglob("cgroup.procs"):
-            found += [f"{procs.parent}: {p}" for p in procs.read_text().split()]
+            pids = procs.read_text().split()
+            found += [f"{procs.parent}: {p}" for p in pids if not sshd_listener(int(p))]
     return found
+
+
+def sshd_listener(pid: int) -> bool:
+    """Whether ``pid`` is an sshd waiting for connections (its title says so)."""
+    try:
+        title = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+    return title.startswith("sshd: ") and "[listener]" in title
 
 
 def wait_for_ranks(state: State, board: str, timeout_s: float = 30.0) -> bool:

@@ -83,7 +83,10 @@ def launch_files(plan: Plan, platform: Platform, out: Path, launcher: Launcher) 
     except DseError:
         mpiexec = "mpiexec"  # deploying needs no MPI; running it does
     placement = [(r.host, r.device) for r in plan.ranks]
-    cmd = launcher.command(out, len(plan.ranks), mpiexec=mpiexec, placement=placement)
+    on_hosts = launcher.remote.directory(out) if launcher.remote is not None else None
+    cmd = launcher.command(
+        out, len(plan.ranks), mpiexec=mpiexec, placement=placement, on_hosts=on_hosts
+    )
     plan.command = shlex.join(cmd)
     return {HOSTFILE: hostfile, RANKFILE: rankfile, RUN_SCRIPT: launcher.run_script(cmd, out)}
 

@@ -216,6 +216,17 @@ class Launcher:
         arguments)."""
         extra = {k: v for k, v in self.env.items() if k not in {**MPI_ENV, **ROOT_ENV}}
         check = [sys.executable, "-m", "dse.runtime.rank.check", str(Path(directory).resolve())]
+        shipping = []
+        if self.remote is not None:
+            where = self.remote.directory(directory)
+            copy = [sys.executable, "-m", "dse.runtime.launch.ship", str(Path(directory).resolve())]
+            copy += ["--rsh", shlex.join(self.remote.ssh), "--area", self.remote.area]
+            copy += [f"--host={h}={name}" for h, name in sorted(self.hosts.items())]
+            shipping = [
+                "# The hosts have disks of their own: each gets the files its ranks read, in",
+                f"# {where} (rank 0 writes its measurement there).",
+                f"{shlex.join(copy)} || exit 2",
+            ]
         lines = [
             "#!/bin/sh",
             "# Run this deployment (every host needs the same Python environment and this "
@@ -229,6 +240,7 @@ class Launcher:
             *(f"export {k}={shlex.quote(v)}" for k, v in extra.items()),
             "# The plan and files checked before any rank starts (each rank checks them again).",
             f"{shlex.join(check)} || exit 2",
+            *shipping,
             f'exec {shlex.join(cmd)} "$@"',
         ]
         return "\n".join(lines) + "\n"

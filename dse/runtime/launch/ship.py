@@ -21,12 +21,14 @@ line naming the host and what to check.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import re
 import shlex
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +42,7 @@ from dse.errors import DseError
 from dse.lifetime import die_with_parent
 from dse.runtime.deployment.layout import PLAN
 from dse.runtime.deployment.plan import Plan
+from dse.runtime.deployment.reader import read_plan
 
 #: Where deployments go on a host unless the platform names another folder.
 AREA = "/var/tmp/dse"
@@ -203,7 +206,37 @@ def why(stderr: str, code: int) -> str:
     return said or f"rsync exited with {code}"
 
 
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dse.runtime.launch.ship DIR --rsh SSH [--area AREA] [--host=HOST=NAME]...``:
+    ship a deployment by hand (its ``run.sh`` does); one line per host, or one error line."""
+    parser = argparse.ArgumentParser(prog="python -m dse.runtime.launch.ship")
+    parser.add_argument("directory", type=Path)
+    parser.add_argument("--rsh", default="ssh", help="the ssh command (default: ssh)")
+    parser.add_argument("--area", default=AREA, help=f"the hosts' folder (default: {AREA})")
+    parser.add_argument("--host", action="append", default=[], help="HOST=NAME for ssh")
+    args = parser.parse_args(argv)
+    try:
+        hosts = dict(h.split("=", 1) for h in args.host)
+        plan = read_plan(args.directory)
+        shipment = ship(
+            args.directory, plan, Remote(tuple(shlex.split(args.rsh)), args.area), hosts
+        )
+    except (DseError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for c in shipment.hosts:
+        print(
+            f"{c.host}: {len(c.files)} files, {c.file_bytes:,} B, {c.sent_bytes:,} B sent "
+            f"in {c.seconds:.2f} s -> {shipment.directory}"
+        )
+    return 0
+
+
 def _stat(output: str, label: str) -> int:
     """A figure of rsync's ``--stats`` (bytes, thousands separated by commas)."""
     found = re.search(rf"^{re.escape(label)}: ([\d,.]+) bytes", output, re.MULTILINE)
     return int(found.group(1).replace(",", "").replace(".", "")) if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
