@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import os
 import shutil
+import signal
 import socket
 from pathlib import Path
 
@@ -113,6 +115,20 @@ def stop_processes(state: State) -> None:
     for b in state.spec.boards:
         net.kill_in(state.names.board_ns(b.name), spare)
     cpu.kill_tasks(state.names, spare)
+
+
+def reboot(state: State, board: str) -> None:
+    """Boot a board again, as a real board that restarts: every process on it ends (its sshd
+    too), its disk is gone with them, and it boots with an empty one (:mod:`dse.cluster.hosts`)."""
+    state.spec.board(board)  # KeyError for an unknown board
+    net.kill_in(state.names.board_ns(board))
+    for controller in CONTROLLERS:
+        for group in state.names.cgroup(controller, board).rglob("cgroup.procs"):
+            for pid in cpu.tasks(group.parent):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+    address = hosts.addresses(state.spec, state.subnet)[board]
+    hosts.wait_listening(state.names, board, address, hosts.boot(state.spec, state.names, board))
 
 
 def set_link(state: State, board: str, carrying: bool) -> None:

@@ -1,0 +1,206 @@
+"""Boards as hosts: each has its own disk and its own sshd and is reached by ssh; a run ships
+each board the files its ranks read, and a board that cannot take them is one line naming it.
+
+What the tests read, they read with ssh, ip, the /proc files and rsync's own figures, not with
+the code under test."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from dse.cluster import launcher_for, parse_spec, up
+from dse.cluster.build import reboot
+from dse.cluster.hosts import listener, ssh_config, ssh_dir
+from dse.cluster.state import State
+from dse.platform import load_platform
+from dse.runtime.deployment.layout import SHIPPED
+from dse.runtime.launch.deploy import deploy
+from dse.runtime.launch.mpiexec import launch
+from tests.helpers.cli import run_module
+from tests.helpers.cluster import left_on_boards, make_platform
+from tests.helpers.nets import on_devices, small_net
+
+pytestmark = [pytest.mark.mpi, pytest.mark.slow]
+
+#: tb1's disk (MB): room for a small network, not for a 94 MiB layer.
+TB1_DISK_MB = 64
+
+
+@pytest.fixture(scope="module")
+def hosted(cluster_names) -> tuple[dict, State]:
+    cfg = make_platform(cluster_names("hosts"))
+    cfg["emulation"]["boards"]["tb1"]["disk_mb"] = TB1_DISK_MB
+    return cfg, up(parse_spec(cfg))
+
+
+def ssh(state: State, board: str, command: str) -> subprocess.CompletedProcess[str]:
+    """``command`` on ``board`` with plain ssh and the cluster's client config."""
+    cmd = ["ssh", "-F", str(ssh_config(state.names)), board, command]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+def test_boards_are_hosts_with_disks_of_their_own(hosted, tmp_path: Path) -> None:
+    _, state = hosted
+    token = uuid.uuid4().hex
+    here = Path("/tmp") / f"dse-here-{token}"
+    here.write_text("this machine's")
+    try:
+        for folder in ("/tmp", "/var/tmp", "/root"):
+            wrote = ssh(state, "tb0", f"echo tb0 > {folder}/{token} && cat {folder}/{token}")
+            assert wrote.stdout == "tb0\n", wrote.stderr
+            assert ssh(state, "tb1", f"test -e {folder}/{token}").returncode == 1
+            assert not (Path(folder) / token).exists()  # nor on this machine
+        assert ssh(state, "tb0", f"test -e {here}").returncode == 1  # this machine's /tmp
+    finally:
+        here.unlink()
+    # each its host name, in its board's cgroups (ssh's sessions, as the launcher's programs),
+    # and its sshd on its own address only
+    for board in ("tb0", "tb1"):
+        seen = ssh(state, board, "hostname; grep -E ':(cpu|memory):' /proc/self/cgroup")
+        lines = seen.stdout.split()
+        assert lines[0] == board
+        assert {line.split(":")[2] for line in lines[1:]} == {f"/dse.{state.name}/{board}"}
+        table = subprocess.run(
+            ["ip", "netns", "exec", state.names.board_ns(board), "ss", "-Hltn"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        listening = [line.split()[3] for line in table.splitlines()]  # the local address:port
+        assert listening == [f"{state.address(board)}:22"]
+    # what is installed here stands for what every board has: this Python and dse, read-only
+    python = ssh(state, "tb1", f"{sys.executable} -c 'import dse; print(dse.__file__)'")
+    assert python.returncode == 0 and python.stdout.strip().endswith("dse/__init__.py")
+    ro = ssh(state, "tb1", f"touch {Path(sys.prefix).resolve()}/dse-ro-{token}")
+    if str(Path(sys.prefix).resolve()).startswith(("/tmp/", "/var/tmp/", "/root/")):
+        assert ro.returncode != 0 and "Read-only file system" in ro.stderr
+    # the cluster's keys: files of root's only, and a host key checked
+    for f in ssh_dir(state.names).iterdir():
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+    config = ssh_config(state.names).read_text()
+    assert "StrictHostKeyChecking yes" in config and "BatchMode yes" in config
+
+
+def test_exec_runs_a_command_on_a_board_as_ssh_does(hosted) -> None:
+    _, state = hosted
+    got = run_module("dse.cluster", "exec", "tb1", f"name={state.name}", "--", "hostname")
+    assert (got.returncode, got.stdout) == (0, "tb1\n")
+    status = run_module("dse.cluster", "exec", "tb0", f"name={state.name}", "--", "exit 7")
+    assert status.returncode == 7  # the board's shell read the words, as ssh's does
+    none = run_module("dse.cluster", "exec", "tb9", f"name={state.name}", "--", "true")
+    assert none.returncode == 2
+    assert none.stderr.strip() == (
+        f"error: cluster {state.name} has no board 'tb9': python -m dse.cluster status lists them"
+    )
+
+
+def test_a_run_ships_each_board_only_what_its_ranks_read(hosted, tmp_path: Path) -> None:
+    cfg, state = hosted
+    net = small_net(tmp_path)
+    batch = on_devices(net, 3, [[0], [0], [1], [1], [2]])  # tb0, tb1_cpu0, tb1_cpu1
+    launcher = launcher_for(cfg)
+    out = tmp_path / "small"
+    plan = deploy(net, load_platform(cfg), batch, out, warmup=1, iterations=2, launcher=launcher)
+    first = launch(out, launcher=launcher)
+    assert first.status == "ok", first.reason
+    assert first.equivalence is not None and first.equivalence.max_rel_error < 1e-4
+    shipped = json.loads((out / SHIPPED).read_text())
+    there = shipped["directory"]
+    assert there.startswith("/var/tmp/dse/small-")
+    expected_files = {  # and rank 0's measurement, which it wrote there
+        "tb0": {"plan.json", "expected.npz", *plan.ranks[0].segments, "measurements.json"},
+        "tb1": {"plan.json", "expected.npz", *plan.ranks[1].segments, *plan.ranks[2].segments},
+    }
+    for host in shipped["hosts"]:
+        board = host["host"]
+        listed = set(ssh(state, board, f"ls {there}").stdout.split())
+        data = {f for f in listed if f.endswith(".onnx.data")}
+        assert listed - data == expected_files[board]  # its own, and nothing else
+        assert (out / "measurements.json").read_text() == ssh(
+            state, "tb0", f"cat {there}/measurements.json"
+        ).stdout  # fetched here whole
+        sizes = ssh(state, board, f"cd {there} && stat -c '%n %s' *").stdout.split("\n")
+        on_board = {n: int(s) for n, s in (line.split() for line in sizes if line)}
+        on_board.pop("measurements.json", None)
+        assert on_board == {n: (out / n).stat().st_size for n in listed - {"measurements.json"}}
+        assert host["file_bytes"] == sum(on_board.values())
+        assert host["sent_bytes"] == host["file_bytes"]  # the first run sent every byte
+    assert not Path(there).exists()  # on the boards, not here
+    # the same mapping deployed again: nothing sent, and the run as good
+    deploy(net, load_platform(cfg), batch, out, warmup=1, iterations=2, launcher=launcher)
+    again = launch(out, launcher=launcher)
+    assert again.status == "ok", again.reason
+    assert [h["sent_bytes"] for h in json.loads((out / SHIPPED).read_text())["hosts"]] == [0, 0]
+    # a board that boots again has lost its disk: the next run sends it everything again
+    reboot(state, "tb1")
+    assert ssh(state, "tb1", f"test -e {there}").returncode == 1
+    third = launch(out, launcher=launcher)
+    assert third.status == "ok", third.reason
+    sent = {h["host"]: h for h in json.loads((out / SHIPPED).read_text())["hosts"]}
+    assert sent["tb0"]["sent_bytes"] == 0
+    assert sent["tb1"]["sent_bytes"] == sent["tb1"]["file_bytes"] > 0
+    # run.sh ships by itself, then runs the ranks on the boards
+    again_by_hand = subprocess.run([str(out / "run.sh"), "--iterations", "1"], capture_output=True,
+                                   text=True, timeout=300)  # fmt: skip
+    assert again_by_hand.returncode == 0, again_by_hand.stderr
+    assert f"tb1: {len(sent['tb1']['files'])} files" in again_by_hand.stdout
+    assert left_on_boards(state) == []
+
+
+def test_a_board_that_cannot_take_the_deployment_is_one_line(hosted, tmp_path: Path) -> None:
+    """A full disk, a host key that changed and an sshd that is down each fail the run in one
+    line naming the board and what to check, and leave nothing running on the boards."""
+    from tests.cluster.test_runs import heavy_net
+
+    cfg, state = hosted
+    launcher = launcher_for(cfg)
+    platform = load_platform(cfg)
+    heavy = heavy_net(tmp_path)  # a 94 MiB Gemm on tb1, whose disk holds 64 MB
+    out = tmp_path / "heavy"
+    deploy(heavy, platform, on_devices(heavy, 3, [[0], [0], [0], [1]]), out, launcher=launcher)
+    full = launch(out, launcher=launcher)
+    assert full.status == "failed"
+    assert full.reason.startswith("copying the deployment to host tb1 failed: its disk is full")
+    assert left_on_boards(state) == []
+    small = tmp_path / "small"
+    net = small_net(tmp_path)
+    deploy(net, platform, on_devices(net, 3, [[0], [0], [1], [1], [1]]), small, launcher=launcher)
+    known = ssh_dir(state.names) / "known_hosts"
+    kept = known.read_text()
+    other = subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
+                            str(tmp_path / "other")], check=True)  # fmt: skip
+    assert other.returncode == 0
+    forged = (tmp_path / "other.pub").read_text().split()[:2]
+    lines = [
+        f"{line.split()[0]} {' '.join(forged)}" if line.startswith("tb1,") else line
+        for line in kept.splitlines()
+    ]
+    known.write_text("\n".join(lines) + "\n")
+    try:
+        changed = launch(small, launcher=launcher)
+    finally:
+        known.write_text(kept)
+    assert changed.status == "failed"
+    assert changed.reason.startswith(
+        "copying the deployment to host tb1 failed: its host key is not the one known"
+    )
+    sshd = listener(state.names, "tb1")
+    assert sshd is not None
+    os.kill(sshd, 9)
+    try:
+        down = launch(small, launcher=launcher)
+        assert down.status == "failed"
+        assert down.reason.startswith(
+            "copying the deployment to host tb1 failed: ssh cannot reach it"
+        )
+        assert "check that it is on and its sshd runs" in down.reason
+    finally:
+        reboot(state, "tb1")
+    assert launch(small, launcher=launcher).status == "ok"
+    assert left_on_boards(state) == []
