@@ -246,6 +246,19 @@ class Emulation:
 
 
 @dataclass(frozen=True)
+class Reach:
+    """How dse reaches the platform's hosts to run on them (real boards; an emulated cluster
+    brings its own): ``ssh``, the command a host's name and a command follow (e.g.
+    ``ssh -F ~/.ssh/boards``); ``area``, the folder (absolute) each host keeps deployments in,
+    copied there before a run; ``shared_disk``, every host sees this machine's deployment
+    folders at their own paths (a shared file system): nothing is copied."""
+
+    ssh: Annotated[str, Text(1024)] = "ssh"
+    area: Annotated[str, Text(1024)] = "/var/tmp/dse"
+    shared_disk: bool = False
+
+
+@dataclass(frozen=True)
 class PlatformFile:
     """A platform's config (``conf/platform/NAME.yaml``), every key it may hold: its devices
     are ``devices``, or each of ``resources`` on every one of ``hosts``."""
@@ -263,6 +276,7 @@ class PlatformFile:
     pairs: list[PairLink] = field(default_factory=list)
     ports: dict[Name, Port] = field(default_factory=dict)
     emulation: Emulation | None = None
+    reach: Reach = field(default_factory=Reach)
 
 
 def load_platform(cfg: Mapping[str, Any]) -> Platform:

@@ -28,11 +28,16 @@ from dse.cluster import hosts
 from dse.cluster.build import clusters, down, leftovers, up
 from dse.cluster.check import CheckSettings, check, format_check
 from dse.cluster.net import namespaces
+from dse.cluster.runs import launcher_for
 from dse.cluster.spec import ClusterSpec, describe_shares, parse_spec
 from dse.cluster.state import State, load, load_check, save_check
 from dse.config import ClusterConfig
 from dse.errors import DseError
 from dse.paths import CONF_DIR
+from dse.platform import load_platform
+from dse.records import to_json
+from dse.runtime.launch.preflight import Preflight, format_preflight, preflight
+from dse.runtime.launch.ship import Remote
 from dse.usage import HELP
 
 ACTIONS = ("up", "status", "check", "down", "exec")
@@ -107,7 +112,35 @@ def do_check(state: State, raw: Mapping | None, conf: ClusterConfig, fmt: str) -
             f"{result['errors'][0]} (the cluster stays up: `status` shows the check, `down` "
             "removes it)"
         )
-    return {"status": "ok", "check": result}
+    boards = [b.name for b in state.spec.boards]
+    memory = {b: sum(d.memory_mb for d in state.spec.devices_of(b)) for b in boards}
+    ready = preflight(Remote(ssh=hosts.ssh_command(state.names)), boards, memory)
+    report_preflight(ready, fmt)
+    return {"status": "ok", "check": result, "hosts": to_json(ready)}
+
+
+def do_preflight(raw: Mapping, fmt: str) -> dict:
+    """``check`` of a platform of real boards: the preflight of its hosts (one line per
+    problem, exit 2 if any)."""
+    launcher = launcher_for(raw)
+    platform = load_platform(raw)
+    memory: dict[str, float] = {}
+    for d in platform.devices:
+        memory[d.host] = memory.get(d.host, 0.0) + d.memory_mb
+    if launcher.remote is None:
+        print(f"platform '{platform.name}': every host is this machine or shares its disk: "
+              "nothing to check over ssh")  # fmt: skip
+        return {"status": "ok"}
+    result = preflight(launcher.remote, list(memory), memory)
+    report_preflight(result, fmt)
+    return {"status": "ok", "hosts": to_json(result)}
+
+
+def report_preflight(result: Preflight, fmt: str) -> None:
+    print(format_preflight(result) if fmt == "table" else json.dumps(to_json(result), indent=1))
+    if not result.ok:
+        n = len(result.problems)
+        raise DseError(f"{n} problem{'s' * (n > 1)} on the hosts: {result.problems[0].line()}")
 
 
 def do_status(name: str | None, fmt: str) -> dict:
@@ -153,7 +186,10 @@ def main(cfg: DictConfig) -> dict:
     if name is None:
         raise DseError("which cluster? add platform=NAME or name=CLUSTER")
     if ACTION == "check":
-        return do_check(load(name), platform_cfg(cfg), conf, fmt)
+        raw = platform_cfg(cfg)
+        if raw is not None and not raw.get("emulation"):
+            return do_preflight(raw, fmt)
+        return do_check(load(name), raw, conf, fmt)
     existed = down(name)
     print(f"cluster {name} removed" if existed else f"no cluster {name} here: nothing to remove")
     return {"status": "ok"}

@@ -4,8 +4,9 @@
 :class:`~dse.runtime.launch.mpiexec.Launcher`, for every workflow that launches ranks
 (``dse.deploy``, phase two, ``dse.calibrate``, ``dse.fidelity``):
 
-* a platform without ``emulation:`` runs on its hosts by name: ``Launcher()`` (mpiexec reaches
-  hosts other than this one over ssh, as on real boards);
+* a platform without ``emulation:`` runs on its hosts by name (:func:`hosts_launcher`):
+  mpiexec reaches hosts other than this one over ssh, and each run ships the deployment to
+  them first unless they share this machine's disk (``reach:`` in the platform file);
 * a platform with it runs on its cluster, which must be up (:func:`cluster_launcher`): every
   run ships the deployment to the boards' own disks, Open MPI reaches the boards by ssh
   (:mod:`dse.cluster.hosts`, :mod:`dse.cluster.mpi`), its daemons and ranks talk
@@ -22,12 +23,13 @@ subnet.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from dse.cluster.build import link_carrying, stop_processes
+from dse.cluster.build import link_carrying, local_names, stop_processes
 from dse.cluster.cpu import oom_kills
 from dse.cluster.hosts import ssh_command
 from dse.cluster.mpi import board_slot, mpiexec_options
@@ -36,6 +38,7 @@ from dse.cluster.net import namespaces
 from dse.cluster.spec import ClusterSpec, parse_spec
 from dse.cluster.state import STATE, State, load, one_run
 from dse.errors import DseError
+from dse.platform import read_platform, resolve
 from dse.runtime.deployment.measurements import Measurement
 from dse.runtime.launch.mpiexec import Finish, Launcher, Placement
 from dse.runtime.launch.ship import Remote
@@ -45,18 +48,18 @@ def launcher_for(
     platform_cfg: Mapping[str, Any], required: bool = True, given: str | None = None
 ) -> Launcher:
     """How ranks start on the platform ``platform_cfg`` (``conf/platform/NAME.yaml`` as a
-    mapping): ``Launcher()`` without ``emulation:``; with it, the running cluster named after
-    the platform (:func:`cluster_launcher`), or one line saying how to bring it up (without
-    ``required``: ``Launcher()`` while it is not up, for a deployment that is only written).
-    ``given``: the platform's words on the command line, for that line (default
-    ``platform=NAME``)."""
+    mapping): without ``emulation:``, on its hosts by name (:func:`hosts_launcher`); with it,
+    the running cluster named after the platform (:func:`cluster_launcher`), or one line saying
+    how to bring it up (without ``required``: on its hosts by name while it is not up, for a
+    deployment that is only written). ``given``: the platform's words on the command line, for
+    that line (default ``platform=NAME``)."""
     if not platform_cfg.get("emulation"):
-        return Launcher()
+        return hosts_launcher(platform_cfg)
     name = str(platform_cfg.get("name"))
     given = given or f"platform={name}"
     if not (Names(name).state_dir / STATE).is_file():
         if not required:
-            return Launcher()
+            return hosts_launcher(platform_cfg)
         raise DseError(f"cluster '{name}' is not up: run python -m dse.cluster up {given}")
     state = load(name)
     expected = parse_spec(
@@ -75,6 +78,25 @@ def launcher_for(
             f"dse.cluster down {given}, then up"
         )
     return cluster_launcher(state)
+
+
+def hosts_launcher(platform_cfg: Mapping[str, Any]) -> Launcher:
+    """Ranks on the platform's hosts by name: ``Launcher()`` where every host is this machine
+    or sees its disk (``reach.shared_disk``); else each run ships the deployment to the hosts
+    as ``reach:`` says (:class:`dse.platform.Reach`)."""
+    file = read_platform(platform_cfg)
+    hosts = {d.host for d in resolve(file).devices}
+    if file.reach.shared_disk or hosts <= local_names():
+        return Launcher()
+    if not file.reach.area.startswith("/"):
+        raise DseError(
+            f"platform '{file.name}': reach.area={file.reach.area} is not an absolute path: "
+            "name the folder from / (e.g. /var/tmp/dse)"
+        )
+    ssh = tuple(shlex.split(file.reach.ssh))
+    if not ssh:
+        raise DseError(f"platform '{file.name}': reach.ssh is empty: give the ssh command")
+    return Launcher(remote=Remote(ssh=ssh, area=file.reach.area))
 
 
 def difference(here: ClusterSpec, running: ClusterSpec) -> str:

@@ -53,6 +53,7 @@ from dse.runtime.deployment.layout import (
 from dse.runtime.deployment.measurements import Measurement, read_measurements
 from dse.runtime.deployment.plan import Plan
 from dse.runtime.deployment.reader import read_plan
+from dse.runtime.launch.preflight import checked_once
 from dse.runtime.launch.ship import Remote, fetch, ship
 
 #: Open MPI refuses to run as root without these.
@@ -383,6 +384,11 @@ def _shipped_and_run(
     remote, on_hosts = launcher.remote, None
     if remote is not None:
         (directory / SHIPPED).unlink(missing_ok=True)
+        memory: dict[str, float] = {}
+        for r in plan.ranks:
+            host = launcher.host(r.host)
+            memory[host] = memory.get(host, 0.0) + r.memory_mb
+        checked_once(remote, list(memory), memory)  # once per process, before any copy
         try:
             shipment = ship(directory, plan, remote, launcher.hosts)
         except DseError as exc:
