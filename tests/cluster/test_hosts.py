@@ -8,22 +8,28 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
+import sysconfig
 import uuid
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
+import dse
 from dse.cluster import launcher_for, parse_spec, up
 from dse.cluster.build import reboot
 from dse.cluster.hosts import listener, ssh_config, ssh_dir
+from dse.cluster.runs import hosts_launcher
 from dse.cluster.state import State
 from dse.platform import load_platform
 from dse.runtime.deployment.layout import SHIPPED
 from dse.runtime.launch.deploy import deploy
 from dse.runtime.launch.mpiexec import launch
+from dse.runtime.launch.preflight import format_preflight, preflight
 from tests.helpers.cli import run_module
 from tests.helpers.cluster import left_on_boards, make_platform
 from tests.helpers.nets import on_devices, small_net
@@ -204,3 +210,71 @@ def test_a_board_that_cannot_take_the_deployment_is_one_line(hosted, tmp_path: P
         reboot(state, "tb1")
     assert launch(small, launcher=launcher).status == "ok"
     assert left_on_boards(state) == []
+
+
+def in_board(state: State, board: str, *command: str) -> None:
+    """``command`` in the board's own mount namespace (through its sshd's), as root there."""
+    sshd = listener(state.names, board)
+    subprocess.run(["nsenter", "-t", str(sshd), "--mount", *command], check=True, timeout=30)
+
+
+def test_the_preflight_passes_here_and_names_a_board_without_dse(hosted, tmp_path: Path) -> None:
+    """``dse.cluster check`` of the boards as a platform of real boards reaches them (the
+    cluster's ssh config in its ``reach:``) and finds them ready; a board whose dse another
+    version, or which lacks it, is one line naming it and the fix, and a run there is refused
+    before anything is copied."""
+    cfg, state = hosted
+    boards = {k: v for k, v in cfg.items() if k != "emulation"}
+    boards["reach"] = {"ssh": f"ssh -F {ssh_config(state.names)}"}
+    launcher = hosts_launcher(boards)  # what dse.cluster check platform=... checks
+    assert launcher.remote is not None
+    memory = {"tb0": 300.0, "tb1": 1024.0}
+    ready = preflight(launcher.remote, ["tb0", "tb1"], memory)
+    assert ready.problems == []
+    table = format_preflight(ready).splitlines()
+    assert table[-1] == "every host is ready"
+    rows = {line.split()[0]: line.split() for line in table[2:4]}
+    assert rows["tb0"][1:3] == ["tb0", str(state.address("tb0"))]
+    assert rows["tb1"][1:3] == ["tb1", str(state.address("tb1"))]
+    figures = {f.host: f for f in ready.hosts}
+    assert figures["tb1"].area_free_mb == pytest.approx(TB1_DISK_MB, abs=1)  # its own disk
+    # another version of dse on tb1: its metadata says 0.0.1 there
+    metadata = next(Path(sysconfig.get_paths()["purelib"]).glob("dse-*.dist-info/METADATA"))
+    fake = re.sub(r"(?m)^Version: .*$", "Version: 0.0.1", metadata.read_text())
+    put = ["ssh", "-F", str(ssh_config(state.names)), "tb1", "cat > /tmp/METADATA"]
+    subprocess.run(put, input=fake, text=True, check=True, timeout=30)  # on tb1's own disk
+    in_board(state, "tb1", "mount", "--bind", "/tmp/METADATA", str(metadata))
+    try:
+        other = preflight(launcher.remote, ["tb0", "tb1"], memory)
+    finally:
+        in_board(state, "tb1", "umount", str(metadata))
+    ours = version("dse")
+    assert [p.line() for p in other.problems] == [
+        f"tb1: it has dse 0.0.1, this machine {ours}: install dse {ours} there"
+    ]
+    # no dse at all on tb1: a run there stops before it copies anything
+    package = Path(dse.__file__).parent
+    in_board(state, "tb1", "mount", "-t", "tmpfs", "-o", "size=1m", "no-dse", str(package))
+    net = small_net(tmp_path)
+    out = tmp_path / "small"
+    launcher = launcher_for(cfg)
+    deploy(net, load_platform(cfg), on_devices(net, 3, [[0], [0], [1], [1], [1]]), out,
+           launcher=launcher)  # fmt: skip
+    run = (  # a new process, as a user's command: its first run checks the hosts
+        "import json, sys\n"
+        "from dse.cluster import launcher_for\n"
+        "from dse.runtime.launch.mpiexec import launch\n"
+        "cfg = json.loads(sys.argv[1])\n"
+        "launch(sys.argv[2], launcher=launcher_for(cfg))\n"
+    )
+    try:
+        refused = subprocess.run([sys.executable, "-c", run, json.dumps(cfg), str(out)],
+                                 capture_output=True, text=True, timeout=120)  # fmt: skip
+    finally:
+        in_board(state, "tb1", "umount", str(package))
+    assert refused.returncode != 0
+    said = refused.stderr.strip().splitlines()[-1]
+    assert re.search(r"DseError: host tb1: it has no dse \(.*\): install dse \S+ in its", said)
+    assert not (out / SHIPPED).exists()
+    assert launcher.remote is not None
+    assert ssh(state, "tb1", f"test -e {launcher.remote.directory(out)}").returncode == 1

@@ -64,6 +64,7 @@ try:
 except (OSError, KeyError, ValueError):
     pass
 try:
+    import dse.runtime
     from importlib.metadata import version
     out["dse"] = version("dse")
 except Exception as e:
