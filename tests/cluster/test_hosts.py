@@ -6,6 +6,7 @@ the code under test."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -13,6 +14,8 @@ import stat
 import subprocess
 import sys
 import sysconfig
+import threading
+import time
 import uuid
 from importlib.metadata import version
 from pathlib import Path
@@ -20,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import dse
-from dse.cluster import launcher_for, parse_spec, up
+from dse.cluster import launcher_for, parse_spec, set_link, up
 from dse.cluster.build import reboot
 from dse.cluster.hosts import listener, ssh_config, ssh_dir
 from dse.cluster.runs import hosts_launcher
@@ -278,3 +281,62 @@ def test_the_preflight_passes_here_and_names_a_board_without_dse(hosted, tmp_pat
     assert not (out / SHIPPED).exists()
     assert launcher.remote is not None
     assert ssh(state, "tb1", f"test -e {launcher.remote.directory(out)}").returncode == 1
+
+
+def test_a_link_cut_during_a_copy_fails_in_bounded_time_and_leaves_no_half_file(
+    hosted, tmp_path: Path
+) -> None:
+    """tb0's link goes down while a 94 MiB layer is on its way there: the run fails naming tb0
+    and its link within ssh's keep-alive (15 s), nothing runs on the boards after, no file of
+    the deployment on tb0 is half there under its own name, and once the link is back the next
+    run sends what is missing and is right."""
+    from tests.cluster.test_runs import heavy_net
+
+    cfg, state = hosted
+    launcher = launcher_for(cfg)
+    heavy = heavy_net(tmp_path)
+    out = tmp_path / "heavy"
+    plan = deploy(heavy, load_platform(cfg), on_devices(heavy, 3, [[1], [1], [1], [0]]), out,
+                  warmup=1, iterations=2, launcher=launcher)  # fmt: skip
+    result: list = []
+    running = threading.Thread(target=lambda: result.append(launch(out, launcher=launcher)))
+    started = time.monotonic()
+    running.start()
+    try:
+        while not any(b"rsync" in c and str(out).encode() in c and b"tb0:" in c
+                      for c in command_lines()):  # fmt: skip
+            assert time.monotonic() - started < 60, "the copy to tb0 never started"
+            time.sleep(0.02)
+        time.sleep(0.5)  # some of it sent
+        set_link(state, "tb0", False)
+        cut = time.monotonic()
+        running.join(timeout=120)
+        took = time.monotonic() - cut
+    finally:
+        set_link(state, "tb0", True)
+    assert not running.is_alive()
+    (failed,) = result
+    assert failed.status == "failed"
+    assert failed.reason.startswith("board tb0's link is down; copying the deployment to host tb0")
+    assert took < 30
+    assert left_on_boards(state) == []
+    there = launcher.remote.directory(out)
+    listed = ssh(state, "tb0", f"cd {there} 2>/dev/null && stat -c '%n %s' *").stdout.split("\n")
+    for name, size in (line.split() for line in listed if line):
+        assert int(size) == (out / name).stat().st_size, name  # whole, or not there by its name
+    again = launch(out, launcher=launcher)
+    assert again.status == "ok", again.reason
+    assert again.equivalence is not None and again.equivalence.max_rel_error < 1e-4
+    gemm = next(s for s in plan.ranks[0].segments if (out / f"{s}.data").exists())
+    assert ssh(state, "tb0", f"stat -c %s {there}/{gemm}.data").stdout.strip() == str(
+        (out / f"{gemm}.data").stat().st_size
+    )
+
+
+def command_lines() -> list[bytes]:
+    """Every process's command line on this machine."""
+    found = []
+    for p in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            found.append(p.read_bytes().replace(b"\0", b" "))
+    return found
