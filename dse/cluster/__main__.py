@@ -35,7 +35,7 @@ from dse.config import ClusterConfig
 from dse.errors import DseError
 from dse.paths import CONF_DIR
 from dse.platform import load_platform
-from dse.records import to_json
+from dse.records import read, to_json
 from dse.runtime.launch.preflight import Preflight, format_preflight, preflight
 from dse.runtime.launch.ship import Remote
 from dse.usage import HELP
@@ -115,6 +115,7 @@ def do_check(state: State, raw: Mapping | None, conf: ClusterConfig, fmt: str) -
     boards = [b.name for b in state.spec.boards]
     memory = {b: sum(d.memory_mb for d in state.spec.devices_of(b)) for b in boards}
     ready = preflight(Remote(ssh=hosts.ssh_command(state.names)), boards, memory)
+    save_check(state.name, {**result, "hosts": to_json(ready)})  # `status` shows it too
     report_preflight(ready, fmt)
     return {"status": "ok", "check": result, "hosts": to_json(ready)}
 
@@ -168,7 +169,9 @@ def do_status(name: str | None, fmt: str) -> dict:
         print(describe(state))
         try:
             print(format_check(result) if result else "no self-check yet: run check")
-        except (KeyError, TypeError, ValueError):
+            if result and "hosts" in result:
+                print(format_preflight(read(Preflight, result["hosts"], "the last check")))
+        except (KeyError, TypeError, ValueError, DseError):
             print("the last self-check was written by another version of dse: run check")
     return {"status": "ok"}
 

@@ -35,7 +35,7 @@ from dse.runtime.launch.mpiexec import launch
 from dse.runtime.launch.preflight import format_preflight, preflight
 from tests.helpers.cli import run_module
 from tests.helpers.cluster import left_on_boards, make_platform
-from tests.helpers.nets import on_devices, small_net
+from tests.helpers.nets import heavy_net, on_devices, small_net
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
@@ -165,7 +165,6 @@ def test_a_run_ships_each_board_only_what_its_ranks_read(hosted, tmp_path: Path)
 def test_a_board_that_cannot_take_the_deployment_is_one_line(hosted, tmp_path: Path) -> None:
     """A full disk, a host key that changed and an sshd that is down each fail the run in one
     line naming the board and what to check, and leave nothing running on the boards."""
-    from tests.cluster.test_runs import heavy_net
 
     cfg, state = hosted
     launcher = launcher_for(cfg)
@@ -290,7 +289,6 @@ def test_a_link_cut_during_a_copy_fails_in_bounded_time_and_leaves_no_half_file(
     and its link within ssh's keep-alive (15 s), nothing runs on the boards after, no file of
     the deployment on tb0 is half there under its own name, and once the link is back the next
     run sends what is missing and is right."""
-    from tests.cluster.test_runs import heavy_net
 
     cfg, state = hosted
     launcher = launcher_for(cfg)

@@ -25,9 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
-from onnx import helper
 
 from dse.cluster import (
     cluster_launcher,
@@ -63,9 +61,7 @@ from tests.helpers.cluster import (
     platform_yaml,
     wait_for_ranks,
 )
-from tests.helpers.nets import on_devices, small_net
-from tests.helpers.onnx_factory import model as onnx_model
-from tests.helpers.onnx_factory import weight
+from tests.helpers.nets import heavy_net, on_devices, small_net
 from tests.helpers.partition import RTOL
 
 #: The memory cap of the test cluster's tb1_cpu1 (MB): a rank of a small network is charged
@@ -74,22 +70,6 @@ CAP_MB = 100.0
 
 
 # --- networks and what the boards show ------------------------------------------------------
-
-
-def heavy_net(tmp: Path) -> Net:
-    """conv(3->4) relu flatten, then a Gemm of 6000 x 4096 weights (94 MiB)."""
-    n = helper.make_node
-    nodes = [
-        n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
-        n("Relu", ["c1"], ["r1"], name="relu1"),
-        n("Flatten", ["r1"], ["f"], name="flat"),
-        n("Gemm", ["f", "wg", "bg"], ["g"], transB=1, name="gemm"),
-    ]
-    inits = [weight("w1", [4, 3, 3, 3], 1), weight("b1", [4], 2)]
-    inits += [weight("wg", [6000, 4 * 32 * 32], 3), weight("bg", [6000], 4)]
-    path = tmp / "heavy.onnx"
-    onnx.save(onnx_model(nodes, {"x": [1, 3, 32, 32]}, ["g"], inits), path)
-    return load_net({"name": "onnx", "path": str(path)})
 
 
 def model_of(net: Net, platform_cfg: dict) -> AnalyticalModel:

@@ -89,22 +89,31 @@ def left_on_boards(state: State) -> list[str]:
     for b in state.spec.boards:
         ns = state.names.board_ns(b.name)
         pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
-        found += [f"{ns}: {p}" for p in pids.split() if not sshd_listener(int(p))]
+        found += [f"{ns}: {p} {title(int(p))}" for p in pids.split() if not sshd_listener(int(p))]
     for controller in CONTROLLERS:
         top = CGROUP_ROOT / controller / f"dse.{state.name}"
         for procs in top.rglob("cgroup.procs"):
             pids = procs.read_text().split()
-            found += [f"{procs.parent}: {p}" for p in pids if not sshd_listener(int(p))]
+            found += [
+                f"{procs.parent}: {p} {title(int(p))}" for p in pids if not sshd_listener(int(p))
+            ]
     return found
+
+
+def title(pid: int) -> str:
+    """A process's command line (its title), or '' once it is gone."""
+    try:
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
+    except OSError:
+        return ""
 
 
 def sshd_listener(pid: int) -> bool:
     """Whether ``pid`` is an sshd waiting for connections (its title says so)."""
-    try:
-        title = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    except OSError:
-        return False
-    return title.startswith("sshd: ") and "[listener]" in title
+    t = title(pid)
+    return t.startswith("sshd: ") and "[listener]" in t
 
 
 def wait_for_ranks(state: State, board: str, timeout_s: float = 30.0) -> bool:

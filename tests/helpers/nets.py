@@ -181,3 +181,19 @@ def aba_batch(net: Net) -> Mappings:
 def on_devices(net: Net, n_devices: int, *layer_devices: list[list[int]]) -> Mappings:
     """One mapping of ``net`` per argument: each layer's list of devices."""
     return from_device_lists(net.graph, n_devices, list(layer_devices))
+
+
+def heavy_net(tmp: Path) -> Net:
+    """conv(3->4) relu flatten, then a Gemm of 6000 x 4096 weights (94 MiB)."""
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        n("Relu", ["c1"], ["r1"], name="relu1"),
+        n("Flatten", ["r1"], ["f"], name="flat"),
+        n("Gemm", ["f", "wg", "bg"], ["g"], transB=1, name="gemm"),
+    ]
+    inits = [weight("w1", [4, 3, 3, 3], 1), weight("b1", [4], 2)]
+    inits += [weight("wg", [6000, 4 * 32 * 32], 3), weight("bg", [6000], 4)]
+    path = tmp / "heavy.onnx"
+    onnx.save(onnx_model(nodes, {"x": [1, 3, 32, 32]}, ["g"], inits), path)
+    return load_net({"name": "onnx", "path": str(path)})

@@ -14,6 +14,7 @@ from tests.helpers.cli import run_module
 
 
 @pytest.mark.slow
+@pytest.mark.first
 def test_the_kernel_compiled_by_numbas_pipeline_and_by_ours_gives_the_same_figures(
     tmp_path, request
 ):

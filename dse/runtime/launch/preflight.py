@@ -79,22 +79,24 @@ except Exception as e:
     out["mpi4py_error"] = str(e)
 print(json.dumps(out))
 """
-#: On one host: listen on a free port of every address, print it, take connections for a while.
+#: On one host: listen on a free port of every address, print it, answer one connection; end
+#: then, at the latest after argv[1] seconds, or as soon as its input closes (ssh gone).
 LISTEN = r"""
-import socket, sys, time
+import select, socket, sys, time
 s = socket.socket()
 s.bind(("", 0))
-s.listen(16)
-s.settimeout(0.2)
+s.listen(4)
 print(s.getsockname()[1], flush=True)
 end = time.time() + float(sys.argv[1])
 while time.time() < end:
-    try:
+    ready, _, _ = select.select([s, sys.stdin], [], [], 0.2)
+    if sys.stdin in ready and not sys.stdin.read(1):
+        break
+    if s in ready:
         c, _ = s.accept()
         c.sendall(b"dse")
         c.close()
-    except OSError:
-        pass
+        break
 """
 #: On another: connect to address:port, read what the listener says.
 CONNECT = r"""
@@ -208,8 +210,8 @@ def _probe(remote: Remote, host: str) -> tuple[dict[str, Any] | None, Problem | 
 def _pair(remote: Remote, a: str, b: str, address: str) -> Problem | None:
     """TCP from ``a`` to a port ``b`` listens on at ``address``."""
     server = subprocess.Popen(
-        [*remote.ssh, b, shlex.join([sys.executable, "-c", LISTEN, "10"])],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,
+        [*remote.ssh, b, shlex.join([sys.executable, "-c", LISTEN, "15"])],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.PIPE, text=True,
         preexec_fn=die_with_parent(),
     )  # fmt: skip
     try:
@@ -224,8 +226,13 @@ def _pair(remote: Remote, a: str, b: str, address: str) -> Problem | None:
                            "open TCP between the boards (a firewall?)")  # fmt: skip
         return None
     finally:
-        server.kill()
-        server.wait()
+        assert server.stdin is not None
+        server.stdin.close()  # the listener ends with its input, if it has not yet
+        try:
+            server.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
 
 
 def preflight(
