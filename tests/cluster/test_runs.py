@@ -51,6 +51,7 @@ from dse.runtime.deployment.measurements import Measurement
 from dse.runtime.launch.deploy import deploy
 from dse.runtime.launch.mpiexec import Launcher, launch, mpi_files, placement
 from dse.runtime.launch.probe import probe_cores, probe_threads
+from dse.runtime.launch.ship import Remote
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
 from tests.helpers.cli import ROOT, run_module
@@ -89,7 +90,20 @@ def tx_bytes(state: State, board: str) -> int:
 
 
 def test_a_platform_without_emulation_runs_on_its_hosts_by_name() -> None:
+    """This machine's hosts share its disk; other hosts get each run's files over ssh, as
+    ``reach:`` says, unless they share a disk with it."""
     assert launcher_for(platform_yaml("localhost")) == Launcher()
+    boards = {k: v for k, v in platform_yaml("edge3_ethernet").items() if k != "emulation"}
+    assert launcher_for(boards) == Launcher(remote=Remote(("ssh",), "/var/tmp/dse"))
+    reach = {"ssh": "ssh -F '/my boards/config' -p 2222", "area": "/data/dse"}
+    assert launcher_for({**boards, "reach": reach}).remote == Remote(
+        ("ssh", "-F", "/my boards/config", "-p", "2222"), "/data/dse"
+    )
+    assert launcher_for({**boards, "reach": {"shared_disk": True}}) == Launcher()
+    with pytest.raises(DseError, match=r"reach.area=dse is not an absolute path: name the"):
+        launcher_for({**boards, "reach": {"area": "dse"}})
+    with pytest.raises(DseError, match=r"platform 'edge3_ethernet'.*reach.*arae"):
+        launcher_for({**boards, "reach": {"arae": "/x"}})
 
 
 def test_the_cluster_launcher_places_each_rank_on_its_board(
@@ -149,7 +163,8 @@ def test_a_cluster_not_up_is_one_line() -> None:
         "cluster 'dsetest-never-up' is not up: run python -m dse.cluster up "
         "platform=dsetest-never-up"
     )
-    assert launcher_for(cfg, required=False) == Launcher()  # a deployment only written
+    # a deployment only written: for the hosts by name, shipped to them by plain ssh
+    assert launcher_for(cfg, required=False) == Launcher(remote=Remote())
 
 
 @pytest.mark.parametrize(
@@ -416,3 +431,36 @@ def test_a_cluster_of_another_version_of_the_platform_is_one_line(capped) -> Non
     assert "memory_mb=200.0) in the platform" in line and "memory_mb=300.0) running" in line
     assert line.endswith(f"run python -m dse.cluster up platform={state.name} again")
     assert "\n" not in line
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_the_whole_loop_on_boards_with_disks_of_their_own(edge3, tmp_path: Path) -> None:
+    """What a user runs on real boards, on edge3_ethernet's emulated ones (their own disks,
+    reached by ssh): a search whose phase two measures its best mappings, each right against the
+    whole model, then a small fidelity run; every run shipped its deployment to the boards."""
+    cfg, state = edge3
+    on = ["platform=edge3_ethernet", f"platform.name={state.name}", "+net=mobilenetv2"]
+    run = tmp_path / "run"
+    search = run_module(
+        "dse", *on, "algorithm.pop_size=20", "algorithm.n_gen=2", "phase2.enabled=true",
+        "phase2.top_k=0", "phase2.warmup=1", "phase2.iterations=2", "progress=false",
+        f"hydra.run.dir={run}",
+    )  # fmt: skip
+    assert search.returncode == 0, search.stderr[-2000:]
+    rows = list(csv.DictReader((run / "phase2.csv").open()))
+    assert rows and all(r["status"] == "ok" for r in rows), rows
+    assert all(float(r["max_rel_error"]) <= RTOL for r in rows)
+    shipped = [json.loads(p.read_text()) for p in run.glob("phase2/*/shipped.json")]
+    assert len(shipped) == len(rows)
+    assert all(s["directory"].startswith("/var/tmp/dse/") for s in shipped)
+    fid = tmp_path / "fidelity"
+    fidelity = run_module(
+        "dse.fidelity", *on, "mappings=2", "rounds=1", "warmup=0", "iterations=2",
+        "search_pop_size=10", "search_generations=1", "probe=false", f"out={fid}",
+    )  # fmt: skip
+    assert fidelity.returncode == 0, fidelity.stderr[-2000:]
+    doc = json.loads((fid / "fidelity.json").read_text())
+    assert doc["failed"] == [] and doc["latency"]["n"] == 2
+    assert len(list(fid.glob("deployments/*/shipped.json"))) == 2
+    assert left_on_boards(state) == []
