@@ -65,7 +65,8 @@ def describe(state: State) -> str:
     shares = describe_shares(spec.cpu_share, spec.cfs_period_us)
     lines = [
         f"cluster {spec.name} is up: {len(spec.boards)} boards on {state.subnet} ({spec.network}, "
-        f"{port} of {spec.rate_mbit:g} Mbit/s; {shares}), launcher {state.launcher}"
+        f"{port} of {spec.rate_mbit:g} Mbit/s; {shares}), each board a host reached by ssh "
+        f"(ssh -F {hosts.ssh_config(state.names)} BOARD, or python -m dse.cluster exec BOARD)"
     ]
     for b in spec.boards:
         devices = ", ".join(
@@ -73,7 +74,10 @@ def describe(state: State) -> str:
         )
         rate = f"{b.rate_mbit:g} Mbit/s port" if spec.network == "switched" else "on the medium"
         cpus = ",".join(map(str, b.cpus))
-        lines.append(f"  {b.name}: {state.address(b.name)}, cpus {cpus}, {rate}; {devices}")
+        lines.append(
+            f"  {b.name}: {state.address(b.name)}, cpus {cpus}, {rate}, {b.disk_mb} MB disk; "
+            f"{devices}"
+        )
     return "\n".join(lines)
 
 
