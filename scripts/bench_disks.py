@@ -36,13 +36,14 @@ from dse.runtime.launch.mpiexec import launch
 
 def mappings(net, n: int) -> dict[str, object]:
     """Three mappings over ``n`` devices: all on the first, every splittable layer over all,
-    and the layers cut into ``n`` consecutive stages."""
+    and the layers cut into ``n`` consecutive stages, the last (a CNN's heaviest weights) on
+    the first device (on edge3, the largest memory cap)."""
     g = net.graph
     k = len(g)
     lists = {
         "one device": [[0] for _ in range(k)],
         "every layer split": [list(range(n)) if g.splittable[i] else [0] for i in range(k)],
-        "stages": [[min(n - 1, i * n // k)] for i in range(k)],
+        "stages": [[n - 1 - min(n - 1, i * n // k)] for i in range(k)],
     }
     return {name: from_device_lists(g, n, [dl]) for name, dl in lists.items()}
 
