@@ -6,7 +6,9 @@
   output-channel boundaries between consecutive parts, the resources listed in part order;
   and ``{node: ["spatial", [split points], [resources]]}`` for a node split by output rows
   (dse's own kind: the split points are output-row boundaries between consecutive bands). A
-  mapping without row splits writes only ``"lop"`` entries: files AutoDiCE can read.
+  mapping without row splits writes only ``"lop"`` entries: files AutoDiCE can read. Every
+  split node has its entry: a mapping is read from both files together, never with its parts
+  guessed.
 
 Parts are ordered by device index, so a mapping round-trips through the files.
 """
@@ -25,6 +27,11 @@ from dse.net.graph import LayerGraph
 
 #: horizontal.json's kind of each split axis.
 KINDS = ("lop", "spatial")
+#: The end of every refusal of a mapping.json and a horizontal.json that disagree.
+NOT_ONE_MAPPING = (
+    "the files are not of one mapping; pass the mapping.json and horizontal.json a search "
+    "wrote together"
+)
 
 
 def to_autodice(
@@ -50,8 +57,9 @@ def from_autodice(
     """Read an AutoDiCE mapping, failing loudly in one line on wrong types (a string or a
     number where a list belongs), unknown devices and nodes, unmapped nodes, splits of layers
     that cannot be split (by rows: only convolutions), and split points that are not
-    increasing whole channel (or row) indices. Split layers without a ``horizontal.json``
-    entry get equal parts by channels."""
+    increasing whole channel (or row) indices. The two files must be of one mapping: every
+    node ``mapping`` lists on several devices needs its ``horizontal`` entry (its parts are
+    never guessed), and an entry must split its node over the devices ``mapping`` gives it."""
     mapping = _object(mapping, "mapping.json", '{"<host>_<resource>": [node names]}')
     key_index = {k: i for i, k in enumerate(keys)}
     on = np.zeros((1, len(graph), len(keys)), dtype=bool)
@@ -74,7 +82,15 @@ def from_autodice(
             f"({len(missing)} unmapped): every layer needs a device in mapping.json"
         )
     m = from_devices(graph, on)
+    split = np.flatnonzero(on[0].sum(axis=1) > 1)
     if horizontal is None:
+        if len(split):
+            raise DseError(
+                f"mapping.json splits node '{graph.names[split[0]]}' over "
+                f"{int(on[0, split[0]].sum())} devices ({_count(len(split), 'split node')}), "
+                "but no horizontal.json was given: pass the horizontal.json written beside it "
+                "(horizontal=; a search writes both files)"
+            )
         return m
     horizontal = _object(horizontal, "horizontal.json", '{layer: ["lop", [points], [devices]]}')
     sizes = m.sizes.copy()
@@ -112,11 +128,17 @@ def from_autodice(
             raise DseError(f"horizontal.json entry '{name}' names unknown device '{unknown[0]}'")
         if len(set(devs)) != len(devs):
             raise DseError(f"horizontal.json entry '{name}' lists a device twice: {devs}")
-        placed = {keys[int(d)] for d in np.flatnonzero(on[0, layer])}
-        if set(devs) != placed or len(devs) != len(points) + 1:
+        placed = [keys[int(d)] for d in np.flatnonzero(on[0, layer])]
+        if set(devs) != set(placed):
             raise DseError(
-                f"horizontal.json entry '{name}' must list the {len(placed)} devices "
-                f"mapping.json gives it and {len(placed) - 1} split points"
+                f"horizontal.json entry '{name}' splits it over {', '.join(devs)}, but "
+                f"mapping.json places it on {', '.join(placed)}: {NOT_ONE_MAPPING}"
+            )
+        if len(devs) != len(points) + 1:
+            raise DseError(
+                f"horizontal.json entry '{name}' has {_count(len(points), 'split point')} for "
+                f"its {len(devs)} devices: {len(devs)} parts need "
+                f"{_count(len(devs) - 1, 'split point')}"
             )
         units = int(graph.out_rows[layer] if by_rows else graph.out_channels[layer])
         bounds = np.array([0, *points, units], dtype=np.int64)
@@ -131,6 +153,13 @@ def from_autodice(
         sizes[0, s] = 0
         sizes[0, s, [key_index[d] for d in devs]] = np.diff(bounds)
         axis[0, s] = 1 if by_rows and len(devs) > 1 else 0
+    unmet = [int(layer) for layer in split if graph.names[layer] not in horizontal]
+    if unmet:
+        raise DseError(
+            f"horizontal.json has no entry for node '{graph.names[unmet[0]]}', which "
+            f"mapping.json splits over {int(on[0, unmet[0]].sum())} devices "
+            f"({_count(len(unmet), 'split node')} without one): {NOT_ONE_MAPPING}"
+        )
     return Mappings(m.device, sizes, axis)
 
 
@@ -145,6 +174,11 @@ def _names(value: Any, where: str, what: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise DseError(f"{where} must be a list of {what} in quotes, not {_short(value)}")
     return value
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 split node``, ``3 split nodes``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _short(value: Any) -> str:

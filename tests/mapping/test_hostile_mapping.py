@@ -57,18 +57,20 @@ CASES: dict[str, tuple[object, object, tuple[str, ...]]] = {
     "split point zero": (SPLIT, {"conv": ["lop", [0], KEYS]}, ("inside (0, 8)",)),
     "split point at channels": (SPLIT, {"conv": ["lop", [8], KEYS]}, ("inside (0, 8)",)),
     "split point beyond channels": (SPLIT, {"conv": ["lop", [20], KEYS]}, ("inside (0, 8)",)),
-    "too many split points": (SPLIT, {"conv": ["lop", [2, 4], KEYS]}, ("1 split points",)),
+    "too many split points": (SPLIT, {"conv": ["lop", [2, 4], KEYS]}, ("need 1 split point",)),
     "device twice": (SPLIT, {"conv": ["lop", [4], [CPU0, CPU0]]}, ("lists a device twice",)),
     "device not in mapping": (
         {CPU0: ["conv", "relu"]},
         {"conv": ["lop", [4], KEYS]},
-        ("must list the 1 devices",),
+        ("mapping.json places it on localhost_cpu0", "a search wrote together"),
     ),
     "horizontal unsplittable layer": (
         SPLIT,
         {"relu": ["lop", [4], KEYS]},
-        ("must list the 1 devices",),
+        ("mapping.json places it on localhost_cpu0", "a search wrote together"),
     ),
+    "split without horizontal": (SPLIT, None, ("no horizontal.json", "horizontal=")),
+    "split without its entry": (SPLIT, {}, ("no entry for node 'conv'", "a search wrote")),
     "horizontal unknown node": (SPLIT, {"pool9": ["lop", [4], KEYS]}, ("unknown node 'pool9'",)),
     "not lop": (SPLIT, {"conv": ["oop", [4], KEYS]}, ('["lop"',)),
 }
@@ -96,6 +98,7 @@ CLI_CASES = (
     "deep nesting",
     "empty file",
     "huge file",
+    "split without horizontal",
 )
 
 
@@ -129,7 +132,9 @@ def files(tmp_path_factory):
     out["huge file"] = (huge, None, ("65 MB", "at most 64 MB"))
     good = d / "split.json"
     good.write_text(json.dumps(SPLIT))
-    out["good"] = (good, None, ())
+    good_h = d / "split_horizontal.json"
+    good_h.write_text(json.dumps({"conv": ["lop", [3], KEYS]}))
+    out["good"] = (good, good_h, ())
     return out
 
 
@@ -169,6 +174,62 @@ def test_a_good_split_reads_its_channel_shares(net):
     assert share[0, graph.index["relu"]].tolist() == [1.0, 0.0]
 
 
+@pytest.mark.parametrize(
+    ("mapping", "horizontal", "message"),
+    [
+        (
+            SPLIT,
+            None,
+            "mapping.json splits node 'conv' over 2 devices (1 split node), but no "
+            "horizontal.json was given: pass the horizontal.json written beside it "
+            "(horizontal=; a search writes both files)",
+        ),
+        (
+            SPLIT,
+            {},
+            "horizontal.json has no entry for node 'conv', which mapping.json splits over 2 "
+            "devices (1 split node without one): the files are not of one mapping; pass the "
+            "mapping.json and horizontal.json a search wrote together",
+        ),
+        (
+            {CPU0: ["relu"], CPU1: ["conv"]},
+            {"conv": ["lop", [4], KEYS]},
+            "horizontal.json entry 'conv' splits it over localhost_cpu0, localhost_cpu1, but "
+            "mapping.json places it on localhost_cpu1: the files are not of one mapping; pass "
+            "the mapping.json and horizontal.json a search wrote together",
+        ),
+        (
+            SPLIT,
+            {"conv": ["lop", [4], [CPU1]]},
+            "horizontal.json entry 'conv' splits it over localhost_cpu1, but mapping.json "
+            "places it on localhost_cpu0, localhost_cpu1: the files are not of one mapping; "
+            "pass the mapping.json and horizontal.json a search wrote together",
+        ),
+        (
+            SPLIT,
+            {"conv": ["lop", [2, 4], KEYS]},
+            "horizontal.json entry 'conv' has 2 split points for its 2 devices: 2 parts need 1 "
+            "split point",
+        ),
+    ],
+)
+def test_split_nodes_need_their_entry_and_the_files_must_agree(net, mapping, horizontal, message):
+    """A node mapping.json splits is read only with its horizontal.json entry (no silent equal
+    parts), and an entry must split the node over the devices mapping.json gives it."""
+    _, graph = net
+    with pytest.raises(DseError) as err:
+        from_autodice(graph, KEYS, mapping, horizontal)
+    assert str(err.value) == message
+
+
+def test_an_entry_on_an_unsplit_node_with_its_one_device_is_read(net):
+    """An entry that agrees with mapping.json about a node on one device says nothing more."""
+    _, graph = net
+    one = {CPU0: ["conv", "relu"]}
+    batch = from_autodice(graph, KEYS, one, {"conv": ["lop", [], [CPU0]]})
+    assert batch.dense(graph)[0][0, graph.index["conv"]].tolist() == [1.0, 0.0]
+
+
 def test_json_output_is_strict_json(net, files):
     """`format=json` prints numbers only: no NaN or Infinity, which strict parsers reject."""
     path, _ = net
@@ -181,6 +242,7 @@ def test_json_output_is_strict_json(net, files):
                     f"net.path={path}",
                     "platform=localhost",
                     f"mapping={files['good'][0]}",
+                    f"horizontal={files['good'][1]}",
                     "format=json",
                 ],
             )

@@ -1,7 +1,7 @@
 """Hostile settings of a deploy, each one line with exit status 2 before any work: an out=
 that cannot be written or that mpiexec cannot take (a colon or comma in its path), a time
-limit that is no limit, a negative stream; mpiexec's temporary folder that cannot be
-written."""
+limit that is no limit, a negative stream, a split mapping without its horizontal.json;
+mpiexec's temporary folder that cannot be written."""
 
 from __future__ import annotations
 
@@ -14,13 +14,16 @@ from dse.errors import DseError
 from dse.mapping import to_autodice
 from dse.runtime.launch.mpiexec import Launcher, check_session_folder
 from tests.helpers.hostile import assert_each_one_line, run_all
-from tests.helpers.nets import aba_batch, zoo_like
+from tests.helpers.nets import aba_batch, on_devices, zoo_like
 
 
 def test_bad_deploy_settings_are_one_line_before_any_work(tmp_path: Path) -> None:
     net = zoo_like(tmp_path)
     mapping, _ = to_autodice(net.graph, ["localhost_cpu0", "localhost_cpu1"], aba_batch(net))
     (tmp_path / "mapping.json").write_text(json.dumps(mapping))
+    split = on_devices(net, 2, [[0, 1]] + [[0]] * (len(net.graph) - 1))  # conv_a on both
+    split_mapping, _ = to_autodice(net.graph, ["localhost_cpu0", "localhost_cpu1"], split)
+    (tmp_path / "split.json").write_text(json.dumps(split_mapping))
     (tmp_path / "a_file").write_text("")
     common = ["+net=onnx", f"net.path={tmp_path / 'zoo_like.onnx'}", "platform=localhost",
               f"mapping={tmp_path / 'mapping.json'}"]  # fmt: skip
@@ -40,10 +43,19 @@ def test_bad_deploy_settings_are_one_line_before_any_work(tmp_path: Path) -> Non
             ("':' in its path", "mpiexec cannot take", "choose a out="),
         ),
         "comma in out": ([*common, f"out='{tmp_path / 'a,b'}'"], ("',' in its path",)),
+        "split without horizontal": (
+            [*common, f"mapping={tmp_path / 'split.json'}", out],
+            ("splits node 'conv_a' over 2 devices", "no horizontal.json", "horizontal="),
+        ),
     }
     results = run_all({k: ("dse.deploy", a) for k, (a, _) in cases.items()})
     assert_each_one_line(results, {k: w for k, (_, w) in cases.items()})
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "mapping.json", "zoo_like.onnx"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "a_file",
+        "mapping.json",
+        "split.json",
+        "zoo_like.onnx",
+    ]
 
 
 def test_mpiexecs_temporary_folder_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
