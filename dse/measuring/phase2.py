@@ -30,6 +30,7 @@ from dse.measuring.rounds import Rounds
 from dse.net import Net
 from dse.platform import Platform
 from dse.results.plots import plot_predicted_vs_measured
+from dse.results.report import FAR_OFF, far_off
 from dse.runtime.launch.mpiexec import Launcher
 from dse.search.problem import MappingProblem
 from models_analytical.model import AnalyticalModel
@@ -67,6 +68,25 @@ def csv_row(label: str, result: Compared) -> Row:
             row[f"{device}_{key}_measured"] = f.measured
             row[f"{device}_{key}_error_pct"] = f.error_pct
     return row
+
+
+def latency_lines(rows: Sequence[Row]) -> list[str]:
+    """One line per mapping of ``rows`` (:func:`csv_row`'s): its label, predicted and measured
+    latency and the error, flagged where it is more than
+    :data:`dse.results.report.LARGE_ERROR_PCT` off; a failed mapping's line gives its reason."""
+    lines = []
+    for r in rows:
+        if r["status"] != "ok":
+            lines.append(f"{r['mapping']}: failed ({r['reason']})")
+            continue
+        error = r["latency_error_pct"]
+        lines.append(
+            f"{r['mapping']}: predicted {r['latency_predicted_ms']:.4g} ms, measured "
+            f"{r['latency_measured_ms']:.4g} ms, error "
+            + ("unknown" if error is None else f"{error:+.1f} %")
+            + (f" ({FAR_OFF})" if far_off(r) else "")
+        )
+    return lines
 
 
 def write_csv(path: Path, rows: list[Row]) -> None:

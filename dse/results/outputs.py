@@ -42,8 +42,10 @@ def write_outputs(
     started: float,
     interrupted: bool,
     phase2: list[dict[str, Any]] | None = None,
+    phase2_seconds: float | None = None,
 ) -> dict[str, Any]:
     """Pareto CSV, best mappings, history, plots and ``summary.json``; returns the summary.
+    With phase two: its rows and the seconds it took (``wall_seconds`` counts them too).
 
     Each file is replaced atomically, and ``summary.json`` is removed first and written last:
     where it exists, every output beside it is complete and from the same generation.
@@ -87,6 +89,7 @@ def write_outputs(
     }
     if phase2 is not None:
         summary["phase2"] = phase2
+        summary["phase2_seconds"] = round(phase2_seconds or 0.0, 3)
     title = plots.run_title(summary)
     figures: list[tuple[str, tuple[Any, ...]]] = [
         ("plot_pareto", (out / "pareto.png", f, feasible, problem.objectives, title))

@@ -9,6 +9,12 @@ from typing import Any
 
 from dse.objectives import OBJECTIVES, rounded
 
+#: How far (percent of the measured) a phase-two mapping's measured latency may be from the
+#: predicted before the report, and the run as phase two ends, flag it.
+LARGE_ERROR_PCT = 10.0
+#: The flag of such a mapping.
+FAR_OFF = f"more than {LARGE_ERROR_PCT:g} % off"
+
 _STYLE = """
 body { font-family: sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }
 table { border-collapse: collapse; font-size: 13px; margin: 0.5em 0 1.5em; }
@@ -31,6 +37,13 @@ def _markdown_table(md: str) -> str:
     lines = [ln.strip().strip("|").split("|") for ln in md.strip().splitlines()]
     rows = [[c.strip() for c in ln] for ln in lines if not set("".join(ln)) <= set("-: ")]
     return _table(rows[0], rows[1:])
+
+
+def far_off(row: Mapping[str, Any]) -> bool:
+    """Whether a phase-two row (``phase2.csv``'s) was measured and its latency is more than
+    :data:`LARGE_ERROR_PCT` off the prediction."""
+    error = row.get("latency_error_pct")
+    return row.get("status") == "ok" and error is not None and abs(error) > LARGE_ERROR_PCT
 
 
 def warnings(summary: Mapping[str, Any], calibrated: bool) -> list[tuple[str, bool]]:
@@ -59,9 +72,31 @@ def warnings(summary: Mapping[str, Any], calibrated: bool) -> list[tuple[str, bo
     failed = [r for r in summary.get("phase2") or [] if r.get("status") != "ok"]
     if failed:
         out.append((f"Phase two: {len(failed)} mapping(s) failed to run; see below.", True))
+    measured = [r for r in summary.get("phase2") or [] if r.get("status") == "ok"]
+    off = [r for r in measured if far_off(r)]
+    if off:
+        which = ", ".join(f"{r['mapping']} {r['latency_error_pct']:+.1f} %" for r in off)
+        out.append(
+            (
+                f"Phase two: {len(off)} of {len(measured)} measured mappings are {FAR_OFF} "
+                f"their predicted latency ({html.escape(which)}): the model does not hold for "
+                "them on this hardware; see the table below.",
+                True,
+            )
+        )
     if any(n in ("energy", "total_energy") for n in summary["objectives"]):
         out.append(("Energy is modelled (busy, idle and link power figures), not measured.", False))
     return out
+
+
+def times(summary: Mapping[str, Any]) -> str:
+    """The run's time: the search's, phase two's apart (when it ran), and the whole run's."""
+    phase2 = summary.get("phase2_seconds")
+    return (
+        f"{summary['search_seconds']} s search"
+        + (f", {phase2} s phase two" if phase2 is not None else "")
+        + f", {summary['wall_seconds']} s in all"
+    )
 
 
 def render(
@@ -103,7 +138,7 @@ def render(
             "objectives",
             "; ".join(f"{n}: {OBJECTIVES[n].label} ({OBJECTIVES[n].unit})" for n in objectives),
         ),
-        ("time", f"{summary['search_seconds']} s search, {summary['wall_seconds']} s in all"),
+        ("time", times(summary)),
         ("hypervolume", f"{summary['hypervolume']:.4f} (fixed normalisation of this problem)"),
     ]
     parts.append("<h2>Settings</h2>" + _table(("", "value"), settings))
@@ -143,10 +178,12 @@ def render(
             "latency_predicted_ms",
             "latency_measured_ms",
             "latency_error_pct",
+            "flag",
             "max_rel_error",
             "reason",
         ]
-        parts.append(_table(keys2, [[r.get(k, "") for k in keys2] for r in rows2]))
+        flagged = [{**r, "flag": FAR_OFF if far_off(r) else ""} for r in rows2]
+        parts.append(_table(keys2, [[r.get(k, "") for k in keys2] for r in flagged]))
         parts.append(
             "<p>Per-device memory, energy and compute: <code>phase2.csv</code>; each "
             "deployment's figures: <code>phase2/&lt;mapping&gt;/measurements.json</code>."

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -252,12 +253,22 @@ def explore(
         )
         sys.exit(INTERRUPTED)
     if cfg.phase2.enabled:  # deploy and measure the front's best mappings under MPI
+        from dse.measuring.phase2 import latency_lines
+
         saved = context.work_at_risk()  # phase two's measurements: not yet complete
+        began = time.perf_counter()
         rows = phase_two(out, run, state)
-        summary = write_outputs(out, state, problem, run.platform, cfg, job.started, False, rows)
+        seconds = time.perf_counter() - began
+        summary = write_outputs(
+            out, state, problem, run.platform, cfg, job.started, False, rows, seconds
+        )
         context.outputs_complete(saved)
         ok = sum(r["status"] == "ok" for r in rows)
-        tell(f"phase two: {ok} of {len(rows)} mappings measured -> {shown(out / 'phase2.csv')}")
+        tell(
+            f"phase two: {ok} of {len(rows)} mappings measured in {summary['phase2_seconds']:.1f}"
+            f" s -> {shown(out / 'phase2.csv')}\n"
+            + "\n".join(f"  {line}" for line in latency_lines(rows))
+        )
     tell(closing(summary, out, report))
     return {
         "status": "ok",
@@ -283,8 +294,12 @@ def phase_two(out: Path, run: Prepared, state: nsga2.SearchState) -> list[dict[s
 
 
 def closing(summary: dict[str, Any], out: Path, report: str) -> str:
-    """The run's last lines: what ran, the best of each objective, why it stopped early if it
-    did, and the report."""
+    """The run's last lines: what ran and in how long (phase two's time apart from the
+    search's), the best of each objective, why it stopped early if it did, and the report."""
+    phase2 = summary.get("phase2_seconds")
+    took = f"{summary['wall_seconds'] - (phase2 or 0.0):.1f} s" + (
+        f" (then phase two: {phase2:.1f} s)" if phase2 is not None else ""
+    )
     bests = "; ".join(
         f"best {n}: " + ", ".join(fmt(k, v) for k, v in b.items())
         for n, b in summary["best"].items()
@@ -292,7 +307,7 @@ def closing(summary: dict[str, Any], out: Path, report: str) -> str:
     stopped = f"\nstopped early: {summary['stopped_early']}" if summary["stopped_early"] else ""
     return (
         f"{summary['net']} / {summary['chromosome']}: {summary['generations']} generations, "
-        f"{summary['evaluations']} evaluations in {summary['wall_seconds']:.1f} s, "
+        f"{summary['evaluations']} evaluations in {took}, "
         f"{summary['pareto_points']} Pareto points -> {shown(out)}\n{bests}{stopped}\n"
         f"report: {report}"
     )

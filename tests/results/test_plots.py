@@ -104,3 +104,51 @@ def test_report_tables_round_each_objective_to_its_unit():
     for cell in cells:
         assert cell in page, cell
     assert "71.2318" not in page and "669.777" not in page
+
+
+def test_the_report_flags_phase_two_mappings_more_than_10_pct_off():
+    """A warning at the top names the mappings measured more than 10 % off their predicted
+    latency, and their rows in the phase-two table say so; a failed one is not counted."""
+    summary = {
+        "net": "vgg16",
+        "platform": "p",
+        "genes": 32,
+        "search_space_log10": 39.37,
+        "objectives": ["latency"],
+        "generations": 3,
+        "evaluations": 592,
+        "search_seconds": 12.5,
+        "phase2_seconds": 19.6,
+        "wall_seconds": 32.1,
+        "hypervolume": 1.0,
+        "feasible": True,
+        "config": {},
+        "phase2": [
+            {"mapping": "best_latency", "status": "ok", "reason": "",
+             "latency_predicted_ms": 55.32, "latency_measured_ms": 92.2,
+             "latency_error_pct": -40.0, "max_rel_error": 0.0},
+            {"mapping": "front_1", "status": "ok", "reason": "",
+             "latency_predicted_ms": 10.5, "latency_measured_ms": 10.0,
+             "latency_error_pct": 5.0, "max_rel_error": 0.0},
+            {"mapping": "front_2", "status": "ok", "reason": "",
+             "latency_predicted_ms": 41.0, "latency_measured_ms": 100.0,
+             "latency_error_pct": -59.0, "max_rel_error": 0.0},
+            {"mapping": "front_3", "status": "failed", "reason": "mpiexec exited with 137"},
+        ],
+    }  # fmt: skip
+    best = {"latency": {"values": {"latency": 55.32}, "table": "| layer |\n|---|\n| c |\n"}}
+    page = report.render(summary, "t", [], best, calibrated=True)
+    assert (
+        '<div class="warn bad">Phase two: 2 of 3 measured mappings are more than 10 % off their '
+        "predicted latency (best_latency -40.0 %, front_2 -59.0 %): the model does not hold for "
+        "them on this hardware; see the table below.</div>"
+    ) in page
+    assert (
+        "<tr><td>best_latency</td><td>ok</td><td>55.32</td><td>92.2</td><td>-40.0</td>"
+        "<td>more than 10 % off</td><td>0.0</td><td></td></tr>"
+    ) in page
+    assert (
+        "<tr><td>front_1</td><td>ok</td><td>10.5</td><td>10.0</td><td>5.0</td><td></td>"
+        "<td>0.0</td><td></td></tr>"
+    ) in page
+    assert "<td>12.5 s search, 19.6 s phase two, 32.1 s in all</td>" in page

@@ -13,11 +13,13 @@ import yaml
 from dse.errors import DseError
 from dse.mapping import from_device_lists
 from dse.measuring import measure, phase2
-from dse.measuring.phase2 import csv_row, plot, write_csv
+from dse.measuring.phase2 import csv_row, latency_lines, plot, write_csv
 from dse.measuring.rounds import Rounds
+from dse.paths import shown
 from dse.platform import load_platform
+from dse.results.report import far_off
 from models_analytical.model import AnalyticalModel
-from tests.helpers.cli import ROOT
+from tests.helpers.cli import ROOT, run_module
 from tests.helpers.figures import pixels, showing
 from tests.helpers.nets import zoo_like
 from tests.helpers.platforms import coefficients
@@ -31,6 +33,70 @@ def test_select_bests_then_spread() -> None:
     assert picks == [(0, "best_latency"), (3, "best_memory"), (2, "front_2")]
     assert len(phase2.select(F, ["latency", "memory"], 10)) == 5  # never more than the front
     assert phase2.select(F[:1], ["latency", "memory"], 3) == [(0, "best_latency_memory")]
+
+
+def row(label: str, predicted: float, measured: float, error: float | None) -> dict:
+    """A phase2.csv row of a measured mapping, as csv_row makes it (latency columns)."""
+    return {
+        "mapping": label,
+        "status": "ok",
+        "reason": "",
+        "latency_predicted_ms": predicted,
+        "latency_measured_ms": measured,
+        "latency_error_pct": error,
+    }
+
+
+def test_each_mapping_is_one_line_predicted_measured_and_its_error_flagged_past_10_pct():
+    failed = {"mapping": "front_3", "status": "failed", "reason": "mpiexec exited with 137"}
+    rows = [
+        row("best_latency", 55.32, 92.2, -40.0),  # (55.32 - 92.2) / 92.2 = -40 %
+        row("best_memory", 10.5, 10.0, 5.0),
+        row("best_energy", 11.0, 10.0, 10.0),  # at 10 %: not more than 10 % off
+        row("front_2", 0.3101, 0.2, 55.05),
+        failed,
+        row("front_4", 1.0, 0.0, None),  # measured 0: no error
+    ]
+    assert latency_lines(rows) == [
+        "best_latency: predicted 55.32 ms, measured 92.2 ms, error -40.0 % (more than 10 % off)",
+        "best_memory: predicted 10.5 ms, measured 10 ms, error +5.0 %",
+        "best_energy: predicted 11 ms, measured 10 ms, error +10.0 %",
+        "front_2: predicted 0.3101 ms, measured 0.2 ms, error +55.0 % (more than 10 % off)",
+        "front_3: failed (mpiexec exited with 137)",
+        "front_4: predicted 1 ms, measured 0 ms, error unknown",
+    ]
+    assert [far_off(r) for r in rows] == [True, False, False, True, False, False]
+
+
+@pytest.mark.mpi
+def test_a_search_with_phase_two_prints_each_mapping_and_times_the_two_apart(
+    tmp_path: Path,
+) -> None:
+    """`python -m dse phase2.enabled=true` on localhost: after the phase-two line, one line per
+    mapping from its phase2.csv row; summary.json times phase two apart from the search, and
+    the closing line counts the evaluations against the search's time alone."""
+    zoo_like(tmp_path)
+    out = tmp_path / "run"
+    r = run_module(
+        "dse", "+net=onnx", f"net.path={tmp_path / 'zoo_like.onnx'}", "platform=localhost",
+        "algorithm.pop_size=10", "algorithm.n_gen=2", "phase2.enabled=true", "phase2.top_k=0",
+        "phase2.warmup=0", "phase2.iterations=1", "progress=false", f"hydra.run.dir={out}",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    rows = summary["phase2"]
+    seconds = summary["phase2_seconds"]
+    assert 0 < seconds < summary["wall_seconds"]
+    lines = r.stdout.strip().splitlines()
+    start = lines.index(
+        f"phase two: {len(rows)} of {len(rows)} mappings measured in {seconds:.1f} s -> "
+        f"{shown(out / 'phase2.csv')}"
+    )
+    assert lines[start + 1 : start + 1 + len(rows)] == ["  " + ln for ln in latency_lines(rows)]
+    search = summary["wall_seconds"] - seconds
+    assert (
+        f"{summary['evaluations']} evaluations in {search:.1f} s (then phase two: {seconds:.1f} s)"
+    ) in lines[start + 1 + len(rows)]
 
 
 @pytest.mark.mpi
