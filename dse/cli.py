@@ -18,6 +18,7 @@ import functools
 import gc
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
@@ -122,11 +123,17 @@ def check_overrides(argv: Sequence[str], config_name: str) -> None:
     try:
         overrides = OverridesParser.create().parse_overrides(args)
     except Exception as exc:  # noqa: BLE001 - Hydra's parser errors are many classes
-        raise DseError(f"cannot read the command line: {one_line(exc)}") from None
+        why = in_parentheses(args) or f"cannot read the command line: {one_line(exc)}"
+        raise DseError(why) from None
+    multirun = any(a in ("-m", "--multirun") for a in argv) or any(
+        o.get_key_element() == "hydra.mode" and str(o.value()) == "MULTIRUN" for o in overrides
+    )
     base: list[str] = []
     variants: list[list[str]] = []
     for o in overrides:
         key = o.get_key_element()
+        if o.is_sweep_override() and not multirun:
+            raise DseError(needs_multirun(o))
         if (
             key.lstrip("+~") in _HYDRA_CHOICES
             and str(o.value()) in _HYDRA_CHOICES[key.lstrip("+~")]
@@ -178,6 +185,31 @@ def check_overrides(argv: Sequence[str], config_name: str) -> None:
 
 
 # --- hints for the likeliest mistakes --------------------------------------------------------
+
+
+def in_parentheses(args: Sequence[str]) -> str | None:
+    """One line for a list written as Python's tuple (``key=(1,3,224,224)``), which Hydra's
+    grammar cannot read: the form to write; None when no argument is one."""
+    for line in args:
+        found = re.fullmatch(r"([^=]+)=\((.*)\)", line)
+        if found:
+            return f"{line}: write a list in brackets: '{found[1]}=[{found[2]}]'"
+    return None
+
+
+def needs_multirun(override: Any) -> str:
+    """One line for a sweep given without ``--multirun``: a comma list is most often a list
+    value written without its brackets (``net.input_shape=1,3,640,640``)."""
+    from hydra.core.override_parser.types import ValueType
+
+    line = str(override.input_line)
+    if override.value_type == ValueType.SIMPLE_CHOICE_SWEEP:
+        key, value = line.split("=", 1)
+        return (
+            f"{line}: a comma list sweeps its values (with --multirun); for one list value "
+            f"write '{key}=[{value}]'"
+        )
+    return f"{line} sweeps several values: add --multirun"
 
 
 def config_keys(config_name: str, overrides: Sequence[str]) -> list[str]:
@@ -239,8 +271,6 @@ def mistake(
     line ``given``) that a hint covers: a group without a default given without ``+``
     (``net=vgg16``), a key given ``+`` that is there already, a misspelled key; None for the
     others."""
-    import re
-
     text = str(exc)
     found = (
         re.search(r"Could not (?:override|delete) '([^']+)'", text)

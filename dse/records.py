@@ -9,9 +9,9 @@ is ever run: values are only checked and copied.
 The types a field may have:
 
 - ``bool``, ``int`` (not a bool; within :data:`MAX_INT` unless a :class:`Range` says),
-  ``float`` (an int or float, finite, not a bool), ``str``, ``None``, ``Any`` (a JSON value
-  as it is); a document built in memory may hold their subclasses (numpy's ``float64`` and
-  ``str_``), read as the plain type;
+  ``float`` (an int or float, finite, not a bool; NaN too where :class:`Undefined` says),
+  ``str``, ``None``, ``Any`` (a JSON value as it is); a document built in memory may hold
+  their subclasses (numpy's ``float64`` and ``str_``), read as the plain type;
 - ``Literal["a", "b"]``; ``list[T]``, ``tuple[T, ...]``, ``tuple[A, B]`` (a JSON list),
   ``dict[K, T]`` (a JSON object; ``K`` a ``str`` type); ``T | None``;
 - a record, and a union of records told apart by a tag key:
@@ -78,6 +78,11 @@ class Text:
 
     max: int = 4096
     empty: bool = False
+
+
+@dataclass(frozen=True)
+class Undefined:
+    """A float that may be NaN: a figure not defined (the best of no feasible mapping)."""
 
 
 @dataclass(frozen=True)
@@ -212,7 +217,8 @@ def _make_reader(tp: Any, mode: _Mode) -> Reader:  # noqa: C901 - one branch per
     if tp is int:
         return _integer(bounds, unit)
     if tp is float:
-        return _number(bounds, unit, mode.text_numbers)
+        nan = any(isinstance(m, Undefined) for m in meta)
+        return _number(bounds, unit, mode.text_numbers, nan)
     if tp is str:
         return _string(next((m for m in meta if isinstance(m, Text)), None))
     if tp is type(None):
@@ -255,16 +261,21 @@ def _plain(cls: type, expected: str) -> Reader:
     return read_plain
 
 
-def _within(value: float, bounds: Range | None, at: At, unit: str) -> None:
+def _within(value: float, bounds: Range | None, at: At, unit: str, exact: bool = False) -> None:
+    """``value`` within ``bounds``; ``exact``: an integer's, its figures written in full."""
     if bounds is None:
         return
     lo, hi, unit = bounds.lo, bounds.hi, f" {unit}" if unit else ""
+
+    def shown(x: float) -> str:
+        return str(int(x)) if exact and float(x).is_integer() else f"{x:g}"
+
     if lo is not None and (value <= lo if bounds.lo_open else value < lo):
         above = "above" if bounds.lo_open else "at least"
-        raise _Failure(at, f"{value:g} is out of range: expected {above} {lo:g}{unit}")
+        raise _Failure(at, f"{shown(value)} is out of range: expected {above} {shown(lo)}{unit}")
     if hi is not None and (value >= hi if bounds.hi_open else value > hi):
         below = "below" if bounds.hi_open else "at most"
-        raise _Failure(at, f"{value:g} is out of range: expected {below} {hi:g}{unit}")
+        raise _Failure(at, f"{shown(value)} is out of range: expected {below} {shown(hi)}{unit}")
 
 
 def _integer(bounds: Range | None, unit: str) -> Reader:
@@ -273,7 +284,7 @@ def _integer(bounds: Range | None, unit: str) -> Reader:
             raise _Failure(at, f"expected an integer, not {kind(value)}")
         if not -MAX_INT <= value <= MAX_INT:
             raise _Failure(at, f"{value} is beyond the integers JSON holds exactly")
-        _within(value, bounds, at, unit)
+        _within(value, bounds, at, unit, exact=True)
         return int(value)
 
     return read_integer
@@ -283,12 +294,14 @@ def _integer(bounds: Range | None, unit: str) -> Reader:
 YAML_NUMBER = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
 
 
-def _number(bounds: Range | None, unit: str, text: bool) -> Reader:
+def _number(bounds: Range | None, unit: str, text: bool, nan: bool = False) -> Reader:
     def read_number(value: Any, at: At) -> float:
         if text and type(value) is str and YAML_NUMBER.fullmatch(value):
             value = float(value)
         if isinstance(value, bool) or not isinstance(value, int | float):  # numpy's float64 is
             raise _Failure(at, f"expected a number, not {kind(value)}")  # a float
+        if nan and isinstance(value, float) and math.isnan(value):
+            return float(value)
         if isinstance(value, int) and abs(value) > MAX_INT or not math.isfinite(value):
             shown = _short(value) if isinstance(value, int) else value  # an int of 400 digits
             raise _Failure(at, f"expected a finite number, not {shown}")

@@ -12,7 +12,7 @@ import pytest
 
 from dse.errors import DseError
 from dse.record_tables import reference
-from dse.records import Doc, Items, Range, Tag, Text, key, read, to_json
+from dse.records import Doc, Items, Range, Tag, Text, Undefined, key, read, to_json
 
 
 @dataclass(frozen=True)
@@ -138,6 +138,16 @@ def test_non_finite_numbers_are_refused() -> None:
     for bad in (float("nan"), float("inf")):
         with pytest.raises(DseError, match="x: expected a finite number"):
             read(Point, {"x": bad}, "p")
+
+
+def test_an_undefined_figure_may_be_nan_but_not_infinite_or_out_of_range() -> None:
+    best = Annotated[float, Range(0), Undefined()]
+    assert np.isnan(read(best, float("nan"), "best"))
+    assert read(best, 2, "best") == 2.0
+    with pytest.raises(DseError, match=r"^best: expected a finite number, not inf$"):
+        read(best, float("inf"), "best")
+    with pytest.raises(DseError, match=r"^best: -1 is out of range: expected at least 0$"):
+        read(best, -1.0, "best")
 
 
 class Rates(TypedDict):

@@ -145,7 +145,7 @@ def prepare(cfg: DictConfig, out: Path, job: Job) -> Prepared:
     resuming = bool(cfg.get("resume"))
     if resuming:
         meta, data = checkpoint.read(out)
-        cfg = app.resumed_config(cfg, meta["config"], job.overrides)
+        cfg = app.resumed_config(cfg, meta.config, job.overrides)
     net, platform, model = app.model_from(cfg)
     # phase two's launcher before the search: a cluster that is not up is one line, not a
     # surprise after the search

@@ -10,6 +10,7 @@ import socket
 import sys
 import time
 import traceback
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -33,7 +34,7 @@ from dse.cli import one_line as cause_lines
 from dse.cli import run_context
 from dse.errors import DseError
 from hydra_plugins.dse_optuna_sweeper import _report
-from hydra_plugins.dse_optuna_sweeper._space import SearchSpace, parse, same_space
+from hydra_plugins.dse_optuna_sweeper._space import SearchSpace, describe, parse, same_space
 from hydra_plugins.dse_optuna_sweeper._storage import default_url, open_storage, retry
 from hydra_plugins.dse_optuna_sweeper.config import SAMPLERS
 
@@ -80,9 +81,27 @@ def make_sampler(conf: Any) -> optuna.samplers.BaseSampler:
     if conf.seed is not None:
         kwargs["seed"] = int(conf.seed)
     try:
-        return getattr(optuna.samplers, SAMPLERS[name])(**kwargs)
+        with warnings.catch_warnings():  # chosen by name: not a surprise (bruteforce, qmc)
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return getattr(optuna.samplers, SAMPLERS[name])(**kwargs)
     except (TypeError, ValueError) as exc:
         raise DseError(f"sampler {name}: {exc}") from None
+
+
+def enumerable(space: SearchSpace, sampler: optuna.samplers.BaseSampler) -> None:
+    """Refuse in one line a continuous parameter (an interval without a step) when the sampler
+    tries every value (brute force): Optuna would fail on the first trial."""
+    if not isinstance(sampler, optuna.samplers.BruteForceSampler):
+        return
+    for p in space.params.values():
+        d = p.distribution
+        if isinstance(d, FloatDistribution) and d.step is None:
+            raise DseError(
+                "hydra/sweeper/sampler=bruteforce tries every value, but "
+                f"{p.key}={describe(distribution_to_json(d))} is continuous: give it a step "
+                "(range(start,stop,step)) or choices (choice(a,b,...)), or choose another "
+                "sampler"
+            )
 
 
 def default_study_name(
@@ -252,8 +271,9 @@ class SweeperImpl:
         name = self.study_name or default_study_name(self.config, space, keys, dirs)
         root = Path(str(self.config.hydra.runtime.cwd))
         url = self.storage or default_url(safe_name(name), root)
-        storage = open_storage(url)
         sampler = make_sampler(self.sampler_conf)
+        enumerable(space, sampler)  # before the storage: a refused sweep leaves no file
+        storage = open_storage(url)
         try:
             study = retry(
                 lambda: optuna.create_study(

@@ -51,6 +51,16 @@ MISTAKES = {
     "+ on a group": ("dse", ["+net=alexnet", "+chromosome=naive"], ("drop the plus",)),
     "no near key": ("dse", ["+net=alexnet", "xyzzy=1"], ("no key xyzzy", "--cfg job")),
     "evaluate": ("dse.evaluate", ["net=alexnet"], ("did you mean +net=alexnet?",)),
+    "list without brackets": (
+        "dse.inspect",
+        ["+net=alexnet", "net.input_shape=1,3,640,640"],
+        ("for one list value write 'net.input_shape=[1,3,640,640]'",),
+    ),
+    "list in parentheses": (
+        "dse.inspect",
+        ["+net=alexnet", "net.input_shape=(1,3,640,640)"],
+        ("write a list in brackets: 'net.input_shape=[1,3,640,640]'",),
+    ),
 }
 
 
@@ -63,6 +73,27 @@ def test_likeliest_mistakes_get_one_line_naming_the_fix():
         except AssertionError as exc:
             failed.append(f"case '{case}': {exc}")
     assert not failed, "\n".join(failed)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["net.input_shape=1,3,640,640"], "net.input_shape=1,3,640,640: a comma list sweeps its "
+         "values (with --multirun); for one list value write 'net.input_shape=[1,3,640,640]'"),
+        (["+net=onnx", "net.input_shape=(1,3,640,640)"], "net.input_shape=(1,3,640,640): write "
+         "a list in brackets: 'net.input_shape=[1,3,640,640]'"),
+        (["+net=alexnet", "seed=range(1,3)"], "seed=range(1,3) sweeps several values: add "
+         "--multirun"),
+    ],
+)  # fmt: skip
+def test_a_list_written_as_a_sweep_or_a_tuple_is_one_line_with_the_form_to_write(args, message):
+    from dse.cli import check_overrides
+    from dse.errors import DseError
+
+    config.register()
+    with pytest.raises(DseError) as caught:
+        check_overrides(args, "config")
+    assert str(caught.value) == message
 
 
 def test_did_you_mean_by_whole_key_or_by_its_last_part():

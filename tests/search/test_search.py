@@ -138,6 +138,102 @@ def dse(*args: str):
     return run_module("dse", "progress=false", *args)
 
 
+def _checkpoint_with(tmp_path, meta_change=None, **arrays) -> str:
+    """A checkpoint of a short search of the small problem, its meta changed by
+    ``meta_change`` and the arrays given replaced; read and restored, the one line refusing it
+    (with the file's path as ``PATH``), or '' when it resumes."""
+    import io
+
+    from dse.errors import DseError
+
+    state = search.run(search.new_search(small_problem(), settings(pop_size=10, n_gen=2), 3))
+    ident = checkpoint.identity(state.problem, "fp", ["a", "b", "c"])
+    path = checkpoint.save(state, tmp_path, ident, {})
+    with np.load(path, allow_pickle=False) as z:
+        members = {k: z[k] for k in z.files}
+    meta = json.loads(members["meta"].tobytes())
+    if meta_change:
+        meta_change(meta)
+    members["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    buf = io.BytesIO()
+    np.savez(buf, **{**members, **arrays})
+    path.write_bytes(buf.getvalue())
+    try:
+        meta, data = checkpoint.read(tmp_path)
+        checkpoint.restore(meta, data, small_problem(), settings(pop_size=10, n_gen=2), ident)
+    except DseError as exc:
+        return str(exc).replace(str(path), "PATH")
+    return ""
+
+
+def _set(key: str, value):
+    def change(meta: dict) -> None:
+        *parents, last = key.split(".")
+        for k in parents:
+            meta = meta[int(k) if k.isdigit() else k]
+        meta[last] = value
+
+    return change
+
+
+BAD = "PATH is not a readable dse checkpoint"
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("generation", "abc", "generation: expected an integer, not text"),
+        ("generation", 0, "generation: 0 is out of range: expected at least 1"),
+        ("evaluations", -3, "evaluations: -3 is out of range: expected at least 0"),
+        ("seconds", "x", "seconds: expected a number, not text"),
+        ("exhausted", 1, "exhausted: expected true or false, not an integer"),
+        ("reference.ideal", "abc", "reference.ideal: expected a list, not text"),
+        ("reference.nadir", [1, None, 2], "reference.nadir[1]: expected a number, not null"),
+        ("reference", None, "reference: expected an object, not null"),
+        ("history", ["x"], "history[0]: expected an object, not text"),
+        ("history.0.generation", "2", "history[0].generation: expected an integer, not text"),
+        ("history.0.hypervolume", -1.0,
+         "history[0].hypervolume: -1 is out of range: expected at least 0"),
+        ("history.1.best_latency", None, "history[1].best_latency: expected a number, not null"),
+        ("identity", [], "identity: expected an object, not a list"),
+        ("rng", {"bit_generator": "PCG64", "state": {"state": -1, "inc": 3}, "has_uint32": 0,
+                 "uinteger": 0}, None),
+        ("seed", -1, "seed: -1 is out of range: expected at least 0"),
+        ("seed", 2**32, "seed: 4294967296 is out of range: expected at most 4294967295"),
+    ],
+)  # fmt: skip
+def test_a_checkpoint_meta_wrong_in_one_field_is_one_line_naming_it(tmp_path, key, value, message):
+    expected = (
+        f"{BAD}: {message} (start a new run)"
+        if message
+        else "the checkpoint's random state is damaged: start a new run"
+    )
+    assert _checkpoint_with(tmp_path, _set(key, value)) == expected
+
+
+def test_a_checkpoint_history_row_declares_every_objectives_best():
+    from dse.objectives import OBJECTIVES
+
+    assert {f"best_{o}" for o in OBJECTIVES} <= checkpoint.Row.__optional_keys__
+
+
+def test_a_checkpoint_history_row_lacking_a_column_is_one_line_naming_it(tmp_path):
+    def drop(meta: dict) -> None:
+        del meta["history"][1]["best_memory"]
+
+    assert _checkpoint_with(tmp_path, drop) == (
+        "the checkpoint's history[1] lacks 'best_memory': start a new run"
+    )
+
+
+def test_a_checkpoint_of_nan_objectives_is_refused(tmp_path):
+    nan = np.full((10, 3), np.nan)
+    assert _checkpoint_with(tmp_path, F=nan) == (
+        f"{BAD}: array 'F' holds a value that is not a finite number (start a new run)"
+    )
+    assert _checkpoint_with(tmp_path) == ""  # the same checkpoint untouched resumes
+
+
 def test_app_writes_its_outputs(tmp_path):
     out = tmp_path / "run"
     r = dse("+net=alexnet", "algorithm.pop_size=40", "algorithm.n_gen=5", f"hydra.run.dir={out}")

@@ -11,6 +11,7 @@ from pathlib import Path
 import optuna
 import pytest
 from hydra.core.utils import JobReturn, JobStatus
+from omegaconf import OmegaConf
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
@@ -230,6 +231,32 @@ def test_a_sweep_records_trials_continues_and_survives_a_failing_trial(tmp_path:
     assert "Traceback" not in again.stderr, again.stderr
     assert "2 trials so far" in again.stdout
     assert len(load(tmp_path, "t").trials) == 3
+
+
+def test_brute_force_over_a_continuous_interval_is_one_line_naming_it(tmp_path: Path) -> None:
+    """Brute force tries every value: a continuous interval (even on a log scale) is refused
+    before any trial, naming the parameter; stepped and whole-number ones are enumerable."""
+    r = sweep(
+        tmp_path,
+        "b",
+        "hydra/sweeper/sampler=bruteforce",
+        "chromosome.splits=choice(2)",
+        "algorithm.mutation.eta=interval(5,40)",
+    )
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.strip() == (
+        "error: hydra/sweeper/sampler=bruteforce tries every value, but "
+        "algorithm.mutation.eta=interval(5,40) is continuous: give it a step "
+        "(range(start,stop,step)) or choices (choice(a,b,...)), or choose another sampler"
+    )
+    assert not (tmp_path / "sweep").exists() and not (tmp_path / "study.db").exists()
+    brute = _impl.make_sampler(OmegaConf.create({"name": "bruteforce", "seed": 0, "options": {}}))
+    with pytest.raises(DseError, match=r"but a=tag\(log, interval\(1,100\)\) is continuous"):
+        _impl.enumerable(parse(["a=tag(log, interval(1,100))"]), brute)
+    for fine in ("a=range(0.5,1.0,0.25)", "a=tag(int, interval(1,5))", "a=choice(x,y)"):
+        _impl.enumerable(parse([fine]), brute)
+    tpe = _impl.make_sampler(OmegaConf.create({"name": "tpe", "seed": 0, "options": {}}))
+    _impl.enumerable(parse(["a=interval(5,40)"]), tpe)
 
 
 def test_two_workers_share_one_sqlite_study(tmp_path: Path) -> None:
