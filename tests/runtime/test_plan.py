@@ -24,9 +24,10 @@ from dse.platform import load_platform
 from dse.runtime.deployment.layout import EXPECTED, PLAN
 from dse.runtime.deployment.measurements import read_measurements
 from dse.runtime.deployment.plan import Plan
-from dse.runtime.deployment.reader import read_plan
+from dse.runtime.deployment.reader import read_plan, whole_model
 from dse.runtime.launch.deploy import deploy
 from dse.runtime.launch.mpiexec import launch
+from dse.runtime.launch.probe import SpeedProbe
 from dse.runtime.rank.equivalence import equivalence, verdict
 from tests.helpers.cli import ROOT
 from tests.helpers.hostile import assert_each_one_line, run_all
@@ -394,6 +395,46 @@ def test_a_plan_without_its_reference_is_refused(deployed: Path, tmp_path: Path)
     d = tampered(deployed, tmp_path / "b")
     (d / EXPECTED).unlink()
     refused(d, "expected.npz", "is missing")
+
+
+def test_the_whole_model_outside_the_deployment_is_checked_before_it_is_read(
+    deployed: Path, tmp_path: Path
+) -> None:
+    """``reference.path`` names a file of the deploying machine: a rank and the check run.sh
+    runs never read it (a plan naming /etc/passwd passes them), and the launching machine's
+    readers (the speed probe) read it only as an ONNX model with the plan's inputs and
+    outputs, one line otherwise."""
+    good = read_plan(deployed)
+    assert good.reference is not None
+    assert whole_model(good, deployed) == Path(good.reference.path)
+    where = tmp_path / "x" / "d" / PLAN
+    other = tmp_path / "other.onnx"
+    model = onnx.load(good.reference.path, load_external_data=False)
+    model.graph.input[0].name = "image"
+    onnx.save(model, str(other))
+    cases = {
+        "/etc/passwd": f"{where}: reference.path '/etc/passwd' is not an ONNX model",
+        "/etc": f"{where}: reference.path '/etc' is not a file here",
+        "model.onnx": f"{where}: reference.path 'model.onnx' is not an absolute path",
+        str(other): f"{where}: reference.path '{other}' is not the plan's model: it has no "
+        f"'{good.inputs[0].name}'",
+    }
+    for path, line in cases.items():
+
+        def edit(d: dict, path: str = path) -> None:
+            d["reference"]["path"] = path
+
+        shutil.rmtree(tmp_path / "x", ignore_errors=True)
+        d = tampered(deployed, tmp_path / "x", edit)
+        plan = read_plan(d)  # what a rank reads: the plan, not the whole model
+        with pytest.raises(DseError) as info:
+            whole_model(plan, d)
+        assert str(info.value) == f"{line} (deploy the mapping again)"
+        with pytest.raises(DseError) as info:
+            SpeedProbe(d, [{0}], 1)()
+        assert str(info.value) == f"{line} (deploy the mapping again)"
+    check = run_all({"ok": ("dse.runtime.rank.check", [str(d)])})["ok"]
+    assert check.returncode == 0 and check.stderr == ""
 
 
 def test_the_check_command_is_one_line_with_status_2(deployed: Path, tmp_path: Path) -> None:
