@@ -92,7 +92,7 @@ def from_autodice(
             raise DseError(f"{form}, not {_short(spec)}")
         by_rows = spec[0] == "spatial"
         what = "row" if by_rows else "channel"
-        if by_rows and not graph.row_splittable[layer]:
+        if by_rows and graph.splittable[layer] and not graph.row_splittable[layer]:
             raise DseError(
                 f"horizontal.json entry '{name}' ({graph.ops[layer]}) is \"spatial\", but this "
                 "layer cannot be split by rows: only convolutions over NCHW images can; use "

@@ -169,6 +169,33 @@ def test_a_good_split_reads_its_channel_shares(net):
     assert share[0, graph.index["relu"]].tolist() == [1.0, 0.0]
 
 
+def test_a_pool_on_its_producers_bands_needs_no_split_of_its_own(tmp_path):
+    """A MaxPool after a Conv split by rows runs on the Conv's bands: listed on the Conv's
+    devices (with a "spatial" entry of its own) it is told so and what to write instead; on one
+    device, an entry that only says so is accepted and changes nothing."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+        helper.make_node("MaxPool", ["c"], ["y"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+    ]
+    path = tmp_path / "conv_pool.onnx"
+    onnx.save(f.model(nodes, {"x": [1, 3, 8, 8]}, ["y"], [f.weight("w", [8, 3, 3, 3])]), path)
+    graph = load_net({"name": "onnx", "path": str(path)}).graph
+    conv = ["spatial", [4], KEYS]
+    with pytest.raises(DseError) as info:
+        from_autodice(graph, KEYS, {CPU0: ["conv", "pool"], CPU1: ["conv", "pool"]},
+                      {"conv": conv, "pool": ["spatial", [2], KEYS]})  # fmt: skip
+    assert str(info.value) == (
+        "layer 'pool' (MaxPool) cannot be split across devices: it runs on the parts (or "
+        "bands) of 'conv' (Conv) wherever that layer is split; map it to one device, with no "
+        "horizontal.json entry"
+    )
+    mapping = {CPU0: ["conv", "pool"], CPU1: ["conv"]}
+    plain = from_autodice(graph, KEYS, mapping, {"conv": conv})
+    said = from_autodice(graph, KEYS, mapping, {"conv": conv, "pool": ["spatial", [], [CPU0]]})
+    assert said.ident(0) == plain.ident(0)
+    assert said.axis.tolist() == [[1]] and said.sizes[0].tolist() == [[4, 2]]
+
+
 def test_json_output_is_strict_json(net, files):
     """`format=json` prints numbers only: no NaN or Infinity, which strict parsers reject."""
     path, _ = net
