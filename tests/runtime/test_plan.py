@@ -453,6 +453,53 @@ def test_the_check_command_is_one_line_with_status_2(deployed: Path, tmp_path: P
     assert ok.returncode == 0 and ok.stderr == ""
 
 
+BOARD = "no-such-board.invalid"
+
+
+def test_a_host_that_cannot_be_reached_is_named_before_mpiexec(deployed: Path, tmp_path: Path):
+    """The check run.sh runs before mpiexec: a hostfile edited to name a host where the
+    rankfile places no rank, and one whose host (none of the plan's) does not resolve, are each
+    one line naming the host (and its ranks' devices) and what to check."""
+    a = tampered(deployed, tmp_path / "a")
+    (a / "hostfile").write_text(f"{BOARD} slots=2\n")
+    b = tampered(deployed, tmp_path / "b")
+    (b / "hostfile").write_text(f"{BOARD} slots=2\n")
+    (b / "rankfile").write_text(f"rank 0={BOARD} slot=0\nrank 1={BOARD} slot=1\n")
+    results = run_all({k: ("dse.runtime.rank.check", [str(d)]) for k, d in (("a", a), ("b", b))})
+    assert results["a"].returncode == 2 and results["b"].returncode == 2
+    assert results["a"].stderr == (
+        f"error: {a}/hostfile names host '{BOARD}', where the rankfile places no rank (it "
+        "places them on localhost): deploy the mapping again, or edit both files alike\n"
+    )
+    assert results["b"].stderr == (
+        f"error: host '{BOARD}' of {b}/hostfile (rank 0 (localhost_cpu0), rank 1 "
+        "(localhost_cpu1)) does not resolve here: check the name (the plan's hosts are "
+        "localhost) and that DNS or /etc/hosts knows it\n"
+    )
+
+
+@pytest.mark.mpi
+def test_a_plans_host_that_ssh_cannot_reach_is_named_once(deployed: Path, tmp_path: Path):
+    """A plan whose own host does not resolve passes the check (a board's name may be known to
+    the launcher's ssh only); mpiexec's ssh then fails, and the run names the host and its ranks
+    at once, not Open MPI's daemon page after three launches."""
+
+    def on_board(d: dict) -> None:
+        for r in d["ranks"]:
+            r["host"] = BOARD
+
+    d = tampered(deployed, tmp_path, on_board)
+    (d / "hostfile").write_text(f"{BOARD} slots=2\n")
+    (d / "rankfile").write_text(f"rank 0={BOARD} slot=0\nrank 1={BOARD} slot=1\n")
+    r = launch(d, timeout_s=120)
+    assert r.status == "failed"
+    assert r.reason == (
+        f"mpiexec exited with 255: host '{BOARD}' (ranks 0, 1) could not be reached: its name "
+        f"does not resolve here (Name or service not known): check the host names in "
+        f"{d}/hostfile and that the board is up and reachable from here"
+    )
+
+
 def test_outputs_are_checked_against_the_stored_whole_model(deployed: Path, tmp_path: Path):
     """equivalence() reads the whole model's outputs from the deployment: equal outputs pass,
     outputs off by 1 % or holding NaN fail, and without them nothing passes."""
