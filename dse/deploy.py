@@ -12,8 +12,8 @@ from omegaconf import DictConfig
 from dse import app
 from dse.cli import guarded, run
 from dse.errors import DseError
-from dse.files import read_json
-from dse.mapping import Mappings, from_autodice
+from dse.mapping import Mappings
+from dse.mapping.autodice import read_autodice
 from dse.measuring.comparison import Compared
 from dse.measuring.measure import Settings, measure_one
 from dse.measuring.rounds import Rounds
@@ -64,13 +64,9 @@ def summary(result: Compared) -> str:
     return "\n".join(lines)
 
 
-def read_mapping(cfg: DictConfig, net: Net, keys: list[str]) -> Mappings:
+def read_mapping(cfg: DictConfig, net: Net, keys: list[str], platform: str) -> Mappings:
     """The AutoDiCE mapping (and horizontal) files of ``cfg`` as a mapping of ``net``."""
-    mapping = read_json(cfg.mapping, "mapping")
-    horizontal = read_json(cfg.horizontal, "horizontal") if cfg.get("horizontal") else None
-    if not isinstance(mapping, dict):
-        raise DseError('mapping.json must be an object {"<host>_<resource>": [node names]}')
-    return from_autodice(net.graph, keys, mapping, horizontal)
+    return read_autodice(net.graph, keys, platform, cfg.mapping, cfg.get("horizontal") or None)
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="deploy", version_base="1.3")
@@ -94,7 +90,7 @@ def main(cfg: DictConfig) -> dict[str, Any]:
         net, platform, model = app.model_from(cfg)
     else:
         net, platform, model = load_net(cfg.get("net")), app.platform_from(cfg), None
-    mapping = read_mapping(cfg, net, platform.keys)
+    mapping = read_mapping(cfg, net, platform.keys, platform.name)
     default = DEFAULT_OUT.format(net=net.name, mapping=mapping.ident(0))
     out = Path(str(cfg.get("out") or default)).expanduser()
     seed, warmup, iterations = int(cfg.seed), int(cfg.warmup), int(cfg.iterations)

@@ -16,8 +16,8 @@ from omegaconf import DictConfig
 from dse import app
 from dse.cli import guarded, output_format, run
 from dse.errors import DseError
-from dse.files import finite, read_json
-from dse.mapping import from_autodice
+from dse.files import finite
+from dse.mapping.autodice import read_autodice
 from dse.objectives import OBJECTIVES
 from dse.paths import CONF_DIR
 from dse.platform import Platform
@@ -88,9 +88,8 @@ def main(cfg: DictConfig) -> dict[str, Any]:
         )
     net, platform, model = app.model_from(cfg)
     graph = net.graph
-    mapping = read_json(cfg.mapping, "mapping")
-    horizontal = read_json(cfg.horizontal, "horizontal") if cfg.get("horizontal") else None
-    chosen = from_autodice(graph, platform.keys, mapping, horizontal)
+    horizontal = cfg.get("horizontal") or None
+    chosen = read_autodice(graph, platform.keys, platform.name, cfg.mapping, horizontal)
     r = to_json(model.evaluate(chosen).prediction(platform))
     text = json.dumps(finite(r), indent=1, allow_nan=False)
     print(text if fmt == "json" else as_table(graph.name, platform, r))

@@ -52,7 +52,7 @@ from dse.net import load_net, zoo
 from dse.platform import Platform
 from dse.runtime.deployment.layout import HOSTFILE, RANKFILE
 from dse.runtime.deployment.measurements import Measurement
-from dse.runtime.deployment.reader import read_plan
+from dse.runtime.deployment.reader import read_plan, whole_model
 from dse.runtime.launch.mpiexec import Launcher, captured, mpi_files, placement
 from dse.runtime.launch.probe import LOCAL_HOSTS
 from dse.runtime.rank.pace import pace_from_env
@@ -141,8 +141,7 @@ def submodels_unit(r: Unit) -> Unit:
 
     directory = Path(r["directory"])
     plan = read_plan(directory)
-    assert plan.reference is not None  # read_plan refuses a plan without one
-    whole = session(Path(plan.reference.path), "cpu", int(r["threads"]))
+    whole = session(whole_model(plan, directory), "cpu", int(r["threads"]))
     run_whole, whole_s = beside(whole)
     names = [n for rank in plan.ranks for n in rank.segments]
     timed = time_files(

@@ -11,19 +11,27 @@
   guessed.
 
 Parts are ordered by device index, so a mapping round-trips through the files.
+
+A search writes them in ``RUN/best_<objective>/``, beside the run's ``RUN/summary.json``:
+:func:`read_autodice` reads the files and, where a device or a node is unknown, names the
+platform or network that summary says the mapping was found for, and the option to pass.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dse.errors import DseError
+from dse.files import read_json
 from dse.mapping.build import from_devices
 from dse.mapping.mappings import Mappings
 from dse.net.graph import LayerGraph
+from dse.net.zoo import NETS
 
 #: horizontal.json's kind of each split axis.
 KINDS = ("lop", "spatial")
@@ -49,6 +57,82 @@ def to_autodice(
             kind = KINDS[m.split_axis(graph, layer, index)]
             horizontal[name] = [kind, ends[:-1], [keys[d] for d in devs]]
     return mapping, horizontal
+
+
+@dataclass(frozen=True)
+class Origin:
+    """What a mapping was found for: the network and platform of the run (``summary``: its
+    ``summary.json``) that wrote it."""
+
+    net: str
+    platform: str
+    summary: Path
+
+
+def origin_of(mapping_path: str | Path) -> Origin | None:
+    """The :class:`Origin` of the mapping file at ``mapping_path``: the ``summary.json`` of its
+    folder or of the folder above (a run's, beside its ``best_<objective>/``); None without a
+    readable one."""
+    folder = Path(str(mapping_path)).expanduser().absolute().parent
+    for summary in (folder / "summary.json", folder.parent / "summary.json"):
+        if not summary.is_file():
+            continue
+        try:
+            doc = read_json(str(summary), "summary")
+        except DseError:
+            return None
+        if not isinstance(doc, dict):
+            return None
+        net, platform = doc.get("net"), doc.get("platform")
+        if isinstance(net, str) and isinstance(platform, str):
+            return Origin(net, platform, summary)
+        return None
+    return None
+
+
+def read_autodice(
+    graph: LayerGraph,
+    keys: Sequence[str],
+    platform: str,
+    mapping_path: str,
+    horizontal_path: str | None = None,
+) -> Mappings:
+    """The mapping in the files ``mapping_path`` (and ``horizontal_path``) as a mapping of
+    ``graph`` on the devices ``keys`` of ``platform`` (:func:`from_autodice`); an unknown device
+    or node names the platform or network it was found for (:func:`origin_of`) and the
+    option that deploys it there."""
+    mapping = read_json(mapping_path, "mapping")
+    horizontal = read_json(horizontal_path, "horizontal") if horizontal_path else None
+    try:
+        return from_autodice(graph, keys, mapping, horizontal)
+    except DseError as exc:
+        origin = origin_of(mapping_path) if isinstance(mapping, Mapping) else None
+        line = elsewhere(exc, origin, graph.name, platform)
+        if line is None:
+            raise
+        raise DseError(line) from None
+
+
+def elsewhere(exc: DseError, origin: Origin | None, net: str, platform: str) -> str | None:
+    """``exc``'s line about an unknown device or node with what the mapping was found for and
+    the fix, where ``origin`` is another platform or network than ``platform``, ``net``."""
+    text = str(exc)
+    if origin is None:
+        return None
+    if text.startswith("mapping names unknown device") and origin.platform != platform:
+        head = text.split(": the platform has")[0]
+        return (
+            f"{head}: the mapping was found on platform {origin.platform} "
+            f"({origin.summary}), not {platform}: pass platform={origin.platform}"
+        )
+    node = ("mapping names unknown node", "horizontal.json names unknown node")
+    if text.startswith(node) and origin.net != net:
+        fix = f"+net={origin.net}" if origin.net in NETS else "that network's net.path="
+        return (
+            f"{text.split(': see python')[0]}: the mapping was found for network {origin.net} "
+            f"({origin.summary}), not {net}: pass {fix}"
+        )
+    return None
 
 
 def from_autodice(
@@ -108,7 +192,7 @@ def from_autodice(
             raise DseError(f"{form}, not {_short(spec)}")
         by_rows = spec[0] == "spatial"
         what = "row" if by_rows else "channel"
-        if by_rows and not graph.row_splittable[layer]:
+        if by_rows and graph.splittable[layer] and not graph.row_splittable[layer]:
             raise DseError(
                 f"horizontal.json entry '{name}' ({graph.ops[layer]}) is \"spatial\", but this "
                 "layer cannot be split by rows: only convolutions over NCHW images can; use "

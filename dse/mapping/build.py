@@ -47,10 +47,7 @@ def from_devices(graph: LayerGraph, on: np.ndarray, axis: np.ndarray | None = No
     bad = (count > 1) & ~graph.splittable[None, :]
     if bad.any():
         p, layer = np.argwhere(bad)[0]
-        raise DseError(
-            f"layer '{graph.names[layer]}' ({graph.ops[layer]}) cannot be split "
-            f"across devices: only Conv/Gemm/MatMul layers with constant weights can"
-        )
+        raise DseError(unsplittable(graph, int(layer)))
     counts = np.ascontiguousarray(on[:, graph.split_layers, :], dtype=np.int32)
     if axis is None:
         axis = np.zeros(counts.shape[:2], dtype=np.int8)
@@ -70,6 +67,23 @@ def from_devices(graph: LayerGraph, on: np.ndarray, axis: np.ndarray | None = No
     sizes = np.empty_like(counts)
     rules.equal_sizes(counts, table, axis, sizes)
     return Mappings(device, sizes, axis)
+
+
+def unsplittable(graph: LayerGraph, layer: int) -> str:
+    """The line for ``layer``, not splittable, given several devices: a layer that follows a
+    splittable one (a pooling or an activation after a Conv) runs on that layer's parts or
+    bands already, and is told so."""
+    root = layer
+    while graph.follows[root] >= 0:
+        root = int(graph.follows[root])
+    what = f"layer '{graph.names[layer]}' ({graph.ops[layer]}) cannot be split across devices"
+    if root == layer:
+        return f"{what}: only Conv/Gemm/MatMul layers with constant weights can"
+    return (
+        f"{what}: it runs on the parts (or bands) of '{graph.names[root]}' "
+        f"({graph.ops[root]}) wherever that layer is split; map it to one device, with no "
+        "horizontal.json entry"
+    )
 
 
 def _check_axis(graph: LayerGraph, axis: np.ndarray) -> None:

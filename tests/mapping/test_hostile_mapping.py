@@ -15,6 +15,7 @@ import tests.helpers.onnx_factory as f
 from dse.errors import DseError
 from dse.files import read_json
 from dse.mapping import from_autodice
+from dse.mapping.autodice import read_autodice
 from dse.net import load_net
 from tests.helpers.hostile import assert_each_one_line, refusal, run_all
 
@@ -228,6 +229,71 @@ def test_an_entry_on_an_unsplit_node_with_its_one_device_is_read(net):
     one = {CPU0: ["conv", "relu"]}
     batch = from_autodice(graph, KEYS, one, {"conv": ["lop", [], [CPU0]]})
     assert batch.dense(graph)[0][0, graph.index["conv"]].tolist() == [1.0, 0.0]
+
+
+def test_a_pool_on_its_producers_bands_needs_no_split_of_its_own(tmp_path):
+    """A MaxPool after a Conv split by rows runs on the Conv's bands: listed on the Conv's
+    devices (with a "spatial" entry of its own) it is told so and what to write instead; on one
+    device, an entry that only says so is accepted and changes nothing."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+        helper.make_node("MaxPool", ["c"], ["y"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+    ]
+    path = tmp_path / "conv_pool.onnx"
+    onnx.save(f.model(nodes, {"x": [1, 3, 8, 8]}, ["y"], [f.weight("w", [8, 3, 3, 3])]), path)
+    graph = load_net({"name": "onnx", "path": str(path)}).graph
+    conv = ["spatial", [4], KEYS]
+    with pytest.raises(DseError) as info:
+        from_autodice(graph, KEYS, {CPU0: ["conv", "pool"], CPU1: ["conv", "pool"]},
+                      {"conv": conv, "pool": ["spatial", [2], KEYS]})  # fmt: skip
+    assert str(info.value) == (
+        "layer 'pool' (MaxPool) cannot be split across devices: it runs on the parts (or "
+        "bands) of 'conv' (Conv) wherever that layer is split; map it to one device, with no "
+        "horizontal.json entry"
+    )
+    mapping = {CPU0: ["conv", "pool"], CPU1: ["conv"]}
+    plain = from_autodice(graph, KEYS, mapping, {"conv": conv})
+    said = from_autodice(graph, KEYS, mapping, {"conv": conv, "pool": ["spatial", [], [CPU0]]})
+    assert said.ident(0) == plain.ident(0)
+    assert said.axis.tolist() == [[1]] and said.sizes[0].tolist() == [[4, 2]]
+
+
+def test_a_mapping_found_for_another_platform_or_network_names_it(net, tmp_path):
+    """A run's best mapping (``RUN/best_latency/mapping.json`` beside ``RUN/summary.json``)
+    read on another platform, or for another network, names what it was found for and the
+    option to pass; without a summary, the plain line stays."""
+    path, graph = net
+    run = tmp_path / "run"
+    (run / "best_latency").mkdir(parents=True)
+    summary = run / "summary.json"
+    summary.write_text(json.dumps({"net": "conv_relu", "platform": "jetson_xavier_nx_x8"}))
+    xavier = run / "best_latency" / "mapping.json"
+    xavier.write_text(json.dumps({"xavier0_cpu": ["conv", "relu"]}))
+    with pytest.raises(DseError) as info:
+        read_autodice(graph, KEYS, "localhost", str(xavier))
+    assert str(info.value) == (
+        "mapping names unknown device 'xavier0_cpu': the mapping was found on platform "
+        f"jetson_xavier_nx_x8 ({summary}), not localhost: pass platform=jetson_xavier_nx_x8"
+    )
+    summary.write_text(json.dumps({"net": "vgg16", "platform": "localhost"}))
+    vgg = run / "best_latency" / "mapping.json"
+    vgg.write_text(json.dumps({CPU0: ["conv1_1", "relu1_1"]}))
+    with pytest.raises(DseError) as info:
+        read_autodice(graph, KEYS, "localhost", str(vgg))
+    assert str(info.value) == (
+        "mapping names unknown node 'conv1_1' (device 'localhost_cpu0'): the mapping was found "
+        f"for network vgg16 ({summary}), not conv_relu: pass +net=vgg16"
+    )
+    args = ["+net=onnx", f"net.path={path}", "platform=localhost", f"mapping={vgg}"]
+    r = run_all({"evaluate": ("dse.evaluate", args)})
+    assert r["evaluate"].stderr == f"error: {info.value}\n" and r["evaluate"].returncode == 2
+    summary.unlink()
+    with pytest.raises(DseError) as info:
+        read_autodice(graph, KEYS, "localhost", str(vgg))
+    assert str(info.value) == (
+        "mapping names unknown node 'conv1_1' (device 'localhost_cpu0'): see python -m "
+        "dse.inspect for the layer names"
+    )
 
 
 def test_json_output_is_strict_json(net, files):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -12,8 +13,11 @@ import pytest
 from onnx import numpy_helper, shape_inference
 
 from dse.errors import DseError
+from dse.net import load_net
 from dse.net.zoo import NETS, NetBuilder, build, materialize
 from dse.net.zoo.materialize import fill_weights
+from tests.helpers.cli import run_module
+from tests.helpers.hostile import assert_one_line
 
 # Published learnable-parameter counts (torchvision / Caffe).
 PARAMS = {
@@ -228,6 +232,37 @@ def test_materialize_weights(tmp_path: Path) -> None:
 def test_materialize_default_cache_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DSE_CACHE", str(tmp_path / "env"))
     assert materialize("mobilenetv2") == tmp_path / "env" / "mobilenetv2-seed0.onnx"
+
+
+def test_a_cache_that_cannot_be_written_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Weights not cached yet and DSE_CACHE where nothing can be written (under /proc, under a
+    file): one line naming the variable and the fix, from materialize and from dse.deploy; nothing
+    is made."""
+    monkeypatch.setenv("DSE_CACHE", "/proc/dse")
+    line = (
+        "cannot write the zoo's weights to DSE_CACHE=/proc/dse (/proc: No such file or "
+        "directory): set DSE_CACHE to a folder you can write"
+    )
+    with pytest.raises(DseError) as info:
+        materialize("alexnet")
+    assert str(info.value) == line
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(DseError) as info:
+        materialize("alexnet", cache_dir=tmp_path / "a_file" / "zoo", external=True)
+    assert str(info.value) == (
+        f"cannot write the zoo's weights to the zoo's cache {tmp_path / 'a_file' / 'zoo'} "
+        f"({tmp_path / 'a_file'} is a file, not a folder): set DSE_CACHE to a folder you can "
+        "write"
+    )
+    net = load_net({"name": "alexnet"})
+    (tmp_path / "mapping.json").write_text(json.dumps({"localhost_cpu0": list(net.graph.names)}))
+    args = ["+net=alexnet", "platform=localhost", f"mapping={tmp_path / 'mapping.json'}",
+            f"out={tmp_path / 'dep'}"]  # fmt: skip
+    r = run_module("dse.deploy", *args, env={"DSE_CACHE": "/proc/dse"}, timeout=120)
+    assert_one_line(r, line)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "mapping.json"]
 
 
 @pytest.mark.parametrize("name", ["googlenet", "densenet121"])

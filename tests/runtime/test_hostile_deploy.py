@@ -8,13 +8,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import onnx
+import onnxruntime as ort
 import pytest
+from onnx import helper
 
 from dse.errors import DseError
 from dse.mapping import to_autodice
 from dse.runtime.launch.mpiexec import Launcher, check_session_folder
-from tests.helpers.hostile import assert_each_one_line, run_all
+from dse.runtime.rank.sessions import newer_ops, session
+from tests.helpers.hostile import assert_each_one_line, assert_one_line, run_all
 from tests.helpers.nets import aba_batch, on_devices, zoo_like
+from tests.helpers.onnx_factory import model
 
 
 def test_bad_deploy_settings_are_one_line_before_any_work(tmp_path: Path) -> None:
@@ -64,3 +69,37 @@ def test_mpiexecs_temporary_folder_that_cannot_be_written_is_one_line(tmp_path: 
         with pytest.raises(DseError, match=f"TMPDIR={folder} is not .*{why}.*set TMPDIR"):
             check_session_folder(Launcher(env={"TMPDIR": str(folder)}))
     check_session_folder(Launcher(env={"TMPDIR": str(tmp_path)}))  # a good one passes
+
+
+def test_a_model_onnxruntime_cannot_run_is_one_line(tmp_path: Path) -> None:
+    """A model stamped with an ai.onnx opset beyond onnxruntime's: dse.deploy names the opset,
+    the one onnxruntime runs up to and the fix, and writes nothing; an op onnxruntime has not
+    at the model's opset (Gelu came at opset 20) is named with its node."""
+    net = zoo_like(tmp_path)
+    mapping, _ = to_autodice(net.graph, ["localhost_cpu0", "localhost_cpu1"], aba_batch(net))
+    (tmp_path / "mapping.json").write_text(json.dumps(mapping))
+    path = tmp_path / "zoo_like.onnx"
+    proto = onnx.load(str(path))
+    proto.opset_import[0].version = 30
+    onnx.save(proto, str(path))
+    args = ["+net=onnx", f"net.path={path}", "platform=localhost",
+            f"mapping={tmp_path / 'mapping.json'}", f"out={tmp_path / 'dep'}"]  # fmt: skip
+    most = 28  # onnxruntime 1.32's
+    assert ort.__version__ == "1.32.0"
+    line = (
+        f"{path} imports ai.onnx opset 30 (none of its ops needs more than {most}); "
+        f"onnxruntime 1.32.0 runs up to opset {most}: export the model at opset {most} or "
+        "lower, or upgrade onnxruntime"
+    )
+    r = run_all({"opset 30": ("dse.deploy", args)})["opset 30"]
+    assert_one_line(r, line)
+    assert not (tmp_path / "dep").exists()
+    first = proto.graph.node[0]
+    assert newer_ops(proto, 30, 9) == f"{first.op_type} (node '{first.name}', opset 22)"
+    gelu = model([helper.make_node("Gelu", ["x"], ["y"], name="g")], {"x": [1, 4]}, ["y"])
+    with pytest.raises(DseError) as info:
+        session(gelu)
+    assert str(info.value) == (
+        "the model: onnxruntime 1.32.0 has no Gelu at ai.onnx opset 17 (node 'g'): "
+        "export the model at an opset that has Gelu"
+    )

@@ -24,9 +24,10 @@ from dse.platform import load_platform
 from dse.runtime.deployment.layout import EXPECTED, PLAN
 from dse.runtime.deployment.measurements import read_measurements
 from dse.runtime.deployment.plan import Plan
-from dse.runtime.deployment.reader import read_plan
+from dse.runtime.deployment.reader import read_plan, whole_model
 from dse.runtime.launch.deploy import deploy
 from dse.runtime.launch.mpiexec import launch
+from dse.runtime.launch.probe import SpeedProbe
 from dse.runtime.rank.equivalence import equivalence, verdict
 from tests.helpers.cli import ROOT
 from tests.helpers.hostile import assert_each_one_line, run_all
@@ -396,6 +397,46 @@ def test_a_plan_without_its_reference_is_refused(deployed: Path, tmp_path: Path)
     refused(d, "expected.npz", "is missing")
 
 
+def test_the_whole_model_outside_the_deployment_is_checked_before_it_is_read(
+    deployed: Path, tmp_path: Path
+) -> None:
+    """``reference.path`` names a file of the deploying machine: a rank and the check run.sh
+    runs never read it (a plan naming /etc/passwd passes them), and the launching machine's
+    readers (the speed probe) read it only as an ONNX model with the plan's inputs and
+    outputs, one line otherwise."""
+    good = read_plan(deployed)
+    assert good.reference is not None
+    assert whole_model(good, deployed) == Path(good.reference.path)
+    where = tmp_path / "x" / "d" / PLAN
+    other = tmp_path / "other.onnx"
+    model = onnx.load(good.reference.path, load_external_data=False)
+    model.graph.input[0].name = "image"
+    onnx.save(model, str(other))
+    cases = {
+        "/etc/passwd": f"{where}: reference.path '/etc/passwd' is not an ONNX model",
+        "/etc": f"{where}: reference.path '/etc' is not a file here",
+        "model.onnx": f"{where}: reference.path 'model.onnx' is not an absolute path",
+        str(other): f"{where}: reference.path '{other}' is not the plan's model: it has no "
+        f"'{good.inputs[0].name}'",
+    }
+    for path, line in cases.items():
+
+        def edit(d: dict, path: str = path) -> None:
+            d["reference"]["path"] = path
+
+        shutil.rmtree(tmp_path / "x", ignore_errors=True)
+        d = tampered(deployed, tmp_path / "x", edit)
+        plan = read_plan(d)  # what a rank reads: the plan, not the whole model
+        with pytest.raises(DseError) as info:
+            whole_model(plan, d)
+        assert str(info.value) == f"{line} (deploy the mapping again)"
+        with pytest.raises(DseError) as info:
+            SpeedProbe(d, [{0}], 1)()
+        assert str(info.value) == f"{line} (deploy the mapping again)"
+    check = run_all({"ok": ("dse.runtime.rank.check", [str(d)])})["ok"]
+    assert check.returncode == 0 and check.stderr == ""
+
+
 def test_the_check_command_is_one_line_with_status_2(deployed: Path, tmp_path: Path) -> None:
     """``python -m dse.runtime.rank.check`` (run.sh runs it first) on a few tampered plans."""
     cases = {}
@@ -410,6 +451,53 @@ def test_the_check_command_is_one_line_with_status_2(deployed: Path, tmp_path: P
     assert_each_one_line(run_all(cases), words)
     ok = run_all({"ok": ("dse.runtime.rank.check", [str(deployed)])})["ok"]
     assert ok.returncode == 0 and ok.stderr == ""
+
+
+BOARD = "no-such-board.invalid"
+
+
+def test_a_host_that_cannot_be_reached_is_named_before_mpiexec(deployed: Path, tmp_path: Path):
+    """The check run.sh runs before mpiexec: a hostfile edited to name a host where the
+    rankfile places no rank, and one whose host (none of the plan's) does not resolve, are each
+    one line naming the host (and its ranks' devices) and what to check."""
+    a = tampered(deployed, tmp_path / "a")
+    (a / "hostfile").write_text(f"{BOARD} slots=2\n")
+    b = tampered(deployed, tmp_path / "b")
+    (b / "hostfile").write_text(f"{BOARD} slots=2\n")
+    (b / "rankfile").write_text(f"rank 0={BOARD} slot=0\nrank 1={BOARD} slot=1\n")
+    results = run_all({k: ("dse.runtime.rank.check", [str(d)]) for k, d in (("a", a), ("b", b))})
+    assert results["a"].returncode == 2 and results["b"].returncode == 2
+    assert results["a"].stderr == (
+        f"error: {a}/hostfile names host '{BOARD}', where the rankfile places no rank (it "
+        "places them on localhost): deploy the mapping again, or edit both files alike\n"
+    )
+    assert results["b"].stderr == (
+        f"error: host '{BOARD}' of {b}/hostfile (rank 0 (localhost_cpu0), rank 1 "
+        "(localhost_cpu1)) does not resolve here: check the name (the plan's hosts are "
+        "localhost) and that DNS or /etc/hosts knows it\n"
+    )
+
+
+@pytest.mark.mpi
+def test_a_plans_host_that_ssh_cannot_reach_is_named_once(deployed: Path, tmp_path: Path):
+    """A plan whose own host does not resolve passes the check (a board's name may be known to
+    the launcher's ssh only); mpiexec's ssh then fails, and the run names the host and its ranks
+    at once, not Open MPI's daemon page after three launches."""
+
+    def on_board(d: dict) -> None:
+        for r in d["ranks"]:
+            r["host"] = BOARD
+
+    d = tampered(deployed, tmp_path, on_board)
+    (d / "hostfile").write_text(f"{BOARD} slots=2\n")
+    (d / "rankfile").write_text(f"rank 0={BOARD} slot=0\nrank 1={BOARD} slot=1\n")
+    r = launch(d, timeout_s=120)
+    assert r.status == "failed"
+    assert r.reason == (
+        f"mpiexec exited with 255: host '{BOARD}' (ranks 0, 1) could not be reached: its name "
+        f"does not resolve here (Name or service not known): check the host names in "
+        f"{d}/hostfile and that the board is up and reachable from here"
+    )
 
 
 def test_outputs_are_checked_against_the_stored_whole_model(deployed: Path, tmp_path: Path):

@@ -10,6 +10,8 @@ from typing import BinaryIO
 import numpy as np
 import onnx
 
+from dse.errors import DseError
+from dse.files import why_unwritable
 from dse.net.onnx_load import append_external
 from dse.net.zoo.builder import Fill
 from dse.net.zoo.registry import construct, network
@@ -59,12 +61,41 @@ def materialize(
     path = root / f"{stem}.onnx"
     if path.exists():
         return path
+    why = why_unwritable(root)
+    if why is not None:
+        raise DseError(_unwritable(root, cache_dir, why))
     model, fills = construct(name)
+    try:
+        _write(root, path, stem, model, fills, seed, external)
+    except OSError as exc:  # a disk that fills up, a folder taken away: nothing half-written
+        raise DseError(_unwritable(root, cache_dir, exc.strerror or str(exc))) from None
+    return path
+
+
+def _unwritable(root: Path, cache_dir: str | Path | None, why: str) -> str:
+    """The line for a cache folder the weights cannot be written to, naming the setting."""
+    named = os.environ.get(CACHE_ENV) and cache_dir is None
+    where = f"{CACHE_ENV}={root}" if named else f"the zoo's cache {root}"
+    return (
+        f"cannot write the zoo's weights to {where} ({why}): "
+        f"set {CACHE_ENV} to a folder you can write"
+    )
+
+
+def _write(
+    root: Path,
+    path: Path,
+    stem: str,
+    model: onnx.ModelProto,
+    fills: dict[str, Fill],
+    seed: int,
+    external: bool,
+) -> None:
     root.mkdir(parents=True, exist_ok=True)
     if not external:
         fill_weights(model, fills, seed)
         _write_atomically(path, model.SerializeToString())
-        return path
+        return
     with tempfile.TemporaryDirectory(prefix=f".{stem}.", dir=root) as tmp:
         # both files under their final names in a private directory, then moved: the model
         # names its data file, and a reader never meets half of either
@@ -75,7 +106,6 @@ def materialize(
         for p in (data, Path(tmp) / path.name):  # the model last: it is what marks the cache
             os.chmod(p, 0o644)
             os.replace(p, root / p.name)
-    return path
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

@@ -9,6 +9,11 @@ file) and the whole model's expected outputs are regular files inside the deploy
 plain name, no symlink), each sub-model's ONNX graph is read for its inputs and outputs, and its
 external weights are files of the directory too, within their length. Every problem is one line
 naming the field or file.
+
+The one path a plan names outside its directory, ``reference.path`` (the whole model, a file of
+the machine that deployed it), is read by no rank and by no check a rank runs: only the
+launching machine reads it (the speed probe, the sub-models' timing of a calibration), and only
+through :func:`whole_model`, which checks it first.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from onnx import TensorProto
 from dse.errors import DseError
 from dse.files import no_constant, no_duplicates
 from dse.runtime.deployment.layout import PLAN
-from dse.runtime.deployment.plan import MAX_PLAN_BYTES, Plan
+from dse.runtime.deployment.plan import FIX, MAX_PLAN_BYTES, Plan
 from dse.runtime.deployment.validate import FILE_NAME, SegmentIO, check_io, model_io, validate
 
 #: Largest sub-model graph read (its weights are in its data file; protobuf's own limit).
@@ -163,6 +168,37 @@ def read_plan(directory: Path, rank: int | None = None, host_memory: int | None 
     plan = Plan.from_json(read_plan_json(directory), where)
     check_files(plan, directory, rank, host_memory)
     return plan
+
+
+def whole_model(plan: Plan, directory: Path) -> Path:
+    """The whole model ``plan`` names (``reference.path``): an absolute path to a regular file, an
+    ONNX model with the plan's inputs and outputs; one line naming the field otherwise."""
+    where = str(Path(directory) / PLAN)
+    if plan.reference is None:
+        raise DseError(f"{where}: no reference: the plan names no whole model ({FIX})")
+    shown = plan.reference.path[:200]
+    path = Path(plan.reference.path)
+    if not path.is_absolute():
+        raise DseError(f"{where}: reference.path '{shown}' is not an absolute path ({FIX})")
+    if not path.is_file():
+        raise DseError(f"{where}: reference.path '{shown}' is not a file here ({FIX})")
+    try:
+        if path.stat().st_size > MAX_SEGMENT_BYTES:
+            raise DseError(f"{where}: reference.path '{shown}' is larger than a model can be")
+        model = onnx.load(str(path), load_external_data=False)
+    except OSError as exc:
+        raise DseError(f"cannot read {path} (reference.path of {where}): {exc.strerror}") from None
+    except Exception:  # noqa: BLE001 - protobuf raises its own DecodeError
+        raise DseError(f"{where}: reference.path '{shown}' is not an ONNX model ({FIX})") from None
+    ins, outs = model_io(model)
+    missing = [p.name for p in plan.inputs if p.name not in ins]
+    missing += [o.name for o in plan.outputs if o.name not in outs]
+    if missing:
+        raise DseError(
+            f"{where}: reference.path '{shown}' is not the plan's model: it has no "
+            f"'{missing[0][:80]}' ({FIX})"
+        )
+    return path
 
 
 def read_expected(plan: Plan, directory: Path) -> list[np.ndarray]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -42,6 +43,7 @@ from dse.files import owned, why_unwritable, write_text
 from dse.lifetime import die_with_parent
 from dse.platform import Platform
 from dse.records import to_json
+from dse.runtime.deployment.hosts import check_hosts, rankfile_hosts
 from dse.runtime.deployment.layout import (
     HOSTFILE,
     MEASUREMENTS,
@@ -304,6 +306,11 @@ STARTUP_FAILURES = (
 )
 RETRIES = 2
 RETRY_PAUSE_S = 0.5
+#: What ssh says (in mpiexec's output) of a host it could not reach: the host, then why. Such a
+#: failure lasts: it is named, not started again.
+UNREACHED = re.compile(
+    r"ssh: (?:Could not resolve hostname (\S+?)|connect to host (\S+) port \d+): ([^\n]+)"
+)
 
 R = TypeVar("R")
 
@@ -354,6 +361,7 @@ def launch(
     name a failure's cause."""
     directory = Path(directory).absolute()
     plan = read_plan(directory)
+    check_hosts(plan, directory)
     launcher = launcher or Launcher()
     check_session_folder(launcher)
     placement = [(r.host, r.device) for r in plan.ranks]
@@ -453,7 +461,30 @@ def started_again(attempt: Callable[[], R], failed_at_startup: Callable[[R], boo
 def _failed_at_startup(directory: Path) -> bool:
     """Whether no rank wrote a measurement in ``directory`` and mpiexec's stderr or stdout
     there names a startup failure that does not last."""
-    return not (directory / MEASUREMENTS).is_file() and _startup_named(directory) is not None
+    if (directory / MEASUREMENTS).is_file() or _unreached(directory) is not None:
+        return False
+    return _startup_named(directory) is not None
+
+
+def _unreached(directory: Path) -> str | None:
+    """The host ssh could not reach (:data:`UNREACHED`), with the ranks the rankfile of
+    ``directory`` places there and what to check; None when mpiexec's output names none."""
+    for name in (STDERR, STDOUT):
+        m = UNREACHED.search(_read(directory / name))
+        if m is None:
+            continue
+        host, why = m.group(1) or m.group(2), m.group(3).strip()
+        why = f"its name does not resolve here ({why})" if m.group(1) else f"ssh: {why}"
+        try:
+            ranks = [r for r, h in sorted(rankfile_hosts(directory).items()) if h == host]
+        except DseError:
+            ranks = []
+        on = f" (ranks {', '.join(map(str, ranks))})" if ranks else ""
+        return (
+            f"host '{host}'{on} could not be reached: {why}: check the host names in "
+            f"{directory / HOSTFILE} and that the board is up and reachable from here"
+        )
+    return None
 
 
 def _startup_named(directory: Path) -> str | None:
@@ -561,11 +592,12 @@ def _run(
 
 
 def _why(directory: Path) -> str:
-    """What mpiexec said: a startup failure it names (:data:`STARTUP_FAILURES`, on stderr or
-    stdout, where Open MPI prints some of them), else its stderr's lines (:func:`_tail`), else
-    its stdout's."""
+    """What mpiexec said: a host ssh could not reach (:func:`_unreached`), a startup failure it
+    names (:data:`STARTUP_FAILURES`, on stderr or stdout, where Open MPI prints some of them),
+    else its stderr's lines (:func:`_tail`), else its stdout's."""
     return (
-        _startup_named(directory)
+        _unreached(directory)
+        or _startup_named(directory)
         or _tail(directory / STDERR)
         or _tail(directory / STDOUT)
         or "no output"

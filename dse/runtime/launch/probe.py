@@ -27,7 +27,7 @@ import numpy as np
 
 from dse.platform import Platform
 from dse.runtime.deployment.plan import input_arrays
-from dse.runtime.deployment.reader import read_plan
+from dse.runtime.deployment.reader import read_plan, whole_model
 from dse.runtime.launch.deploy import whole_model_session
 from dse.runtime.launch.mpiexec import Launcher, core_slots
 from dse.runtime.rank.sessions import session
@@ -91,8 +91,7 @@ class SpeedProbe:
     def _open(self) -> tuple[Callable[[int], Any], dict[str, np.ndarray]]:
         """A maker of the whole model's session (at a thread count), and its input."""
         plan = read_plan(self.source)
-        assert plan.reference is not None  # read_plan refuses a plan without one
-        path = Path(plan.reference.path)
+        path = whole_model(plan, self.source)
         return lambda threads: whole_model_session(plan, path, threads), input_arrays(plan)
 
     def _load(self) -> None:

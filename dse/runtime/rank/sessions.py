@@ -4,6 +4,7 @@ on an emulated device of a CPU share, paced to the device's speed (:mod:`dse.run
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from pathlib import Path
 
@@ -57,4 +58,66 @@ def session(model: onnx.ModelProto | str | Path, kind: str = "cpu", threads: int
     else:
         providers = ["CPUExecutionProvider"]
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
-    return paced(ort.InferenceSession(source, opts, providers=providers))
+    try:
+        built = ort.InferenceSession(source, opts, providers=providers)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's own classes (Fail, InvalidGraph, ...)
+        line = unsupported(str(exc), model)
+        if line is None:
+            raise
+        raise DseError(line) from None
+    return paced(built)
+
+
+#: onnxruntime's words for a model stamped with an opset newer than it runs, and for an op it has
+#: not at the model's opset.
+_OPSET = re.compile(r"Opset (\d+) is under development.*domain (\S+) is till opset (\d+)")
+_NO_OP = re.compile(
+    r'In Node, \("([^"]*)", (\w+), "([^"]*)".*No Op registered for \w+ with '
+    r"domain_version of (\d+)"
+)
+
+
+def unsupported(message: str, model: onnx.ModelProto | str | Path) -> str | None:
+    """One line for onnxruntime's refusal ``message`` of ``model`` when it is an opset or an op
+    this onnxruntime does not run, naming the op, the opset and the fix; None for any other
+    failure."""
+    what = "the model" if isinstance(model, onnx.ModelProto) else str(model)
+    version = ort.__version__
+    if m := _OPSET.search(message):
+        opset, domain, most = m.groups()
+        needs = newer_ops(model, int(opset), int(most))
+        why = f"its {needs} needs it" if needs else f"none of its ops needs more than {most}"
+        return (
+            f"{what} imports {domain} opset {opset} ({why}); onnxruntime {version} runs up to "
+            f"opset {most}: export the model at opset {most} or lower, or upgrade onnxruntime"
+        )
+    if m := _NO_OP.search(message):
+        node, op, domain, opset = m.groups()
+        return (
+            f"{what}: onnxruntime {version} has no {op} at {domain or 'ai.onnx'} opset {opset} "
+            f"(node '{node}'): export the model at an opset that has {op}"
+        )
+    return None
+
+
+def newer_ops(model: onnx.ModelProto | str | Path, opset: int, most: int) -> str | None:
+    """The first op of ``model`` (ai.onnx) whose version at ``opset`` is newer than ``most``,
+    as ``Op (node 'name', opset N)``; None when every op has a version up to ``most``."""
+    try:
+        proto = (
+            model
+            if isinstance(model, onnx.ModelProto)
+            else onnx.load(str(model), load_external_data=False)
+        )
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError: onnxruntime read it, onnx may not
+        return None
+    for node in proto.graph.node:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        try:
+            since = onnx.defs.get_schema(node.op_type, opset, "").since_version
+        except onnx.defs.SchemaError:
+            continue
+        if since > most:
+            return f"{node.op_type} (node '{node.name}', opset {since})"
+    return None
