@@ -21,7 +21,7 @@ from dse.cluster import launcher_for
 from dse.config import BaseConfig, target_class
 from dse.errors import DseError
 from dse.net import Net, load_net
-from dse.paths import CONF_DIR, calibrated_path, shown
+from dse.paths import CONF_DIR, calibration_of, shown
 from dse.platform import Platform, PlatformFile, load_platform, read_platform
 from dse.runtime.launch.mpiexec import Launcher
 from models_analytical.coefficients import Coefficients, load_coefficients
@@ -74,8 +74,8 @@ def coefficients_path(cfg: DictConfig) -> Path:
         raise DseError("no platform given: add platform=NAME (conf/platform/NAME.yaml)")
     platform = read_platform(raw)
     if not given and not _named(platform):
-        calibrated = calibrated_path(platform.name)
-        if calibrated.is_file():
+        calibrated = calibration_of(platform.name)
+        if calibrated is not None:
             return calibrated
     if not platform.coefficients:
         raise DseError(

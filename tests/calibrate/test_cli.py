@@ -153,6 +153,31 @@ def test_a_calibration_wins_over_the_shipped_file_not_over_a_named_one(tmp_path,
     assert coefficients_path(given) == tmp_path / "c.json"
 
 
+@pytest.mark.parametrize("kind", ["a directory", "a broken link"])
+def test_a_calibration_that_is_not_a_file_is_one_line_not_the_shipped_file(tmp_path, kind):
+    """Something at the platform's calibration path that is not a file is refused as a broken
+    file is, not passed over for the shipped (uncalibrated) coefficients; coefficients=platform
+    still chooses those."""
+    calibration = tmp_path / "localhost.json"
+    if kind == "a directory":
+        calibration.mkdir()
+    else:
+        calibration.symlink_to(tmp_path / "gone.json")
+    mapping = tmp_path / "mapping.json"
+    names = load_net({"name": "alexnet"}).graph.names
+    mapping.write_text(json.dumps({"localhost_cpu0": list(names)}))
+    args = ("+net=alexnet", "platform=localhost", f"mapping={mapping}", "format=json")
+    env = {"DSE_CALIBRATION_DIR": str(tmp_path)}
+    r = run_module("dse.evaluate", *args, env=env)
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        f"error: the calibration of platform 'localhost', {calibration}, is {kind}: remove it "
+        "and calibrate again (python -m dse.calibrate platform=localhost), or pass "
+        "coefficients=platform"
+    ], r.stderr[-2000:]
+    r = run_module("dse.evaluate", *args, "coefficients=platform", env=env)
+    assert r.returncode == 0 and json.loads(r.stdout)["latency_ms"] > 0, r.stderr[-2000:]
+
+
 def test_a_type_the_platforms_file_lacks_is_one_line_before_measuring(tmp_path) -> None:
     """Each device type starts from its section of the platform's own coefficients (its power
     figures stay): edge3_ethernet with localhost.json, which has only 'cpu', is refused before
