@@ -104,8 +104,9 @@ def coefficients_from(cfg: DictConfig, platform: Platform) -> Coefficients:
 
 
 def coefficients_origin(cfg: DictConfig, coefficients: Coefficients) -> str:
-    """Which coefficients a run uses, for its header: the file by its path, calibrated (how
-    and when, as the file records it) or not, and the file's date where it records none."""
+    """Which coefficients a command uses, for the line it prints: the file by its path, how it
+    was obtained (:attr:`~models_analytical.coefficients.Coefficients.calibration`; where and
+    when, as the file records it) and the file's date where it records none."""
     path = coefficients_path(cfg)
     prov = coefficients.notes.get("provenance")
     prov = prov if isinstance(prov, dict) else {}
@@ -116,14 +117,16 @@ def coefficients_origin(cfg: DictConfig, coefficients: Coefficients) -> str:
             when = f"file of {stamp:%Y-%m-%d %H:%M}"
         except OSError:
             when = "file date unknown"
+    kind = coefficients.calibration
     if coefficients.calibrated:
         host = f" on {prov['host']}" if prov.get("host") else ""
-        quick = ", quick: a smoke test, not for predictions" if prov.get("quick") else ""
-        kind = f"calibrated{host} {when}{quick}"
+        kind = f"{kind}{host} {when}"
+        if coefficients.quick:
+            kind += "; not for predictions: calibrate without quick=true"
     elif path.resolve().is_relative_to(CONF_DIR.resolve()):
-        kind = f"shipped with dse, not calibrated on this hardware; {when}"
+        kind = f"{kind}: shipped with dse, not measured on this hardware; {when}"
     else:
-        kind = f"not calibrated; {when}"
+        kind = f"{kind}; {when}"
     return f"{shown(path)} ({kind})"
 
 

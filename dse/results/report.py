@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dse.objectives import OBJECTIVES, rounded
+from models_analytical.coefficients import QUICK, UNCALIBRATED
 
 _STYLE = """
 body { font-family: sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }
@@ -33,7 +34,7 @@ def _markdown_table(md: str) -> str:
     return _table(rows[0], rows[1:])
 
 
-def warnings(summary: Mapping[str, Any], calibrated: bool) -> list[tuple[str, bool]]:
+def warnings(summary: Mapping[str, Any]) -> list[tuple[str, bool]]:
     """(text, serious) for the top of the report."""
     out = []
     if not summary["feasible"]:
@@ -48,11 +49,21 @@ def warnings(summary: Mapping[str, Any], calibrated: bool) -> list[tuple[str, bo
         )
     if summary.get("stopped_early") and not summary.get("interrupted"):
         out.append((f"Stopped early: {summary['stopped_early']}.", False))
-    if not calibrated:
+    calibration = summary.get("calibration")
+    if calibration == UNCALIBRATED:
         out.append(
             (
                 "The coefficients were not calibrated on this hardware: figures are the model's "
                 "estimates from documented assumptions.",
+                False,
+            )
+        )
+    elif calibration == QUICK:
+        out.append(
+            (
+                "The coefficients are a quick calibration (dse.calibrate quick=true: a smoke "
+                "test, few measurements of one network): figures are not for predictions; "
+                "calibrate without quick=true.",
                 False,
             )
         )
@@ -69,19 +80,19 @@ def render(
     title: str,
     pareto_rows: Sequence[Mapping[str, Any]],
     best: Mapping[str, Mapping[str, Any]],
-    calibrated: bool,
     max_rows: int = 40,
 ) -> str:
     objectives = list(summary["objectives"])
     cols = [OBJECTIVES[n].column for n in objectives]
     parts = [f"<h1>{html.escape(title)}</h1>"]
-    for text, serious in warnings(summary, calibrated):
+    for text, serious in warnings(summary):
         parts.append(f'<div class="warn{" bad" if serious else ""}">{text}</div>')
     cfg = summary.get("config", {})
     alg, chrom = cfg.get("algorithm", {}), cfg.get("chromosome", {})
     settings = [
         ("network", summary["net"]),
         ("platform", summary["platform"]),
+        ("coefficients", f"{summary.get('coefficients')} ({summary.get('calibration')})"),
         (
             "encoding",
             f"{chrom.get('name')} (splits {chrom.get('splits')}, "

@@ -99,7 +99,7 @@ def test_report_tables_round_each_objective_to_its_unit():
         "same_cost_mappings": 1,
     }
     best = {"latency": {"values": values, "table": "| layer |\n|---|\n| conv1 |\n"}}
-    page = report.render(summary, "t", [row], best, calibrated=True)
+    page = report.render(summary, "t", [row], best)
     cells = ["<td>71.23</td>", "<td>669.8</td>", "<td>0.552</td>", "<td>0.60</td>"]
     for cell in cells:
         assert cell in page, cell
