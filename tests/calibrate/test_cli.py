@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +22,7 @@ from dse.paths import CONF_DIR, calibrated_path
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
 from tests.helpers.calibrate import platform_localhost
-from tests.helpers.cli import run_module
+from tests.helpers.cli import ROOT, processes_naming, run_module, wait_until
 
 
 @pytest.mark.slow
@@ -203,3 +206,41 @@ def test_an_output_that_cannot_be_written_is_one_line_before_measuring(tmp_path)
         r = run_module("dse.calibrate", "platform=localhost", "quick=true", f"out={out}")
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1 and words in lines[0], r.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
+def test_a_calibration_killed_in_its_deployments_leaves_them_to_the_next_run(tmp_path) -> None:
+    """SIGKILL during the deployments runs no cleanup: their temporary directory (hundreds of
+    MB of sub-models) stays, its mpiexec and ranks do not; the calibration started again
+    (resume=true, as its one line says) removes it once it makes a temporary directory, and
+    leaves none of its own."""
+    tmp, cal = tmp_path / "tmp", tmp_path / "calibration"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "DSE_CALIBRATION_DIR": str(cal)}
+    args = [sys.executable, "-m", "dse.calibrate", "platform=localhost", "quick=true"]
+
+    def deployed() -> bool:  # a deployment's sub-models written (or the run over)
+        return any(tmp.glob("dse-calibrate-*/**/*.onnx")) or proc.poll() is not None
+
+    with open(tmp_path / "log", "w") as log:
+        proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=log)
+        try:
+            assert wait_until(deployed, 240), "no deployment"
+            assert proc.poll() is None, (tmp_path / "log").read_text()[-2000:]
+        finally:
+            proc.kill()
+            proc.wait()
+    assert wait_until(lambda: not processes_naming(str(tmp)), 10), processes_naming(str(tmp))
+    left = [d for d in tmp.glob("dse-calibrate-*") if list(d.glob("**/*.onnx"))]
+    assert len(left) == 1
+    again = subprocess.Popen([*args, "resume=true"], cwd=ROOT, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert wait_until(lambda: not left[0].exists() or again.poll() is not None, 240)
+        assert not left[0].exists()
+        _, err = again.communicate(timeout=600)
+    finally:
+        again.kill()
+    assert again.returncode == 0, err[-2000:]
+    assert not list(tmp.glob("dse-*")), list(tmp.iterdir())
