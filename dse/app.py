@@ -21,7 +21,7 @@ from dse.cluster import launcher_for
 from dse.config import BaseConfig, target_class
 from dse.errors import DseError
 from dse.net import Net, load_net
-from dse.paths import CONF_DIR, calibrated_path, shown
+from dse.paths import CONF_DIR, calibration_of, shown
 from dse.platform import Platform, PlatformFile, load_platform, read_platform
 from dse.runtime.launch.mpiexec import Launcher
 from models_analytical.coefficients import Coefficients, load_coefficients
@@ -74,8 +74,8 @@ def coefficients_path(cfg: DictConfig) -> Path:
         raise DseError("no platform given: add platform=NAME (conf/platform/NAME.yaml)")
     platform = read_platform(raw)
     if not given and not _named(platform):
-        calibrated = calibrated_path(platform.name)
-        if calibrated.is_file():
+        calibrated = calibration_of(platform.name)
+        if calibrated is not None:
             return calibrated
     if not platform.coefficients:
         raise DseError(
@@ -104,8 +104,9 @@ def coefficients_from(cfg: DictConfig, platform: Platform) -> Coefficients:
 
 
 def coefficients_origin(cfg: DictConfig, coefficients: Coefficients) -> str:
-    """Which coefficients a run uses, for its header: the file by its path, calibrated (how
-    and when, as the file records it) or not, and the file's date where it records none."""
+    """Which coefficients a command uses, for the line it prints: the file by its path, how it
+    was obtained (:attr:`~models_analytical.coefficients.Coefficients.calibration`; where and
+    when, as the file records it) and the file's date where it records none."""
     path = coefficients_path(cfg)
     prov = coefficients.notes.get("provenance")
     prov = prov if isinstance(prov, dict) else {}
@@ -116,14 +117,16 @@ def coefficients_origin(cfg: DictConfig, coefficients: Coefficients) -> str:
             when = f"file of {stamp:%Y-%m-%d %H:%M}"
         except OSError:
             when = "file date unknown"
+    kind = coefficients.calibration
     if coefficients.calibrated:
         host = f" on {prov['host']}" if prov.get("host") else ""
-        quick = ", quick: a smoke test, not for predictions" if prov.get("quick") else ""
-        kind = f"calibrated{host} {when}{quick}"
+        kind = f"{kind}{host} {when}"
+        if coefficients.quick:
+            kind += "; not for predictions: calibrate without quick=true"
     elif path.resolve().is_relative_to(CONF_DIR.resolve()):
-        kind = f"shipped with dse, not calibrated on this hardware; {when}"
+        kind = f"{kind}: shipped with dse, not measured on this hardware; {when}"
     else:
-        kind = f"not calibrated; {when}"
+        kind = f"{kind}; {when}"
     return f"{shown(path)} ({kind})"
 
 

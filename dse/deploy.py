@@ -109,6 +109,7 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     rounds = Rounds(1, warmup, iterations, float(cfg.timeout_s))
     settings = Settings(rounds, int(cfg.stream), probe=False, seed=seed, keep=True)
     result = measure_one(net, model, mapping, out, settings, launcher)
+    print(f"coefficients: {app.coefficients_origin(cfg, model.coefficients)}")
     print(summary(result))
     if not result.ok:
         raise DseError(f"the deployment in {out} failed: {result.reason}")

@@ -24,7 +24,9 @@ from dse.platform import Platform
 from dse.records import to_json
 
 
-def as_table(net: str, platform: Platform, r: dict[str, Any]) -> str:
+def as_table(net: str, platform: Platform, r: dict[str, Any], coefficients: str) -> str:
+    """The prediction ``r`` as a table, under its status and ``coefficients`` (where the
+    figures come from: :func:`dse.app.coefficients_origin`)."""
     o = r["objectives"]
     summary = " | ".join(
         f"{OBJECTIVES[n].label} {o[OBJECTIVES[n].column]:.4g} {OBJECTIVES[n].unit}"
@@ -65,6 +67,7 @@ def as_table(net: str, platform: Platform, r: dict[str, Any]) -> str:
     return "\n".join(
         [
             f"{net} on {platform.name}: {status}",
+            f"coefficients: {coefficients}",
             summary,
             "",
             line(head),
@@ -91,8 +94,11 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     horizontal = cfg.get("horizontal") or None
     chosen = read_autodice(graph, platform.keys, platform.name, cfg.mapping, horizontal)
     r = to_json(model.evaluate(chosen).prediction(platform))
+    c = model.coefficients
+    r |= {"coefficients": str(app.coefficients_path(cfg)), "calibration": c.calibration}
     text = json.dumps(finite(r), indent=1, allow_nan=False)
-    print(text if fmt == "json" else as_table(graph.name, platform, r))
+    origin = app.coefficients_origin(cfg, c)
+    print(text if fmt == "json" else as_table(graph.name, platform, r, origin))
     return r
 
 

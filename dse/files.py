@@ -22,12 +22,15 @@ from typing import Any
 
 from dse.errors import DseError
 
+#: What a write that fails tells the user to do, unless its caller knows better.
+WRITE_FIX = "free space there or write elsewhere"
+
 
 @contextmanager
-def staged(path: Path) -> Iterator[Path]:
+def staged(path: Path, fix: str = WRITE_FIX) -> Iterator[Path]:
     """A temporary path beside ``path``; renamed onto it when the block succeeds, removed when
-    it fails. A write that fails (a full disk, a read-only place) is one line naming the file,
-    and ``path`` keeps what it held."""
+    it fails. A write that fails (a full disk, a read-only place) is one line naming the file
+    and ending in ``fix``, and ``path`` keeps what it held."""
     path = Path(path)
     tmp = None
     try:
@@ -40,16 +43,14 @@ def staged(path: Path) -> Iterator[Path]:
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except OSError as exc:
-        raise DseError(
-            f"cannot write {path} ({exc.strerror or exc}): free space there or write elsewhere"
-        ) from None
+        raise DseError(f"cannot write {path} ({exc.strerror or exc}): {fix}") from None
     finally:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
 
 
-def write_text(path: Path, text: str) -> None:
-    with staged(path) as tmp:
+def write_text(path: Path, text: str, fix: str = WRITE_FIX) -> None:
+    with staged(path, fix) as tmp:
         tmp.write_text(text)
 
 

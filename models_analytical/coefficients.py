@@ -312,6 +312,13 @@ class References:
     ] = None
 
 
+#: How coefficients were obtained, in the words every output uses
+#: (:attr:`Coefficients.calibration`): measured on the hardware by ``dse.calibrate``, by its
+#: ``quick=true`` smoke test, or not at all.
+CALIBRATED = "calibrated"
+QUICK = "calibrated (quick: a smoke test)"
+UNCALIBRATED = "uncalibrated"
+
 #: Top-level keys of a coefficients file that are never a type.
 RESERVED = tuple(f.key for f in records.fields_of(Measured))
 
@@ -337,6 +344,19 @@ class Coefficients(Measured):
 
     def __contains__(self, dtype: object) -> bool:
         return dtype in self.types
+
+    @property
+    def quick(self) -> bool:
+        """Calibrated by ``dse.calibrate quick=true`` (its provenance says so): a smoke test of
+        every step, too few measurements for predictions."""
+        prov = self.notes.get("provenance")
+        return self.calibrated and isinstance(prov, Mapping) and prov.get("quick") is True
+
+    @property
+    def calibration(self) -> str:
+        """:data:`CALIBRATED`, :data:`QUICK` or :data:`UNCALIBRATED`: what every output that
+        names the coefficients says of them."""
+        return QUICK if self.quick else CALIBRATED if self.calibrated else UNCALIBRATED
 
     def index(self, dtype: str) -> int:
         """The type's row in per-type tables (the order of :attr:`types`)."""

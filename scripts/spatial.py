@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))  # the package of this checkout
 from dse.mapping import Mappings, from_device_lists  # noqa: E402
 from dse.measuring.rounds import Rounds, measure_interleaved  # noqa: E402
 from dse.net import Net, load_net  # noqa: E402
-from dse.paths import CONF_DIR, calibrated_path  # noqa: E402
+from dse.paths import CONF_DIR, calibration_of  # noqa: E402
 from dse.platform import Platform, load_platform  # noqa: E402
 from dse.runtime.launch.deploy import deploy  # noqa: E402
 from models_analytical.coefficients import load_coefficients  # noqa: E402
@@ -56,8 +56,7 @@ def platform_and_model(name: str, net: Net) -> tuple[Platform, AnalyticalModel, 
     """The platform, the model on its calibration when there is one (else its shipped file)."""
     cfg = yaml.safe_load((CONF_DIR / "platform" / f"{name}.yaml").read_text())
     plat = load_platform(cfg)
-    calibrated = calibrated_path(name)
-    path = calibrated if calibrated.is_file() else CONF_DIR / "platform" / cfg["coefficients"]
+    path = calibration_of(name) or CONF_DIR / "platform" / cfg["coefficients"]
     return plat, AnalyticalModel(net.graph, plat, load_coefficients(path)), str(path)
 
 

@@ -21,6 +21,7 @@ The design is written down in ``docs/reference/calibration-journal.md``.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -30,12 +31,15 @@ from typing import Any, TypeVar
 
 from dse.calibrate.ondevice import UnitFailed
 from dse.errors import DseError
+from dse.files import write_text
 from dse.platform import Platform
 
 #: The journal of ``OUT`` is ``OUT`` with this suffix in place of its own.
 SUFFIX = ".measurements.jsonl"
 #: A unit's result that says it failed on its device, and why (:meth:`Journal.unit`).
 FAILED = "unit_failed"
+#: What a journal that cannot be written, holding no measurement, tells the user to do.
+WRITE_ELSEWHERE = "free space there or write elsewhere (out=)"
 #: The largest journal read (a full calibration's is a few MB).
 MAX_BYTES = 256 * 2**20
 
@@ -88,13 +92,12 @@ class Journal:
             self.results = old["results"]
         if refit:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         header = {"journal": 1, "platform": ident, "started": now()}
         lines = [header, *({"key": k, "result": v} for k, v in self.results.items())]
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(x) + "\n" for x in lines))
-        tmp.replace(self.path)
-        self.file = open(self.path, "a")  # noqa: SIM115 - kept open for the calibration
+        text = "".join(json.dumps(x) + "\n" for x in lines)
+        write_text(self.path, text, fix=WRITE_ELSEWHERE)  # failing: the old journal as it was
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)  # kept open for the calibration
+        self.size = len(text.encode())  # what the journal holds whole
 
     def _read(self, ident: str) -> dict[str, Any]:
         """The journal's results, and whether it was finished; one line when it is not ours."""
@@ -170,12 +173,34 @@ class Journal:
         """The coefficients are written: the journal is complete."""
         if not self.refit:
             self._write({"done": True, "ended": now()})
-            self.file.close()
+            os.close(self.fd)
 
     def _write(self, entry: dict[str, Any]) -> None:
-        self.file.write(json.dumps(entry) + "\n")
-        self.file.flush()
-        os.fsync(self.file.fileno())
+        """Append ``entry`` as a line, on the disk before it returns. A write that fails (a
+        full disk) is one line, the journal cut back to its whole lines; one that holds no
+        measurement is removed, leaving nothing behind."""
+        data = (json.dumps(entry) + "\n").encode()
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self.fd, view) :]
+            os.fsync(self.fd)
+            self.size += len(data)
+        except OSError as exc:
+            self._give_up(exc)
+
+    def _give_up(self, exc: OSError) -> None:
+        why = f"cannot write {self.path} ({exc.strerror or exc})"
+        with contextlib.suppress(OSError):
+            os.ftruncate(self.fd, self.size)
+        os.close(self.fd)
+        if not self.results:
+            self.path.unlink(missing_ok=True)
+            raise DseError(f"{why}: {WRITE_ELSEWHERE}") from None
+        raise DseError(
+            f"{why}: its {len(self.results)} measurements are kept; free space there and "
+            "resume=true measures only what is missing"
+        ) from None
 
 
 class NoJournal(Journal):

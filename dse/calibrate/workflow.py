@@ -125,26 +125,28 @@ def calibrate(s: CalibrationSettings, journal: Journal | None = None) -> Calibra
     journal = journal or NoJournal()
     types = s.platform.types
     progress = Progress(total_steps(s, types))
-    computed = {}
-    for dtype in types:
-        device = type_device(s, dtype)
-        run, here = unit_runner(s.platform, device, s.launcher)
-        run = journal.unit(f"compute on {s.platform.devices[device].name}", run)
-        computed[dtype] = calibrate_compute(s, dtype, progress.tick, run, here)
-    links = measure_links(
-        s.platform, s.link_few_repeats, progress.tick, s.launcher, take=journal.take
-    )
-    coefficients = Coefficients(
-        {dtype: c.coefficients for dtype, c in computed.items()}, SOURCE, links=links.tables
-    )
-    types_prov = {dtype: c.provenance for dtype, c in computed.items()}
-    deployed = None
-    if s.deployments:
-        deployed = fit_deployments(s, coefficients, computed, progress, journal)
-        coefficients = deployed.coefficients
-        for dtype, extra in deployed.per_type.items():
-            types_prov[dtype] = {**types_prov[dtype], **extra}
-    progress.close()
+    try:  # the bar ends its line before an error's (a full disk, a device lost) is printed
+        computed = {}
+        for dtype in types:
+            device = type_device(s, dtype)
+            run, here = unit_runner(s.platform, device, s.launcher)
+            run = journal.unit(f"compute on {s.platform.devices[device].name}", run)
+            computed[dtype] = calibrate_compute(s, dtype, progress.tick, run, here)
+        links = measure_links(
+            s.platform, s.link_few_repeats, progress.tick, s.launcher, take=journal.take
+        )
+        coefficients = Coefficients(
+            {dtype: c.coefficients for dtype, c in computed.items()}, SOURCE, links=links.tables
+        )
+        types_prov = {dtype: c.provenance for dtype, c in computed.items()}
+        deployed = None
+        if s.deployments:
+            deployed = fit_deployments(s, coefficients, computed, progress, journal)
+            coefficients = deployed.coefficients
+            for dtype, extra in deployed.per_type.items():
+                types_prov[dtype] = {**types_prov[dtype], **extra}
+    finally:
+        progress.close()
     sliced = [dtype for dtype, c in computed.items() if c.time_sliced]
     coefficients, steady = steady_regressions(coefficients, sliced)
     prov = {

@@ -20,6 +20,7 @@ import mpi4py
 import numpy as np
 import onnxruntime
 
+from dse.calibrate.journal import journal_path
 from dse.calibrate.settings import CalibrationSettings
 from dse.calibrate.workflow import Calibration
 from dse.files import write_text
@@ -64,9 +65,13 @@ def document(calibration: Calibration, s: CalibrationSettings) -> dict[str, Any]
 
 
 def write(calibration: Calibration, s: CalibrationSettings) -> tuple[Path, dict[str, Any]]:
-    """Write the file to ``s.out`` once it reads back; its path and contents."""
+    """Write the file to ``s.out`` once it reads back; its path and contents. A write that
+    fails is one line saying the journal keeps the measurements to refit."""
     doc = document(calibration, s)
     Coefficients.from_dict(doc, str(s.out))  # what is written must read back
     s.out.parent.mkdir(parents=True, exist_ok=True)
-    write_text(s.out, json.dumps(doc, indent=1))
+    refit = (
+        f"free space there and refit=true writes it from the measurements in {journal_path(s.out)}"
+    )
+    write_text(s.out, json.dumps(doc, indent=1), fix=refit)
     return s.out, doc

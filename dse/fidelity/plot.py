@@ -10,6 +10,16 @@ from matplotlib.figure import Figure
 from dse.fidelity.choose import KINDS
 from dse.fidelity.statistics import Points, stats
 from dse.results.plots import plain_log_ticks
+from models_analytical.coefficients import Coefficients
+
+
+def title(net: str, platform: str, n: int, coefficients: Coefficients) -> str:
+    """The figure's title: what was measured, and the coefficients predicted with, named with
+    how they were obtained (:attr:`~models_analytical.coefficients.Coefficients.calibration`)."""
+    return (
+        f"{net} on {platform}: predicted vs measured, {n} mappings (coefficients "
+        f"{coefficients.source}: {coefficients.calibration})"
+    )
 
 
 def plot(path: Path, pts: Points, title: str) -> None:

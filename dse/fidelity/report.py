@@ -51,6 +51,7 @@ class FidelityDoc:
     platform: str
     coefficients: str
     calibrated: bool
+    calibration: str  # models_analytical.coefficients.Coefficients.calibration
     latency: Agreement  # drift taken out where probed (``drift_taken_out``)
     latency_as_measured: Agreement
     drift: Speed | None

@@ -27,7 +27,7 @@ from dse.config import AlgorithmConfig
 from dse.errors import DseError
 from dse.fidelity.choose import Chosen, choose
 from dse.fidelity.measure import DEPLOYMENTS, measure, memory_baseline
-from dse.fidelity.plot import plot
+from dse.fidelity.plot import plot, title
 from dse.fidelity.report import FidelityDoc, figures, write_doc
 from dse.fidelity.settings import FidelitySettings, out_dir, settings_from
 from dse.fidelity.statistics import points
@@ -72,9 +72,11 @@ def run_fidelity(cfg: DictConfig, tell: Callable[..., None]) -> FidelityReport:
     net, platform, model = app.model_from(cfg)
     coefficients = model.coefficients
     out = writable_dir(out_dir(cfg, net.name, platform.name))  # before anything is measured
-    if not coefficients.calibrated:
+    tell(f"coefficients: {app.coefficients_origin(cfg, coefficients)}")
+    if not coefficients.calibrated or coefficients.quick:
+        how = "a quick calibration (a smoke test)" if coefficients.quick else "not calibrated"
         tell(
-            f"warning: coefficients {coefficients.source} are not calibrated: run "
+            f"warning: coefficients {coefficients.source} are {how}: run "
             f"python -m dse.calibrate platform={platform.name} first",
             error=True,
         )
@@ -99,19 +101,14 @@ def run_fidelity(cfg: DictConfig, tell: Callable[..., None]) -> FidelityReport:
         if measured.interrupted:  # stopped before the first result: that, not a failure
             raise KeyboardInterrupt
         raise DseError(f"no mapping was measured (see {out}/{DEPLOYMENTS}/*/stderr.log)")
-    calibrated = "calibrated" if coefficients.calibrated else "NOT calibrated"
-    plot(
-        out / "fidelity.png",
-        pts,
-        f"{net.name} on {platform.name}: predicted vs measured, {len(pts.latency)} "
-        f"mappings ({calibrated} coefficients {coefficients.source})",
-    )
+    plot(out / "fidelity.png", pts, title(net.name, platform.name, len(pts.latency), coefficients))
     f = figures(pts, measured.results)
     doc = FidelityDoc(
         net=net.name,
         platform=platform.name,
         coefficients=coefficients.source,
         calibrated=coefficients.calibrated,
+        calibration=coefficients.calibration,
         latency=f.latency,
         latency_as_measured=f.latency_as_measured,
         drift=measured.speed,

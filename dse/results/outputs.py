@@ -81,6 +81,7 @@ def write_outputs(
         "hypervolume_reference": state.reference.to_dict(),
         "coefficients": problem.model.coefficients.source,
         "calibrated": problem.model.coefficients.calibrated,
+        "calibration": problem.model.coefficients.calibration,
         "energy": "modelled, not measured",
         "best": {n: b["values"] for n, b in best.items()},
         "interrupted": interrupted,
@@ -100,7 +101,6 @@ def write_outputs(
             0, ("plot_convergence", (out / "convergence.png", runs, problem.objectives, title))
         )
     plot_worker.draw(figures)  # in helper processes, side by side; back once both are written
-    calibrated = problem.model.coefficients.calibrated
-    write_text(out / "report.html", report.render(summary, title, rows, best, calibrated))
+    write_text(out / "report.html", report.render(summary, title, rows, best))
     write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
     return summary

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dse.objectives import OBJECTIVES, rounded
+from models_analytical.coefficients import QUICK, UNCALIBRATED
 
 #: How far (percent of the measured) a phase-two mapping's measured latency may be from the
 #: predicted before the report, and the run as phase two ends, flag it.
@@ -46,7 +47,7 @@ def far_off(row: Mapping[str, Any]) -> bool:
     return row.get("status") == "ok" and error is not None and abs(error) > LARGE_ERROR_PCT
 
 
-def warnings(summary: Mapping[str, Any], calibrated: bool) -> list[tuple[str, bool]]:
+def warnings(summary: Mapping[str, Any]) -> list[tuple[str, bool]]:
     """(text, serious) for the top of the report."""
     out = []
     if not summary["feasible"]:
@@ -61,11 +62,21 @@ def warnings(summary: Mapping[str, Any], calibrated: bool) -> list[tuple[str, bo
         )
     if summary.get("stopped_early") and not summary.get("interrupted"):
         out.append((f"Stopped early: {summary['stopped_early']}.", False))
-    if not calibrated:
+    calibration = summary.get("calibration")
+    if calibration == UNCALIBRATED:
         out.append(
             (
                 "The coefficients were not calibrated on this hardware: figures are the model's "
                 "estimates from documented assumptions.",
+                False,
+            )
+        )
+    elif calibration == QUICK:
+        out.append(
+            (
+                "The coefficients are a quick calibration (dse.calibrate quick=true: a smoke "
+                "test, few measurements of one network): figures are not for predictions; "
+                "calibrate without quick=true.",
                 False,
             )
         )
@@ -104,19 +115,19 @@ def render(
     title: str,
     pareto_rows: Sequence[Mapping[str, Any]],
     best: Mapping[str, Mapping[str, Any]],
-    calibrated: bool,
     max_rows: int = 40,
 ) -> str:
     objectives = list(summary["objectives"])
     cols = [OBJECTIVES[n].column for n in objectives]
     parts = [f"<h1>{html.escape(title)}</h1>"]
-    for text, serious in warnings(summary, calibrated):
+    for text, serious in warnings(summary):
         parts.append(f'<div class="warn{" bad" if serious else ""}">{text}</div>')
     cfg = summary.get("config", {})
     alg, chrom = cfg.get("algorithm", {}), cfg.get("chromosome", {})
     settings = [
         ("network", summary["net"]),
         ("platform", summary["platform"]),
+        ("coefficients", f"{summary.get('coefficients')} ({summary.get('calibration')})"),
         (
             "encoding",
             f"{chrom.get('name')} (splits {chrom.get('splits')}, "

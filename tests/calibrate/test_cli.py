@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +22,7 @@ from dse.paths import CONF_DIR, calibrated_path
 from models_analytical.coefficients import load_coefficients
 from models_analytical.model import AnalyticalModel
 from tests.helpers.calibrate import platform_localhost
-from tests.helpers.cli import run_module
+from tests.helpers.cli import ROOT, processes_naming, run_module, wait_until
 
 
 @pytest.mark.slow
@@ -153,6 +156,31 @@ def test_a_calibration_wins_over_the_shipped_file_not_over_a_named_one(tmp_path,
     assert coefficients_path(given) == tmp_path / "c.json"
 
 
+@pytest.mark.parametrize("kind", ["a directory", "a broken link"])
+def test_a_calibration_that_is_not_a_file_is_one_line_not_the_shipped_file(tmp_path, kind):
+    """Something at the platform's calibration path that is not a file is refused as a broken
+    file is, not passed over for the shipped (uncalibrated) coefficients; coefficients=platform
+    still chooses those."""
+    calibration = tmp_path / "localhost.json"
+    if kind == "a directory":
+        calibration.mkdir()
+    else:
+        calibration.symlink_to(tmp_path / "gone.json")
+    mapping = tmp_path / "mapping.json"
+    names = load_net({"name": "alexnet"}).graph.names
+    mapping.write_text(json.dumps({"localhost_cpu0": list(names)}))
+    args = ("+net=alexnet", "platform=localhost", f"mapping={mapping}", "format=json")
+    env = {"DSE_CALIBRATION_DIR": str(tmp_path)}
+    r = run_module("dse.evaluate", *args, env=env)
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        f"error: the calibration of platform 'localhost', {calibration}, is {kind}: remove it "
+        "and calibrate again (python -m dse.calibrate platform=localhost), or pass "
+        "coefficients=platform"
+    ], r.stderr[-2000:]
+    r = run_module("dse.evaluate", *args, "coefficients=platform", env=env)
+    assert r.returncode == 0 and json.loads(r.stdout)["latency_ms"] > 0, r.stderr[-2000:]
+
+
 def test_a_type_the_platforms_file_lacks_is_one_line_before_measuring(tmp_path) -> None:
     """Each device type starts from its section of the platform's own coefficients (its power
     figures stay): edge3_ethernet with localhost.json, which has only 'cpu', is refused before
@@ -178,3 +206,41 @@ def test_an_output_that_cannot_be_written_is_one_line_before_measuring(tmp_path)
         r = run_module("dse.calibrate", "platform=localhost", "quick=true", f"out={out}")
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1 and words in lines[0], r.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
+def test_a_calibration_killed_in_its_deployments_leaves_them_to_the_next_run(tmp_path) -> None:
+    """SIGKILL during the deployments runs no cleanup: their temporary directory (hundreds of
+    MB of sub-models) stays, its mpiexec and ranks do not; the calibration started again
+    (resume=true, as its one line says) removes it once it makes a temporary directory, and
+    leaves none of its own."""
+    tmp, cal = tmp_path / "tmp", tmp_path / "calibration"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "DSE_CALIBRATION_DIR": str(cal)}
+    args = [sys.executable, "-m", "dse.calibrate", "platform=localhost", "quick=true"]
+
+    def deployed() -> bool:  # a deployment's sub-models written (or the run over)
+        return any(tmp.glob("dse-calibrate-*/**/*.onnx")) or proc.poll() is not None
+
+    with open(tmp_path / "log", "w") as log:
+        proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=log)
+        try:
+            assert wait_until(deployed, 240), "no deployment"
+            assert proc.poll() is None, (tmp_path / "log").read_text()[-2000:]
+        finally:
+            proc.kill()
+            proc.wait()
+    assert wait_until(lambda: not processes_naming(str(tmp)), 10), processes_naming(str(tmp))
+    left = [d for d in tmp.glob("dse-calibrate-*") if list(d.glob("**/*.onnx"))]
+    assert len(left) == 1
+    again = subprocess.Popen([*args, "resume=true"], cwd=ROOT, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert wait_until(lambda: not left[0].exists() or again.poll() is not None, 240)
+        assert not left[0].exists()
+        _, err = again.communicate(timeout=600)
+    finally:
+        again.kill()
+    assert again.returncode == 0, err[-2000:]
+    assert not list(tmp.glob("dse-*")), list(tmp.iterdir())

@@ -113,6 +113,27 @@ def test_the_file_is_written_from_the_coefficients_in_its_layout(tmp_path) -> No
     back = load_coefficients(out)
     assert back.calibrated and back["cpu"] == cpu and back.links == links
     assert back.notes["speed_reference"] == reference
+    assert back.quick and back.calibration == "calibrated (quick: a smoke test)"
+
+
+def test_how_coefficients_were_obtained_in_the_words_every_output_uses() -> None:
+    """Not calibrated, calibrated, or calibrated by quick=true (its provenance says so); a
+    file that is not calibrated is never quick, whatever its provenance says."""
+    cpu = {"cpu": coefficients()["cpu"]}
+    words = {
+        (calibrated, quick): Coefficients(
+            cpu, calibrated=calibrated, notes={"provenance": {"quick": quick}}
+        ).calibration
+        for calibrated in (False, True)
+        for quick in (False, True)
+    }
+    assert words == {
+        (False, False): "uncalibrated",
+        (False, True): "uncalibrated",
+        (True, False): "calibrated",
+        (True, True): "calibrated (quick: a smoke test)",
+    }
+    assert Coefficients(cpu, calibrated=True).calibration == "calibrated"  # no provenance
 
 
 def test_a_file_that_would_not_read_back_is_not_written(tmp_path) -> None:

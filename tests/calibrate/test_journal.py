@@ -15,6 +15,7 @@ from dse.errors import DseError
 from models_analytical.coefficients import load_coefficients
 from tests.helpers.calibrate import platform_localhost
 from tests.helpers.cli import run_module
+from tests.helpers.hostile import fill, small_disk
 from tests.helpers.platforms import platform
 
 
@@ -162,3 +163,50 @@ def test_refit_needs_no_cluster(tmp_path: Path) -> None:
         f"error: refit=true: no measurements to fit ({tmp_path / 'c.measurements.jsonl'} does "
         "not exist): calibrate without it"
     ]
+
+
+@pytest.mark.slow
+def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path: Path) -> None:
+    """quick=true out= on a disk that fills: before the journal's first line (nothing left),
+    after some measurements (the journal keeps them, whole lines only, to resume), and at the
+    coefficients file (the journal keeps them all; refit=true, with space, writes the file)."""
+    with small_disk(tmp_path / "disk") as disk:
+        out = disk / "cal.json"
+        args = ["dse.calibrate", "platform=localhost", "quick=true", "deployments=false"]
+        journal = journal_path(out)
+
+        fill(disk, free_kb=0)
+        r = run_module(*args, f"out={out}")
+        assert last_line(r) == (
+            f"error: cannot write {journal} (No space left on device): free space there or "
+            "write elsewhere (out=)"
+        )
+        assert sorted(p.name for p in disk.iterdir()) == ["filler"]
+
+        fill(disk, free_kb=4)  # the platform's line and the first two measurements fit
+        r = run_module(*args, f"out={out}")
+        lines = [json.loads(x) for x in journal.read_text().splitlines()]  # each whole
+        kept = len(lines) - 1
+        assert kept >= 1 and all("key" in x for x in lines[1:])
+        assert last_line(r) == (
+            f"error: cannot write {journal} (No space left on device): its {kept} measurements "
+            "are kept; free space there and resume=true measures only what is missing"
+        )
+        assert sorted(p.name for p in disk.iterdir()) == ["cal.measurements.jsonl", "filler"]
+
+        fill(disk, free_kb=20)  # the journal (~10 kB) fits, the coefficients (~8 kB) not
+        r = run_module(*args, f"out={out}")
+        assert last_line(r) == (
+            f"error: cannot write {out} (No space left on device): free space there and "
+            f"refit=true writes it from the measurements in {journal}"
+        )
+        assert sorted(p.name for p in disk.iterdir()) == ["cal.measurements.jsonl", "filler"]
+        (disk / "filler").unlink()
+        r = run_module(*args, f"out={out}", "refit=true")
+        assert r.returncode == 0 and load_coefficients(out).calibrated, r.stderr[-2000:]
+
+
+def last_line(r) -> str:  # noqa: ANN001
+    """The one line a failed command ends with, after its progress bar; no traceback."""
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    return r.stderr.replace("\r", "\n").strip().splitlines()[-1]

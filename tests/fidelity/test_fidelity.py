@@ -17,7 +17,7 @@ from onnx import helper
 import tests.helpers.onnx_factory as onnx_factory
 from dse.fidelity.choose import by_rows, random_kinds
 from dse.fidelity.measure import MemoryBaseline, memory_baseline
-from dse.fidelity.plot import plot
+from dse.fidelity.plot import plot, title
 from dse.fidelity.report import FidelityDoc, baseline_line, figures, messages
 from dse.fidelity.statistics import (
     Agreement,
@@ -49,10 +49,10 @@ def fidelity_doc(**figures: object) -> FidelityDoc:
     """A report of one net whose figures are those given, the rest neutral."""
     one = stats([1.0], [1.0])
     doc = FidelityDoc(
-        net="n", platform="p", coefficients="c", calibrated=True, latency=one,
-        latency_as_measured=one, drift=None, memory=one, memory_baseline=None, period=None,
-        period_as_measured=None, stream=0, failed=[], warmup=0, iterations=1, rounds=1,
-        seconds=1.0, energy="modelled", noise_floor_pct=None, round_spread_pct=None,
+        net="n", platform="p", coefficients="c", calibrated=True, calibration="calibrated",
+        latency=one, latency_as_measured=one, drift=None, memory=one, memory_baseline=None,
+        period=None, period_as_measured=None, stream=0, failed=[], warmup=0, iterations=1,
+        rounds=1, seconds=1.0, energy="modelled", noise_floor_pct=None, round_spread_pct=None,
         repeatability=None, repeatability_adjusted=None, ran_again=[], interrupted=False,
     )  # fmt: skip
     return replace(doc, **figures)
@@ -369,6 +369,17 @@ def test_fidelity_compares_the_runtime_memory_baseline_with_calibration() -> Non
     assert memory_baseline(model, None) is None  # no rank read its RSS
 
 
+def test_the_figure_names_the_coefficients_and_how_they_were_obtained() -> None:
+    c = coefficients()
+    quick = replace(c, calibrated=True, notes={"provenance": {"quick": True}})
+    assert [title("alexnet", "localhost", 5, k) for k in (c, quick)] == [
+        "alexnet on localhost: predicted vs measured, 5 mappings (coefficients in memory: "
+        "uncalibrated)",
+        "alexnet on localhost: predicted vs measured, 5 mappings (coefficients in memory: "
+        "calibrated (quick: a smoke test))",
+    ]
+
+
 @pytest.mark.slow
 @pytest.mark.mpi
 def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> None:
@@ -398,6 +409,11 @@ def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> 
         f"out={out}",
     )
     assert res.returncode == 0, res.stderr[-2000:]
+    assert re.search(
+        rf"^coefficients: {re.escape(str(tmp_path / 'c.json'))} \(uncalibrated; file of ",
+        res.stdout,
+        re.M,
+    ), res.stdout
     last = res.stdout.strip().splitlines()[-1]
     assert re.fullmatch(
         r"fidelity alexnet: latency MAPE [\d.]+ %, within 10 % \d+ %, spearman \S+; "
@@ -408,6 +424,7 @@ def test_fidelity_measures_mappings_and_ends_with_its_summary_line(tmp_path) -> 
     assert len(rows) == 3 and all(r["status"] == "ok" for r in rows)
     doc = json.loads((out / "fidelity.json").read_text())
     assert doc["latency"]["n"] == 3 and not doc["calibrated"]
+    assert doc["calibration"] == "uncalibrated"
     assert doc["stream"] == 3 and doc["period"]["n"] == 3  # every mapping's period judged
     base = doc["memory_baseline"]
     assert base["reference_mb"] == 1.0 and base["changed"] and base["start_mb"] > 10

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,3 +48,27 @@ def run_module(
         preexec_fn=_limit(memory_bytes),
         check=False,
     )
+
+
+def processes_naming(marker: str) -> list[str]:
+    """Command lines of the live processes (zombies aside) that name ``marker``."""
+    found = []
+    for p in Path("/proc").glob("[0-9]*"):
+        try:
+            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (p / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in cmd and state != "Z" and int(p.name) != os.getpid():
+            found.append(f"{p.name}: {cmd[:160]}")
+    return found
+
+
+def wait_until(check, timeout_s: float) -> bool:  # noqa: ANN001
+    """Whether ``check()`` holds within ``timeout_s`` (asked every 0.1 s)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return check()

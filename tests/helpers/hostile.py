@@ -8,9 +8,14 @@ start-up.
 
 from __future__ import annotations
 
+import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
 
 from tests.helpers.cli import run_module
 
@@ -72,3 +77,27 @@ def refusal(key: str, words: Sequence[str], call) -> str | None:  # noqa: ANN001
             return f"case '{key}': {text}"
         return None
     return f"case '{key}': accepted"
+
+
+@contextmanager
+def small_disk(where: Path, kb: int = 64) -> Iterator[Path]:
+    """``where`` (made) as a tmpfs of ``kb`` kB for the block, unmounted after whatever
+    happens: a disk to fill (:func:`fill`). Root only; the test is skipped elsewhere, saying
+    why."""
+    where.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={kb}k", "tmpfs", str(where)],
+                       capture_output=True, text=True, check=False)  # fmt: skip
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip()}): needs root")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=False)
+
+
+def fill(disk: Path, free_kb: int) -> None:
+    """Empty the small disk ``disk``, then fill it but ``free_kb`` kB (its pages are 4 kB)."""
+    for p in disk.iterdir():
+        p.unlink()
+    st = os.statvfs(disk)
+    (disk / "filler").write_bytes(b"\0" * (st.f_blocks * st.f_frsize - free_kb * 1024))

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from dse.net import load_net
+from models_analytical.coefficients import QUICK, UNCALIBRATED
 from tests.helpers.cli import ROOT, run_module
 
 
@@ -96,3 +97,26 @@ def test_bad_input_is_one_line(files, case, extra, message):
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], r.stderr
+
+
+def test_the_coefficients_are_named_with_how_they_were_obtained(files, tmp_path):
+    """The table says which coefficients scored the mapping and how they were obtained, the
+    JSON too: a quick calibration (a smoke test) is not passed off as a calibration."""
+    doc = json.loads((ROOT / "conf/platform/jetson_xavier_nx.json").read_text())
+    doc |= {"calibrated": True, "provenance": {"date": "2026-05-09T12:00:00+00:00"}}
+    doc["provenance"] |= {"host": "board7", "quick": True}
+    quick = tmp_path / "quick.json"
+    quick.write_text(json.dumps(doc))
+    args = ("+net=alexnet", f"mapping={files['whole']}")
+    table = run_module("dse.evaluate", *args, f"coefficients={quick}", env={"TZ": "UTC"})
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[1] == (
+        f"coefficients: {quick} (calibrated (quick: a smoke test) on board7 2026-05-09 12:00; "
+        "not for predictions: calibrate without quick=true)"
+    )
+    r = evaluate(*args, f"coefficients={quick}", "format=json")
+    out = json.loads(r.stdout)
+    assert (out["coefficients"], out["calibration"]) == (str(quick), QUICK)
+    shipped = json.loads(evaluate(*args, "format=json").stdout)
+    assert shipped["coefficients"] == str(ROOT / "conf/platform/jetson_xavier_nx.json")
+    assert shipped["calibration"] == UNCALIBRATED

@@ -99,7 +99,7 @@ def test_report_tables_round_each_objective_to_its_unit():
         "same_cost_mappings": 1,
     }
     best = {"latency": {"values": values, "table": "| layer |\n|---|\n| conv1 |\n"}}
-    page = report.render(summary, "t", [row], best, calibrated=True)
+    page = report.render(summary, "t", [row], best)
     cells = ["<td>71.23</td>", "<td>669.8</td>", "<td>0.552</td>", "<td>0.60</td>"]
     for cell in cells:
         assert cell in page, cell
@@ -137,7 +137,7 @@ def test_the_report_flags_phase_two_mappings_more_than_10_pct_off():
         ],
     }  # fmt: skip
     best = {"latency": {"values": {"latency": 55.32}, "table": "| layer |\n|---|\n| c |\n"}}
-    page = report.render(summary, "t", [], best, calibrated=True)
+    page = report.render({**summary, "calibration": "calibrated"}, "t", [], best)
     assert (
         '<div class="warn bad">Phase two: 2 of 3 measured mappings are more than 10 % off their '
         "predicted latency (best_latency -40.0 %, front_2 -59.0 %): the model does not hold for "

@@ -8,6 +8,8 @@ import json
 import re
 from types import SimpleNamespace
 
+import pytest
+
 from dse.paths import shown
 from dse.results.outputs import stop_reason
 from tests.helpers.cli import ROOT, run_module
@@ -50,19 +52,37 @@ def test_a_run_stopped_early_says_why_and_names_its_report_last(tmp_path):
     assert lines[-2:] == [f"stopped early: {why}", f"report: {shown(out / 'report.html')}"]
     assert "population 20 x 10 generations, at most 50 evaluations, seed 0" in lines[0]
     assert re.fullmatch(
-        r"coefficients: conf/platform/jetson_xavier_nx\.json \(shipped with dse, not "
-        r"calibrated on this hardware; file of \d{4}-\d\d-\d\d \d\d:\d\d\)",
+        r"coefficients: conf/platform/jetson_xavier_nx\.json \(uncalibrated: shipped with dse, "
+        r"not measured on this hardware; file of \d{4}-\d\d-\d\d \d\d:\d\d\)",
         lines[1],
     ), lines[1]
     log = (out / "__main__.log").read_text()
     assert f"stopped early: {why}" in log and f"report: {shown(out / 'report.html')}" in log
-    assert f"Stopped early: {why}." in (out / "report.html").read_text()
+    page = (out / "report.html").read_text()
+    assert f"Stopped early: {why}." in page
+    assert summary["calibration"] == "uncalibrated" and UNCALIBRATED_WARNING in page
+    assert "<td>coefficients</td><td>jetson_xavier_nx.json (uncalibrated)</td>" in page
 
 
-def test_a_complete_run_with_calibrated_coefficients(tmp_path):
+#: What report.html says of coefficients not calibrated, and of a quick calibration.
+UNCALIBRATED_WARNING = (
+    "The coefficients were not calibrated on this hardware: figures are the model's estimates "
+    "from documented assumptions."
+)
+QUICK_WARNING = (
+    "The coefficients are a quick calibration (dse.calibrate quick=true: a smoke test, few "
+    "measurements of one network): figures are not for predictions; calibrate without "
+    "quick=true."
+)
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_a_complete_run_with_calibrated_coefficients(tmp_path, quick):
+    """Every output names the coefficients and how they were obtained: a full calibration, or
+    a quick one (a smoke test: warned of in report.html, not taken for a calibration)."""
     doc = json.loads((ROOT / "conf" / "platform" / "jetson_xavier_nx.json").read_text())
     doc |= {"calibrated": True, "provenance": {"date": "2026-05-09T12:00:00+00:00"}}
-    doc["provenance"]["host"] = "board7"
+    doc["provenance"] |= {"host": "board7", "quick": quick}
     coefficients = tmp_path / "xavier.json"
     coefficients.write_text(json.dumps(doc))
     out = tmp_path / "run"
@@ -76,9 +96,18 @@ def test_a_complete_run_with_calibrated_coefficients(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
-    when = "calibrated on board7 2026-05-09 12:00"
+    how = "calibrated (quick: a smoke test)" if quick else "calibrated"
+    when = f"{how} on board7 2026-05-09 12:00"
+    if quick:
+        when += "; not for predictions: calibrate without quick=true"
     assert lines[1] == f"coefficients: {shown(coefficients)} ({when})"
-    assert json.loads((out / "summary.json").read_text())["stopped_early"] is None
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stopped_early"] is None
+    assert (summary["coefficients"], summary["calibrated"]) == ("xavier.json", True)
+    assert summary["calibration"] == how
+    page = (out / "report.html").read_text()
+    assert f"<td>coefficients</td><td>xavier.json ({how})</td>" in page
+    assert UNCALIBRATED_WARNING not in page and (QUICK_WARNING in page) == quick
     assert not any(ln.startswith("stopped early") for ln in lines)
     assert lines[-1] == f"report: {shown(out / 'report.html')}"
 

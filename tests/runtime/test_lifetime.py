@@ -22,31 +22,8 @@ import pytest
 from dse.errors import DseError
 from dse.files import LEFTOVERS, LOCK, owned, remove_dead_scratch
 from dse.mapping import to_autodice
-from tests.helpers.cli import ROOT, as_from_a_terminal
+from tests.helpers.cli import ROOT, as_from_a_terminal, processes_naming, wait_until
 from tests.helpers.nets import aba_batch, zoo_like
-
-
-def processes_naming(marker: str) -> list[str]:
-    """Command lines of the live processes (zombies aside) that name ``marker``."""
-    found = []
-    for p in Path("/proc").glob("[0-9]*"):
-        try:
-            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (p / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if marker in cmd and state != "Z" and int(p.name) != os.getpid():
-            found.append(f"{p.name}: {cmd[:160]}")
-    return found
-
-
-def wait_until(check, timeout_s: float) -> bool:  # noqa: ANN001
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.1)
-    return check()
 
 
 def start_deploy(tmp_path: Path) -> tuple[subprocess.Popen, Path]:

@@ -456,3 +456,27 @@ def test_the_running_peak_is_one_inferences_and_the_stream_has_its_own(
         extra = 3 * streamed.bytes_sent / 2**20
         assert streamed.peak_rss_stream_mb >= streamed.peak_rss_running_mb + extra
         assert abs(streamed.peak_rss_running_mb - plain.peak_rss_running_mb) < 8
+
+
+@pytest.mark.mpi
+def test_a_measured_deployment_names_the_coefficients_it_predicts_with(tmp_path: Path) -> None:
+    """measure=true prints the prediction beside the measurement: which coefficients made it
+    and how they were obtained (a quick calibration is named as one)."""
+    net = zoo_like(tmp_path)
+    m = tmp_path / "mapping.json"
+    m.write_text(json.dumps({"localhost_cpu0": list(net.graph.names)}))
+    doc = json.loads((ROOT / "conf/platform/localhost.json").read_text())
+    doc |= {"calibrated": True, "provenance": {"date": "2026-05-09T12:00:00+00:00"}}
+    doc["provenance"] |= {"host": "box", "quick": True}
+    quick = tmp_path / "quick.json"
+    quick.write_text(json.dumps(doc))
+    r = run_module(
+        "dse.deploy", "+net=onnx", f"net.path={tmp_path / 'zoo_like.onnx'}",
+        "platform=localhost", f"mapping={m}", f"out={tmp_path / 'dep'}", "measure=true",
+        "warmup=0", "iterations=1", f"coefficients={quick}", env={"TZ": "UTC"},
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines()[0] == (
+        f"coefficients: {quick} (calibrated (quick: a smoke test) on box 2026-05-09 12:00; "
+        "not for predictions: calibrate without quick=true)"
+    )
