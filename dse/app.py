@@ -8,6 +8,7 @@ it needs here, so a setting means the same thing everywhere.
 from __future__ import annotations
 
 import datetime
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -21,11 +22,30 @@ from dse.cluster import launcher_for
 from dse.config import BaseConfig, target_class
 from dse.errors import DseError
 from dse.net import Net, load_net
-from dse.paths import CONF_DIR, calibration_of, shown
+from dse.paths import CONF_DIR, calibrated_path, shown
 from dse.platform import Platform, PlatformFile, load_platform, read_platform
 from dse.runtime.launch.mpiexec import Launcher
 from models_analytical.coefficients import Coefficients, load_coefficients
 from models_analytical.model import AnalyticalModel
+
+
+def calibration_of(platform_name: str) -> Path | None:
+    """The calibration of platform ``platform_name`` when there is one, None when nothing is
+    at its path; something there that is not a regular file (a directory, a broken link, a
+    pipe) is one line, as a broken file is, not a silent fall back to the uncalibrated file."""
+    path = calibrated_path(platform_name)
+    if path.is_file():
+        return path
+    if not os.path.lexists(path):
+        return None
+    kind = "a directory" if path.is_dir() else "not a regular file"
+    if not path.exists():
+        kind = "a broken link"
+    raise DseError(
+        f"the calibration of platform '{platform_name}', {shown(path)}, is {kind}: remove it "
+        f"and calibrate again (python -m dse.calibrate platform={platform_name}), or pass "
+        "coefficients=platform"
+    )
 
 
 def plain(cfg: Any) -> Any:

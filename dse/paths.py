@@ -13,8 +13,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dse.errors import DseError
-
 #: The primary configs of the entry points and the platforms (Hydra's config tree).
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 #: The environment variable naming the directory of calibrated coefficients.
@@ -29,25 +27,6 @@ def calibration_dir() -> Path:
 def calibrated_path(platform_name: str) -> Path:
     """The calibrated coefficients of platform ``platform_name``."""
     return calibration_dir() / f"{platform_name}.json"
-
-
-def calibration_of(platform_name: str) -> Path | None:
-    """The calibration of platform ``platform_name`` when there is one, None when nothing is
-    at its path; something there that is not a regular file (a directory, a broken link, a
-    pipe) is one line, as a broken file is, not a silent fall back to the uncalibrated file."""
-    path = calibrated_path(platform_name)
-    if path.is_file():
-        return path
-    if not os.path.lexists(path):
-        return None
-    kind = "a directory" if path.is_dir() else "not a regular file"
-    if not path.exists():
-        kind = "a broken link"
-    raise DseError(
-        f"the calibration of platform '{platform_name}', {shown(path)}, is {kind}: remove it "
-        f"and calibrate again (python -m dse.calibrate platform={platform_name}), or pass "
-        "coefficients=platform"
-    )
 
 
 def shown(path: str | Path) -> str:

@@ -42,10 +42,11 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the package of this checkout
 
+from dse.app import calibration_of  # noqa: E402
 from dse.mapping import Mappings, from_device_lists  # noqa: E402
 from dse.measuring.rounds import Rounds, measure_interleaved  # noqa: E402
 from dse.net import Net, load_net  # noqa: E402
-from dse.paths import CONF_DIR, calibration_of  # noqa: E402
+from dse.paths import CONF_DIR  # noqa: E402
 from dse.platform import Platform, load_platform  # noqa: E402
 from dse.runtime.launch.deploy import deploy  # noqa: E402
 from models_analytical.coefficients import load_coefficients  # noqa: E402

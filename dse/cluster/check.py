@@ -49,12 +49,8 @@ from dse.cluster.spec import ClusterSpec, DeviceShare, cpu_list, describe_shares
 from dse.cluster.state import State, one_run
 from dse.errors import DseError
 from dse.lifetime import die_with_parent
-from dse.runtime.launch.mpiexec import (
-    mpiexec_path,
-    session_processes,
-    started_again,
-    startup_failure,
-)
+from dse.runtime.launch.diagnosis import startup_failure
+from dse.runtime.launch.mpiexec import mpiexec_path, session_processes, started_again
 
 PAYLOAD = 1448 / 1514
 DEVICE_TOLERANCE = 0.15
@@ -105,7 +101,7 @@ def run_links(state: State, settings: CheckSettings) -> dict[str, Any]:
 
 def run_mpi(cmd: list[str], env: dict[str, str], timeout_s: float, cwd: Path) -> str:
     """Run an mpiexec command on the cluster, again after a startup failure that does not
-    last (:data:`dse.runtime.launch.mpiexec.STARTUP_FAILURES`); its output. Nothing of it
+    last (:data:`dse.runtime.launch.diagnosis.STARTUP_FAILURES`); its output. Nothing of it
     outlives this call."""
     log = cwd / "mpiexec.log"
     code = started_again(

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -43,7 +42,7 @@ from dse.files import owned, why_unwritable, write_text
 from dse.lifetime import die_with_parent
 from dse.platform import Platform
 from dse.records import to_json
-from dse.runtime.deployment.hosts import check_hosts, rankfile_hosts
+from dse.runtime.deployment.hosts import check_hosts
 from dse.runtime.deployment.layout import (
     HOSTFILE,
     MEASUREMENTS,
@@ -55,6 +54,7 @@ from dse.runtime.deployment.layout import (
 from dse.runtime.deployment.measurements import Measurement, read_measurements
 from dse.runtime.deployment.plan import Plan
 from dse.runtime.deployment.reader import read_plan
+from dse.runtime.launch.diagnosis import failed_at_startup, process_failed_at_startup, why
 from dse.runtime.launch.preflight import checked_once
 from dse.runtime.launch.ship import Remote, fetch, ship
 
@@ -296,21 +296,10 @@ def placement(platform: Platform, devices: Sequence[int]) -> list[tuple[str, str
 # --- a run of the ranks -----------------------------------------------------------------
 
 
-#: What Open MPI prints (on stderr or stdout) when its launcher failed to start before any rank
-#: ran, for a cause that does not last (its PMIx server's listener thread, a board's daemon
-#: that did not report back): a run that ends with one of these is started again (RETRIES
-#: times); a launch right after such a failure has been seen to work.
-STARTUP_FAILURES = (
-    "The PMIx server's listener thread failed to start",
-    "A daemon failed to report back after being spawned",
-)
+#: A launch that fails at startup for a cause that does not last is started again so many
+#: times, so far apart.
 RETRIES = 2
 RETRY_PAUSE_S = 0.5
-#: What ssh says (in mpiexec's output) of a host it could not reach: the host, then why. Such a
-#: failure lasts: it is named, not started again.
-UNREACHED = re.compile(
-    r"ssh: (?:Could not resolve hostname (\S+?)|connect to host (\S+) port \d+): ([^\n]+)"
-)
 
 R = TypeVar("R")
 
@@ -439,9 +428,9 @@ def _run_retrying(
     retries says how many launches failed."""
     result = started_again(
         lambda: _run(cmd, directory, timeout_s, launcher, collect),
-        lambda r: r.status != "ok" and _failed_at_startup(directory),
+        lambda r: r.status != "ok" and failed_at_startup(directory),
     )
-    if result.status != "ok" and _failed_at_startup(directory):
+    if result.status != "ok" and failed_at_startup(directory):
         return replace(result, reason=f"{result.reason} ({RETRIES + 1} launches)")
     return result
 
@@ -449,59 +438,13 @@ def _run_retrying(
 def started_again(attempt: Callable[[], R], failed_at_startup: Callable[[R], bool]) -> R:
     """What ``attempt()`` (an mpiexec run) returns, after running it again, at most
     :data:`RETRIES` more times :data:`RETRY_PAUSE_S` apart, while ``failed_at_startup`` says
-    it failed at startup (:func:`startup_failure` of its output)."""
+    it failed at startup (:func:`dse.runtime.launch.diagnosis.startup_failure` of its output)."""
     for i in range(RETRIES + 1):
         result = attempt()
         if i == RETRIES or not failed_at_startup(result):
             break
         time.sleep(RETRY_PAUSE_S)
     return result
-
-
-def _failed_at_startup(directory: Path) -> bool:
-    """Whether no rank wrote a measurement in ``directory`` and mpiexec's stderr or stdout
-    there names a startup failure that does not last."""
-    if (directory / MEASUREMENTS).is_file() or _unreached(directory) is not None:
-        return False
-    return _startup_named(directory) is not None
-
-
-def _unreached(directory: Path) -> str | None:
-    """The host ssh could not reach (:data:`UNREACHED`), with the ranks the rankfile of
-    ``directory`` places there and what to check; None when mpiexec's output names none."""
-    for name in (STDERR, STDOUT):
-        m = UNREACHED.search(_read(directory / name))
-        if m is None:
-            continue
-        host, why = m.group(1) or m.group(2), m.group(3).strip()
-        why = f"its name does not resolve here ({why})" if m.group(1) else f"ssh: {why}"
-        try:
-            ranks = [r for r, h in sorted(rankfile_hosts(directory).items()) if h == host]
-        except DseError:
-            ranks = []
-        on = f" (ranks {', '.join(map(str, ranks))})" if ranks else ""
-        return (
-            f"host '{host}'{on} could not be reached: {why}: check the host names in "
-            f"{directory / HOSTFILE} and that the board is up and reachable from here"
-        )
-    return None
-
-
-def _startup_named(directory: Path) -> str | None:
-    """The startup failure that does not last (:func:`startup_message`) mpiexec's stderr or
-    stdout in ``directory`` names, and which of them: the first that names one."""
-    for name in (STDERR, STDOUT):
-        message = startup_message(_read(directory / name))
-        if message is not None:
-            return f"{message} (Open MPI, in {name})"
-    return None
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""
 
 
 def captured(cmd: list[str], env: dict[str, str], timeout_s: float) -> subprocess.CompletedProcess:
@@ -519,23 +462,6 @@ def captured(cmd: list[str], env: dict[str, str], timeout_s: float) -> subproces
         ),
         process_failed_at_startup,
     )
-
-
-def process_failed_at_startup(proc: subprocess.CompletedProcess) -> bool:
-    """Whether a finished mpiexec (run with its output captured as text) failed at startup."""
-    return proc.returncode != 0 and startup_failure(f"{proc.stderr}\n{proc.stdout}")
-
-
-def startup_failure(output: str) -> bool:
-    """Whether mpiexec's ``output`` names a startup failure that does not last."""
-    return startup_message(output) is not None
-
-
-def startup_message(output: str) -> str | None:
-    """The startup failure that does not last (:data:`STARTUP_FAILURES`) mpiexec's ``output``
-    names, if any (Open MPI breaks its lines anywhere)."""
-    text = " ".join(output.split())
-    return next((message for message in STARTUP_FAILURES if message in text), None)
 
 
 @contextlib.contextmanager
@@ -588,26 +514,4 @@ def _run(
         result = read_measurements(directory)
         if code == 0 or result.status != "ok":
             return result
-    return Measurement.failed(f"mpiexec exited with {code}: {_why(directory)}")
-
-
-def _why(directory: Path) -> str:
-    """What mpiexec said: a host ssh could not reach (:func:`_unreached`), a startup failure it
-    names (:data:`STARTUP_FAILURES`, on stderr or stdout, where Open MPI prints some of them),
-    else its stderr's lines (:func:`_tail`), else its stdout's."""
-    return (
-        _unreached(directory)
-        or _startup_named(directory)
-        or _tail(directory / STDERR)
-        or _tail(directory / STDOUT)
-        or "no output"
-    )
-
-
-def _tail(path: Path, lines: int = 4) -> str:
-    """The ranks' own error lines, else the last lines of ``path`` (banners left out); empty
-    for a file without any."""
-    text = _read(path).strip().splitlines()
-    keep = [t.strip() for t in text if t.strip() and not set(t.strip()) <= set("-=*")]
-    ours = [t for t in keep if t.startswith("error: ")]
-    return " | ".join(ours[:lines] or keep[-lines:])
+    return Measurement.failed(f"mpiexec exited with {code}: {why(directory)}")
