@@ -27,6 +27,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("runs", nargs="+", type=Path, help="run directories, or a multirun/sweep")
     ap.add_argument("-o", "--output", type=Path, default=None, help="the figure (PNG)")
     args = ap.parse_args(argv)
+    if args.output is not None and args.output.is_dir():
+        fail(
+            f"-o {args.output} is a directory: give the figure's file, "
+            f"-o {args.output / 'comparison.png'}"
+        )
     found = [(run, r) for run in expand(args.runs) if (r := read(run)) is not None]
     if not found:
         fail("no complete run directory among the arguments")
@@ -49,7 +54,10 @@ def main(argv: list[str] | None = None) -> None:
     parent = Path(os.path.commonpath([str(r.resolve()) for r, _ in found]))
     output = args.output or (parent if parent.is_dir() else parent.parent) / "comparison.png"
     title = f"{first['net']} on {first['platform']}: {len(runs)} runs"
-    plot_convergence(output, runs, first["objectives"], title)
+    try:
+        plot_convergence(output, runs, first["objectives"], title)
+    except DseError as exc:
+        fail(str(exc))
     say(f"wrote {output}")
 
 
