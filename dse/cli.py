@@ -272,6 +272,9 @@ def mistake(
     (``net=vgg16``), a key given ``+`` that is there already, a misspelled key; None for the
     others."""
     text = str(exc)
+    wrong = wrong_type(one_line(exc))
+    if wrong:
+        return wrong
     found = (
         re.search(r"Could not (?:override|delete) '([^']+)'", text)
         or re.search(r"An item is already at '([^']+)'", text)
@@ -298,6 +301,25 @@ def mistake(
         )
     others = [o for o in overrides if not named(o)]
     return _unknown_key(key, line, config_keys(config_name, others), config_name)
+
+
+#: What a key of each of OmegaConf's value types takes, as a user writes it.
+_TYPE_WORDS = {"Integer": "a whole number", "Float": "a number", "Boolean": "true or false"}
+
+
+def wrong_type(text: str) -> str | None:
+    """``KEY=VALUE: KEY takes a whole number, not 'VALUE'`` for OmegaConf's refusal of a value
+    of the wrong type (``text``: the composition error's lines, joined); None for the others."""
+    found = re.search(
+        r"Error merging override ([^=\s]+)=(.*?): Value '(.*?)' (?:of type '\w+' could not be "
+        r"converted to (Integer|Float|Boolean)|is not a valid (bool))",
+        text,
+    )
+    if not found:
+        return None
+    key, given, value, kind, boolean = found.groups()
+    words = _TYPE_WORDS["Boolean" if boolean else kind]
+    return f"{key}={given}: {key.lstrip('+')} takes {words}, not '{value}'"
 
 
 def unknown_added_key(overrides: Sequence[str], config_name: str) -> str | None:

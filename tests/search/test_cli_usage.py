@@ -96,6 +96,30 @@ def test_a_list_written_as_a_sweep_or_a_tuple_is_one_line_with_the_form_to_write
     assert str(caught.value) == message
 
 
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["+net=alexnet", "seed=abc"], "seed=abc: seed takes a whole number, not 'abc'"),
+        (["+net=alexnet", "seed=1.5"], "seed=1.5: seed takes a whole number, not '1.5'"),
+        (["+net=alexnet", "algorithm.n_gen=nan"], "algorithm.n_gen=nan: algorithm.n_gen takes a "
+         "whole number, not 'nan'"),
+        (["+net=alexnet", "net.measure_mb=lots"], "net.measure_mb=lots: net.measure_mb takes a "
+         "number, not 'lots'"),
+        (["+net=alexnet", "progress=maybe"], "progress=maybe: progress takes true or false, not "
+         "'maybe'"),
+        (["+net=alexnet", "seed=[1,2]"], "seed=[1,2]: seed takes a whole number, not '[1, 2]'"),
+    ],
+)  # fmt: skip
+def test_a_value_of_the_wrong_type_is_one_line_naming_the_type_to_write(args, message):
+    from dse.cli import check_overrides
+    from dse.errors import DseError
+
+    config.register()
+    with pytest.raises(DseError) as caught:
+        check_overrides(args, "config")
+    assert str(caught.value) == message
+
+
 def test_did_you_mean_by_whole_key_or_by_its_last_part():
     keys = ["seed", "algorithm", "algorithm.pop_size", "algorithm.n_gen", "phase2.enabled"]
     assert did_you_mean("popsize", keys) == "algorithm.pop_size"
