@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import functools
 import gc
+import itertools
 import logging
 import os
 import re
@@ -129,6 +130,7 @@ def check_overrides(argv: Sequence[str], config_name: str) -> None:
         o.get_key_element() == "hydra.mode" and str(o.value()) == "MULTIRUN" for o in overrides
     )
     base: list[str] = []
+    hydra_lines: list[str] = []  # Hydra's own settings: composed once, after the others
     variants: list[list[str]] = []
     for o in overrides:
         key = o.get_key_element()
@@ -145,6 +147,8 @@ def check_overrides(argv: Sequence[str], config_name: str) -> None:
                 "key itself, e.g. algorithm.pop_size=range(100,501,100) chromosome=naive,advanced"
             )
         if key.lstrip("+~").startswith("hydra"):
+            if not o.is_sweep_override() and o.input_line is not None:
+                hydra_lines.append(o.input_line)
             continue
         if o.is_sweep_override():
             try:
@@ -182,6 +186,11 @@ def check_overrides(argv: Sequence[str], config_name: str) -> None:
                 raise
             except Exception as exc:  # noqa: BLE001 - validation errors are many classes
                 raise DseError(one_line(exc)) from None
+        if hydra_lines:
+            try:
+                compose(config_name, overrides=[*base, *hydra_lines], return_hydra_config=True)
+            except Exception as exc:  # noqa: BLE001 - composition errors are many classes
+                raise DseError(hydra_mistake(exc, hydra_lines)) from None
 
 
 # --- hints for the likeliest mistakes --------------------------------------------------------
@@ -320,6 +329,27 @@ def wrong_type(text: str) -> str | None:
     key, given, value, kind, boolean = found.groups()
     words = _TYPE_WORDS["Boolean" if boolean else kind]
     return f"{key}={given}: {key.lstrip('+')} takes {words}, not '{value}'"
+
+
+def hydra_mistake(exc: BaseException, lines: Sequence[str]) -> str:
+    """One line for a composition error of Hydra's own settings ``lines`` (``hydra.*``,
+    ``hydra/GROUP=``): a value of the wrong type, a sweeper key without dse's sweeper, a group
+    option that is not there (with the options), else the error's first lines."""
+    text = one_line(exc)
+    wrong = wrong_type(text)
+    if wrong:
+        return wrong
+    found = re.search(r"Key '(\w+)' not in 'BasicSweeperConf'", text)
+    if found:
+        key = found.group(1)
+        line = next((x for x in lines if x.split("=", 1)[0].endswith(f".{key}")), key)
+        return f"{line}: Hydra's basic sweeper has no key {key}: add hydra/sweeper=dse_optuna"
+    full = str(exc)
+    if "Available options in" in full:
+        after = full.split("Available options in", 1)[1].splitlines()[1:]
+        options = [x.strip() for x in itertools.takewhile(lambda x: x.startswith("\t"), after)]
+        return f"{text}: choose one of {', '.join(options)}"
+    return text
 
 
 def unknown_added_key(overrides: Sequence[str], config_name: str) -> str | None:

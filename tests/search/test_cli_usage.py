@@ -120,6 +120,30 @@ def test_a_value_of_the_wrong_type_is_one_line_naming_the_type_to_write(args, me
     assert str(caught.value) == message
 
 
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-m", "+net=alexnet", "hydra/sweeper=dse_optuna", "hydra.sweeper.n_trials=abc"],
+         "hydra.sweeper.n_trials=abc: hydra.sweeper.n_trials takes a whole number, not 'abc'"),
+        (["-m", "+net=alexnet", "hydra/sweeper=dse_optuna", "hydra/sweeper/sampler=nope"],
+         "In 'hydra/sweeper/dse_optuna': Could not find 'hydra/sweeper/sampler/nope': choose "
+         "one of bruteforce, nsga2, nsga3, nsgaii, qmc, random, tpe"),
+        (["-m", "+net=alexnet", "hydra.sweeper.n_trials=3"], "hydra.sweeper.n_trials=3: "
+         "Hydra's basic sweeper has no key n_trials: add hydra/sweeper=dse_optuna"),
+        (["+net=alexnet", "hydra.job.chdir=maybe"], "hydra.job.chdir=maybe: hydra.job.chdir "
+         "takes true or false, not 'maybe'"),
+    ],
+)  # fmt: skip
+def test_a_bad_hydra_setting_is_one_line_before_hydra_starts(args, message):
+    from dse.cli import check_overrides
+    from dse.errors import DseError
+
+    config.register()
+    with pytest.raises(DseError) as caught:
+        check_overrides(args, "config")
+    assert str(caught.value) == message
+
+
 def test_did_you_mean_by_whole_key_or_by_its_last_part():
     keys = ["seed", "algorithm", "algorithm.pop_size", "algorithm.n_gen", "phase2.enabled"]
     assert did_you_mean("popsize", keys) == "algorithm.pop_size"
