@@ -397,6 +397,25 @@ def stop_early_on_signals() -> None:
         signal.signal(s, _now)
 
 
+def stopped_cleanly(main: Callable[[], Any]) -> Any:
+    """Run the ``main`` of an entry point without Hydra (after :func:`stop_early_on_signals`
+    at its top): a stop signal while it runs is ``error: interrupted`` and the interrupted
+    status once its context managers have cleaned up (no half-written file), not a
+    traceback."""
+
+    def _terminate(signum: int, frame: object) -> None:
+        hung_up(signum)
+        raise KeyboardInterrupt
+
+    for s in STOP_SIGNALS[1:]:
+        signal.signal(s, _terminate)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return main()
+    except KeyboardInterrupt:
+        fail("interrupted", INTERRUPTED)
+
+
 def fail(message: str, status: int = 2) -> None:
     """Print one error line and exit non-zero."""
     print(f"error: {message}", file=sys.stderr)

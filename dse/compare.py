@@ -12,10 +12,15 @@ The plot goes beside the runs (their common parent) unless -o says otherwise.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # before the heavy imports: a signal now ends the process cleanly
+    from dse.cli import stop_early_on_signals
+
+    stop_early_on_signals()
+
 import os
 from pathlib import Path
 
-from dse.cli import fail, say
+from dse.cli import fail, say, stopped_cleanly
 from dse.errors import DseError
 from dse.results.compare import expand, labels, read, same_problem
 from dse.results.plots import plot_convergence
@@ -62,4 +67,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    stopped_cleanly(main)

@@ -318,20 +318,21 @@ def test_a_resumed_run_removes_what_a_killed_writer_left_in_any_of_its_directori
 
 
 @pytest.mark.parametrize(
-    "module",
-    ["dse", "dse.evaluate", "dse.inspect", "dse.deploy", "dse.calibrate", "dse.fidelity"]
-    + ["dse.cluster"],
+    "module, heavy",
+    [(m, "hydra") for m in ("dse", "dse.evaluate", "dse.inspect", "dse.deploy")]
+    + [(m, "hydra") for m in ("dse.calibrate", "dse.fidelity", "dse.cluster")]
+    + [("dse.compare", "numpy"), ("dse.config_reference", "yaml")],
 )
-def test_ctrl_c_while_an_entry_point_loads_is_one_line(module):
-    """Ctrl-C in the first half second, while the entry point imports Hydra: "error:
+def test_ctrl_c_while_an_entry_point_loads_is_one_line(module, heavy):
+    """Ctrl-C in the first half second, while the entry point imports its libraries: "error:
     interrupted" and the interrupted status, not a KeyboardInterrupt traceback. The moment is
-    made exact: SIGINT is sent as the first import of hydra starts."""
+    made exact: SIGINT is sent as the first import of ``heavy`` starts."""
     script = (
         "import os, runpy, signal, sys\n"
         "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "class Trap:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'hydra':\n"
+        f"        if name == '{heavy}':\n"
         "            os.kill(os.getpid(), signal.SIGINT)\n"
         "        return None\n"
         "sys.meta_path.insert(0, Trap())\n"
