@@ -110,6 +110,7 @@ def check_overrides(argv: Sequence[str], config_name: str) -> None:
     a wrong type or a bad value is one line before any job starts."""
     from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import IntervalSweep
 
     from dse.config import check
 
@@ -128,6 +129,10 @@ def check_overrides(argv: Sequence[str], config_name: str) -> None:
         raise DseError(why) from None
     multirun = any(a in ("-m", "--multirun") for a in argv) or any(
         o.get_key_element() == "hydra.mode" and str(o.value()) == "MULTIRUN" for o in overrides
+    )
+    sweeper = next(
+        (str(o.value()) for o in overrides if o.get_key_element().lstrip("+") == "hydra/sweeper"),
+        "basic",
     )
     base: list[str] = []
     hydra_lines: list[str] = []  # Hydra's own settings: composed once, after the others
@@ -150,6 +155,12 @@ def check_overrides(argv: Sequence[str], config_name: str) -> None:
             if not o.is_sweep_override() and o.input_line is not None:
                 hydra_lines.append(o.input_line)
             continue
+        if o.is_sweep_override() and sweeper == "basic" and isinstance(o.value(), IntervalSweep):
+            raise DseError(
+                f"{o.input_line}: Hydra's basic sweeper runs lists, not intervals: add "
+                "hydra/sweeper=dse_optuna hydra.sweeper.n_trials=N to sample it, or give "
+                "range(start,stop,step) or choices"
+            )
         if o.is_sweep_override():
             try:
                 values = list(o.sweep_string_iterator())

@@ -144,6 +144,29 @@ def test_a_bad_hydra_setting_is_one_line_before_hydra_starts(args, message):
     assert str(caught.value) == message
 
 
+@pytest.mark.parametrize(
+    "value", ["interval(4,8)", "tag(int,interval(4,8))", "tag(log,interval(4,8))"]
+)
+def test_an_interval_for_hydras_basic_sweeper_is_one_line_naming_dses(value):
+    """Hydra's basic sweeper (the default of --multirun) runs lists, not intervals: one line
+    before any job, naming the sweeper that samples them and the forms the basic one runs."""
+    from dse.cli import check_overrides
+    from dse.errors import DseError
+
+    config.register()
+    with pytest.raises(DseError) as caught:
+        check_overrides(["-m", "+net=alexnet", f"algorithm.pop_size={value}"], "config")
+    assert str(caught.value) == (
+        f"algorithm.pop_size={value}: Hydra's basic sweeper runs lists, not intervals: add "
+        "hydra/sweeper=dse_optuna hydra.sweeper.n_trials=N to sample it, or give "
+        "range(start,stop,step) or choices"
+    )
+    check_overrides(
+        ["-m", "+net=alexnet", "hydra/sweeper=dse_optuna", f"algorithm.pop_size={value}"],
+        "config",
+    )
+
+
 def test_did_you_mean_by_whole_key_or_by_its_last_part():
     keys = ["seed", "algorithm", "algorithm.pop_size", "algorithm.n_gen", "phase2.enabled"]
     assert did_you_mean("popsize", keys) == "algorithm.pop_size"
