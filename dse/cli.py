@@ -171,6 +171,10 @@ def check_overrides(argv: Sequence[str], config_name: str) -> None:
             assert o.input_line is not None  # parse_overrides keeps each override's text
             base.append(o.input_line)
         group = key.lstrip("+~")
+        if o.value() == "" and not key.startswith("~") and group_choices(group):
+            raise DseError(
+                f"{o.input_line} names no {group}: choose one of {', '.join(group_choices(group))}"
+            )
         if o.is_sweep_override() or "." in group or not o.value():
             continue
         choices = group_choices(group)

@@ -167,6 +167,26 @@ def test_an_interval_for_hydras_basic_sweeper_is_one_line_naming_dses(value):
     )
 
 
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["+net="], "+net= names no net: choose one of alexnet, densenet121, googlenet, "
+         "mobilenetv2, onnx, resnet50, vgg16"),
+        (["+net=alexnet", "platform="], "platform= names no platform: choose one of "
+         "edge3_ethernet, edge3_wifi, jetson_xavier_nx_x8, localhost, xavier_cpu_only_x8"),
+    ],
+)  # fmt: skip
+def test_a_group_given_no_option_is_one_line_with_the_options(args, message):
+    """An option left empty (an unset shell variable: platform=$P) names the options."""
+    from dse.cli import check_overrides
+    from dse.errors import DseError
+
+    config.register()
+    with pytest.raises(DseError) as caught:
+        check_overrides(args, "config")
+    assert str(caught.value) == message
+
+
 def test_did_you_mean_by_whole_key_or_by_its_last_part():
     keys = ["seed", "algorithm", "algorithm.pop_size", "algorithm.n_gen", "phase2.enabled"]
     assert did_you_mean("popsize", keys) == "algorithm.pop_size"
