@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import functools
 import gc
+import itertools
 import logging
 import os
 import re
@@ -109,6 +110,7 @@ def check_overrides(argv: Sequence[str], config_name: str) -> None:
     a wrong type or a bad value is one line before any job starts."""
     from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import IntervalSweep
 
     from dse.config import check
 
@@ -128,7 +130,12 @@ def check_overrides(argv: Sequence[str], config_name: str) -> None:
     multirun = any(a in ("-m", "--multirun") for a in argv) or any(
         o.get_key_element() == "hydra.mode" and str(o.value()) == "MULTIRUN" for o in overrides
     )
+    sweeper = next(
+        (str(o.value()) for o in overrides if o.get_key_element().lstrip("+") == "hydra/sweeper"),
+        "basic",
+    )
     base: list[str] = []
+    hydra_lines: list[str] = []  # Hydra's own settings: composed once, after the others
     variants: list[list[str]] = []
     for o in overrides:
         key = o.get_key_element()
@@ -145,7 +152,15 @@ def check_overrides(argv: Sequence[str], config_name: str) -> None:
                 "key itself, e.g. algorithm.pop_size=range(100,501,100) chromosome=naive,advanced"
             )
         if key.lstrip("+~").startswith("hydra"):
+            if not o.is_sweep_override() and o.input_line is not None:
+                hydra_lines.append(o.input_line)
             continue
+        if o.is_sweep_override() and sweeper == "basic" and isinstance(o.value(), IntervalSweep):
+            raise DseError(
+                f"{o.input_line}: Hydra's basic sweeper runs lists, not intervals: add "
+                "hydra/sweeper=dse_optuna hydra.sweeper.n_trials=N to sample it, or give "
+                "range(start,stop,step) or choices"
+            )
         if o.is_sweep_override():
             try:
                 values = list(o.sweep_string_iterator())
@@ -156,6 +171,10 @@ def check_overrides(argv: Sequence[str], config_name: str) -> None:
             assert o.input_line is not None  # parse_overrides keeps each override's text
             base.append(o.input_line)
         group = key.lstrip("+~")
+        if o.value() == "" and not key.startswith("~") and group_choices(group):
+            raise DseError(
+                f"{o.input_line} names no {group}: choose one of {', '.join(group_choices(group))}"
+            )
         if o.is_sweep_override() or "." in group or not o.value():
             continue
         choices = group_choices(group)
@@ -182,6 +201,11 @@ def check_overrides(argv: Sequence[str], config_name: str) -> None:
                 raise
             except Exception as exc:  # noqa: BLE001 - validation errors are many classes
                 raise DseError(one_line(exc)) from None
+        if hydra_lines:
+            try:
+                compose(config_name, overrides=[*base, *hydra_lines], return_hydra_config=True)
+            except Exception as exc:  # noqa: BLE001 - composition errors are many classes
+                raise DseError(hydra_mistake(exc, hydra_lines)) from None
 
 
 # --- hints for the likeliest mistakes --------------------------------------------------------
@@ -272,6 +296,9 @@ def mistake(
     (``net=vgg16``), a key given ``+`` that is there already, a misspelled key; None for the
     others."""
     text = str(exc)
+    wrong = wrong_type(one_line(exc))
+    if wrong:
+        return wrong
     found = (
         re.search(r"Could not (?:override|delete) '([^']+)'", text)
         or re.search(r"An item is already at '([^']+)'", text)
@@ -298,6 +325,46 @@ def mistake(
         )
     others = [o for o in overrides if not named(o)]
     return _unknown_key(key, line, config_keys(config_name, others), config_name)
+
+
+#: What a key of each of OmegaConf's value types takes, as a user writes it.
+_TYPE_WORDS = {"Integer": "a whole number", "Float": "a number", "Boolean": "true or false"}
+
+
+def wrong_type(text: str) -> str | None:
+    """``KEY=VALUE: KEY takes a whole number, not 'VALUE'`` for OmegaConf's refusal of a value
+    of the wrong type (``text``: the composition error's lines, joined); None for the others."""
+    found = re.search(
+        r"Error merging override ([^=\s]+)=(.*?): Value '(.*?)' (?:of type '\w+' could not be "
+        r"converted to (Integer|Float|Boolean)|is not a valid (bool))",
+        text,
+    )
+    if not found:
+        return None
+    key, given, value, kind, boolean = found.groups()
+    words = _TYPE_WORDS["Boolean" if boolean else kind]
+    return f"{key}={given}: {key.lstrip('+')} takes {words}, not '{value}'"
+
+
+def hydra_mistake(exc: BaseException, lines: Sequence[str]) -> str:
+    """One line for a composition error of Hydra's own settings ``lines`` (``hydra.*``,
+    ``hydra/GROUP=``): a value of the wrong type, a sweeper key without dse's sweeper, a group
+    option that is not there (with the options), else the error's first lines."""
+    text = one_line(exc)
+    wrong = wrong_type(text)
+    if wrong:
+        return wrong
+    found = re.search(r"Key '(\w+)' not in 'BasicSweeperConf'", text)
+    if found:
+        key = found.group(1)
+        line = next((x for x in lines if x.split("=", 1)[0].endswith(f".{key}")), key)
+        return f"{line}: Hydra's basic sweeper has no key {key}: add hydra/sweeper=dse_optuna"
+    full = str(exc)
+    if "Available options in" in full:
+        after = full.split("Available options in", 1)[1].splitlines()[1:]
+        options = [x.strip() for x in itertools.takewhile(lambda x: x.startswith("\t"), after)]
+        return f"{text}: choose one of {', '.join(options)}"
+    return text
 
 
 def unknown_added_key(overrides: Sequence[str], config_name: str) -> str | None:
@@ -343,6 +410,25 @@ def stop_early_on_signals() -> None:
 
     for s in STOP_SIGNALS:
         signal.signal(s, _now)
+
+
+def stopped_cleanly(main: Callable[[], Any]) -> Any:
+    """Run the ``main`` of an entry point without Hydra (after :func:`stop_early_on_signals`
+    at its top): a stop signal while it runs is ``error: interrupted`` and the interrupted
+    status once its context managers have cleaned up (no half-written file), not a
+    traceback."""
+
+    def _terminate(signum: int, frame: object) -> None:
+        hung_up(signum)
+        raise KeyboardInterrupt
+
+    for s in STOP_SIGNALS[1:]:
+        signal.signal(s, _terminate)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return main()
+    except KeyboardInterrupt:
+        fail("interrupted", INTERRUPTED)
 
 
 def fail(message: str, status: int = 2) -> None:

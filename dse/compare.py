@@ -12,10 +12,15 @@ The plot goes beside the runs (their common parent) unless -o says otherwise.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # before the heavy imports: a signal now ends the process cleanly
+    from dse.cli import stop_early_on_signals
+
+    stop_early_on_signals()
+
 import os
 from pathlib import Path
 
-from dse.cli import fail, say
+from dse.cli import fail, say, stopped_cleanly
 from dse.errors import DseError
 from dse.results.compare import expand, labels, read, same_problem
 from dse.results.plots import plot_convergence
@@ -27,6 +32,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("runs", nargs="+", type=Path, help="run directories, or a multirun/sweep")
     ap.add_argument("-o", "--output", type=Path, default=None, help="the figure (PNG)")
     args = ap.parse_args(argv)
+    if args.output is not None and args.output.is_dir():
+        fail(
+            f"-o {args.output} is a directory: give the figure's file, "
+            f"-o {args.output / 'comparison.png'}"
+        )
     found = [(run, r) for run in expand(args.runs) if (r := read(run)) is not None]
     if not found:
         fail("no complete run directory among the arguments")
@@ -49,9 +59,12 @@ def main(argv: list[str] | None = None) -> None:
     parent = Path(os.path.commonpath([str(r.resolve()) for r, _ in found]))
     output = args.output or (parent if parent.is_dir() else parent.parent) / "comparison.png"
     title = f"{first['net']} on {first['platform']}: {len(runs)} runs"
-    plot_convergence(output, runs, first["objectives"], title)
+    try:
+        plot_convergence(output, runs, first["objectives"], title)
+    except DseError as exc:
+        fail(str(exc))
     say(f"wrote {output}")
 
 
 if __name__ == "__main__":
-    main()
+    stopped_cleanly(main)

@@ -18,6 +18,11 @@ reads the sweeper's config beside dse's, and nothing imports it.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # before the heavy imports: a signal now ends the process cleanly
+    from dse.cli import stop_early_on_signals
+
+    stop_early_on_signals()
+
 import ast
 import dataclasses
 import inspect
@@ -485,4 +490,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from dse.cli import stopped_cleanly
+
+    sys.exit(stopped_cleanly(main))

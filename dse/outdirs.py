@@ -44,6 +44,13 @@ class CheckOutputDirs(Callback):
             where = OmegaConf.select(config, key)
         except Exception:  # noqa: BLE001 - an interpolation Hydra resolves later: it reports it
             return
+        if where is not None and not str(where).strip():
+            print(
+                f"error: {key} is empty: give a directory ({key}=runs/mine), or leave the key "
+                "out for a new one under runs/",
+                file=sys.stderr,
+            )
+            sys.exit(2)
         if where is None or Path(str(where)) == Path("."):
             return
         try:

@@ -5,13 +5,16 @@ is shown to a user.
 it: ``$DSE_CALIBRATION_DIR/<platform>.json``, by default
 ``~/.config/dse/calibration/<platform>.json``. To go back to the platform's own (uncalibrated)
 file, delete that file or pass ``coefficients=platform``. Anything else at that path (a
-directory, a broken link) is refused, not passed over.
+directory, a broken link), or a variable naming a file rather than a folder, is refused, not
+passed over.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from dse.errors import DseError
 
 #: The primary configs of the entry points and the platforms (Hydra's config tree).
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -20,8 +23,19 @@ CALIBRATION_ENV = "DSE_CALIBRATION_DIR"
 
 
 def calibration_dir() -> Path:
+    """The folder of the platforms' calibrations; :data:`CALIBRATION_ENV` naming a file (a
+    calibration itself, say) is one line, not a folder that holds none."""
     env = os.environ.get(CALIBRATION_ENV)
-    return Path(env).expanduser() if env else Path.home() / ".config" / "dse" / "calibration"
+    if not env:
+        return Path.home() / ".config" / "dse" / "calibration"
+    folder = Path(env).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise DseError(
+            f"{CALIBRATION_ENV}={env} is a file: it names the folder of the platforms' "
+            f"calibrations (PLATFORM.json): set it to {folder.parent}, or pass "
+            f"coefficients={env}"
+        )
+    return folder
 
 
 def calibrated_path(platform_name: str) -> Path:

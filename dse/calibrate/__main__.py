@@ -10,6 +10,11 @@ commands with that platform use.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # before the heavy imports: a signal now ends the process cleanly
+    from dse.cli import stop_early_on_signals
+
+    stop_early_on_signals()
+
 from typing import Any
 
 import hydra

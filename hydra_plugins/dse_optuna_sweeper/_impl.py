@@ -245,6 +245,7 @@ class SweeperImpl:
         self.study_name, self.storage = study_name, storage
         self.params = {str(k): str(v) for k, v in (params or {}).items()}
         self.job_idx = 0
+        self.completed = 0  # trials this command ran that completed
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
 
     def setup(
@@ -365,6 +366,7 @@ class SweeperImpl:
             self._fail(study, trial, str(got.reason))
             return
         retry(lambda: study.tell(trial, values=got.values, skip_if_finished=True))
+        self.completed += 1
         shown = ", ".join(f"{k}={v:.6g}" for k, v in zip(keys, got.values, strict=True))
         print(f"trial {trial.number}: {shown} -> {attrs.get('run_dir', '?')}")
 
@@ -441,7 +443,13 @@ class SweeperImpl:
         report = _report.summarize(study, keys, space, url)
         print(_report.text(report))
         _report.write(report, self.sweep_dir)
-        # failed trials are results of the sweep (recorded in the study), not a failed command
+        # failed trials are results of the sweep (recorded in the study), not a failed command,
+        # unless no trial completed: then the command gave nothing
+        if done and not self.completed:
+            raise DseError(
+                f"no trial this command ran completed ({done} failed, the reasons above): fix "
+                "what they name and run it again"
+            )
         run_context().failures_are_results()
         return returns
 

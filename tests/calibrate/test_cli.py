@@ -244,3 +244,20 @@ def test_a_calibration_killed_in_its_deployments_leaves_them_to_the_next_run(tmp
         again.kill()
     assert again.returncode == 0, err[-2000:]
     assert not list(tmp.glob("dse-*")), list(tmp.iterdir())
+
+
+def test_a_calibration_folder_variable_naming_a_file_is_one_line(tmp_path, monkeypatch):
+    """DSE_CALIBRATION_DIR set to a calibration file (not its folder) is refused naming the
+    variable, not passed over for the shipped (uncalibrated) coefficients."""
+    from dse.app import calibration_of
+    from dse.errors import DseError
+
+    calibration = tmp_path / "localhost.json"
+    calibration.write_text((CONF_DIR / "platform" / "localhost.json").read_text())
+    monkeypatch.setenv("DSE_CALIBRATION_DIR", str(calibration))
+    with pytest.raises(DseError) as caught:
+        calibration_of("localhost")
+    assert str(caught.value) == (
+        f"DSE_CALIBRATION_DIR={calibration} is a file: it names the folder of the platforms' "
+        f"calibrations (PLATFORM.json): set it to {tmp_path}, or pass coefficients={calibration}"
+    )

@@ -142,3 +142,20 @@ def test_a_multirun_directory_stands_for_its_numbered_runs(run_dir, tmp_path):
     assert image.shape == CONVERGENCE_PIXELS
     drawn = [bool(showing(image, f"C{k}").any()) for k in range(4)]
     assert drawn == [True, True, True, False], f"colours C0-C3 drawn: {drawn}"
+
+
+def test_an_output_that_cannot_be_written_is_one_error_line(run_dir, tmp_path):
+    (tmp_path / "plots").mkdir()
+    r = compare(run_dir, "-o", tmp_path / "plots")
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == (
+        f"error: -o {tmp_path / 'plots'} is a directory: give the figure's file, "
+        f"-o {tmp_path / 'plots' / 'comparison.png'}\n"
+    )
+    (tmp_path / "a_file").write_text("")
+    r = compare(run_dir, "-o", tmp_path / "a_file" / "comparison.png")
+    assert r.returncode == 2
+    assert r.stderr == (
+        f"error: cannot write {tmp_path / 'a_file' / 'comparison.png'} (File exists): "
+        "free space there or write elsewhere\n"
+    )

@@ -103,3 +103,22 @@ def test_a_model_onnxruntime_cannot_run_is_one_line(tmp_path: Path) -> None:
         "the model: onnxruntime 1.32.0 has no Gelu at ai.onnx opset 17 (node 'g'): "
         "export the model at an opset that has Gelu"
     )
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--host", "xavier0"], "--host xavier0 must be HOST=NAME: the plan's host, then the name "
+         "ssh reaches it by (e.g. --host xavier0=192.168.1.10)"),
+        (["--host", "=10.0.0.2"], "--host =10.0.0.2 must be HOST=NAME: the plan's host, then the "
+         "name ssh reaches it by (e.g. --host xavier0=192.168.1.10)"),
+        (["--rsh", "'ssh -p 22"], "--rsh \"'ssh -p 22\" is not a command (No closing quotation): "
+         "quote it as a shell would, e.g. --rsh 'ssh -p 2222'"),
+        (["--rsh", ""], "--rsh '' is not a command: give the ssh command, e.g. --rsh ssh"),
+    ],
+)  # fmt: skip
+def test_shipping_by_hand_with_bad_options_is_one_line(tmp_path, capsys, args, message) -> None:
+    from dse.runtime.launch.ship import main
+
+    assert main([str(tmp_path), *args]) == 2
+    assert capsys.readouterr().err == f"error: {message}\n"

@@ -96,6 +96,97 @@ def test_a_list_written_as_a_sweep_or_a_tuple_is_one_line_with_the_form_to_write
     assert str(caught.value) == message
 
 
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["+net=alexnet", "seed=abc"], "seed=abc: seed takes a whole number, not 'abc'"),
+        (["+net=alexnet", "seed=1.5"], "seed=1.5: seed takes a whole number, not '1.5'"),
+        (["+net=alexnet", "algorithm.n_gen=nan"], "algorithm.n_gen=nan: algorithm.n_gen takes a "
+         "whole number, not 'nan'"),
+        (["+net=alexnet", "net.measure_mb=lots"], "net.measure_mb=lots: net.measure_mb takes a "
+         "number, not 'lots'"),
+        (["+net=alexnet", "progress=maybe"], "progress=maybe: progress takes true or false, not "
+         "'maybe'"),
+        (["+net=alexnet", "seed=[1,2]"], "seed=[1,2]: seed takes a whole number, not '[1, 2]'"),
+    ],
+)  # fmt: skip
+def test_a_value_of_the_wrong_type_is_one_line_naming_the_type_to_write(args, message):
+    from dse.cli import check_overrides
+    from dse.errors import DseError
+
+    config.register()
+    with pytest.raises(DseError) as caught:
+        check_overrides(args, "config")
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-m", "+net=alexnet", "hydra/sweeper=dse_optuna", "hydra.sweeper.n_trials=abc"],
+         "hydra.sweeper.n_trials=abc: hydra.sweeper.n_trials takes a whole number, not 'abc'"),
+        (["-m", "+net=alexnet", "hydra/sweeper=dse_optuna", "hydra/sweeper/sampler=nope"],
+         "In 'hydra/sweeper/dse_optuna': Could not find 'hydra/sweeper/sampler/nope': choose "
+         "one of bruteforce, nsga2, nsga3, nsgaii, qmc, random, tpe"),
+        (["-m", "+net=alexnet", "hydra.sweeper.n_trials=3"], "hydra.sweeper.n_trials=3: "
+         "Hydra's basic sweeper has no key n_trials: add hydra/sweeper=dse_optuna"),
+        (["+net=alexnet", "hydra.job.chdir=maybe"], "hydra.job.chdir=maybe: hydra.job.chdir "
+         "takes true or false, not 'maybe'"),
+    ],
+)  # fmt: skip
+def test_a_bad_hydra_setting_is_one_line_before_hydra_starts(args, message):
+    from dse.cli import check_overrides
+    from dse.errors import DseError
+
+    config.register()
+    with pytest.raises(DseError) as caught:
+        check_overrides(args, "config")
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(
+    "value", ["interval(4,8)", "tag(int,interval(4,8))", "tag(log,interval(4,8))"]
+)
+def test_an_interval_for_hydras_basic_sweeper_is_one_line_naming_dses(value):
+    """Hydra's basic sweeper (the default of --multirun) runs lists, not intervals: one line
+    before any job, naming the sweeper that samples them and the forms the basic one runs."""
+    from dse.cli import check_overrides
+    from dse.errors import DseError
+
+    config.register()
+    with pytest.raises(DseError) as caught:
+        check_overrides(["-m", "+net=alexnet", f"algorithm.pop_size={value}"], "config")
+    assert str(caught.value) == (
+        f"algorithm.pop_size={value}: Hydra's basic sweeper runs lists, not intervals: add "
+        "hydra/sweeper=dse_optuna hydra.sweeper.n_trials=N to sample it, or give "
+        "range(start,stop,step) or choices"
+    )
+    check_overrides(
+        ["-m", "+net=alexnet", "hydra/sweeper=dse_optuna", f"algorithm.pop_size={value}"],
+        "config",
+    )
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["+net="], "+net= names no net: choose one of alexnet, densenet121, googlenet, "
+         "mobilenetv2, onnx, resnet50, vgg16"),
+        (["+net=alexnet", "platform="], "platform= names no platform: choose one of "
+         "edge3_ethernet, edge3_wifi, jetson_xavier_nx_x8, localhost, xavier_cpu_only_x8"),
+    ],
+)  # fmt: skip
+def test_a_group_given_no_option_is_one_line_with_the_options(args, message):
+    """An option left empty (an unset shell variable: platform=$P) names the options."""
+    from dse.cli import check_overrides
+    from dse.errors import DseError
+
+    config.register()
+    with pytest.raises(DseError) as caught:
+        check_overrides(args, "config")
+    assert str(caught.value) == message
+
+
 def test_did_you_mean_by_whole_key_or_by_its_last_part():
     keys = ["seed", "algorithm", "algorithm.pop_size", "algorithm.n_gen", "phase2.enabled"]
     assert did_you_mean("popsize", keys) == "algorithm.pop_size"

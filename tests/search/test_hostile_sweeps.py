@@ -181,3 +181,21 @@ def test_a_disk_that_fills_while_writing_is_one_line_and_keeps_the_old_file(
     assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == [
         "summary.json"
     ]
+
+
+@pytest.mark.parametrize("key", ["hydra.run.dir", "hydra.sweep.dir"])
+def test_an_empty_run_or_sweep_directory_is_one_line(key: str, capsys) -> None:
+    """hydra.run.dir= with nothing after it (an unset shell variable) is refused, not read as
+    the current directory that the run's files would be spread over."""
+    from omegaconf import OmegaConf
+
+    from dse.outdirs import CheckOutputDirs
+
+    config = OmegaConf.create({"hydra": {"run": {"dir": ""}, "sweep": {"dir": ""}}})
+    with pytest.raises(SystemExit) as stopped:
+        CheckOutputDirs._check(config, key)
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == (
+        f"error: {key} is empty: give a directory ({key}=runs/mine), or leave the key out for "
+        "a new one under runs/\n"
+    )

@@ -315,3 +315,31 @@ def test_a_resumed_run_removes_what_a_killed_writer_left_in_any_of_its_directori
     remove_stale(tmp_path)
     left = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
     assert left == sorted(p.relative_to(tmp_path) for p in kept)
+
+
+@pytest.mark.parametrize(
+    "module, heavy",
+    [(m, "hydra") for m in ("dse", "dse.evaluate", "dse.inspect", "dse.deploy")]
+    + [(m, "hydra") for m in ("dse.calibrate", "dse.fidelity", "dse.cluster")]
+    + [("dse.compare", "numpy"), ("dse.config_reference", "yaml")],
+)
+def test_ctrl_c_while_an_entry_point_loads_is_one_line(module, heavy):
+    """Ctrl-C in the first half second, while the entry point imports its libraries: "error:
+    interrupted" and the interrupted status, not a KeyboardInterrupt traceback. The moment is
+    made exact: SIGINT is sent as the first import of ``heavy`` starts."""
+    script = (
+        "import os, runpy, signal, sys\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "class Trap:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name == '{heavy}':\n"
+        "            os.kill(os.getpid(), signal.SIGINT)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Trap())\n"
+        f"sys.argv = ['{module}']\n"
+        f"runpy.run_module('{module}', run_name='__main__', alter_sys=True)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert (proc.returncode, proc.stderr) == (130, "error: interrupted\n")

@@ -233,6 +233,22 @@ def test_a_sweep_records_trials_continues_and_survives_a_failing_trial(tmp_path:
     assert len(load(tmp_path, "t").trials) == 3
 
 
+def test_a_sweep_whose_trials_all_failed_ends_in_an_error(tmp_path: Path) -> None:
+    """localhost has 2 devices: every trial of chromosome.splits=3 is refused by its run. The
+    study and the report keep the failed trials, and the command says none completed (exit 2),
+    not a sweep that succeeded."""
+    r = sweep(tmp_path, "f", "chromosome.splits=choice(3)", "hydra.sweeper.n_trials=2")
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1] == (
+        "error: no trial this command ran completed (2 failed, the reasons above): fix what "
+        "they name and run it again"
+    )
+    assert [t.state for t in load(tmp_path, "f").trials] == [TrialState.FAIL] * 2
+    report = json.loads((tmp_path / "sweep" / "sweep_report.json").read_text())
+    assert report["trials"] == {"total": 2, "fail": 2}
+
+
 def test_brute_force_over_a_continuous_interval_is_one_line_naming_it(tmp_path: Path) -> None:
     """Brute force tries every value: a continuous interval (even on a log scale) is refused
     before any trial, naming the parameter; stepped and whole-number ones are enumerable."""

@@ -216,11 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", action="append", default=[], help="HOST=NAME for ssh")
     args = parser.parse_args(argv)
     try:
-        hosts = dict(h.split("=", 1) for h in args.host)
+        hosts = dict(_host(h) for h in args.host)
+        rsh = _rsh(args.rsh)
         plan = read_plan(args.directory)
-        shipment = ship(
-            args.directory, plan, Remote(tuple(shlex.split(args.rsh)), args.area), hosts
-        )
+        shipment = ship(args.directory, plan, Remote(rsh, args.area), hosts)
     except (DseError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -230,6 +229,31 @@ def main(argv: list[str] | None = None) -> int:
             f"in {c.seconds:.2f} s -> {shipment.directory}"
         )
     return 0
+
+
+def _host(option: str) -> tuple[str, str]:
+    """``--host HOST=NAME``: the plan's host and the name ssh reaches it by."""
+    host, _, name = option.partition("=")
+    if not host or not name:
+        raise DseError(
+            f"--host {option} must be HOST=NAME: the plan's host, then the name ssh reaches it "
+            "by (e.g. --host xavier0=192.168.1.10)"
+        )
+    return host, name
+
+
+def _rsh(option: str) -> tuple[str, ...]:
+    """``--rsh COMMAND``: the ssh command's words, split as a shell would."""
+    try:
+        words = tuple(shlex.split(option))
+    except ValueError as exc:
+        raise DseError(
+            f"--rsh {option!r} is not a command ({exc}): quote it as a shell would, e.g. "
+            "--rsh 'ssh -p 2222'"
+        ) from None
+    if not words:
+        raise DseError(f"--rsh {option!r} is not a command: give the ssh command, e.g. --rsh ssh")
+    return words
 
 
 def _stat(output: str, label: str) -> int:
