@@ -22,7 +22,7 @@ from dse.cluster import launcher_for
 from dse.config import BaseConfig, target_class
 from dse.errors import DseError
 from dse.net import Net, load_net
-from dse.paths import CONF_DIR, calibrated_path, shown
+from dse.paths import CALIBRATION_ENV, CONF_DIR, calibrated_path, calibration_dir, shown
 from dse.platform import Platform, PlatformFile, load_platform, read_platform
 from dse.runtime.launch.mpiexec import Launcher
 from models_analytical.coefficients import Coefficients, load_coefficients
@@ -33,6 +33,14 @@ def calibration_of(platform_name: str) -> Path | None:
     """The calibration of platform ``platform_name`` when there is one, None when nothing is
     at its path; something there that is not a regular file (a directory, a broken link, a
     pipe) is one line, as a broken file is, not a silent fall back to the uncalibrated file."""
+    env = os.environ.get(CALIBRATION_ENV)
+    folder = calibration_dir()
+    if env and folder.exists() and not folder.is_dir():
+        raise DseError(
+            f"{CALIBRATION_ENV}={env} is a file: it names the folder of the platforms' "
+            f"calibrations (PLATFORM.json): set it to {folder.parent}, or pass "
+            f"coefficients={env}"
+        )
     path = calibrated_path(platform_name)
     if path.is_file():
         return path

@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dse.errors import DseError
-
 #: The primary configs of the entry points and the platforms (Hydra's config tree).
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 #: The environment variable naming the directory of calibrated coefficients.
@@ -23,19 +21,12 @@ CALIBRATION_ENV = "DSE_CALIBRATION_DIR"
 
 
 def calibration_dir() -> Path:
-    """The folder of the platforms' calibrations; :data:`CALIBRATION_ENV` naming a file (a
-    calibration itself, say) is one line, not a folder that holds none."""
+    """The folder of the platforms' calibrations (:data:`CALIBRATION_ENV`, else
+    ``~/.config/dse/calibration``); :func:`dse.app.calibration_of` checks it is one."""
     env = os.environ.get(CALIBRATION_ENV)
     if not env:
         return Path.home() / ".config" / "dse" / "calibration"
-    folder = Path(env).expanduser()
-    if folder.exists() and not folder.is_dir():
-        raise DseError(
-            f"{CALIBRATION_ENV}={env} is a file: it names the folder of the platforms' "
-            f"calibrations (PLATFORM.json): set it to {folder.parent}, or pass "
-            f"coefficients={env}"
-        )
-    return folder
+    return Path(env).expanduser()
 
 
 def calibrated_path(platform_name: str) -> Path:
