@@ -75,66 +75,43 @@ def test_likeliest_mistakes_get_one_line_naming_the_fix():
     assert not failed, "\n".join(failed)
 
 
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["net.input_shape=1,3,640,640"], "net.input_shape=1,3,640,640: a comma list sweeps its "
-         "values (with --multirun); for one list value write 'net.input_shape=[1,3,640,640]'"),
-        (["+net=onnx", "net.input_shape=(1,3,640,640)"], "net.input_shape=(1,3,640,640): write "
-         "a list in brackets: 'net.input_shape=[1,3,640,640]'"),
-        (["+net=alexnet", "seed=range(1,3)"], "seed=range(1,3) sweeps several values: add "
-         "--multirun"),
-    ],
-)  # fmt: skip
-def test_a_list_written_as_a_sweep_or_a_tuple_is_one_line_with_the_form_to_write(args, message):
-    from dse.cli import check_overrides
-    from dse.errors import DseError
-
-    config.register()
-    with pytest.raises(DseError) as caught:
-        check_overrides(args, "config")
-    assert str(caught.value) == message
-
-
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["+net=alexnet", "seed=abc"], "seed=abc: seed takes a whole number, not 'abc'"),
-        (["+net=alexnet", "seed=1.5"], "seed=1.5: seed takes a whole number, not '1.5'"),
-        (["+net=alexnet", "algorithm.n_gen=nan"], "algorithm.n_gen=nan: algorithm.n_gen takes a "
-         "whole number, not 'nan'"),
-        (["+net=alexnet", "net.measure_mb=lots"], "net.measure_mb=lots: net.measure_mb takes a "
-         "number, not 'lots'"),
-        (["+net=alexnet", "progress=maybe"], "progress=maybe: progress takes true or false, not "
-         "'maybe'"),
-        (["+net=alexnet", "seed=[1,2]"], "seed=[1,2]: seed takes a whole number, not '[1, 2]'"),
-    ],
-)  # fmt: skip
-def test_a_value_of_the_wrong_type_is_one_line_naming_the_type_to_write(args, message):
-    from dse.cli import check_overrides
-    from dse.errors import DseError
-
-    config.register()
-    with pytest.raises(DseError) as caught:
-        check_overrides(args, "config")
-    assert str(caught.value) == message
+#: A list written as a sweep or a tuple: the form to write.
+LISTS = [
+    (["net.input_shape=1,3,640,640"], "net.input_shape=1,3,640,640: a comma list sweeps its "
+     "values (with --multirun); for one list value write 'net.input_shape=[1,3,640,640]'"),
+    (["+net=onnx", "net.input_shape=(1,3,640,640)"], "net.input_shape=(1,3,640,640): write "
+     "a list in brackets: 'net.input_shape=[1,3,640,640]'"),
+    (["+net=alexnet", "seed=range(1,3)"], "seed=range(1,3) sweeps several values: add "
+     "--multirun"),
+]  # fmt: skip
+#: A value of the wrong type: the type to write.
+WRONG_TYPES = [
+    (["+net=alexnet", "seed=abc"], "seed=abc: seed takes a whole number, not 'abc'"),
+    (["+net=alexnet", "seed=1.5"], "seed=1.5: seed takes a whole number, not '1.5'"),
+    (["+net=alexnet", "algorithm.n_gen=nan"], "algorithm.n_gen=nan: algorithm.n_gen takes a "
+     "whole number, not 'nan'"),
+    (["+net=alexnet", "net.measure_mb=lots"], "net.measure_mb=lots: net.measure_mb takes a "
+     "number, not 'lots'"),
+    (["+net=alexnet", "progress=maybe"], "progress=maybe: progress takes true or false, not "
+     "'maybe'"),
+    (["+net=alexnet", "seed=[1,2]"], "seed=[1,2]: seed takes a whole number, not '[1, 2]'"),
+]  # fmt: skip
+#: Hydra's own settings, wrong: one line before Hydra starts.
+HYDRA_SETTINGS = [
+    (["-m", "+net=alexnet", "hydra/sweeper=dse_optuna", "hydra.sweeper.n_trials=abc"],
+     "hydra.sweeper.n_trials=abc: hydra.sweeper.n_trials takes a whole number, not 'abc'"),
+    (["-m", "+net=alexnet", "hydra/sweeper=dse_optuna", "hydra/sweeper/sampler=nope"],
+     "In 'hydra/sweeper/dse_optuna': Could not find 'hydra/sweeper/sampler/nope': choose "
+     "one of bruteforce, nsga2, nsga3, nsgaii, qmc, random, tpe"),
+    (["-m", "+net=alexnet", "hydra.sweeper.n_trials=3"], "hydra.sweeper.n_trials=3: "
+     "Hydra's basic sweeper has no key n_trials: add hydra/sweeper=dse_optuna"),
+    (["+net=alexnet", "hydra.job.chdir=maybe"], "hydra.job.chdir=maybe: hydra.job.chdir "
+     "takes true or false, not 'maybe'"),
+]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["-m", "+net=alexnet", "hydra/sweeper=dse_optuna", "hydra.sweeper.n_trials=abc"],
-         "hydra.sweeper.n_trials=abc: hydra.sweeper.n_trials takes a whole number, not 'abc'"),
-        (["-m", "+net=alexnet", "hydra/sweeper=dse_optuna", "hydra/sweeper/sampler=nope"],
-         "In 'hydra/sweeper/dse_optuna': Could not find 'hydra/sweeper/sampler/nope': choose "
-         "one of bruteforce, nsga2, nsga3, nsgaii, qmc, random, tpe"),
-        (["-m", "+net=alexnet", "hydra.sweeper.n_trials=3"], "hydra.sweeper.n_trials=3: "
-         "Hydra's basic sweeper has no key n_trials: add hydra/sweeper=dse_optuna"),
-        (["+net=alexnet", "hydra.job.chdir=maybe"], "hydra.job.chdir=maybe: hydra.job.chdir "
-         "takes true or false, not 'maybe'"),
-    ],
-)  # fmt: skip
-def test_a_bad_hydra_setting_is_one_line_before_hydra_starts(args, message):
+@pytest.mark.parametrize("args, message", LISTS + WRONG_TYPES + HYDRA_SETTINGS)
+def test_a_mistaken_override_is_one_line_naming_what_to_write(args, message):
     from dse.cli import check_overrides
     from dse.errors import DseError
 
