@@ -285,7 +285,10 @@ def test_app_writes_its_outputs(tmp_path):
         (["+net=alexnet", "algorithm.pop_size=0"], "algorithm.pop_size=0"),
         (["+net=alexnet", "objectives=[speed]"], "unknown objective 'speed'"),
         (["+net=alexnet", "resume=/nonexistent"], "nothing to resume in /nonexistent"),
-        (["+net=alexnet", "algorithm.pop_size=abc"], "'abc' of type 'str' could not be converted"),
+        (
+            ["+net=alexnet", "algorithm.pop_size=abc"],
+            "algorithm.pop_size takes a whole number, not 'abc'",
+        ),
         (["+net=alexnet", "algorithm/mutation=gauss"], "unknown algorithm/mutation 'gauss'"),
         (["+net=alexnet", "algorithm.refill=retry"], "algorithm.refill='retry' is not one of"),
         (["+net=alexnet", "chromosome._target_=os.system"], "is not one of dse's classes"),
