@@ -33,7 +33,7 @@ from dse.paths import CONF_DIR
 from dse.platform import load_platform
 from dse.runtime.launch.deploy import deploy
 from dse.runtime.launch.mpiexec import launch
-from dse.runtime.launch.preflight import preflight
+from dse.runtime.launch.preflight import memory_by_host, preflight
 from dse.runtime.launch.ship import Remote, host_files
 
 
@@ -47,12 +47,12 @@ def main() -> None:
     cfg = yaml.safe_load((CONF_DIR / "platform" / f"{args.platform}.yaml").read_text())
     state = load(cfg["name"])
     boards = [b.name for b in state.spec.boards]
-    memory = {b: sum(d.memory_mb for d in state.spec.devices_of(b)) for b in boards}
+    memory = memory_by_host((d.board, d.memory_mb) for d in state.spec.devices)
     remote = Remote(ssh=ssh_command(state.names))
     times = []
     for _ in range(args.rounds):
         t = time.perf_counter()
-        result = preflight(remote, boards, memory)
+        result = preflight(remote, memory)
         times.append(time.perf_counter() - t)
         assert result.ok, [p.line() for p in result.problems]
     print(f"preflight of {len(boards)} boards: median {statistics.median(times):.2f} s "

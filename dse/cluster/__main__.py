@@ -36,7 +36,7 @@ from dse.errors import DseError
 from dse.paths import CONF_DIR
 from dse.platform import load_platform
 from dse.records import read, to_json
-from dse.runtime.launch.preflight import Preflight, format_preflight, preflight
+from dse.runtime.launch.preflight import Preflight, format_preflight, memory_by_host, preflight
 from dse.runtime.launch.ship import Remote
 from dse.usage import HELP
 
@@ -116,9 +116,8 @@ def do_check(state: State, raw: Mapping | None, conf: ClusterConfig, fmt: str) -
             f"{result['errors'][0]} (the cluster stays up: `status` shows the check, `down` "
             "removes it)"
         )
-    boards = [b.name for b in state.spec.boards]
-    memory = {b: sum(d.memory_mb for d in state.spec.devices_of(b)) for b in boards}
-    ready = preflight(Remote(ssh=hosts.ssh_command(state.names)), boards, memory)
+    memory = memory_by_host((d.board, d.memory_mb) for d in state.spec.devices)
+    ready = preflight(Remote(ssh=hosts.ssh_command(state.names)), memory)
     save_check(state.name, {**result, "hosts": to_json(ready)})  # `status` shows it too
     report_preflight(ready, fmt)
     return {"status": "ok", "check": result, "hosts": to_json(ready)}
@@ -129,14 +128,12 @@ def do_preflight(raw: Mapping, fmt: str) -> dict:
     problem, exit 2 if any)."""
     launcher = launcher_for(raw)
     platform = load_platform(raw)
-    memory: dict[str, float] = {}
-    for d in platform.devices:
-        memory[d.host] = memory.get(d.host, 0.0) + d.memory_mb
+    memory = memory_by_host((d.host, d.memory_mb) for d in platform.devices)
     if launcher.remote is None:
         print(f"platform '{platform.name}': every host is this machine or shares its disk: "
               "nothing to check over ssh")  # fmt: skip
         return {"status": "ok"}
-    result = preflight(launcher.remote, list(memory), memory)
+    result = preflight(launcher.remote, memory)
     report_preflight(result, fmt)
     return {"status": "ok", "hosts": to_json(result)}
 

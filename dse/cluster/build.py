@@ -12,9 +12,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
-import os
 import shutil
-import signal
 import socket
 from pathlib import Path
 
@@ -68,8 +66,8 @@ def up(spec: ClusterSpec) -> State:
             net.build(spec, names, subnet)
             cpu.build(spec, names)
             net.wait_ready(spec, names, subnet)
-            hosts.start(spec, names, hosts.addresses(spec, subnet))
             state = State(spec, subnet)
+            hosts.start(state)
             save(state)
         except BaseException as exc:
             try:
@@ -122,13 +120,8 @@ def reboot(state: State, board: str) -> None:
     too), its disk is gone with them, and it boots with an empty one (:mod:`dse.cluster.hosts`)."""
     state.spec.board(board)  # KeyError for an unknown board
     net.kill_in(state.names.board_ns(board))
-    for controller in CONTROLLERS:
-        for group in state.names.cgroup(controller, board).rglob("cgroup.procs"):
-            for pid in cpu.tasks(group.parent):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-    address = hosts.addresses(state.spec, state.subnet)[board]
-    hosts.wait_listening(state.names, board, address, hosts.boot(state.spec, state.names, board))
+    cpu.kill_tasks(state.names, board=board)
+    hosts.wait_listening(state, board, hosts.boot(state.spec, state.names, board))
 
 
 def set_link(state: State, board: str, carrying: bool) -> None:

@@ -290,9 +290,14 @@ def tasks(group: Path) -> list[int]:
         return []
 
 
-def kill_tasks(names: Names, spare: frozenset[int] | set[int] = frozenset()) -> None:
-    """SIGKILL every process in the cluster's cgroups but those of ``spare``."""
+def kill_tasks(
+    names: Names, spare: frozenset[int] | set[int] = frozenset(), board: str | None = None
+) -> None:
+    """SIGKILL every process in the cluster's cgroups (or ``board``'s) but those of ``spare``."""
+    tops = [names.cgroup(c, board) for c in CONTROLLERS] if board is not None else []
     for group in groups(names):
+        if tops and not any(group.is_relative_to(top) for top in tops):
+            continue
         for pid in tasks(group):
             if pid in spare:
                 continue

@@ -28,7 +28,6 @@ cluster's launcher enters a board's namespaces through its sshd's (``launcher``)
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import os
 import shutil
 import socket
@@ -39,9 +38,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from dse.cluster.cpu import join
-from dse.cluster.names import Names, board_address
+from dse.cluster.names import Names
 from dse.cluster.net import NETNS_DIR
 from dse.cluster.spec import ClusterSpec
+from dse.cluster.state import State
 from dse.errors import DseError
 
 #: The folders a board has of its own (on its disk); everything else is this machine's.
@@ -152,8 +152,9 @@ def _keygen(path: Path, comment: str) -> str:
     return " ".join(pub.read_text().split()[:2])
 
 
-def write_keys(spec: ClusterSpec, names: Names, subnet_addresses: dict[str, str]) -> None:
+def write_keys(state: State) -> None:
     """The user key, every board's host key and sshd config, known_hosts and the client config."""
+    spec, names = state.spec, state.names
     d = ssh_dir(names)
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True, mode=0o700)
@@ -163,7 +164,7 @@ def write_keys(spec: ClusterSpec, names: Names, subnet_addresses: dict[str, str]
     for b in spec.boards:
         host_key = d / f"host_{b.name}"
         pub = _keygen(host_key, f"board {b.name} of dse cluster {names.cluster}")
-        address = subnet_addresses[b.name]
+        address = str(state.address(b.name))
         known.append(f"{b.name},{address} {pub}\n")
         hosts.append(f"Host {b.name}\n  HostName {address}\n")
         board_dir(names, b.name).mkdir(parents=True, exist_ok=True)
@@ -243,7 +244,7 @@ def mkdir_run_sshd() -> None:
     run.mkdir(mode=0o755, exist_ok=True)
 
 
-def start(spec: ClusterSpec, names: Names, addresses: dict[str, str]) -> None:
+def start(state: State) -> None:
     """Every board's keys and sshd; returns once each listens (one line naming a board that
     does not, with its log's last line)."""
     lacks = missing_programs()
@@ -252,13 +253,15 @@ def start(spec: ClusterSpec, names: Names, addresses: dict[str, str]) -> None:
             f"boards need OpenSSH's server and client on this machine, which lacks "
             f"{', '.join(lacks)}: apt-get install openssh-server openssh-client rsync"
         )
-    write_keys(spec, names, addresses)
-    procs = {b.name: boot(spec, names, b.name) for b in spec.boards}
+    write_keys(state)
+    procs = {b.name: boot(state.spec, state.names, b.name) for b in state.spec.boards}
     for board, proc in procs.items():
-        wait_listening(names, board, addresses[board], proc)
+        wait_listening(state, board, proc)
 
 
-def wait_listening(names: Names, board: str, address: str, proc: subprocess.Popen) -> None:
+def wait_listening(state: State, board: str, proc: subprocess.Popen) -> None:
+    """Until the board's sshd (``proc``, just booted) listens on its address."""
+    names, address = state.names, str(state.address(board))
     deadline = time.monotonic() + BOOT_S
     while True:
         with contextlib.suppress(OSError), socket.create_connection((address, SSH_PORT), 0.5):
@@ -290,8 +293,3 @@ def listener(names: Names, board: str) -> int | None:
 def listeners(names: Names, boards: Iterable[str]) -> set[int]:
     """The pids of the boards' sshd that run."""
     return {pid for b in boards if (pid := listener(names, b)) is not None}
-
-
-def addresses(spec: ClusterSpec, subnet: ipaddress.IPv4Network) -> dict[str, str]:
-    """Every board's address in the cluster's subnet."""
-    return {b.name: str(board_address(subnet, i)) for i, b in enumerate(spec.boards)}

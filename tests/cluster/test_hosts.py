@@ -231,7 +231,7 @@ def test_the_preflight_passes_here_and_names_a_board_without_dse(hosted, tmp_pat
     launcher = hosts_launcher(boards)  # what dse.cluster check platform=... checks
     assert launcher.remote is not None
     memory = {"tb0": 300.0, "tb1": 1024.0}
-    ready = preflight(launcher.remote, ["tb0", "tb1"], memory)
+    ready = preflight(launcher.remote, memory)
     assert ready.problems == []
     table = format_preflight(ready).splitlines()
     assert table[-1] == "every host is ready"
@@ -247,7 +247,7 @@ def test_the_preflight_passes_here_and_names_a_board_without_dse(hosted, tmp_pat
     subprocess.run(put, input=fake, text=True, check=True, timeout=30)  # on tb1's own disk
     in_board(state, "tb1", "mount", "--bind", "/tmp/METADATA", str(metadata))
     try:
-        other = preflight(launcher.remote, ["tb0", "tb1"], memory)
+        other = preflight(launcher.remote, memory)
     finally:
         in_board(state, "tb1", "umount", str(metadata))
     ours = version("dse")

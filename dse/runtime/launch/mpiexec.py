@@ -55,7 +55,7 @@ from dse.runtime.deployment.measurements import Measurement, read_measurements
 from dse.runtime.deployment.plan import Plan
 from dse.runtime.deployment.reader import read_plan
 from dse.runtime.launch.diagnosis import failed_at_startup, process_failed_at_startup, why
-from dse.runtime.launch.preflight import checked_once
+from dse.runtime.launch.preflight import checked_once, memory_by_host
 from dse.runtime.launch.ship import Remote, fetch, ship
 
 #: Open MPI refuses to run as root without these.
@@ -358,7 +358,7 @@ def launch(
     with owned(directory, "deployment"), launcher.watched(placement) as finish:
         try:
             result = _shipped_and_run(
-                plan, directory, timeout_s, warmup, iterations, rank_args, launcher
+                plan, placement, directory, timeout_s, warmup, iterations, rank_args, launcher
             )
         except BaseException:
             finish(Measurement.failed("interrupted"))  # nothing of the run stays behind
@@ -368,6 +368,7 @@ def launch(
 
 def _shipped_and_run(
     plan: Plan,
+    placement: Placement,
     directory: Path,
     timeout_s: float,
     warmup: int | None,
@@ -377,15 +378,11 @@ def _shipped_and_run(
 ) -> Measurement:
     """The run, after shipping the deployment to hosts with disks of their own; their rank 0's
     measurement fetched here after it."""
-    placement = [(r.host, r.device) for r in plan.ranks]
     remote, on_hosts = launcher.remote, None
     if remote is not None:
         (directory / SHIPPED).unlink(missing_ok=True)
-        memory: dict[str, float] = {}
-        for r in plan.ranks:
-            host = launcher.host(r.host)
-            memory[host] = memory.get(host, 0.0) + r.memory_mb
-        checked_once(remote, list(memory), memory)  # once per process, before any copy
+        memory = memory_by_host((launcher.host(r.host), r.memory_mb) for r in plan.ranks)
+        checked_once(remote, memory)  # once per process, before any copy
         try:
             shipment = ship(directory, plan, remote, launcher.hosts)
         except DseError as exc:
@@ -397,12 +394,12 @@ def _shipped_and_run(
         on_hosts=on_hosts,
     )  # fmt: skip
 
-    def collect() -> None:
-        if remote is not None and on_hosts is not None:
-            host = launcher.host(plan.ranks[0].host)
-            fetch(remote, host, f"{on_hosts}/{MEASUREMENTS}", directory)
-
-    return _run_retrying(cmd, directory, timeout_s, launcher, collect)
+    if remote is None or on_hosts is None:
+        return _run_retrying(cmd, directory, timeout_s, launcher)
+    rank0, there = launcher.host(plan.ranks[0].host), f"{on_hosts}/{MEASUREMENTS}"
+    return _run_retrying(
+        cmd, directory, timeout_s, launcher, lambda: fetch(remote, rank0, there, directory)
+    )
 
 
 def check_session_folder(launcher: Launcher) -> None:

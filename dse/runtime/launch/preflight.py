@@ -8,7 +8,8 @@ naming the host and the fix:
 - **host names** differ between hosts (Open MPI's ranks hang when two boards share one);
 - **versions**: the same Python (at this machine's path), ``dse``, mpi4py and Open MPI as
   here (mpiexec starts its own daemons there, and the ranks run this ``dse``);
-- **the deployment area** can be written and has room (``need_bytes``: what a run copies there);
+- **the deployment area** can be written (its free room is shown; a copy that does not fit
+  fails naming the host, :mod:`dse.runtime.launch.ship`);
 - **memory**: the host has as much free as its devices' ``memory_mb`` add up to;
 - **TCP** between every pair of hosts, both ways, to the address this machine reaches each by
   (where MPI's daemons and ranks meet);
@@ -28,7 +29,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
@@ -235,14 +236,10 @@ def _pair(remote: Remote, a: str, b: str, address: str) -> Problem | None:
             server.wait()
 
 
-def preflight(
-    remote: Remote,
-    hosts: Sequence[str],
-    memory_mb: Mapping[str, float] | None = None,
-    need_bytes: Mapping[str, int] | None = None,
-) -> Preflight:
-    """Check every host (the name ssh knows it by) as the module's docstring says; ``memory_mb``:
-    what each host's devices may use together; ``need_bytes``: what a run copies to each."""
+def preflight(remote: Remote, memory_mb: Mapping[str, float]) -> Preflight:
+    """Check every host of ``memory_mb`` (the name ssh knows it by -> what its devices may use
+    together, :func:`memory_by_host`) as the module's docstring says."""
+    hosts = list(memory_mb)
     started = time.perf_counter()
     ours = here()
     with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
@@ -254,7 +251,7 @@ def preflight(
             problems.append(problem or Problem(host, "no figures", "run the probe by hand"))
             figures.append(HostFigures(host))
             continue
-        problems += _host_problems(host, got, ours, remote, memory_mb, need_bytes, skew)
+        problems += _host_problems(host, got, ours, remote, memory_mb, skew)
         figures.append(
             HostFigures(
                 host, got["hostname"], got.get("address", ""), got["python"],
@@ -282,8 +279,7 @@ def _host_problems(
     got: dict[str, Any],
     ours: dict[str, str],
     remote: Remote,
-    memory_mb: Mapping[str, float] | None,
-    need_bytes: Mapping[str, int] | None,
+    memory_mb: Mapping[str, float],
     skew: float,
 ) -> list[Problem]:
     out = []
@@ -314,17 +310,7 @@ def _host_problems(
     if "area_error" in got:
         why = f"its deployment area {remote.area} cannot be written ({got['area_error']})"
         out.append(Problem(host, why, "name another reach.area, or make it writable"))
-    elif need_bytes and got.get("area_free", 0) < need_bytes.get(host, 0):
-        need = need_bytes[host] / 2**20
-        out.append(
-            Problem(
-                host,
-                f"its deployment area {remote.area} has "
-                f"{got['area_free'] / 2**20:.0f} MB free, a run copies {need:.0f} MB",
-                "free room there, or name another reach.area",
-            )
-        )
-    want = (memory_mb or {}).get(host)
+    want = memory_mb.get(host)
     if want is not None and "mem_available" in got and got["mem_available"] / 2**20 < want:
         out.append(
             Problem(
@@ -364,12 +350,21 @@ def format_preflight(result: Preflight) -> str:
 _CHECKED: dict[tuple[Any, ...], Preflight] = {}
 
 
-def checked_once(remote: Remote, hosts: Sequence[str], memory_mb: Mapping[str, float]) -> None:
+def memory_by_host(devices: Iterable[tuple[str, float]]) -> dict[str, float]:
+    """Each host's devices' memory together, from (host, memory_mb) of every device, the hosts
+    in the order they first come."""
+    total: dict[str, float] = {}
+    for host, mb in devices:
+        total[host] = total.get(host, 0.0) + mb
+    return total
+
+
+def checked_once(remote: Remote, memory_mb: Mapping[str, float]) -> None:
     """:func:`preflight` of these hosts once in this process (a run's first copy waits for it);
     its first problem as one line."""
-    key = (remote, tuple(hosts), tuple(sorted(memory_mb.items())))
+    key = (remote, tuple(memory_mb.items()))
     if key not in _CHECKED:
-        _CHECKED[key] = preflight(remote, hosts, memory_mb)
+        _CHECKED[key] = preflight(remote, memory_mb)
     result = _CHECKED[key]
     if not result.ok:
         del _CHECKED[key]  # checked again next time: the user may have mended it
