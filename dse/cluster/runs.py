@@ -121,6 +121,7 @@ def cluster_launcher(state: State) -> Launcher:
         watch=RunWatch(state),
         local_cores={b.name: frozenset(b.cpus) for b in state.spec.boards},
         remote=Remote(ssh=ssh_command(state.names)),
+        head=str(state.head),
     )
 
 

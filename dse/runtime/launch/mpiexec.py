@@ -125,7 +125,9 @@ class Launcher:
     machine under another name (an emulated cluster's boards; the speed probe times them);
     ``remote``: how hosts with disks of their own are reached, for a run to ship them what
     their ranks read (:mod:`dse.runtime.launch.ship`); None: every host sees this machine's
-    deployment directory at its path (this machine, a shared file system)."""
+    deployment directory at its path (this machine, a shared file system); ``head``: this
+    machine's address as the hosts reach it (a served deployment's ranks connect to it,
+    :mod:`dse.serve`), None: found from the route to them."""
 
     mpiexec: str | None = None
     args: tuple[str, ...] = ()
@@ -136,6 +138,7 @@ class Launcher:
     watch: Watch | None = field(default=None, compare=False)
     local_cores: Mapping[str, frozenset[int]] = field(default_factory=dict)
     remote: Remote | None = None
+    head: str | None = None
 
     def host(self, name: str) -> str:
         return self.hosts.get(name, name)
@@ -378,17 +381,12 @@ def _shipped_and_run(
 ) -> Measurement:
     """The run, after shipping the deployment to hosts with disks of their own; their rank 0's
     measurement fetched here after it."""
-    remote, on_hosts = launcher.remote, None
-    if remote is not None:
-        (directory / SHIPPED).unlink(missing_ok=True)
-        memory = memory_by_host((launcher.host(r.host), r.memory_mb) for r in plan.ranks)
-        checked_once(remote, memory)  # once per process, before any copy
-        try:
-            shipment = ship(directory, plan, remote, launcher.hosts)
-        except DseError as exc:
-            return Measurement.failed(str(exc))
-        write_text(directory / SHIPPED, json.dumps(to_json(shipment), indent=1) + "\n")
-        on_hosts = shipment.directory
+    remote = launcher.remote
+    preflight_once(plan, launcher)  # a host not ready is one line, before any copy
+    try:
+        on_hosts = shipped(plan, directory, launcher)
+    except DseError as exc:
+        return Measurement.failed(str(exc))
     cmd = launcher.command(
         directory, len(plan.ranks), warmup, iterations, rank_args, placement=placement,
         on_hosts=on_hosts,
@@ -400,6 +398,27 @@ def _shipped_and_run(
     return _run_retrying(
         cmd, directory, timeout_s, launcher, lambda: fetch(remote, rank0, there, directory)
     )
+
+
+def preflight_once(plan: Plan, launcher: Launcher) -> None:
+    """The preflight of the hosts with disks of their own that ``plan`` runs on, once per
+    process (:func:`dse.runtime.launch.preflight.checked_once`): one line when one is not
+    ready."""
+    if launcher.remote is not None:
+        memory = memory_by_host((launcher.host(r.host), r.memory_mb) for r in plan.ranks)
+        checked_once(launcher.remote, memory)
+
+
+def shipped(plan: Plan, directory: Path, launcher: Launcher) -> str | None:
+    """Where the ranks find the deployment on hosts with disks of their own, after shipping
+    it there (:data:`SHIPPED` records the copy); None where every host sees ``directory``.
+    A copy that fails is a :class:`DseError` naming the host."""
+    if launcher.remote is None:
+        return None
+    (directory / SHIPPED).unlink(missing_ok=True)
+    shipment = ship(directory, plan, launcher.remote, launcher.hosts)
+    write_text(directory / SHIPPED, json.dumps(to_json(shipment), indent=1) + "\n")
+    return shipment.directory
 
 
 def check_session_folder(launcher: Launcher) -> None:

@@ -209,7 +209,7 @@ def checked_plan(comm: Any, directory: Path) -> Plan:
     return plan
 
 
-def _load(comm: Any, plan: Plan, directory: Path) -> Rank:
+def load_rank(comm: Any, plan: Plan, directory: Path) -> Rank:
     """This rank's sessions and buffers; a :class:`Stop` on every rank when any rank cannot
     load its sub-models (onnxruntime refuses one, no CUDA here...)."""
     me, error = None, None
@@ -253,7 +253,7 @@ def measure(
     start_rss = peak_rss_mb() if resettable else None
     start_file = rss_file_mb()
     t0 = time.perf_counter()
-    me = _load(comm, plan, directory)
+    me = load_rank(comm, plan, directory)
     load_s = time.perf_counter() - t0
     peak_load = peak_rss_mb()
     reset_peak_rss()
@@ -374,7 +374,8 @@ def _gather_outputs(comm: Any, plan: Plan, me: Rank) -> dict[str, np.ndarray]:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m mpi4py -m dse.runtime DIR [--warmup N] [--iterations N] [--stream N]``:
-    0 when the run is measured and its outputs equal the whole model's; else every rank ends
+    0 when the run is measured and its outputs equal the whole model's (with ``--serve``:
+    when the application stopped it); else every rank ends
     MPI and exits with status 2, rank 0 having said why in one line (a rank that fails alone
     says why and aborts the others)."""
     parser = argparse.ArgumentParser(prog="python -m mpi4py -m dse.runtime")
@@ -383,6 +384,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=None)
     parser.add_argument("--stream", type=int, default=None, help="frames pushed back to back")
     parser.add_argument("--kill-rank", type=int, default=-1, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--serve",
+        metavar="REQUESTS,RESULTS",
+        help="serve frames from the application (dse.runtime.rank.serving) until it stops",
+    )
     args = parser.parse_args(argv)
     from mpi4py import MPI  # initialises MPI on import: ranks only
 
@@ -392,7 +398,13 @@ def main(argv: list[str] | None = None) -> int:
             value, least = getattr(args, name), 1 if name == "iterations" else 0
             if value is not None and not least <= value <= 10**9:
                 raise Stop(f"--{name} {value} is out of range [{least}, {10**9}]")
-        measure(args.directory, args.warmup, args.iterations, args.kill_rank, args.stream)
+        if args.serve:
+            from dse.runtime.rank.serving import serve
+
+            requests, _, results = args.serve.partition(",")
+            serve(args.directory, requests, results)
+        else:
+            measure(args.directory, args.warmup, args.iterations, args.kill_rank, args.stream)
     except Stop as exc:
         if comm.Get_rank() == 0:
             print(f"error: {exc}", file=sys.stderr, flush=True)
