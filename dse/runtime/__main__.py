@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from dse.runtime.rank.worker import main
+from dse.runtime.rank.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import re
 import socket
 import subprocess
 import threading
@@ -385,8 +386,14 @@ class Deployment:
         return f"rank {rank} on {where} failed: {header.get('message')}"
 
     def _exited(self, proc: subprocess.Popen) -> str:
-        code = proc.poll()
-        return f"{self.directory}: mpiexec exited with {code}: {why(self.directory)}"
+        """Why mpiexec ended, led by the board of the rank it names (Open MPI names the
+        process rank, and the node by its own host name)."""
+        text = f"mpiexec exited with {proc.poll()}: {why(self.directory)}"
+        named = re.search(r"process rank (\d+)", text)
+        if named and int(named.group(1)) < len(self.plan.ranks):
+            rank = int(named.group(1))
+            text = f"rank {rank} on {self._board(rank)} ended: {text}"
+        return f"{self.directory}: {text}"
 
 
 def launcher_of(plan: Plan, platform: str | Mapping[str, Any] | None) -> Launcher:
