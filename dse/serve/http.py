@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures as cf
 import json
+import math
 import signal
 import sys
 import threading
@@ -207,26 +208,26 @@ def parse_request(body: bytes, header_length: str | None) -> Request:
         if name in inputs:
             raise RequestError(f"input {name!r} is given twice")
         shape = _shape(entry.get("shape"), name)
-        dtype = DATATYPES.get(entry.get("datatype"))  # type: ignore[arg-type]
+        kind = entry.get("datatype")
+        dtype = DATATYPES.get(kind) if isinstance(kind, str) else None
         if dtype is None:
             raise RequestError(
-                f"input {name!r}: datatype {entry.get('datatype')!r} is not one of "
-                f"{', '.join(DATATYPES)}"
+                f"input {name!r}: datatype {kind!r} is not one of {', '.join(DATATYPES)}"
             )
         size = _obj(entry.get("parameters", {}), f"input {name!r}'s parameters").get(
             "binary_data_size"
         )
-        count = int(np.prod(shape))
+        count = math.prod(shape)
         if size is not None:
             if header_length is None:
                 raise RequestError(
                     f"input {name!r} gives binary_data_size but the request has no "
                     f"{HEADER_LENGTH} header"
                 )
-            if size != count * dtype.itemsize or isinstance(size, bool):
+            if type(size) is not int or size != count * dtype.itemsize:
                 raise RequestError(
                     f"input {name!r}: binary_data_size is {size!r}; shape {list(shape)} of "
-                    f"{entry['datatype']} takes {count * dtype.itemsize} bytes"
+                    f"{kind} takes {count * dtype.itemsize} bytes"
                 )
             if offset + size > len(body):
                 raise RequestError(f"input {name!r}: the body ends before its binary data")
@@ -279,11 +280,6 @@ def encode_response(
     wanted = request.outputs
     if wanted is None:
         wanted = [Wanted(name, request.binary) for name in order]
-    for w in wanted:
-        if w.name not in results:
-            raise RequestError(
-                f"the model has no output named {w.name!r}; its outputs: {', '.join(order)}"
-            )
     outputs, blobs = [], []
     for w in wanted:
         array = np.ascontiguousarray(results[w.name])
@@ -315,8 +311,13 @@ def infer(deployment: Deployment, body: bytes, header_length: str | None) -> Rep
     deployment has failed (blocks while the deployment runs it)."""
     try:
         request = parse_request(body, header_length)
-        results = deployment.run(request.inputs)
         order = [p.name for p in deployment.outputs]
+        for w in request.outputs or []:
+            if w.name not in order:
+                raise RequestError(
+                    f"the model has no output named {w.name!r}; its outputs: {', '.join(order)}"
+                )
+        results = deployment.run(request.inputs)
         return encode_response(deployment.name, request, results, order)
     except RequestError as e:
         return Reply.error(400, str(e))
@@ -408,7 +409,8 @@ class Endpoint:
         self.host, self.port = host, port
         self.max_body_mb = max_body_mb
         self._metadata = model_metadata(deployment)  # a dtype it cannot carry: said now
-        self._pool = cf.ThreadPoolExecutor(workers, thread_name_prefix="dse-http")
+        self._workers = workers
+        self._pool: cf.ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -425,6 +427,7 @@ class Endpoint:
             return self
         loop = asyncio.new_event_loop()
         started: cf.Future[None] = cf.Future()
+        self._pool = cf.ThreadPoolExecutor(self._workers, thread_name_prefix="dse-http")
         self._loop = loop
         self._thread = threading.Thread(
             target=self._serve, args=(loop, started), name="dse-http", daemon=True
@@ -435,6 +438,7 @@ class Endpoint:
         except OSError as e:
             self._thread.join()
             self._thread = None
+            self._pool.shutdown()
             raise DseError(
                 f"cannot listen on {self.host}:{self.port}: {e.strerror or e}; choose another "
                 "address"
@@ -449,7 +453,8 @@ class Endpoint:
             return
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> Endpoint:
         return self.start()
@@ -473,6 +478,10 @@ class Endpoint:
         finally:
             assert self._runner is not None
             loop.run_until_complete(self._runner.cleanup())
+            left = asyncio.all_tasks(loop)  # connections' handlers cleanup did not wait for
+            for task in left:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
             loop.close()
 
     async def _open(self) -> None:
@@ -489,7 +498,8 @@ class Endpoint:
             app.router.add_get(base, self._model)
             app.router.add_get(base + "/ready", self._model_ready)
             app.router.add_post(base + "/infer", self._infer)
-        self._runner = web.AppRunner(app, access_log=None)
+        # closing waits up to 5 s for the requests being answered
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         try:

@@ -243,6 +243,18 @@ def test_another_model_or_route_is_404(endpoint: Endpoint, path: str, error: str
             "INT8, INT16, INT32, INT64, FP16, FP32, FP64",
         ),
         (
+            b'{"inputs": [{"name": "x", "shape": [2], "datatype": ["FP32"], "data": [1, 2]}]}',
+            None,
+            "input 'x': datatype ['FP32'] is not one of BOOL, UINT8, UINT16, UINT32, UINT64, "
+            "INT8, INT16, INT32, INT64, FP16, FP32, FP64",
+        ),
+        (
+            b'{"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", '
+            b'"parameters": {"binary_data_size": 8.0}}]}' + bytes(8),
+            LEN,
+            "input 'x': binary_data_size is 8.0; shape [2] of FP32 takes 8 bytes",
+        ),
+        (
             b'{"inputs": [{"name": "x", "shape": [2, -1], "datatype": "FP32", "data": []}]}',
             None,
             "input 'x': shape must be a list of sizes, not [2, -1]",
