@@ -1,0 +1,102 @@
+"""Serving on the emulated cluster (edge3_ethernet: three devices on two boards, each board its
+own disk, reached by ssh): trained models split over the three devices, real photographs in,
+outputs equal to the whole model's in plain onnxruntime; a rank OOM-killed or a board cut off
+mid-stream fails the frames in flight naming the board, and nothing is left on the boards."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dse.cluster import set_link
+from dse.cluster.state import State
+from dse.platform import load_platform
+from dse.serve import Deployment, ServeError
+from tests.helpers.cluster import edge3_up, left_on_boards
+from tests.helpers.serving import Whole, assert_same
+from tests.helpers.trained import as_input, deployed, model_path, photos, trained_net
+
+pytestmark = [pytest.mark.mpi, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def edge3(cluster_names) -> tuple[dict, State]:  # noqa: ANN001 - conftest's fixture
+    return edge3_up(cluster_names("serve"))
+
+
+@pytest.mark.parametrize(
+    ("model", "kinds"), [("orientation", ["vertical", "channels", "rows"]), ("ocr_det", ["rows"])]
+)
+def test_trained_models_over_three_devices_equal_the_whole_model(
+    edge3: tuple[dict, State], tmp_path: Path, model: str, kinds: list[str]
+) -> None:
+    cfg, state = edge3
+    net, whole = trained_net(model), Whole(model_path(model))
+    size = tuple(net.input_shape[2:])
+    frames = [{"x": as_input(p, size)} for p in photos().values()]
+    for kind in kinds:
+        out = deployed(net, load_platform(cfg), kind, tmp_path / kind)
+        with Deployment.start(out, platform=cfg) as d:
+            for f in frames:
+                assert_same(d.run(f), whole(f))
+            for f, got in zip(frames * 3, d.stream(frames * 3, in_flight=3), strict=True):
+                assert_same(got, whole(f))
+        assert left_on_boards(state) == []
+
+
+def test_an_oom_kill_mid_stream_is_named(edge3: tuple[dict, State], tmp_path: Path) -> None:
+    """edge1_cpu1's memory cap lowered to what its rank holds once loaded: its first frame's
+    tensors do not fit, the kernel kills it, and the frames fail naming the device's OOM kill
+    and the rank's board."""
+    cfg, state = edge3
+    out = deployed(trained_net("orientation"), load_platform(cfg), "channels", tmp_path / "oom")
+    cap = state.names.cgroup("memory", "edge1", "edge1_cpu1") / "memory.limit_in_bytes"
+    stat = cap.with_name("memory.stat")
+    x = {"x": np.zeros((1, 3, 224, 224), np.float32)}
+    try:
+        with Deployment.start(out, platform=cfg) as d:
+            rss = int(dict(line.split() for line in stat.read_text().splitlines())["rss"])
+            cap.write_text(str(rss + 2**20))
+            with pytest.raises(ServeError) as err:
+                for _ in range(20):
+                    d.run(x)
+            assert not d.alive
+    finally:
+        cap.write_text(str(512 * 2**20))
+    text = str(err.value)
+    assert text.startswith("edge1_cpu1 ran out of its 512 MB memory cap (OOM kill); "), text
+    assert "rank 2 on board edge1 (device edge1_cpu1) ended" in text, text
+    assert left_on_boards(state) == []
+
+
+def test_a_board_cut_off_mid_stream_is_named_in_bounded_time(
+    edge3: tuple[dict, State], tmp_path: Path
+) -> None:
+    """edge1's link cut while frames stream: its ranks go silent, and within the silence limit
+    (2 s here) the frames fail naming the board and its link; nothing is left."""
+    cfg, state = edge3
+    out = deployed(trained_net("orientation"), load_platform(cfg), "vertical", tmp_path / "cut")
+    x = {"x": np.zeros((1, 3, 224, 224), np.float32)}
+    cut: list[float] = []
+    try:
+        with Deployment.start(out, platform=cfg, silence_s=2.0) as d:
+            d.run(x)
+            cutter = threading.Timer(0.5, lambda: (set_link(state, "edge1", False),
+                                                   cut.append(time.monotonic())))  # fmt: skip
+            cutter.start()
+            with pytest.raises(ServeError) as err:
+                for f in d.stream(({"x": x["x"]} for _ in range(10**6)), in_flight=4):
+                    assert f
+            failed = time.monotonic()
+            cutter.join()
+    finally:
+        set_link(state, "edge1", True)
+    assert cut and failed - cut[0] < 2.0 + 3.0, failed - cut[0]
+    text = str(err.value)
+    assert text.startswith("board edge1's link is down; "), text
+    assert "on board edge1 (device edge1_cpu" in text and "has not been heard from" in text, text
+    assert left_on_boards(state) == []
