@@ -141,6 +141,13 @@ HELP = {
         + ("check_rounds", "check_chunk_ms", "tolerance", "format"),
         "ClusterConfig",
     ),
+    "serve": Help(
+        "python -m dse.serve DIR [inputs=FOLDER out=FOLDER] [http=HOST:PORT] [key=value ...]",
+        "Starts a deployment's ranks and serves it: with inputs=FOLDER, every image and array "
+        "file of the folder once, each one's outputs to out=FOLDER, then the throughput and "
+        "latency; without, an inference endpoint over HTTP until stopped.",
+        "docs/guides/serving-batch.md",
+    ),
     "compare": Help(
         "python -m dse.compare RUN_DIR [RUN_DIR ...] [-o comparison.png]",
         "Overlays the convergence (hypervolume by evaluations) of several runs of one problem "
