@@ -17,6 +17,7 @@ naming the file and the problem.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import zipfile
@@ -111,6 +112,7 @@ def image_layout(port: Port) -> Layout | None:
     return None
 
 
+@functools.cache
 def image_suffixes() -> frozenset[str]:
     """The file suffixes Pillow opens (lower case, with the dot)."""
     from PIL import Image

