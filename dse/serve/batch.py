@@ -139,7 +139,8 @@ def serve_folder(
 ) -> BatchReport:
     """Serve every input file of the folder ``inputs`` through the started ``deployment``,
     ``in_flight`` at a time, and write each one's outputs to ``out`` (the module's docstring).
-    Stopped (Ctrl-C), the outputs written so far stay, and a line on stderr says how many."""
+    Stopped (Ctrl-C) or failed (a rank gone: :class:`~dse.serve.ServeError`), the outputs
+    written so far stay, and a line on stderr says how many before the exception goes on."""
     inputs, out = Path(inputs), Path(out)
     preprocess = preprocess or Preprocess()
     files, skipped = batch_inputs(inputs, out)
@@ -171,7 +172,7 @@ def serve_folder(
                 save_outputs(out / f"{path.stem}.npz", _ordered(outputs, deployment))
                 latencies.append(latency)  # one per file written
                 bar.update(1)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, DseError):  # stopped, or the deployment failed
         print(
             f"stopped: the outputs of {len(latencies)} of {len(files)} inputs are in {shown(out)}",
             file=sys.stderr,

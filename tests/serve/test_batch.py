@@ -5,6 +5,7 @@ named and the others are served; a folder that cannot work is one line before an
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -268,17 +269,8 @@ def test_ctrl_c_keeps_the_outputs_written_and_stops_the_ranks(
 ):
     """SIGINT once the first outputs are written: exit 130, every .npz written is whole, none
     half-written, and no rank of the deployment is left."""
-    folder = tmp_path / "in"
-    folder.mkdir()
-    np.save(folder / "x.npy", np.zeros((1, 3, 224, 224), np.float32))
-    for i in range(400):
-        (folder / f"x{i:03}.npy").symlink_to(folder / "x.npy")
-    out = tmp_path / "out"
-    directory = directories["channels"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dse.serve", str(directory), f"inputs={folder}", f"out={out}"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    directory, out = directories["channels"], tmp_path / "out"
+    proc = batch_of_401(directory, tmp_path / "in", out)
     try:
         assert wait_until(lambda: out.is_dir() and any(out.glob("*.npz")), 120)
         proc.send_signal(signal.SIGINT)
@@ -287,19 +279,66 @@ def test_ctrl_c_keeps_the_outputs_written_and_stops_the_ranks(
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, stderr[-2000:]
-    written = sorted(out.iterdir())
-    assert 0 < len(written) < 401 and all(p.suffix == ".npz" for p in written)
-    for p in written:
-        with np.load(p, allow_pickle=False) as z:
-            assert z["fetch_name_0"].shape == (1, 4), p
+    written = whole_outputs(out)
     assert stderr.splitlines()[-2:] == [
-        f"stopped: the outputs of {len(written)} of 401 inputs are in {out}",
+        f"stopped: the outputs of {written} of 401 inputs are in {out}",
         "error: interrupted",
     ]
     assert stdout == ""
     assert wait_until(lambda: not processes_naming(str(directory)), 10), processes_naming(
         str(directory)
     )
+
+
+@pytest.mark.mpi
+def test_a_rank_killed_mid_batch_keeps_the_outputs_written_and_ends_in_one_line(
+    directories: dict[str, Path], tmp_path: Path
+):
+    """SIGKILL to a rank once the first outputs are written: exit 2, the outputs so far
+    whole and counted, then the deployment's fault in one line."""
+    directory, out = directories["channels"], tmp_path / "out"
+    proc = batch_of_401(directory, tmp_path / "in", out)
+    try:
+        assert wait_until(lambda: out.is_dir() and any(out.glob("*.npz")), 120)
+        ranks = [p for p in processes_naming(str(directory)) if "dse.runtime" in p]
+        ranks = [p for p in ranks if "mpiexec" not in p.split(":", 1)[1].split()[0]]
+        assert ranks, processes_naming(str(directory))
+        os.kill(int(ranks[-1].split(":")[0]), signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 2, stderr[-2000:]
+    written = whole_outputs(out)
+    lines = stderr.splitlines()
+    assert lines[-2] == f"stopped: the outputs of {written} of 401 inputs are in {out}"
+    assert lines[-1].startswith(f"error: {directory}: ") and "rank" in lines[-1], lines[-1]
+    assert stdout == ""
+    assert wait_until(lambda: not processes_naming(str(directory)), 10), processes_naming(
+        str(directory)
+    )
+
+
+def batch_of_401(directory: Path, folder: Path, out: Path) -> subprocess.Popen:
+    """``python -m dse.serve`` started on 401 inputs (one .npy and 400 links to it)."""
+    folder.mkdir()
+    np.save(folder / "x.npy", np.zeros((1, 3, 224, 224), np.float32))
+    for i in range(400):
+        (folder / f"x{i:03}.npy").symlink_to(folder / "x.npy")
+    return subprocess.Popen(
+        [sys.executable, "-m", "dse.serve", str(directory), f"inputs={folder}", f"out={out}"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def whole_outputs(out: Path) -> int:
+    """How many outputs ``out`` holds, each checked whole (no temporary file among them)."""
+    written = sorted(out.iterdir())
+    assert 0 < len(written) < 401 and all(p.suffix == ".npz" for p in written)
+    for p in written:
+        with np.load(p, allow_pickle=False) as z:
+            assert z["fetch_name_0"].shape == (1, 4), p
+    return len(written)
 
 
 @pytest.mark.mpi
