@@ -29,6 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent import futures
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,9 +42,11 @@ from dse.runtime.deployment.hosts import check_hosts
 from dse.runtime.deployment.measurements import Measurement
 from dse.runtime.deployment.plan import Plan
 from dse.runtime.deployment.reader import read_plan
-from dse.runtime.deployment.wire import BEAT_S, WireError, decode, encode
-from dse.runtime.launch.diagnosis import why
+from dse.runtime.deployment.wire import WireError, decode, encode
+from dse.runtime.launch.diagnosis import failed_at_startup, why
 from dse.runtime.launch.mpiexec import (
+    RETRIES,
+    RETRY_PAUSE_S,
     Finish,
     Launcher,
     kept,
@@ -57,6 +60,9 @@ from dse.runtime.launch.mpiexec import (
 IN_FLIGHT = 4
 #: A rank not heard from for so long has gone (s): many heartbeats (wire.BEAT_S) missed.
 SILENCE_S = 5.0
+#: The pump reads the results for so long at a time (ms), between looks at whether a caller
+#: waits for its outputs (and reads them itself); a caller, so long at a time.
+PUMP_MS, READ_MS = 5, 50
 #: Longest wait for every rank to load its sub-models (s).
 START_TIMEOUT_S = 300.0
 #: Longest wait for the ranks to end after the stop message (s), before they are killed.
@@ -92,12 +98,14 @@ class Deployment:
         self.inputs = [Port(p.name, tuple(p.shape), np.dtype(p.dtype)) for p in plan.inputs]
         self.outputs = [Port(o.name, tuple(o.shape), np.dtype(o.dtype)) for o in plan.outputs]
         self.error: str | None = None
-        self._closed = False
+        self._closed = self._stopping = False
         self._slots = threading.BoundedSemaphore(in_flight)
         self._in_flight, self._silence_s = in_flight, silence_s
         self._ids = itertools.count()
         self._pending: dict[int, tuple[Future, dict[str, np.ndarray]]] = {}
-        self._lock = threading.Lock()  # the requests socket and the pending table
+        self._lock = threading.Lock()  # the requests socket, the pending table, callers
+        self._reader = threading.Lock()  # who reads the results socket
+        self._callers = 0  # threads waiting for their frame's outputs (_outputs)
         self._stack = contextlib.ExitStack()
         self._context = zmq.Context()
         self._requests = self._context.socket(zmq.PUSH)
@@ -117,7 +125,7 @@ class Deployment:
     @property
     def alive(self) -> bool:
         """True while the service takes frames."""
-        return self.error is None and not self._closed
+        return self.error is None and not (self._closed or self._stopping)
 
     # --- starting -----------------------------------------------------------------------
 
@@ -169,11 +177,20 @@ class Deployment:
             directory, len(plan.ranks), rank_args=["--serve", served], placement=placement,
             on_hosts=on_hosts,
         )  # fmt: skip
-        self._proc = self._stack.enter_context(started(cmd, directory, launcher))
-        self._wait_ready(self._proc, start_timeout_s)
-        self._pump = threading.Thread(
-            target=self._pump_results, args=(self._proc,), daemon=True, name="dse-pump"
-        )
+        for attempt in range(RETRIES + 1):  # as a measured run (mpiexec.started_again)
+            run = contextlib.ExitStack()
+            self._proc = run.enter_context(started(cmd, directory, launcher))
+            try:
+                self._wait_ready(self._proc, start_timeout_s)
+            except DseError:
+                run.close()
+                if attempt == RETRIES or not failed_at_startup(directory):
+                    raise
+                time.sleep(RETRY_PAUSE_S)
+                continue
+            self._stack.enter_context(run)
+            break
+        self._pump = threading.Thread(target=self._pump_results, daemon=True, name="dse-pump")
         self._pump.start()
 
     def _wait_ready(self, proc: subprocess.Popen, timeout_s: float) -> None:
@@ -229,9 +246,11 @@ class Deployment:
             checked[p.name] = a
         return checked
 
-    def submit(self, inputs: Mapping[str, Any]) -> Future:
+    def submit(self, inputs: Mapping[str, Any], copy: bool = True) -> Future:
         """Send one frame; a future of its outputs (output name -> array). Waits while
-        ``in_flight`` frames are held. :class:`RequestError` for inputs the model cannot take;
+        ``in_flight`` frames are held. The arrays are copied as they are sent, so the caller
+        may reuse them at once (``copy=False``: not, and they must stay unchanged until the
+        frame's outputs are back). :class:`RequestError` for inputs the model cannot take;
         :class:`ServeError` once the service has stopped."""
         checked = self.check(inputs)
         while not self._slots.acquire(timeout=0.1):
@@ -242,7 +261,8 @@ class Deployment:
             with self._lock:
                 frame = next(self._ids)
                 self._pending[frame] = (future, {})
-                self._requests.send_multipart(encode({"kind": "frame", "id": frame}, checked))
+                message = encode({"kind": "frame", "id": frame}, checked)
+                self._requests.send_multipart(message, copy=copy)
         except BaseException:
             self._slots.release()
             raise
@@ -251,14 +271,14 @@ class Deployment:
     def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """One frame's outputs by name (as ``onnxruntime.InferenceSession.run`` with every
         output); :class:`RequestError` or :class:`ServeError` as :meth:`submit`."""
-        return self.submit(inputs).result()
+        return self._outputs(self.submit(inputs, copy=False))
 
     def stream(
         self, frames: Iterable[Mapping[str, Any]], in_flight: int | None = None
     ) -> Iterator[dict[str, np.ndarray]]:
         """Each frame's outputs, in order, with up to ``in_flight`` frames (default the
         service's) in the deployment at once: its devices work on several frames at a
-        time."""
+        time. Each frame's arrays are copied as they are sent: an iterable may reuse them."""
         window = min(in_flight or self._in_flight, self._in_flight)
         if window < 1:
             raise DseError(f"in_flight={in_flight} must be at least 1")
@@ -266,38 +286,74 @@ class Deployment:
         for inputs in frames:
             ahead.append(self.submit(inputs))
             if len(ahead) >= window:
-                yield ahead.popleft().result()
+                yield self._outputs(ahead.popleft())
         while ahead:
-            yield ahead.popleft().result()
+            yield self._outputs(ahead.popleft())
+
+    def _outputs(self, future: Future) -> dict[str, np.ndarray]:
+        """``future``'s outputs. The calling thread reads the results itself while no other
+        thread does (the pump steps aside while callers wait): its outputs then reach it
+        without passing through the pump."""
+        with self._lock:
+            self._callers += 1
+        try:
+            while not future.done():
+                if not self._reader.acquire(blocking=False):
+                    futures.wait([future], timeout=0.002)
+                    continue
+                try:
+                    if not future.done():
+                        self._read(READ_MS)
+                finally:
+                    self._reader.release()
+        finally:
+            with self._lock:
+                self._callers -= 1
+        return future.result()
 
     def _raise_if_down(self) -> None:
         if self.error is not None:
             raise ServeError(self.error)
-        if self._closed:
+        if self._closed or self._stopping:
             raise ServeError(f"{self.directory}: the deployment is closed")
 
     # --- the pump: results, heartbeats, the process ---------------------------------------
 
-    def _pump_results(self, proc: subprocess.Popen) -> None:
+    def _pump_results(self) -> None:
+        """Reads the results while no caller does (:meth:`_outputs`), until the end."""
         try:
             while not self._closed and self.error is None:
-                if self._results.poll(int(BEAT_S * 1000)):
-                    self._take(self._results.recv_multipart(copy=False))
-                now = time.monotonic()
-                if proc.poll() is not None:
-                    if not self._closed:
-                        self._fail(self._exited(proc))
-                    return
-                silent = [r for r, t in self._heard.items() if now - t > self._silence_s]
-                if silent:
-                    r = silent[0]
-                    self._fail(
-                        f"{self.directory}: rank {r} on {self._board(r)} has not been heard "
-                        f"from for {now - self._heard[r]:.1f} s: its process or its link is "
-                        "gone"
-                    )
+                if self._callers or not self._reader.acquire(blocking=False):
+                    time.sleep(PUMP_MS / 1e3)
+                    continue
+                try:
+                    self._read(PUMP_MS)
+                finally:
+                    self._reader.release()
         except Exception as exc:  # noqa: BLE001 - the pump's own fault fails every caller too
             self._fail(f"{self.directory}: the service failed: {exc}")
+
+    def _read(self, timeout_ms: int) -> None:
+        """Take every message that arrives within ``timeout_ms`` (its holder has
+        ``_reader``), then check that mpiexec runs and that every rank was heard from within
+        the silence limit (a fault ends the service)."""
+        if self._results.poll(timeout_ms):
+            self._take(self._results.recv_multipart(copy=False))
+            while self._results.poll(0):
+                self._take(self._results.recv_multipart(copy=False))
+        proc = self._proc
+        if proc is not None and proc.poll() is not None:
+            if not self._stopping:
+                self._fail(self._exited(proc))
+            return
+        now = time.monotonic()
+        silent = [r for r, t in self._heard.items() if now - t > self._silence_s]
+        if silent:
+            r = silent[0]
+            self._fail(
+                f"{self.directory}: rank {r} on {self._board(r)} has not been heard "
+                f"from for {now - self._heard[r]:.1f} s: its process or its link is gone"
+            )
 
     def _take(self, parts: list) -> None:
         try:
@@ -350,6 +406,7 @@ class Deployment:
         if self._closed:
             return
         if self.error is None and self._proc is not None and self._pump is not None:
+            self._stopping = True  # mpiexec ending now is no fault
             with contextlib.suppress(Exception), self._lock:
                 self._requests.send_multipart(encode({"kind": "stop"}))
             deadline = time.monotonic() + STOP_GRACE_S

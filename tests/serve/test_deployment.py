@@ -18,9 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dse.errors import DseError
+from dse.runtime.launch.mpiexec import Launcher
 from dse.serve import Deployment, RequestError, ServeError
 from tests.helpers.calibrate import platform_localhost
 from tests.helpers.cli import processes_naming, wait_until
+from tests.helpers.mpi import flaky_mpiexec
 from tests.helpers.serving import Whole, assert_same, rank_pids
 from tests.helpers.trained import as_input, deployed, model_path, photos, trained_net
 
@@ -198,6 +201,23 @@ def test_a_silent_rank_is_named_within_the_silence_limit(
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGCONT)
     assert wait_until(lambda: not rank_pids(deployments["rows"]), 10)
+
+
+def test_a_launch_that_fails_at_startup_is_started_again(
+    deployments: dict[str, Path], frames: list, whole: Whole, tmp_path: Path
+) -> None:
+    """Open MPI's PMIx listener failing twice (as it does now and then): the third launch
+    serves; failing three times, the start is one line saying so."""
+    for sub in ("twice", "thrice"):
+        (tmp_path / sub).mkdir()
+    flaky = Launcher(mpiexec=flaky_mpiexec(tmp_path / "twice", failures=2))
+    with Deployment.start(deployments["vertical"], launcher=flaky) as d:
+        assert_same(d.run(frames[0]), whole(frames[0]))
+    assert (tmp_path / "twice" / "launches").read_text().strip() == "3"
+    never = Launcher(mpiexec=flaky_mpiexec(tmp_path / "thrice", failures=3))
+    with pytest.raises(DseError, match="The PMIx server's listener thread failed to start"):
+        Deployment.start(deployments["vertical"], launcher=never)
+    assert not rank_pids(deployments["vertical"])
 
 
 def test_closing_stops_every_rank_and_later_calls_fail(

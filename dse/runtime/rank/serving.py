@@ -95,9 +95,10 @@ class Served:
         me = self.me
         control = np.empty(1, np.int64)
         if not self.entry:
-            if not me.comm.Iprobe(source=self.plan.entry_rank, tag=CONTROL_TAG):
+            entry = self.plan.entry_rank
+            if not me.comm.Iprobe(source=entry, tag=CONTROL_TAG):
                 self.drain()  # nothing waiting: finish this rank's sends meanwhile
-            me.waits.recv(control, self.plan.entry_rank, CONTROL_TAG)
+            me.waits.recv(control, entry, CONTROL_TAG)
             return int(control[0])
         assert self.inbox is not None
         if not self.inbox.poll(0):
