@@ -19,7 +19,9 @@ JSON result, so it runs the same in this process or as a rank on the device:
     rows (:func:`dse.calibrate.bands.measure_band_costs`), skipping the layer keys of ``seen``;
 ``submodels``
     each sub-model of a deployment directory alone, every round also the whole network
-    (:func:`dse.runtime.rank.inprocess.time_files`): what running work as sub-models costs.
+    (:func:`dse.runtime.rank.inprocess.time_files`): what running work as sub-models costs. On
+    a host with a disk of its own, the deployment and the whole model are shipped there first
+    (:func:`dse.runtime.launch.ship.ship_whole`).
 
 :func:`unit_runner` says where a type's units run: in this process when its device is this
 machine and ranks start without a rank wrapper (``localhost``: as calibration always did),
@@ -55,6 +57,7 @@ from dse.runtime.deployment.measurements import Measurement
 from dse.runtime.deployment.reader import read_plan, whole_model
 from dse.runtime.launch.mpiexec import Launcher, captured, mpi_files, placement
 from dse.runtime.launch.probe import LOCAL_HOSTS
+from dse.runtime.launch.ship import ship_whole
 from dse.runtime.rank.pace import pace_from_env
 from dse.runtime.rank.sessions import session
 
@@ -134,14 +137,17 @@ def bands_unit(r: Unit) -> Unit:
 
 
 def submodels_unit(r: Unit) -> Unit:
-    """``submodels``: ``directory`` (a deployment's), ``runs``, ``warmup``, ``threads``."""
+    """``submodels``: ``directory`` (a deployment's), ``runs``, ``warmup``, ``threads``, and
+    ``whole`` (the whole model's path, where not the plan's own)."""
     # imported here: it brings the model's kernel (numba and its compiler) into a process
     # whose other units run on devices of little memory
     from dse.runtime.rank.timing import beside, time_files
 
     directory = Path(r["directory"])
     plan = read_plan(directory)
-    whole = session(whole_model(plan, directory), "cpu", int(r["threads"]))
+    # ``whole``: where the whole model was shipped to a host with a disk of its own
+    path = Path(r["whole"]) if r.get("whole") else whole_model(plan, directory)
+    whole = session(path, "cpu", int(r["threads"]))
     run_whole, whole_s = beside(whole)
     names = [n for rank in plan.ranks for n in rank.segments]
     timed = time_files(
@@ -193,6 +199,12 @@ def run_on_device(
     deployment binds them, started by ``launcher``); a :class:`UnitFailed` naming the cause
     when it fails."""
     dev = platform.devices[device]
+    if launcher.remote is not None and "directory" in request:  # the host has its own disk
+        directory = Path(request["directory"])
+        there, whole = ship_whole(
+            directory, read_plan(directory), launcher.remote, launcher.host(dev.host)
+        )
+        request = {**request, "directory": there, "whole": whole}
     with scratch("unit-") as d:  # removed even after a kill, at the next start
         hostfile, rankfile = mpi_files(platform, [device], launcher)
         (d / HOSTFILE).write_text(hostfile)

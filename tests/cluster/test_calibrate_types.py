@@ -5,6 +5,8 @@ the file has one section per type, the model reads them, and speed shares follow
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,15 +14,19 @@ import numpy as np
 import pytest
 
 from dse.calibrate.links import fit_link, measure_links
+from dse.calibrate.ondevice import run_on_device
 from dse.cluster import launcher_for, parse_spec, peak_memory_mb, up
 from dse.mapping.rules import speed_sizes
 from dse.net import load_net
 from dse.platform import load_platform
+from dse.runtime.deployment.reader import read_plan
+from dse.runtime.launch.deploy import deploy
 from models_analytical.coefficients import load_coefficients
 from models_analytical.layer_costs import layer_key
 from models_analytical.model import AnalyticalModel, link_tables
 from tests.helpers.cli import run_module
 from tests.helpers.cluster import CONF, edge3_up
+from tests.helpers.nets import on_devices, small_net
 
 TYPES = {"core100": "edge0_cpu", "core60": "edge1_cpu0", "core40": "edge1_cpu1"}
 
@@ -153,3 +159,26 @@ def test_links_are_measured_per_class_and_per_port_through_the_ports(cluster_nam
     assert names[row] == "port:tc0|port:tc2"
     by_hand = np.maximum(got.tables["port:tc0"]["seconds"], got.tables["port:tc2"]["seconds"])
     assert tables["table_s"][row][: len(by_hand)].tolist() == pytest.approx(by_hand.tolist())
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_sub_models_are_timed_on_a_board_with_a_disk_of_its_own(edge3, tmp_path: Path) -> None:
+    """The sub-models step of calibration on edge1_cpu0: the board does not see this machine's
+    deployment nor its zoo cache, so both are shipped to it first, and every sub-model of the
+    deployment (edge0's and edge1's) is timed there, the whole network beside."""
+    cfg, state = edge3
+    net = small_net(tmp_path)
+    out = tmp_path / "dep"
+    deploy(net, load_platform(cfg), on_devices(net, 3, [[0], [0], [1], [1], [0]]), out)
+    seen = subprocess.run(
+        [sys.executable, "-m", "dse.cluster", "exec", "edge1", f"name={state.name}", "--",
+         "test", "-e", str(out / "plan.json")],
+        capture_output=True, check=False,
+    )  # fmt: skip
+    assert seen.returncode == 1  # not there: the board has a disk of its own
+    request = {"step": "submodels", "directory": str(out), "runs": 2, "warmup": 1, "threads": 1}
+    timed = run_on_device(load_platform(cfg), 1, launcher_for(cfg), request)
+    segments = [s for r in read_plan(out).ranks for s in r.segments]
+    assert sorted(timed["segments"]) == sorted(segments) and len(segments) == 3
+    assert all(t > 0 for t in timed["segments"].values()) and timed["whole_s"] > 0

@@ -42,7 +42,7 @@ from dse.errors import DseError
 from dse.lifetime import die_with_parent
 from dse.runtime.deployment.layout import PLAN
 from dse.runtime.deployment.plan import Plan
-from dse.runtime.deployment.reader import read_plan
+from dse.runtime.deployment.reader import read_plan, whole_model
 
 #: Where deployments go on a host unless the platform names another folder.
 AREA = "/var/tmp/dse"
@@ -141,6 +141,24 @@ def ship(
     with ThreadPoolExecutor(max_workers=len(names)) as pool:
         copies = list(pool.map(one, names))
     return Shipment(target, copies)
+
+
+def ship_whole(directory: Path, plan: Plan, remote: Remote, host: str) -> tuple[str, str]:
+    """Copy every rank's files of the deployment (:func:`host_files` of each of its hosts), and
+    the whole model the plan names with its weights files, to the one host ``host`` (as ssh
+    knows it), for work that reads all of them there (calibration's timing of each sub-model
+    alone, the whole network beside); where the deployment and the whole model lie on it."""
+    directory = Path(directory).resolve()
+    target = remote.directory(directory)
+    hosts = dict.fromkeys(r.host for r in plan.ranks)
+    files = [f for h in hosts for f in host_files(plan, directory, h)]
+    rsync = rsync_path()
+    _copy(rsync, remote, directory, list(dict.fromkeys(files)), host, target)
+    whole = Path(whole_model(plan, directory))
+    _copy(
+        rsync, remote, whole.parent, [whole.name, *_weights_files(whole)], host, f"{target}-whole"
+    )
+    return target, f"{target}-whole/{whole.name}"
 
 
 def _copy(
