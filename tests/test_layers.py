@@ -35,6 +35,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("encodings and model", ("chromosomes", "models_analytical")),
     ("search and runtime", ("dse.search", "dse.runtime")),
     ("emulated cluster", ("dse.cluster",)),  # it gives the runtime a launcher on its boards
+    # a deployment kept running for an application: the runtime's ranks started once, on the
+    # platform's launcher (the cluster's where it has one)
+    ("serving", ("dse.serve",)),
     ("assembly", ("dse.app",)),
     ("results", ("dse.results",)),
     # deploys sets of mappings, runs their rounds, puts the model beside them, writes their
