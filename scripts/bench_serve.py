@@ -119,6 +119,7 @@ def pipeline(args: argparse.Namespace, root: Path) -> None:
         for _ in range(2):
             d.run(x)
         rates: dict[str, list[float]] = {"one at a time": []}
+        front_cpu: list[float] = []
         rates.update({f"in_flight={n}": [] for n in args.in_flight})
         for _ in range(args.rounds):
             t = time.perf_counter()
@@ -126,10 +127,14 @@ def pipeline(args: argparse.Namespace, root: Path) -> None:
                 d.run(x)
             rates["one at a time"].append(args.frames / (time.perf_counter() - t))
             for n in args.in_flight:
-                t = time.perf_counter()
+                t, cpu = time.perf_counter(), time.process_time()
                 for _ in d.stream((x for _ in range(args.frames)), in_flight=n):
                     pass
                 rates[f"in_flight={n}"].append(args.frames / (time.perf_counter() - t))
+                front_cpu.append((time.process_time() - cpu) / args.frames * 1e3)
+    cpu_ms = statistics.median(front_cpu)
+    print(f"  the application's side: {cpu_ms:.2f} ms of CPU per frame streamed (this process;"
+          " on one machine with the boards, taken from their cores)")  # fmt: skip
     for label, r in rates.items():
         m = statistics.median(r)
         print(f"  served, {label:>13}: median {m:.2f} frames/s (min {min(r):.2f}, max "
