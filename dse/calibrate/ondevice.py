@@ -21,7 +21,9 @@ JSON result, so it runs the same in this process or as a rank on the device:
     each sub-model of a deployment directory alone, every round also the whole network
     (:func:`dse.runtime.rank.inprocess.time_files`): what running work as sub-models costs. On
     a host with a disk of its own, the deployment and the whole model are shipped there first
-    (:func:`dse.runtime.launch.ship.ship_whole`).
+    (:func:`dse.runtime.launch.ship.ship_whole`), and a network to profile is made here and
+    shipped (:func:`dse.runtime.launch.ship.ship_model`): on a board's disk, not in its
+    device's memory.
 
 :func:`unit_runner` says where a type's units run: in this process when its device is this
 machine and ranks start without a rank wrapper (``localhost``: as calibration always did),
@@ -57,7 +59,7 @@ from dse.runtime.deployment.measurements import Measurement
 from dse.runtime.deployment.reader import read_plan, whole_model
 from dse.runtime.launch.mpiexec import Launcher, captured, mpi_files, placement
 from dse.runtime.launch.probe import LOCAL_HOSTS
-from dse.runtime.launch.ship import ship_whole
+from dse.runtime.launch.ship import ship_model, ship_whole
 from dse.runtime.rank.pace import pace_from_env
 from dse.runtime.rank.sessions import session
 
@@ -83,10 +85,16 @@ def machine_state() -> dict[str, Any]:
 
 def profile_unit(r: Unit) -> Unit:
     """``profile``: ``net``, ``seed``, ``threads``, ``warmup``, ``runs`` and ``prior_rate``
-    (MACs per second of the prior that shares a fused kernel's time among its layers)."""
+    (MACs per second of the prior that shares a fused kernel's time among its layers), and
+    ``model`` (the network's file, where not made here by :func:`dse.net.zoo.materialize`)."""
     g = load_net({"name": r["net"]}).graph
     prior = g.macs / float(r["prior_rate"]) + g.output_bytes / 1e10
-    path = zoo.materialize(r["net"], int(r["seed"]), external=True)  # see profile_model
+    # ``model``: where the network was shipped to a host with a disk of its own
+    path = (
+        Path(r["model"])
+        if r.get("model")
+        else zoo.materialize(r["net"], int(r["seed"]), external=True)
+    )  # see profile_model
     sliced = pace_from_env() is not None  # a CPU share of an emulated cluster
     for attempt in range(2):
         before = machine_state()
@@ -199,12 +207,14 @@ def run_on_device(
     deployment binds them, started by ``launcher``); a :class:`UnitFailed` naming the cause
     when it fails."""
     dev = platform.devices[device]
-    if launcher.remote is not None and "directory" in request:  # the host has its own disk
+    remote, host = launcher.remote, launcher.host(dev.host)
+    if remote is not None and "directory" in request:  # the host has a disk of its own
         directory = Path(request["directory"])
-        there, whole = ship_whole(
-            directory, read_plan(directory), launcher.remote, launcher.host(dev.host)
-        )
+        there, whole = ship_whole(directory, read_plan(directory), remote, host)
         request = {**request, "directory": there, "whole": whole}
+    elif remote is not None and request["step"] == "profile":  # made here, read there
+        made = zoo.materialize(request["net"], int(request["seed"]), external=True)
+        request = {**request, "model": ship_model(made, remote, host)}
     with scratch("unit-") as d:  # removed even after a kill, at the next start
         hostfile, rankfile = mpi_files(platform, [device], launcher)
         (d / HOSTFILE).write_text(hostfile)

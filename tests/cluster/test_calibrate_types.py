@@ -31,6 +31,13 @@ from tests.helpers.nets import on_devices, small_net
 TYPES = {"core100": "edge0_cpu", "core60": "edge1_cpu0", "core40": "edge1_cpu1"}
 
 
+def shmem_mb(state, device: str) -> float:  # noqa: ANN001 - a cluster's State
+    """Files of a board's disk (tmpfs) charged to ``device``'s memory cgroup (MiB)."""
+    board = state.spec.device(device).board
+    stat = state.names.cgroup("memory", board, device) / "memory.stat"
+    return int(dict(line.split() for line in stat.read_text().splitlines())["shmem"]) / 2**20
+
+
 @pytest.fixture(scope="module")
 def edge3(cluster_names):
     """edge3_ethernet as shipped, up under a name of its own (platform.name=...)."""
@@ -59,6 +66,9 @@ def test_each_type_is_calibrated_inside_a_device_of_it(edge3, tmp_path: Path) ->
         # the profiling was charged to the device's own memory cgroup (the kernel's count, not
         # dse's; no deployment ran): it ran inside it
         assert peak_memory_mb(state, device) > 30, device
+        # but not the network's file (15 MB): it lies on the board's disk, shipped from here,
+        # as on a real board, not in the device's memory (its cap)
+        assert shmem_mb(state, device) < 1, device
     # a CPU share of 0.4 computes MobileNetV2 slower than a whole core (2.5x by the shares)
     net = load_net({"name": "mobilenetv2"})
     platform = load_platform(cfg)

@@ -145,20 +145,26 @@ def ship(
 
 def ship_whole(directory: Path, plan: Plan, remote: Remote, host: str) -> tuple[str, str]:
     """Copy every rank's files of the deployment (:func:`host_files` of each of its hosts), and
-    the whole model the plan names with its weights files, to the one host ``host`` (as ssh
+    the whole model the plan names (:func:`ship_model`), to the one host ``host`` (as ssh
     knows it), for work that reads all of them there (calibration's timing of each sub-model
     alone, the whole network beside); where the deployment and the whole model lie on it."""
     directory = Path(directory).resolve()
     target = remote.directory(directory)
     hosts = dict.fromkeys(r.host for r in plan.ranks)
     files = [f for h in hosts for f in host_files(plan, directory, h)]
-    rsync = rsync_path()
-    _copy(rsync, remote, directory, list(dict.fromkeys(files)), host, target)
-    whole = Path(whole_model(plan, directory))
-    _copy(
-        rsync, remote, whole.parent, [whole.name, *_weights_files(whole)], host, f"{target}-whole"
-    )
-    return target, f"{target}-whole/{whole.name}"
+    _copy(rsync_path(), remote, directory, list(dict.fromkeys(files)), host, target)
+    return target, ship_model(Path(whole_model(plan, directory)), remote, host)
+
+
+def ship_model(path: Path, remote: Remote, host: str) -> str:
+    """Copy the ONNX model at ``path`` and the weights files it names to ``host`` (as ssh
+    knows it), into the deployment area, for work that reads it there; its path there. A
+    host's disk holds the file as a real board's does: not in the memory of the device that
+    reads it (on an emulated board, not charged to its memory cap)."""
+    path = Path(path).resolve()
+    target = f"{remote.directory(path.parent)}-{path.stem}"  # one folder a model
+    _copy(rsync_path(), remote, path.parent, [path.name, *_weights_files(path)], host, target)
+    return f"{target}/{path.name}"
 
 
 def _copy(
