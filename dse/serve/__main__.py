@@ -26,14 +26,12 @@ from typing import Any
 
 from dse.cli import fail, stopped_cleanly
 from dse.errors import DseError
+from dse.serve.deployment import IN_FLIGHT
+from dse.serve.http import HOST, MAX_BODY_MB, PORT
 from dse.serve.images import Preprocess
 
 #: The endpoint's address without http=.
-HTTP = ("127.0.0.1", 8000)
-#: Largest request body of the endpoint without max_body_mb=, MB.
-MAX_BODY_MB = 64.0
-#: Requests in flight without in_flight=.
-IN_FLIGHT = 4
+HTTP = (HOST, PORT)
 
 
 def _path(text: str) -> Path:

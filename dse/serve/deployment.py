@@ -56,8 +56,9 @@ from dse.runtime.launch.mpiexec import (
     started,
 )
 
-#: Frames held by the service at once, by default.
-IN_FLIGHT = 4
+#: Frames held by the service at once, by default, and at most (well below ZeroMQ's queue of
+#: 1000 messages a socket, so a send never waits on a full queue).
+IN_FLIGHT, MAX_IN_FLIGHT = 4, 256
 #: A rank not heard from for so long has gone (s): many heartbeats (wire.BEAT_S) missed.
 SILENCE_S = 5.0
 #: The pump reads the results for so long at a time (ms), between looks at whether a caller
@@ -146,8 +147,10 @@ class Deployment:
         one, on its hosts by name otherwise), unless ``launcher`` is given. At most
         ``in_flight`` frames are held at once. One line (:class:`DseError`) when it cannot
         start."""
-        if not 1 <= in_flight <= 1024:
-            raise DseError(f"in_flight={in_flight} is out of range: give 1 to 1024 frames")
+        if not 1 <= in_flight <= MAX_IN_FLIGHT:
+            raise DseError(
+                f"in_flight={in_flight} is out of range: give 1 to {MAX_IN_FLIGHT} frames"
+            )
         directory = Path(directory).expanduser().absolute()
         plan = read_plan(directory)
         check_hosts(plan, directory)

@@ -74,6 +74,8 @@ VERSION = "1"
 HEADER_LENGTH = "Inference-Header-Content-Length"
 #: The endpoint's default address: this machine only.
 HOST, PORT = "127.0.0.1", 8000
+#: The largest request body by default (MB, 10^6 bytes).
+MAX_BODY_MB = 64.0
 
 
 def datatype(dtype: np.dtype) -> str:
@@ -407,7 +409,7 @@ class Endpoint:
         deployment: Deployment,
         host: str = HOST,
         port: int = 0,
-        max_body_mb: float = 64,
+        max_body_mb: float = MAX_BODY_MB,
         workers: int = 8,
     ) -> None:
         if max_body_mb <= 0:
@@ -561,7 +563,7 @@ class Endpoint:
 
 
 def serve_forever(
-    deployment: Deployment, host: str = HOST, port: int = PORT, max_body_mb: float = 64
+    deployment: Deployment, host: str = HOST, port: int = PORT, max_body_mb: float = MAX_BODY_MB
 ) -> None:
     """Serve ``deployment`` at ``host``:``port`` until SIGINT or SIGTERM (then print why and
     return) or until the deployment fails (then raise its :class:`ServeError`). Signals are
