@@ -99,7 +99,8 @@ class Deployment:
         self.inputs = [Port(p.name, tuple(p.shape), np.dtype(p.dtype)) for p in plan.inputs]
         self.outputs = [Port(o.name, tuple(o.shape), np.dtype(o.dtype)) for o in plan.outputs]
         self.error: str | None = None
-        self._closed = self._stopping = False
+        self._closed = self._stopping = self._failing = False
+        self._down = threading.Event()  # set once a fault's cause is named (error)
         self._slots = threading.BoundedSemaphore(in_flight)
         self._in_flight, self._silence_s = in_flight, silence_s
         self._ids = itertools.count()
@@ -126,7 +127,7 @@ class Deployment:
     @property
     def alive(self) -> bool:
         """True while the service takes frames."""
-        return self.error is None and not (self._closed or self._stopping)
+        return not (self._failing or self._closed or self._stopping)
 
     # --- starting -----------------------------------------------------------------------
 
@@ -185,9 +186,10 @@ class Deployment:
             self._proc = run.enter_context(started(cmd, directory, launcher))
             try:
                 self._wait_ready(self._proc, start_timeout_s)
-            except DseError:
+            except BaseException as exc:  # Ctrl-C too: this launch's processes go at once
                 run.close()
-                if attempt == RETRIES or not failed_at_startup(directory):
+                again = isinstance(exc, DseError) and failed_at_startup(directory)
+                if attempt == RETRIES or not again:
                     raise
                 time.sleep(RETRY_PAUSE_S)
                 continue
@@ -255,21 +257,30 @@ class Deployment:
         may reuse them at once (``copy=False``: not, and they must stay unchanged until the
         frame's outputs are back). :class:`RequestError` for inputs the model cannot take;
         :class:`ServeError` once the service has stopped."""
+        import zmq
+
         checked = self.check(inputs)
         while not self._slots.acquire(timeout=0.1):
             self._raise_if_down()
+        future: Future = Future()
+        future.set_running_or_notify_cancel()  # a frame sent cannot be taken back
         try:
-            self._raise_if_down()
-            future: Future = Future()
-            with self._lock:
-                frame = next(self._ids)
-                self._pending[frame] = (future, {})
-                message = encode({"kind": "frame", "id": frame}, checked)
-                self._requests.send_multipart(message, copy=copy)
+            while True:  # never blocked on a send: an entry rank gone leaves no peer to take it
+                with self._lock:
+                    self._raise_if_down()
+                    frame = next(self._ids)
+                    message = encode({"kind": "frame", "id": frame}, checked)
+                    try:
+                        self._requests.send_multipart(message, copy=copy, flags=zmq.NOBLOCK)
+                    except zmq.Again:
+                        pass
+                    else:
+                        self._pending[frame] = (future, {})
+                        return future
+                time.sleep(0.001)
         except BaseException:
             self._slots.release()
             raise
-        return future
 
     def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """One frame's outputs by name (as ``onnxruntime.InferenceSession.run`` with every
@@ -315,8 +326,9 @@ class Deployment:
         return future.result()
 
     def _raise_if_down(self) -> None:
-        if self.error is not None:
-            raise ServeError(self.error)
+        if self._failing:
+            self._down.wait(timeout=60)  # until the cause is named
+            raise ServeError(self.error or f"{self.directory}: the deployment failed")
         if self._closed or self._stopping:
             raise ServeError(f"{self.directory}: the deployment is closed")
 
@@ -325,7 +337,7 @@ class Deployment:
     def _pump_results(self) -> None:
         """Reads the results while no caller does (:meth:`_outputs`), until the end."""
         try:
-            while not self._closed and self.error is None:
+            while not (self._closed or self._failing):
                 if self._callers or not self._reader.acquire(blocking=False):
                     time.sleep(PUMP_MS / 1e3)
                     continue
@@ -351,7 +363,7 @@ class Deployment:
             return
         now = time.monotonic()
         silent = [r for r, t in self._heard.items() if now - t > self._silence_s]
-        if silent:
+        if silent and not self._stopping:
             r = silent[0]
             self._fail(
                 f"{self.directory}: rank {r} on {self._board(r)} has not been heard "
@@ -387,20 +399,26 @@ class Deployment:
     def _fail(self, reason: str) -> None:
         """End the service on a fault: every rank stopped, the cause named (the launcher's
         watch may add it: an OOM kill, a cut link), every frame in flight failed."""
-        if self.error is not None:
-            return
-        if self._proc is not None:
-            kill_session(self._proc.pid, grace_s=1.0)
-        with contextlib.suppress(Exception):
-            reason = self._finish(Measurement.failed(reason)).reason or reason
-        self.error = reason
-        self._fail_pending(ServeError(reason))
+        with self._lock:  # once; from now on no frame is taken
+            if self._failing:
+                return
+            self._failing = True
+        try:
+            if self._proc is not None:
+                kill_session(self._proc.pid, grace_s=1.0)
+            with contextlib.suppress(Exception):
+                reason = self._finish(Measurement.failed(reason)).reason or reason
+        finally:
+            self.error = reason
+            self._down.set()
+            self._fail_pending(ServeError(reason))
 
     def _fail_pending(self, error: ServeError) -> None:
         with self._lock:
             pending, self._pending = self._pending, {}
         for future, _ in pending.values():
-            future.set_exception(error)
+            if not future.done():
+                future.set_exception(error)
             self._slots.release()
 
     def close(self) -> None:
@@ -408,15 +426,23 @@ class Deployment:
         nothing of the run is left. Calling it again does nothing."""
         if self._closed:
             return
-        if self.error is None and self._proc is not None and self._pump is not None:
-            self._stopping = True  # mpiexec ending now is no fault
-            with contextlib.suppress(Exception), self._lock:
-                self._requests.send_multipart(encode({"kind": "stop"}))
+        proc = self._proc
+        if not self._failing and proc is not None and self._pump is not None:
+            import zmq
+
+            with self._lock:
+                self._stopping = True  # no frame taken from now; mpiexec ending is no fault
+                with contextlib.suppress(zmq.ZMQError):
+                    self._requests.send_multipart(encode({"kind": "stop"}), flags=zmq.NOBLOCK)
             deadline = time.monotonic() + STOP_GRACE_S
-            while self._pending and self.error is None and time.monotonic() < deadline:
+            while self._pending and not self._failing and proc.poll() is None:
+                if time.monotonic() > deadline:
+                    break
                 time.sleep(0.01)
             with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+                proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            if self._pending and proc.poll() is not None:  # a rank failed while stopping
+                self._fail(self._exited(proc))
         self._closed = True
         self._shutdown()
 
@@ -425,8 +451,11 @@ class Deployment:
         if self._pump is not None and self._pump is not threading.current_thread():
             self._pump.join()
         self._fail_pending(ServeError(f"{self.directory}: the deployment was closed"))
-        self._stack.close()  # mpiexec's session killed, the run's locks let go
-        self._context.destroy(linger=0)
+        try:
+            self._stack.close()  # mpiexec's session killed, the run's locks let go
+        finally:
+            with self._reader, self._lock:  # no caller is reading or sending now
+                self._context.destroy(linger=0)
 
     def __enter__(self) -> Deployment:
         return self

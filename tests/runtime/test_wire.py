@@ -25,6 +25,7 @@ def test_arrays_round_trip_by_their_bytes() -> None:
         "half": np.array([1.5, -2.0], np.float16),
         "empty": np.zeros((0, 3), np.int64),
         "strided": np.arange(10, dtype=np.int32)[::2],  # not contiguous: sent as a copy
+        "scalar": np.array(2.5, np.float32),  # no dimension: it keeps none
     }
     header, got = decode(as_sent(encode({"kind": "frame", "id": 7}, arrays)))
     assert header["kind"] == "frame" and header["id"] == 7
@@ -51,6 +52,8 @@ def header(**arrays: object) -> bytes:
         ([b'{"kind": "exec"}'], "a header without a known kind"),
         ([b"[1, 2]"], "a header without a known kind"),
         ([header(arrays=[]), b"1234"], "1 array parts for 0 described"),
+        ([header(arrays=5), b"1234"], "arrays described by a int, not a list"),
+        ([b"[" * 100_000], "a header that is not JSON"),
         (
             [header(arrays=[{"name": "x", "dtype": "object", "shape": [1]}]), b"12345678"],
             "an array with name 'x' and element type 'object'",

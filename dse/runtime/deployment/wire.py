@@ -49,9 +49,9 @@ def encode(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray] | None = 
     """A message: ``header`` (with ``arrays`` described under ``"arrays"``) and each array's
     bytes (a C-contiguous view where the array already is one: no copy)."""
     described, parts = [], []
-    for name, a in (arrays or {}).items():
-        a = np.ascontiguousarray(a)
-        described.append({"name": name, "dtype": a.dtype.name, "shape": list(a.shape)})
+    for name, given in (arrays or {}).items():
+        a = np.ascontiguousarray(given)  # at least one dimension: a scalar keeps its own
+        described.append({"name": name, "dtype": a.dtype.name, "shape": list(np.shape(given))})
         parts.append(a.data.cast("B") if a.size else b"")
     head = dict(header)
     if arrays is not None:
@@ -69,12 +69,14 @@ def decode(parts: Sequence[Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]
         raise WireError(f"a header of {len(raw)} bytes (at most {MAX_HEADER_BYTES})")
     try:
         header = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise WireError(f"a header that is not JSON ({exc})") from None
     if not isinstance(header, dict) or header.get("kind") not in KINDS:
         raise WireError("a header without a known kind")
     described = header.get("arrays", [])
-    if not isinstance(described, list) or len(described) != len(parts) - 1:
+    if not isinstance(described, list):
+        raise WireError(f"arrays described by a {type(described).__name__}, not a list")
+    if len(described) != len(parts) - 1:
         raise WireError(f"{len(parts) - 1} array parts for {len(described)} described")
     arrays = {}
     for spec, part in zip(described, parts[1:], strict=True):
