@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import re
 import socket
 import subprocess
 import threading
@@ -43,17 +42,17 @@ from dse.runtime.deployment.measurements import Measurement
 from dse.runtime.deployment.plan import Plan
 from dse.runtime.deployment.reader import read_plan
 from dse.runtime.deployment.wire import WireError, decode, encode
-from dse.runtime.launch.diagnosis import failed_at_startup, why
+from dse.runtime.launch.diagnosis import ended_rank, failed_at_startup, why
 from dse.runtime.launch.mpiexec import (
-    RETRIES,
-    RETRY_PAUSE_S,
     Finish,
     Launcher,
+    check_session_folder,
     kept,
     kill_session,
     preflight_once,
     shipped,
     started,
+    started_again,
 )
 
 #: Frames held by the service at once, by default, and at most (well below ZeroMQ's queue of
@@ -173,6 +172,7 @@ class Deployment:
         results = self._results.bind_to_random_port(f"tcp://{head}")
         served = f"tcp://{head}:{requests},tcp://{head}:{results}"
         placement = [(r.host, r.device) for r in plan.ranks]
+        check_session_folder(launcher)
         self._stack.enter_context(owned(directory, "deployment"))
         self._finish = self._stack.enter_context(launcher.watched(placement))
         preflight_once(plan, launcher)
@@ -181,20 +181,27 @@ class Deployment:
             directory, len(plan.ranks), rank_args=["--serve", served], placement=placement,
             on_hosts=on_hosts,
         )  # fmt: skip
-        for attempt in range(RETRIES + 1):  # as a measured run (mpiexec.started_again)
+
+        def attempt() -> contextlib.ExitStack | DseError:
+            """A launch whose ranks are all ready, or why it failed."""
             run = contextlib.ExitStack()
             self._proc = run.enter_context(started(cmd, directory, launcher))
             try:
                 self._wait_ready(self._proc, start_timeout_s)
             except BaseException as exc:  # Ctrl-C too: this launch's processes go at once
                 run.close()
-                again = isinstance(exc, DseError) and failed_at_startup(directory)
-                if attempt == RETRIES or not again:
-                    raise
-                time.sleep(RETRY_PAUSE_S)
-                continue
-            self._stack.enter_context(run)
-            break
+                if isinstance(exc, DseError):
+                    return exc
+                raise
+            return run
+
+        # as a measured run: started again while it fails at startup for a passing cause
+        run = started_again(
+            attempt, lambda r: isinstance(r, DseError) and failed_at_startup(directory)
+        )
+        if isinstance(run, DseError):
+            raise run
+        self._stack.enter_context(run)
         self._pump = threading.Thread(target=self._pump_results, daemon=True, name="dse-pump")
         self._pump.start()
 
@@ -264,12 +271,12 @@ class Deployment:
             self._raise_if_down()
         future: Future = Future()
         future.set_running_or_notify_cancel()  # a frame sent cannot be taken back
+        frame = next(self._ids)
+        message = encode({"kind": "frame", "id": frame}, checked)
         try:
             while True:  # never blocked on a send: an entry rank gone leaves no peer to take it
                 with self._lock:
                     self._raise_if_down()
-                    frame = next(self._ids)
-                    message = encode({"kind": "frame", "id": frame}, checked)
                     try:
                         self._requests.send_multipart(message, copy=copy, flags=zmq.NOBLOCK)
                     except zmq.Again:
@@ -478,9 +485,8 @@ class Deployment:
         """Why mpiexec ended, led by the board of the rank it names (Open MPI names the
         process rank, and the node by its own host name)."""
         text = f"mpiexec exited with {proc.poll()}: {why(self.directory)}"
-        named = re.search(r"process rank (\d+)", text)
-        if named and int(named.group(1)) < len(self.plan.ranks):
-            rank = int(named.group(1))
+        rank = ended_rank(text)
+        if rank is not None and rank < len(self.plan.ranks):
             text = f"rank {rank} on {self._board(rank)} ended: {text}"
         return f"{self.directory}: {text}"
 

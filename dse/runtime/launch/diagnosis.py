@@ -105,6 +105,16 @@ def why(directory: Path) -> str:
     )
 
 
+#: How Open MPI names a rank that ended (by its number; the node by its own host name).
+ENDED = re.compile(r"process rank (\d+)")
+
+
+def ended_rank(text: str) -> int | None:
+    """The rank mpiexec's output ``text`` says ended (killed, failed), if it names one."""
+    named = ENDED.search(text)
+    return int(named.group(1)) if named else None
+
+
 def tail(path: Path, lines: int = 4) -> str:
     """The ranks' own error lines, else the last lines of ``path`` (banners left out); empty
     for a file without any."""

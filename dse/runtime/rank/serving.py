@@ -23,7 +23,6 @@ import contextlib
 import socket
 import threading
 import traceback
-from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -79,16 +78,9 @@ class Served:
             self.inbox.setsockopt(zmq.LINGER, 0)
             self.inbox.connect(requests)
         self.mine = [o.name for o in self.plan.outputs if o.rank == me.rank]
-        self.window: deque[list[Any]] = deque()
 
     def say(self, header: dict[str, Any], arrays: dict[str, np.ndarray] | None = None) -> None:
         self.out.send_multipart(encode({**header, "rank": self.me.rank}, arrays))
-
-    def drain(self) -> None:
-        """Complete every send in flight."""
-        while self.window:
-            self.me.waits.complete(self.window.popleft())
-        self.me.held.clear()
 
     def next_frame(self) -> int:
         """The next frame's id (its inputs set on the entry rank), or -1 at the end."""
@@ -97,12 +89,12 @@ class Served:
         if not self.entry:
             entry = self.plan.entry_rank
             if not me.comm.Iprobe(source=entry, tag=CONTROL_TAG):
-                self.drain()  # nothing waiting: finish this rank's sends meanwhile
+                me.drain()  # nothing waiting: finish this rank's sends meanwhile
             me.waits.recv(control, entry, CONTROL_TAG)
             return int(control[0])
         assert self.inbox is not None
         if not self.inbox.poll(0):
-            self.drain()
+            me.drain()
             while not self.inbox.poll(1000):
                 pass
         header, arrays = decode(self.inbox.recv_multipart(copy=False))
@@ -119,13 +111,10 @@ class Served:
         while (frame := self.next_frame()) >= 0:
             requests: list[Any] = []
             me.run_once(requests)
-            self.window.append(requests)
             if self.mine:
                 self.say({"kind": "outputs", "id": frame}, {n: me.local[n] for n in self.mine})
-            if len(self.window) > WINDOW:
-                me.waits.complete(self.window.popleft())
-                me.held.pop(0)
-        self.drain()
+            me.keep_sending(requests, WINDOW)
+        me.drain()
 
 
 def serve(directory: Path, requests: str, results: str) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +129,8 @@ class Rank:
         self.channel = MpiChannel(comm, self.waits)
         self.state = rank_state(plan, self.spec, sessions, self.channel)
         self.inputs = input_arrays(plan) if self.rank == plan.entry_rank else {}
-        self.held: list[list[np.ndarray]] = []
+        self.held: list[list[np.ndarray]] = []  # arrays of the sends in flight, by frame
+        self.sending: deque[list[Any]] = deque()  # the sends in flight, by frame
         self.run_queue = RunQueue()
         self.paced_s = (lambda: pace.spent_s) if pace is not None else (lambda: 0.0)
 
@@ -141,21 +143,29 @@ class Rank:
         """Push ``frames`` inferences through back to back, at most ``window`` frames of sends
         in flight; this rank's steady-state period (s per frame, after the first ``window``)."""
 
-        in_flight: list[list[Any]] = []
         ends = []
         for _ in range(frames):
             reqs: list[Any] = []
             self.run_once(reqs)
-            in_flight.append(reqs)
-            if len(in_flight) > window:
-                self.waits.complete(in_flight.pop(0))
-                self.held.pop(0)
+            self.keep_sending(reqs, window)
             ends.append(time.perf_counter())
-        for reqs in in_flight:
-            self.waits.complete(reqs)
-        self.held.clear()
+        self.drain()
         skip = min(window, frames // 4)
         return (ends[-1] - ends[skip]) / max(frames - 1 - skip, 1)
+
+    def keep_sending(self, requests: list[Any], window: int) -> None:
+        """Keep the sends ``requests`` of the frame just run in flight, at most ``window``
+        frames' sends in all: the oldest are completed first."""
+        self.sending.append(requests)
+        if len(self.sending) > window:
+            self.waits.complete(self.sending.popleft())
+            self.held.pop(0)
+
+    def drain(self) -> None:
+        """Complete every send in flight (:meth:`keep_sending`)."""
+        while self.sending:
+            self.waits.complete(self.sending.popleft())
+        self.held.clear()
 
     def run_once(self, pending: list[Any] | None = None) -> Timers:
         """One inference: this rank's steps in order; its timers (s) and bytes sent. Its sends
