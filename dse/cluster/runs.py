@@ -161,8 +161,8 @@ class RunWatch:
                     return result
                 stop_processes(self.state)
                 causes = [
-                    f"{d} ran out of its {self.state.spec.device(d).memory_mb:g} MB memory cap "
-                    "(OOM kill)"
+                    f"{d} on board {b} ran out of its "
+                    f"{self.state.spec.device(d).memory_mb:g} MB memory cap (OOM kill)"
                     for (b, d), count in before.items()
                     if oom_kills(names, b, d) > count
                 ]

@@ -333,7 +333,7 @@ def test_an_oom_kill_fails_its_mapping_and_the_others_go_on(capped, tmp_path: Pa
     rows = measure_phase2(
         tmp_path, net, platform, model, batch, ["capped", "roomy"], settings, launcher=launcher
     )
-    cause = f"tb1_cpu1 ran out of its {CAP_MB:g} MB memory cap (OOM kill)"
+    cause = f"tb1_cpu1 on board tb1 ran out of its {CAP_MB:g} MB memory cap (OOM kill)"
     assert rows[0]["status"] == "failed" and rows[0]["reason"].startswith(cause + "; ")
     assert rows[1]["status"] == "ok" and rows[1]["period_measured_ms"] > 0
     predicted = model.evaluate(batch.take(1)).prediction(platform).objectives["period_ms"]
