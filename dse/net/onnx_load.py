@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TypeGuard
@@ -457,6 +457,21 @@ def fold_constants(model: ModelProto, types: Mapping[str, TensorType | None]) ->
     return out
 
 
+def unfolded_root(model: ModelProto, name: str, known: Collection[str]) -> NodeProto:
+    """The node where the folding of static tensor ``name`` stops: walking up from its
+    producer, the first node none of whose inputs is an unfolded static tensor (each input
+    ``known``: folded, an initializer or an activation; or a graph input)."""
+    producer = {t: n for n in model.graph.node for t in n.output if t}
+    node = producer[name]
+    seen = {name}
+    while True:
+        up = [t for t in node.input if t and t not in known and t in producer and t not in seen]
+        if not up:
+            return node
+        seen.add(up[0])
+        node = producer[up[0]]
+
+
 def _outputs_small(
     node: NodeProto,
     values: Mapping[str, np.ndarray],
@@ -516,12 +531,17 @@ def _fold_node(
     if node.domain not in ("", "ai.onnx"):
         return None
     if node.op_type in ("Shape", "Size"):
+        # the shape of a value folded before (anchors made from constants), else the inferred
         tt = types.get(node.input[0])
-        if tt is None:
+        if node.input[0] in values:
+            dims: tuple[int, ...] = tuple(values[node.input[0]].shape)
+        elif tt is not None:
+            dims = tuple(tt.shape)
+        else:
             return None
-        shape = np.array(tt.shape, dtype=np.int64)
+        shape = np.array(dims, dtype=np.int64)
         if node.op_type == "Size":
-            return {node.output[0]: np.array(math.prod(tt.shape), dtype=np.int64)}
+            return {node.output[0]: np.array(math.prod(dims), dtype=np.int64)}
         attrs = {a.name: a.i for a in node.attribute}
         start, end = attrs.get("start", 0), attrs.get("end", len(shape))
         return {node.output[0]: shape[start:end]}

@@ -4,6 +4,8 @@
   tells a photo's orientation (4 classes; input ``x`` 1x3x224x224, ImageNet normalisation);
 * ``rapidocr_onnxruntime`` (``models/ch_PP-OCRv4_det_infer.onnx``): PP-OCRv4's text detector
   (a dynamic input, fixed here to 1x3x320x320);
+* ``nudenet`` (``320n.onnx``): a YOLOv8n detector as Ultralytics exports it (its detection head
+  computes its anchors from shapes at run time; dynamic input, fixed to 1x3x320x320);
 * scikit-learn's two sample photographs (``china.jpg``, ``flower.jpg``, 427x640 RGB).
 
 The model files are found through the packages' installed metadata, without importing the
@@ -34,6 +36,7 @@ MODELS = {
         "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
         [1, 3, 320, 320],
     ),
+    "detector": ("nudenet", "nudenet/320n.onnx", [1, 3, 320, 320]),
 }
 
 #: ImageNet's per-channel mean and std, as the orientation model was trained with

@@ -410,6 +410,29 @@ def test_sizes_of_unknown_outputs_come_from_node_inference():
     assert [n.name for n in folded.graph.node] == ["range", "cast2", "add"]
 
 
+def test_the_shape_of_a_folded_value_folds():
+    """YOLOv8's detection head takes the Shape of anchors it builds from constants (a Range):
+    no type is inferred for them, so the Shape folds from the value folded before it."""
+    from dse.net.onnx_load import fold_constants
+
+    nodes = [
+        helper.make_node("Cast", ["limit_f"], ["limit"], name="cast", to=TensorProto.INT64),
+        helper.make_node("Range", ["zero", "limit", "one"], ["r"], name="range"),
+        helper.make_node("Shape", ["r"], ["n"], name="shape"),
+        helper.make_node("Reshape", ["x", "n"], ["y"], name="reshape"),
+    ]
+    inits = [
+        onnx.numpy_helper.from_array(np.array(6.0, dtype=np.float32), "limit_f"),
+        onnx.numpy_helper.from_array(np.array(0, dtype=np.int64), "zero"),
+        onnx.numpy_helper.from_array(np.array(1, dtype=np.int64), "one"),
+    ]
+    m = f.model(nodes, {"x": [2, 3]}, ["y"], inits)
+    folded = fold_constants(m, {})  # nothing inferred: the Range's size comes from its value
+    assert [n.name for n in folded.graph.node] == ["reshape"]
+    n = next(t for t in folded.graph.initializer if t.name == "n")
+    assert onnx.numpy_helper.to_array(n).tolist() == [6]
+
+
 @pytest.mark.parametrize(
     "shape, words",
     [

@@ -254,6 +254,34 @@ def test_weights_as_external_data(tmp_path: Path) -> None:
     )
 
 
+def test_a_static_tensor_that_does_not_fold_is_named_with_its_node(tmp_path: Path) -> None:
+    """A fill as large as the input (ConstantOfShape of its Shape, 1.1 M elements) is beyond
+    what the folder evaluates: compiling the sub-models names the node, in one line."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        helper.make_node("ConstantOfShape", ["s"], ["ones"], name="ones_like_x",
+                         value=numpy_helper.from_array(np.ones(1, np.float32))),
+        helper.make_node("Add", ["x", "ones"], ["a"], name="add"),
+        helper.make_node("Relu", ["a"], ["y"], name="relu"),
+    ]  # fmt: skip
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 1, 1100, 1000])
+    y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)]
+    )
+    onnx.save(model, str(tmp_path / "fill.onnx"))
+    net = load_net({"name": "onnx", "path": str(tmp_path / "fill.onnx")})
+    vertical = from_device_lists(net.graph, 2, [[[0]] * len(net.graph)])
+    with pytest.raises(DseError) as err:
+        partition(net, vertical, platform(2))
+    assert str(err.value) == (
+        "static tensor 'ones' of net 'fill' cannot be evaluated for the sub-models: node "
+        "'ones_like_x' (ConstantOfShape) does not fold to a constant at this input shape; fold it "
+        "with onnxruntime (python -m onnxruntime.tools.optimize_onnx_model --opt_level basic IN "
+        "OUT) and load that"
+    )
+
+
 def test_zoo_weights_found_in_the_file() -> None:
     """The wire-format scan finds every initializer's bytes where protobuf parsing puts them."""
     from dse.net import zoo

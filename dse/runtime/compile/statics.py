@@ -23,7 +23,13 @@ from onnx.reference import ReferenceEvaluator
 
 from dse.errors import DseError
 from dse.net import Net, zoo
-from dse.net.onnx_load import TensorType, external_location, fold_constants, infer_types
+from dse.net.onnx_load import (
+    TensorType,
+    external_location,
+    fold_constants,
+    infer_types,
+    unfolded_root,
+)
 
 #: Field numbers of the protobuf messages read here (onnx.proto).
 MODEL_GRAPH, GRAPH_INITIALIZER, TENSOR_NAME, TENSOR_RAW_DATA = 7, 5, 8, 9
@@ -156,9 +162,13 @@ class Statics:
             folded = fold_constants(self._with_small_data(), tensor_types(self.net))
             self._folded = {t.name: t for t in folded.graph.initializer}
         if name not in self._folded:
+            acts = {t.name for layer in self.net.graph for t in (*layer.inputs, *layer.outputs)}
+            node = unfolded_root(self.net.model, name, {*self._folded, *self.inits, *acts})
             raise DseError(
                 f"static tensor '{name}' of net '{self.net.name}' cannot be evaluated for the "
-                "sub-models: export the model with constant-folded shape computations"
+                f"sub-models: node '{node.name}' ({node.op_type}) does not fold to a constant at "
+                "this input shape; fold it with onnxruntime (python -m "
+                "onnxruntime.tools.optimize_onnx_model --opt_level basic IN OUT) and load that"
             )
         return self._folded[name]
 
