@@ -8,6 +8,7 @@ it needs here, so a setting means the same thing everywhere.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,6 +27,7 @@ from dse.paths import CALIBRATION_ENV, CONF_DIR, calibrated_path, calibration_di
 from dse.platform import Platform, PlatformFile, load_platform, read_platform
 from dse.runtime.launch.mpiexec import Launcher
 from models_analytical.coefficients import Coefficients, load_coefficients
+from models_analytical.layer_costs import unprofiled_ops
 from models_analytical.model import AnalyticalModel
 
 
@@ -156,6 +158,25 @@ def coefficients_origin(cfg: DictConfig, coefficients: Coefficients) -> str:
     else:
         kind = f"{kind}; {when}"
     return f"{shown(path)} ({kind})"
+
+
+def unprofiled_warning(net: Net, platform: Platform, coefficients: Coefficients) -> str | None:
+    """One line when calibration profiled no layer of some of the network's op types (their
+    times are a family's regression or a default, fitted on other ops), naming them and the
+    calibration that would measure them; None otherwise."""
+    ops = unprofiled_ops(net.graph, coefficients)
+    if not ops:
+        return None
+    named = ops[0] if len(ops) == 1 else f"{', '.join(ops[:-1])} and {ops[-1]}"
+    with_it = net.name if net.path is None else str(net.path)
+    if net.path is not None and net.input_shape is not None:
+        shape = json.dumps(net.input_shape, separators=(",", ":")).replace('"', "")
+        with_it = f"{{path:{net.path},input_shape:{shape}}}"
+    return (
+        f"warning: {net.name}'s {named} layers are costed by a default: calibration profiled "
+        f"none; calibrate with this network (python -m dse.calibrate platform={platform.name} "
+        f"nets=[...,{with_it}])"
+    )
 
 
 def _local_time(iso: Any) -> str | None:

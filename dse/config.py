@@ -271,8 +271,9 @@ class CalibrateConfig(BaseConfig):
     The one home of calibration's numbers; ``quick=true`` replaces some with smaller ones
     (:data:`dse.calibrate.settings.QUICK`)."""
 
-    # profiled networks, the zoo (layers of other networks are regressed from theirs)
-    nets: list[str] = field(default_factory=zoo_names)
+    # profiled networks: zoo names and ONNX files (FILE.onnx, or {path: FILE.onnx, input_shape:
+    # [1,3,H,W]}); layers of other networks are regressed from theirs
+    nets: list[Any] = field(default_factory=zoo_names)
     runs: int = 10  # profiled runs per network (after the warm-up runs)
     warmup: int = 2  # warm-up runs before profiling, and iterations before each deployment's
     channel_repeats: int = 15  # timed rounds of the one-Conv models (the channel block)

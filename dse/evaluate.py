@@ -8,6 +8,7 @@ if __name__ == "__main__":  # before the heavy imports: a signal now ends the pr
     stop_early_on_signals()
 
 import json
+import sys
 from typing import Any
 
 import hydra
@@ -99,6 +100,9 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     text = json.dumps(finite(r), indent=1, allow_nan=False)
     origin = app.coefficients_origin(cfg, c)
     print(text if fmt == "json" else as_table(graph.name, platform, r, origin))
+    unseen = app.unprofiled_warning(net, platform, c)
+    if unseen:
+        print(unseen, file=sys.stderr)
     return r
 
 

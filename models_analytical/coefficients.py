@@ -214,6 +214,12 @@ class TypeCoefficients:
         dict[LayerKey, Annotated[Share, Doc("share of a split layer's time every part pays")]],
         Doc("fixed share per profiled layer"),
     ] = field(default_factory=dict)
+    #: the op types of the layers profiled on the type: a network's layers of other ops are
+    #: costed by a family's regression or a default (:func:`unprofiled_ops`)
+    profiled_ops: Annotated[
+        list[Annotated[str, Text(MAX_KEY), Doc("ONNX op type")]],
+        Doc("op types of the layers profiled on this type"),
+    ] = field(default_factory=list)
     part_fixed_channels: Annotated[
         dict[
             Family,

@@ -128,6 +128,14 @@ def profile_ratio(coeff: TypeCoefficients, other: TypeCoefficients) -> tuple[int
     return len(common), ratio
 
 
+def unprofiled_ops(graph: LayerGraph, coefficients: Coefficients) -> list[str]:
+    """The op types of ``graph``'s layers that calibration profiled on no device type: their
+    times come from a family's regression or a default, fitted on other ops. Empty where the
+    coefficients do not say what was profiled (uncalibrated, or calibrated before they did)."""
+    seen = {op for k in coefficients.types.values() for op in k.profiled_ops}
+    return sorted({layer.op for layer in graph} - seen) if seen else []
+
+
 def layer_tables(graph: LayerGraph, coefficients: Coefficients) -> LayerTables:
     classes = np.array([OP_CLASSES.index(op_class(layer)) for layer in graph], dtype=np.int64)
     n_types = len(coefficients.types)

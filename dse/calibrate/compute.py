@@ -27,9 +27,10 @@ import numpy as np
 import onnxruntime as ort
 
 from dse.calibrate.ondevice import Unit, UnitFailed
-from dse.calibrate.settings import CalibrationSettings
+from dse.calibrate.settings import CalibrationSettings, net_of, net_request
 from dse.errors import DseError
 from dse.net import load_net
+from dse.net.graph import LayerGraph
 from models_analytical.calibration import MeasuredRun
 from models_analytical.coefficients import Coefficients, TypeCoefficients
 from models_analytical.layer_costs import family, layer_key, profile_ratio, regression_terms
@@ -109,14 +110,16 @@ def calibrate_compute(
     per_class = np.array([prior_model.layer[c] for c in ("conv", "fc", "elementwise")])
     prior_rate = prior_model.frequency_hz * per_class.mean()
     layer_s: dict[str, float] = {}
+    ops: set[str] = set()  # of the networks profiled
     fams, terms, secs, nets_of = [], [], [], []
     nets_prov: dict[str, Any] = {}
     whole_ms: dict[str, float] = {}
     skipped: dict[str, str] = {}
     sliced = False
     for name in s.nets:
-        g = load_net({"name": name}).graph
-        request = {"step": "profile", "net": name, "seed": s.seed, "threads": dev.threads,
+        g = net_of(s, name).graph
+        request = {"step": "profile", **net_request(s, name), "seed": s.seed,
+                   "threads": dev.threads,
                    "warmup": s.warmup, "runs": s.profile_runs,
                    "prior_rate": prior_rate}  # fmt: skip
         try:
@@ -126,6 +129,7 @@ def calibrate_compute(
             tick(f"{dtype}: {name} left out")
             continue
         sliced = sliced or bool(prof.get("time_sliced", False))
+        ops.update(layer.op for layer in g)
         for key, t in key_times(g, prof["layer_s"]).items():
             layer_s.setdefault(key, t)  # the first network profiled with a key gives its time
         for layer, t in zip(g, prof["layer_s"], strict=True):
@@ -165,6 +169,7 @@ def calibrate_compute(
     k = replace(
         prior_model,
         layer_s=layer_s,
+        profiled_ops=sorted(ops),
         regression=regression.per_family,
         channel_block=block.block,
         layer_overhead_s=0.0,
@@ -205,7 +210,7 @@ def timed_alone(
             tick(f"{dtype}: {step} of {name} left out")
             continue
         try:
-            got = run({**request, "net": name, "seen": list(seen)})["rows"]
+            got = run({**request, **net_request(s, name), "seen": list(seen)})["rows"]
         except UnitFailed as exc:
             skipped[f"{name} ({step})"] = str(exc)
             tick(f"{dtype}: {step} of {name} left out")
@@ -222,6 +227,7 @@ def anchor_to_runtime(
     singles: Sequence[MeasuredRun],
     row: int = 0,
     fallback: dict[str, float] | None = None,
+    graph_of: Callable[[str], LayerGraph] | None = None,
 ) -> tuple[TypeCoefficients, dict[str, float]]:
     """Scale each network's profiled layer times (``compute``) so they add up to its
     one-device run under the runtime (``singles``, their models with the sub-model costs; the
@@ -229,8 +235,8 @@ def anchor_to_runtime(
     sub-model, and less the image's transfer when the type's device is not the entry device:
     the profile runs alone, the runtime adds its own costs (MPI, the rank's loop). A network
     the type profiled but did not run alone takes its factor from ``fallback`` (another
-    type's). ``k`` with those layer times and the regression refitted on them, and the factor
-    per network."""
+    type's; its graph from ``graph_of``, default the zoo's). ``k`` with those layer times and
+    the regression refitted on them, and the factor per network."""
     factors: dict[str, float] = {}
     for r in singles:
         if r.net not in compute.whole_ms:
@@ -246,7 +252,7 @@ def anchor_to_runtime(
     for n, f in (fallback or {}).items():
         if n in compute.whole_ms and n not in factors:
             factors[n] = f
-            graphs[n] = load_net({"name": n}).graph
+            graphs[n] = graph_of(n) if graph_of else load_net({"name": n}).graph
     samples = compute.samples
     secs = samples.seconds * np.array([factors.get(n, 1.0) for n in samples.net])
     layer_s: dict[str, float] = {}

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from dse.calibrate.journal import Journal, NoJournal, key_of
-from dse.calibrate.settings import CalibrationSettings
+from dse.calibrate.settings import CalibrationSettings, net_of
 from dse.errors import DseError
 from dse.mapping import Mappings, from_devices, random_mappings, remap, whole
 from dse.measuring.rounds import (
@@ -38,7 +38,6 @@ from dse.measuring.rounds import (
     start_rss_mb,
     take_out_drift,
 )
-from dse.net import load_net
 from dse.net.graph import LayerGraph
 from dse.platform import Platform
 from dse.records import read, to_json
@@ -268,7 +267,7 @@ def measure_deployments(
     left_out: dict[str, str] = {}
     rng = np.random.default_rng(s.seed)
     for i, name in enumerate(s.nets):
-        net = load_net({"name": name})
+        net = net_of(s, name)
         times = AnalyticalModel(net.graph, platform, coefficients).tables.t_work[0]
         entry_only = i == 0 and a == platform.entry
         others = other_types(platform)

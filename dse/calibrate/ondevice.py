@@ -36,6 +36,7 @@ memory cap; on real boards over ssh). The rank prints its result as one line of 
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import os
 import subprocess
@@ -46,13 +47,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 
 from dse.calibrate.bands import measure_band_costs
 from dse.calibrate.channels import measure_channel_scaling, measure_part_costs
 from dse.calibrate.profile import profile_model
 from dse.errors import DseError
 from dse.files import scratch
-from dse.net import load_net, zoo
+from dse.net import Net, load_net, zoo
+from dse.net.zoo.materialize import cache_root
 from dse.platform import Platform
 from dse.runtime.deployment.layout import HOSTFILE, RANKFILE
 from dse.runtime.deployment.measurements import Measurement
@@ -61,7 +64,6 @@ from dse.runtime.launch.mpiexec import Launcher, captured, mpi_files, placement
 from dse.runtime.launch.probe import LOCAL_HOSTS
 from dse.runtime.launch.ship import ship_model, ship_whole
 from dse.runtime.rank.pace import pace_from_env
-from dse.runtime.rank.sessions import session
 
 #: A network profiled with a larger whole-run spread than this is profiled once more.
 CONTAMINATED = 0.15
@@ -83,18 +85,38 @@ def machine_state() -> dict[str, Any]:
     }
 
 
+def net_of_request(r: Unit) -> Net:
+    """The network a unit's request names (:func:`dse.calibrate.settings.net_request`)."""
+    return load_net(r.get("net_config") or {"name": r["net"]})
+
+
+def model_file(r: Unit) -> Path:
+    """The ONNX file a request's network runs from: a zoo network made here with seeded
+    weights, or a copy of a user's file with its inputs' shapes fixed (in the zoo's cache)."""
+    config = r.get("net_config")
+    if not config:
+        return zoo.materialize(r["net"], int(r["seed"]), external=True)
+    net = net_of_request(r)
+    assert net.path is not None  # a net config has a path
+    key = hashlib.sha256(f"{net.path}:{net.path.stat().st_mtime_ns}:{net.fingerprint}".encode())
+    copy = cache_root() / "fixed" / f"{net.name}-{key.hexdigest()[:16]}.onnx"
+    if not copy.is_file():  # the weights beside it, then the model under its name
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        tmp = copy.with_name(f"{copy.stem}.{os.getpid()}.tmp")
+        onnx.save(net.weighted_model(), str(tmp), save_as_external_data=True,
+                  location=f"{copy.name}.data")  # fmt: skip
+        os.replace(tmp, copy)
+    return copy
+
+
 def profile_unit(r: Unit) -> Unit:
     """``profile``: ``net``, ``seed``, ``threads``, ``warmup``, ``runs`` and ``prior_rate``
     (MACs per second of the prior that shares a fused kernel's time among its layers), and
     ``model`` (the network's file, where not made here by :func:`dse.net.zoo.materialize`)."""
-    g = load_net({"name": r["net"]}).graph
+    g = net_of_request(r).graph
     prior = g.macs / float(r["prior_rate"]) + g.output_bytes / 1e10
     # ``model``: where the network was shipped to a host with a disk of its own
-    path = (
-        Path(r["model"])
-        if r.get("model")
-        else zoo.materialize(r["net"], int(r["seed"]), external=True)
-    )  # see profile_model
+    path = Path(r["model"]) if r.get("model") else model_file(r)  # see profile_model
     sliced = pace_from_env() is not None  # a CPU share of an emulated cluster
     for attempt in range(2):
         before = machine_state()
@@ -132,7 +154,7 @@ def channels_unit(r: Unit) -> Unit:
 def parts_unit(r: Unit) -> Unit:
     """``parts``: ``net``, ``block``, ``threads``, ``repeats``, ``seen`` (layer keys)."""
     seen = set(r.get("seen", []))
-    net = load_net({"name": r["net"]})
+    net = net_of_request(r)
     rows = measure_part_costs(net, int(r["block"]), int(r["threads"]), int(r["repeats"]), seen)
     return {"rows": rows}
 
@@ -140,7 +162,7 @@ def parts_unit(r: Unit) -> Unit:
 def bands_unit(r: Unit) -> Unit:
     """``bands``: ``net``, ``threads``, ``repeats``, ``seen`` (layer keys)."""
     seen = set(r.get("seen", []))
-    net = load_net({"name": r["net"]})
+    net = net_of_request(r)
     return {"rows": measure_band_costs(net, int(r["threads"]), int(r["repeats"]), seen)}
 
 
@@ -149,13 +171,14 @@ def submodels_unit(r: Unit) -> Unit:
     ``whole`` (the whole model's path, where not the plan's own)."""
     # imported here: it brings the model's kernel (numba and its compiler) into a process
     # whose other units run on devices of little memory
+    from dse.runtime.launch.deploy import whole_model_session
     from dse.runtime.rank.timing import beside, time_files
 
     directory = Path(r["directory"])
     plan = read_plan(directory)
     # ``whole``: where the whole model was shipped to a host with a disk of its own
     path = Path(r["whole"]) if r.get("whole") else whole_model(plan, directory)
-    whole = session(path, "cpu", int(r["threads"]))
+    whole = whole_model_session(plan, path, int(r["threads"]))  # its input shape fixed
     run_whole, whole_s = beside(whole)
     names = [n for rank in plan.ranks for n in rank.segments]
     timed = time_files(
@@ -212,9 +235,11 @@ def run_on_device(
         directory = Path(request["directory"])
         there, whole = ship_whole(directory, read_plan(directory), remote, host)
         request = {**request, "directory": there, "whole": whole}
+    elif remote is not None and request.get("net_config"):  # a user's file, read there
+        there = ship_model(model_file(request), remote, host)
+        request = {**request, "model": there, "net_config": {"name": "onnx", "path": there}}
     elif remote is not None and request["step"] == "profile":  # made here, read there
-        made = zoo.materialize(request["net"], int(request["seed"]), external=True)
-        request = {**request, "model": ship_model(made, remote, host)}
+        request = {**request, "model": ship_model(model_file(request), remote, host)}
     with scratch("unit-") as d:  # removed even after a kill, at the next start
         hostfile, rankfile = mpi_files(platform, [device], launcher)
         (d / HOSTFILE).write_text(hostfile)

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from dse import app
 from dse.errors import DseError
 from dse.files import writable_file
-from dse.net import zoo
+from dse.net import Net, load_net, zoo
 from dse.paths import calibrated_path
 from dse.platform import Platform
 from dse.runtime.launch.mpiexec import Launcher
@@ -67,6 +68,8 @@ class CalibrationSettings:
     probe: bool  # a speed probe beside each deployment run
     # how the ranks start: on the platform's hosts by name, or on its emulated cluster
     launcher: Launcher = field(default_factory=Launcher)
+    # a network of nets that is an ONNX file: its net config (path, input_shape) by its name
+    net_configs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     resume: bool = False  # take the journal's measurements, measure the rest
     refit: bool = False  # measure nothing: fit the journal's measurements
 
@@ -78,17 +81,63 @@ def base_coefficients(cfg: DictConfig) -> Coefficients:
     return load_coefficients(app.coefficients_path(cfg2))
 
 
+def net_configs(entries: Any) -> dict[str, dict[str, Any]]:
+    """The networks of ``nets=``, each a zoo name, an ONNX file's path (its inputs' shapes
+    fixed in the file) or ``{path: FILE, input_shape: [...]}``, as net configs by the name
+    the network loads under (:func:`dse.net.load_net`); one line for an entry that is none."""
+    out: dict[str, dict[str, Any]] = {}
+    if isinstance(entries, ListConfig | DictConfig):
+        entries = OmegaConf.to_container(entries, resolve=True)
+    for entry in entries or []:
+        if isinstance(entry, str) and entry in zoo.NETS:
+            config: dict[str, Any] = {"name": entry}
+        elif isinstance(entry, Mapping) and "path" in entry:
+            config = {"name": "onnx", **{str(k): v for k, v in entry.items()}}
+        elif isinstance(entry, str) and entry.endswith(".onnx"):
+            config = {"name": "onnx", "path": entry}
+        else:
+            raise DseError(
+                f"nets: '{entry}' is neither a zoo network ({', '.join(zoo.NETS)}) nor an ONNX "
+                "file: give FILE.onnx, or {path: FILE.onnx, input_shape: [1,3,H,W]}"
+            )
+        if config["name"] == "onnx":
+            config["path"] = str(Path(str(config["path"])).expanduser().absolute())
+        try:
+            name = load_net(config).name  # a file that cannot be loaded: its own line
+        except DseError as exc:
+            if "input_shape" in config or "dynamic shape" not in str(exc):
+                raise
+            path = config["path"]
+            raise DseError(
+                f"nets: {path} has an input of dynamic shape: give its shape, as "
+                f"{{path: {path}, input_shape: [1,3,H,W]}}"
+            ) from None
+        if name in out:
+            raise DseError(f"nets: two networks are named '{name}': rename one file")
+        out[name] = config
+    if not out:
+        raise DseError(f"nets is empty: name networks of the zoo ({', '.join(zoo.NETS)}) or files")
+    return out
+
+
+def net_of(s: CalibrationSettings, name: str) -> Net:
+    """The network ``name`` of ``s.nets``, loaded."""
+    return load_net(dict(s.net_configs.get(name, {"name": name})))
+
+
+def net_request(s: CalibrationSettings, name: str) -> dict[str, Any]:
+    """How a unit's request names the network ``name`` (:func:`dse.calibrate.ondevice.
+    net_of_request`): by name, and an ONNX file's net config with it."""
+    config = s.net_configs.get(name)
+    return {"net": name, **({"net_config": dict(config)} if config else {})}
+
+
 def settings_from(cfg: DictConfig) -> CalibrationSettings:
     """The settings of ``cfg`` (a composed ``calibrate`` config), checked; with ``quick``,
     those of :data:`QUICK` and the first network only."""
     platform = app.platform_from(cfg)
-    nets = tuple(str(n) for n in cfg.nets)
-    unknown = [n for n in nets if n not in zoo.NETS]
-    if unknown or not nets:
-        raise DseError(
-            f"nets: unknown network '{unknown[0] if unknown else ''}': choose from "
-            f"{', '.join(zoo.NETS)}"
-        )
+    configs = net_configs(cfg.nets)
+    nets = tuple(configs)
     for key in ("runs", "channel_repeats", "part_repeats", "iterations", "rounds"):
         if int(cfg[key]) < 1:
             raise DseError(f"{key}={cfg[key]} must be at least 1")
@@ -101,6 +150,7 @@ def settings_from(cfg: DictConfig) -> CalibrationSettings:
         platform=platform,
         base=base,
         nets=nets,
+        net_configs={k: v for k, v in configs.items() if v["name"] == "onnx"},
         seed=int(cfg.seed),
         # checked before minutes of measuring, not when the results are written
         out=writable_file(

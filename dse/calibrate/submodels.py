@@ -33,10 +33,10 @@ import onnx
 from dse.calibrate.deployments import CUTS, Deployed, cut_devices
 from dse.calibrate.journal import Journal, NoJournal
 from dse.calibrate.ondevice import Unit, unit_runner
-from dse.calibrate.settings import CalibrationSettings
+from dse.calibrate.settings import CalibrationSettings, net_of
 from dse.mapping import Mappings
 from dse.mapping.rows import layout_of
-from dse.net import Net, load_net
+from dse.net import Net
 from dse.platform import Platform
 from dse.runtime.compile.partition import Deployment, partition
 from dse.runtime.compile.programs import part_rows
@@ -173,7 +173,7 @@ def measure_submodels(
     for name in dict.fromkeys(r.net for r in runs):
         cut = [r for r in runs if r.net == name and r.label in CUTS]
         got, whole_s[name] = rows(
-            load_net({"name": name}),
+            net_of(s, name),
             AnalyticalModel(cut[0].graph, s.platform, coefficients),
             s.platform,
             Mappings.concat([r.mapping for r in cut]),

@@ -63,7 +63,7 @@ from dse.calibrate.deployments import (
 from dse.calibrate.journal import Journal, NoJournal
 from dse.calibrate.links import link_runs, measure_links
 from dse.calibrate.ondevice import unit_runner
-from dse.calibrate.settings import CalibrationSettings
+from dse.calibrate.settings import CalibrationSettings, net_of
 from dse.calibrate.submodels import measure_submodels
 from dse.files import scratch
 from dse.records import to_json
@@ -220,7 +220,12 @@ def _fit_deployments(
                 [r for r in runs if r.label == label], s.platform, with_type(coefficients, dtype, k)
             )
             k, factors[dtype] = anchor_to_runtime(
-                k, computed[dtype], singles, coefficients.index(dtype), factors.get(first)
+                k,
+                computed[dtype],
+                singles,
+                coefficients.index(dtype),
+                factors.get(first),
+                lambda name: net_of(s, name).graph,
             )
             # fitted against the model without the factor (the kernel scales busy time by it)
             anchored[dtype] = replace(k, shared_host_factor=1.0)

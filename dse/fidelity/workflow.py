@@ -73,6 +73,9 @@ def run_fidelity(cfg: DictConfig, tell: Callable[..., None]) -> FidelityReport:
     coefficients = model.coefficients
     out = writable_dir(out_dir(cfg, net.name, platform.name))  # before anything is measured
     tell(f"coefficients: {app.coefficients_origin(cfg, coefficients)}")
+    unseen = app.unprofiled_warning(net, platform, coefficients)
+    if unseen:
+        tell(unseen)
     if not coefficients.calibrated or coefficients.quick:
         how = "a quick calibration (a smoke test)" if coefficients.quick else "not calibrated"
         tell(

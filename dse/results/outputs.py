@@ -14,6 +14,7 @@ from dse.platform import Platform
 from dse.results import plot_worker, plots, report, writers
 from dse.search import nsga2
 from dse.search.problem import MappingProblem
+from models_analytical.layer_costs import unprofiled_ops
 
 
 def stop_reason(state: nsga2.SearchState, interrupted: bool) -> str | None:
@@ -82,6 +83,8 @@ def write_outputs(
         "coefficients": problem.model.coefficients.source,
         "calibrated": problem.model.coefficients.calibrated,
         "calibration": problem.model.coefficients.calibration,
+        # op types calibration profiled no layer of (dse.app.unprofiled_warning)
+        "unprofiled_ops": unprofiled_ops(problem.model.graph, problem.model.coefficients),
         "energy": "modelled, not measured",
         "best": {n: b["values"] for n, b in best.items()},
         "interrupted": interrupted,

@@ -80,6 +80,17 @@ def warnings(summary: Mapping[str, Any]) -> list[tuple[str, bool]]:
                 False,
             )
         )
+    unprofiled = summary.get("unprofiled_ops") or []
+    if unprofiled:
+        named = ", ".join(html.escape(str(op)) for op in unprofiled)
+        out.append(
+            (
+                f"This network's {named} layers are costed by a default: calibration profiled "
+                "none of them, so their times are fitted on other ops; calibrate with this "
+                "network (python -m dse.calibrate nets=[...]).",
+                False,
+            )
+        )
     failed = [r for r in summary.get("phase2") or [] if r.get("status") != "ok"]
     if failed:
         out.append((f"Phase two: {len(failed)} mapping(s) failed to run; see below.", True))

@@ -164,6 +164,7 @@ def prepare(cfg: DictConfig, out: Path, job: Job) -> Prepared:
 def introduction(run: Prepared) -> str:
     """What runs, on what, with which coefficients: the run's first lines."""
     cfg, net, platform, problem, s = run.cfg, run.net, run.platform, run.problem, run.settings
+    coeff = problem.model.coefficients
     return (
         f"{net.name} ({len(net.graph)} layers) on {platform.name} ({len(platform)} devices), "
         f"{cfg.chromosome.name} encoding ({problem.n_var} genes), objectives "
@@ -172,6 +173,7 @@ def introduction(run: Prepared) -> str:
         + f", seed {run.state.seed if run.state is not None else int(cfg.seed)}"
         + (f", resumed at generation {run.state.generation}" if run.state is not None else "")
         + f"\ncoefficients: {app.coefficients_origin(cfg, run.problem.model.coefficients)}"
+        + (f"\n{unseen}" if (unseen := app.unprofiled_warning(net, platform, coeff)) else "")
     )
 
 

@@ -51,6 +51,43 @@ def test_quick_calibration_writes_a_file_later_commands_use(tmp_path) -> None:
 
 
 @pytest.mark.slow
+def test_a_users_onnx_file_is_calibrated_and_other_ops_are_named(tmp_path) -> None:
+    """nets= takes a trained detector's file (a dynamic input, its shape given): every layer
+    of it is then profiled, its one-device time the profiled whole run; the file says which
+    op types were profiled, and a network with others (PP-OCRv4's text detector) is warned
+    of them, by name."""
+    from dse.app import unprofiled_warning
+    from dse.platform import load_platform
+    from dse.serve.deployment import platform_file
+    from tests.helpers.trained import model_path, trained_net
+
+    out = tmp_path / "c.json"
+    detector = model_path("detector")
+    r = run_module(
+        "dse.calibrate", "platform=localhost", "quick=true", "deployments=false", f"out={out}",
+        f"nets=[{{path:{detector},input_shape:[1,3,320,320]}}]",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    c, doc = load_coefficients(out), json.loads(out.read_text())
+    net, ocr = trained_net("detector"), trained_net("ocr_det")
+    assert c["cpu"].profiled_ops == sorted({layer.op for layer in net.graph})
+    m = AnalyticalModel(net.graph, platform_localhost(), c)
+    whole_ms = doc["provenance"]["types"]["cpu"]["profiled_networks"]["320n"]["whole_ms"]
+    assert m.tables.source[0].min() == 1  # every layer profiled
+    assert m.tables.t_work[0].sum() * 1e3 == pytest.approx(whole_ms, rel=1e-3)
+    platform = load_platform(platform_file("localhost"))
+    assert unprofiled_warning(net, platform, c) is None
+    unseen = sorted({layer.op for layer in ocr.graph} - set(c["cpu"].profiled_ops))
+    assert unseen[:3] == ["BatchNormalization", "Clip", "ConvTranspose"]  # and more
+    assert unprofiled_warning(ocr, platform, c) == (
+        f"warning: ch_PP-OCRv4_det_infer's {', '.join(unseen[:-1])} and {unseen[-1]} layers "
+        "are costed by a default: calibration profiled none; calibrate with this network "
+        f"(python -m dse.calibrate platform=localhost nets=[...,{{path:{ocr.path},"
+        "input_shape:[1,3,320,320]}])"
+    )
+
+
+@pytest.mark.slow
 @pytest.mark.mpi
 def test_quick_calibration_with_deployments_brings_runs_to_its_probe(tmp_path) -> None:
     """quick=true with the MPI deployments: the file keeps the speed probe of its network,
@@ -122,8 +159,9 @@ def test_settings_take_the_config_numbers_and_quick_its_own() -> None:
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("nets=[alexnet,lenet]", "nets: unknown network 'lenet': choose from alexnet"),
-        ("nets=[]", "nets: unknown network '': choose from"),
+        ("nets=[alexnet,lenet]", "nets: 'lenet' is neither a zoo network (alexnet, "),
+        ("nets=[]", "nets is empty: name networks of the zoo (alexnet, "),
+        ("nets=[alexnet,alexnet]", "nets: two networks are named 'alexnet': rename one file"),
         ("runs=0", "runs=0 must be at least 1"),
         ("rounds=0", "rounds=0 must be at least 1"),
         ("resume=runs/x", "resume=runs/x: a calibration resumes the measurements beside"),
@@ -133,6 +171,31 @@ def test_settings_take_the_config_numbers_and_quick_its_own() -> None:
 def test_settings_refuse_bad_numbers_in_one_line(override: str, message: str) -> None:
     with pytest.raises(DseError, match=re.escape(message)):
         settings_from(_compose(override))
+
+
+def test_nets_take_zoo_names_and_onnx_files(tmp_path: Path) -> None:
+    """A zoo name, a file whose inputs' shapes are fixed, and a file with a dynamic input and
+    its shape: each under the name it loads as, a file's path made absolute; a dynamic input
+    without its shape is one line saying how to give it."""
+    from tests.helpers.nets import zoo_like
+    from tests.helpers.trained import model_path
+
+    zoo_like(tmp_path)
+    static, detector = tmp_path / "zoo_like.onnx", model_path("detector")
+    s = settings_from(_compose(
+        f"nets=[vgg16,{static},{{path:{detector},input_shape:[1,3,320,320]}}]"
+    ))  # fmt: skip
+    assert s.nets == ("vgg16", "zoo_like", "320n")
+    assert dict(s.net_configs) == {
+        "zoo_like": {"name": "onnx", "path": str(static)},
+        "320n": {"name": "onnx", "path": str(detector), "input_shape": [1, 3, 320, 320]},
+    }
+    with pytest.raises(DseError) as err:
+        settings_from(_compose(f"nets=[{detector}]"))
+    assert str(err.value) == (
+        f"nets: {detector} has an input of dynamic shape: give its shape, as "
+        f"{{path: {detector}, input_shape: [1,3,H,W]}}"
+    )
 
 
 def test_a_calibration_wins_over_the_shipped_file_not_over_a_named_one(tmp_path, monkeypatch):

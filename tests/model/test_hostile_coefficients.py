@@ -263,7 +263,8 @@ def test_the_manual_names_every_key_a_section_is_written_with() -> None:
     cpu = TypeCoefficients.from_dict(GOOD["cpu"], "localhost")
     full = dataclasses.replace(
         cpu,
-        layer_s={"k": 1.0}, regression={"any": (0.0, 0.0, 0.0, 0.0)}, channel_block=2,
+        layer_s={"k": 1.0}, profiled_ops=["Conv"], regression={"any": (0.0, 0.0, 0.0, 0.0)},
+        channel_block=2,
         transfer_fixed_s=1.0, transfer_per_byte_s=1e-9, transfer_per_byte_same_host_s=1e-9,
         split_work_factor=2.0, shared_host_factor=2.0, part_fixed={"k": 0.5},
         part_fixed_channels={"conv": 1.0}, row_fixed={"conv": 0.5}, segment_run_s=1.0,
@@ -287,7 +288,7 @@ def test_the_manual_names_every_key_a_section_is_written_with() -> None:
     assert written == {r for r in rows if "<" not in r}
     # power is drawn per op class of the compute model, then during overhead and idle
     assert (*schema.OP_CLASSES, "overhead", "idle") == schema.POWER_CLASSES
-    assert len(written) == 42  # 20 fields; layer 4, power_w 6, memory 8 + weights 2 + loading 2
+    assert len(written) == 43  # 21 fields; layer 4, power_w 6, memory 8 + weights 2 + loading 2
 
 
 def test_the_manual_holds_the_schema() -> None:
