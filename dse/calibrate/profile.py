@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,18 +35,27 @@ from dse.net.graph import LayerGraph
 from dse.runtime.rank.pace import paced
 from dse.runtime.rank.sessions import session_options
 
-_SUFFIXES = (re.compile(r"_token_\d+$"), re.compile(r"_nchwc$"), re.compile(r"_bn$"))
+_SUFFIXES = (
+    re.compile(r"_token_\d+$"),
+    re.compile(r"/[A-Za-z]+Fusion/?$"),  # a fusion's node: Mul/QuickGeluFusion/, Slice_1/...
+    re.compile(r"_nchwc$"),
+    re.compile(r"_bn$"),
+)
 
 
-def layer_for_kernel(name: str, index: dict[str, int]) -> int | None:
-    """The layer a kernel name refers to, or None (layout conversions, unknown kernels)."""
+def layer_for_kernel(
+    name: str, index: Mapping[str, int], producer: Mapping[str, int] | None = None
+) -> int | None:
+    """The layer a kernel name refers to, by the layer's name or (``producer``: tensor name to
+    layer) the name of its output (onnxruntime names a layout-converted node after its output:
+    ``/model.0/conv/Conv_output_0_nchwc``), or None (layout conversions, unknown kernels)."""
     n = name[len("fused ") :] if name.startswith("fused ") else name
-    if n in index:
-        return index[n]
-    for pattern in _SUFFIXES:
-        n = pattern.sub("", n)
+    for pattern in (None, *_SUFFIXES):
+        n = pattern.sub("", n) if pattern is not None else n
         if n in index:
             return index[n]
+        if producer is not None and n in producer:
+            return producer[n]
     return None
 
 
@@ -93,7 +103,7 @@ def attribute(
     """Step 1: seconds per layer from one run's kernels, and the names attached to neighbours."""
     index = graph.index
     t = np.zeros(len(graph))
-    owners = [layer_for_kernel(name, index) for name, _, _ in kernels]
+    owners = [layer_for_kernel(name, index, graph.producer) for name, _, _ in kernels]
     unmapped = []
     for i, (name, op, sec) in enumerate(kernels):
         own = owners[i]

@@ -27,6 +27,13 @@ def test_kernel_names_map_to_layers() -> None:
     assert layer_for_kernel("norm1_bn_nchwc", index) == 2
     assert layer_for_kernel("relu1_nchwc_token_3", index) == 1
     assert layer_for_kernel("ReorderOutput_token_16", index) is None
+    # as onnxruntime names nodes of a model exported by PyTorch (YOLOv8's): a layout-converted
+    # Conv after its output tensor, a Sigmoid x Mul fused into QuickGelu after the Mul
+    index = {"/m.0/conv/Conv": 0, "/m.0/act/Sigmoid": 1, "/m.0/act/Mul": 2}
+    producer = {"/m.0/conv/Conv_output_0": 0, "/m.0/act/Sigmoid_output_0": 1}
+    assert layer_for_kernel("/m.0/conv/Conv_output_0_nchwc", index, producer) == 0
+    assert layer_for_kernel("/m.0/act/Mul/QuickGeluFusion/", index, producer) == 2
+    assert layer_for_kernel("/m.0/conv/Conv_output_0_nchwc", index) is None  # by name only
 
 
 @pytest.mark.parametrize("name", ["alexnet", "resnet50", "googlenet", "mobilenetv2", "densenet121"])
