@@ -9,14 +9,22 @@ from typing import cast
 
 import numpy as np
 
+from dse.net.fusion import FUSED, cost_families
 from dse.net.graph import Layer, LayerGraph
-from dse.net.ops import family, products
-from models_analytical.coefficients import OP_CLASSES, Coefficients, TypeCoefficients
+from dse.net.ops import family, memory_bound, products
+from models_analytical.coefficients import (
+    OP_CLASSES,
+    Coefficients,
+    RegressionRow,
+    TypeCoefficients,
+)
 
 #: Op types whose weights count as convolutions' (packed by onnxruntime: ``WEIGHT_CLASSES``).
 CONV_OPS = frozenset(products.CONV_OPS)
 #: The cost families of convolutions (:func:`dse.net.ops.family`).
-CONV_FAMILIES = frozenset({"conv_winograd", "conv", "conv_1x1", "conv_grouped"})
+CONV_FAMILIES = frozenset(
+    {"conv_winograd", "conv", "conv_1x1", "conv_grouped", "conv_depthwise", "conv_transpose"}
+)
 
 
 def op_class(layer: Layer) -> str:
@@ -43,9 +51,13 @@ def layer_key(layer: Layer) -> str:
     return hashlib.sha1(repr(sig).encode()).hexdigest()[:16]
 
 
-def regression_terms(layer: Layer) -> np.ndarray:
-    """The layer's values of REGRESSION_TERMS."""
+def regression_terms(layer: Layer, family_name: str | None = None) -> np.ndarray:
+    """The layer's values of REGRESSION_TERMS, for its cost family ``family_name`` (default
+    its op's): a family bound by the bytes it moves (:func:`dse.net.ops.memory_bound`) has
+    no MAC or weight term, its constant operands counted among the bytes it reads."""
     act = sum(t.nbytes for t in layer.inputs) + layer.output_bytes
+    if memory_bound(family_name or family(layer)):
+        return np.array([1.0, 0.0, float(act + layer.weight_bytes), 0.0])
     return np.array([1.0, float(layer.macs), float(act), float(layer.weight_bytes)])
 
 
@@ -136,6 +148,24 @@ def unprofiled_ops(graph: LayerGraph, coefficients: Coefficients) -> list[str]:
     return sorted({layer.op for layer in graph} - seen) if seen else []
 
 
+#: The regression row of the families bound by the bytes they move, for one without a row.
+MEMORY_ROW = "memory"
+
+
+def regression_row(coeff: TypeCoefficients, family_name: str) -> RegressionRow | None:
+    """The regression row a layer of ``family_name`` takes: its family's; else, for a family
+    bound by the bytes it moves, :data:`MEMORY_ROW`'s; else ``any``'s. A fused layer
+    (:mod:`dse.net.fusion`) without its family's row costs nothing of its own."""
+    reg = coeff.regression
+    if family_name in reg:
+        return reg[family_name]
+    if family_name == FUSED:
+        return (0.0, 0.0, 0.0, 0.0)
+    if memory_bound(family_name) and MEMORY_ROW in reg:
+        return reg[MEMORY_ROW]
+    return reg.get("any")
+
+
 def layer_tables(graph: LayerGraph, coefficients: Coefficients) -> LayerTables:
     classes = np.array([OP_CLASSES.index(op_class(layer)) for layer in graph], dtype=np.int64)
     n_types = len(coefficients.types)
@@ -149,6 +179,7 @@ def layer_tables(graph: LayerGraph, coefficients: Coefficients) -> LayerTables:
     conv = np.array([layer.op in CONV_OPS for layer in graph])
     borrowed = borrowed_profiles(coefficients)
     keys = [layer_key(layer) for layer in graph]
+    families = cost_families(graph)
     for k, (name, coeff) in enumerate(coefficients.types.items()):
         rates = cast("Mapping[str, float]", coeff.layer)  # a TypedDict keyed by op class
         per_class = np.array([rates[c] for c in OP_CLASSES])
@@ -171,9 +202,9 @@ def layer_tables(graph: LayerGraph, coefficients: Coefficients) -> LayerTables:
                 if other is not None:
                     t_work[k, i], source[k, i] = other[0][key] * other[1], 3
                     continue
-                c = coeff.regression.get(family(layer)) or coeff.regression.get("any")
+                c = regression_row(coeff, families[i])
                 if c is not None:
-                    t_work[k, i] = max(float(np.dot(c, regression_terms(layer))), 0.0)
+                    t_work[k, i] = max(float(np.dot(c, regression_terms(layer, families[i]))), 0.0)
                     source[k, i] = 2
     return LayerTables(
         classes,

@@ -14,9 +14,11 @@ from typing import Any
 
 import numpy as np
 
+from dse.net.fusion import FUSED
+from dse.net.ops import memory_bound
 from models_analytical.calibration import fit_columns, fit_nonnegative
 from models_analytical.coefficients import RegressionRow, TypeCoefficients
-from models_analytical.layer_costs import PART_FIXED_MAX
+from models_analytical.layer_costs import MEMORY_ROW, PART_FIXED_MAX
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,10 @@ def fit_regression(
         rows = keep & (fam == f)
         if rows.sum() >= min_rows:
             out[f] = fit(rows)
+    # the families bound by the bytes they move together, for one without enough rows
+    moving = keep & np.array([memory_bound(f) and f != FUSED for f in fam], dtype=bool)
+    if moving.sum() >= min_rows:
+        out[MEMORY_ROW] = fit(moving)
     if keep.sum() >= min_rows:
         out["any"] = fit(keep)
     return RegressionFit(out)

@@ -30,10 +30,11 @@ from dse.calibrate.ondevice import Unit, UnitFailed
 from dse.calibrate.settings import CalibrationSettings, net_of, net_request
 from dse.errors import DseError
 from dse.net import load_net
+from dse.net.fusion import cost_families
 from dse.net.graph import LayerGraph
 from models_analytical.calibration import MeasuredRun
 from models_analytical.coefficients import Coefficients, TypeCoefficients
-from models_analytical.layer_costs import family, layer_key, profile_ratio, regression_terms
+from models_analytical.layer_costs import layer_key, profile_ratio, regression_terms
 from models_analytical.layer_fits import (
     fit_channel_block,
     fit_part_fixed,
@@ -132,10 +133,10 @@ def calibrate_compute(
         ops.update(layer.op for layer in g)
         for key, t in key_times(g, prof["layer_s"]).items():
             layer_s.setdefault(key, t)  # the first network profiled with a key gives its time
-        for layer, t in zip(g, prof["layer_s"], strict=True):
+        for layer, fam, t in zip(g, cost_families(g), prof["layer_s"], strict=True):
             nets_of.append(name)
-            fams.append(family(layer))
-            terms.append(regression_terms(layer))
+            fams.append(fam)
+            terms.append(regression_terms(layer, fam))
             secs.append(float(t))
         whole = float(np.median(prof["whole_s"]))
         whole_ms[name] = round(whole * 1e3, 3)

@@ -52,6 +52,42 @@ def test_regression_recovers_known_coefficients() -> None:
         np.testing.assert_allclose(fit.per_family[fam], c, rtol=1e-3, atol=1e-14)
 
 
+def test_memory_bound_families_share_a_row_for_those_without_their_own() -> None:
+    """Layers moving bytes (arith, activation) fit a ``memory`` row together, beside their own;
+    a family with no row of its own takes it (resize), a fused layer none costs nothing, and a
+    convolution falls back to ``any``."""
+    from models_analytical.layer_costs import MEMORY_ROW, regression_row
+
+    fams = ["arith"] * 4 + ["activation"] * 4 + ["conv"] * 4
+    bytes_moved = np.array([1e4, 2e4, 4e4, 8e4] * 3)
+    terms = np.array([[1.0, 0.0, b, 0.0] for b in bytes_moved])
+    terms[8:, 1] = [1e6, 2e6, 4e6, 8e6]  # the convs' MACs
+    secs = np.concatenate([1e-6 + 1e-10 * bytes_moved[:8], 1e-11 * terms[8:, 1]])
+    fit = fit_regression(fams, terms, secs)
+    np.testing.assert_allclose(fit.per_family[MEMORY_ROW], [1e-6, 0.0, 1e-10, 0.0], atol=1e-15)
+    cpu = dataclasses.replace(coefficients()["cpu"], regression=fit.per_family)
+    assert regression_row(cpu, "resize") == fit.per_family[MEMORY_ROW]
+    assert regression_row(cpu, "fused") == (0.0, 0.0, 0.0, 0.0)
+    assert regression_row(cpu, "conv_1x1") == fit.per_family["any"]
+
+
+def test_a_memory_bound_layer_is_costed_by_the_bytes_it_moves() -> None:
+    """An Add of a 1x8x4x4 activation and a constant of the same shape: it reads 2 x 512 bytes
+    and writes 512, with no MAC term; a Conv keeps its MACs and weight bytes apart."""
+    from onnx import helper
+
+    from dse.net.build import build_graph
+    from models_analytical.layer_costs import regression_terms
+    from tests.helpers.onnx_factory import model, weight
+
+    m = model(
+        [helper.make_node("Add", ["x", "c"], ["y"], name="add")],
+        {"x": [1, 8, 4, 4]}, ["y"], [weight("c", (1, 8, 4, 4))],
+    )  # fmt: skip
+    (add,) = build_graph(m, "add").layers
+    assert list(regression_terms(add)) == [1.0, 0.0, 3 * 512.0, 0.0]
+
+
 def test_a_family_of_one_mac_count_gets_no_constant() -> None:
     """ResNet-50's 3x3 convolutions all have 115.6 M MACs, AlexNet's conv3 149.5 M: times of
     20 ps per MAC with a few percent of noise. Fitted with a constant, the line through them

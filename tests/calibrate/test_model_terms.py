@@ -29,8 +29,9 @@ def test_model_uses_profiled_and_regressed_layer_times() -> None:
     graph, _ = chain_model(coefficients())
     base = coefficients()["cpu"]
     keys = [layer_key(layer) for layer in graph]
-    # conv0 profiled at 5 ms; the relus regressed at 1 ms + 1e-9 s per activation byte
-    reg = {"elementwise": [1e-3, 0.0, 1e-9, 0.0]}
+    # conv0 profiled at 5 ms; the relus, fused into the convs before them, regressed at 1 ms +
+    # 1e-9 s per byte moved
+    reg = {"fused": [1e-3, 0.0, 1e-9, 0.0]}
     cpu = dataclasses.replace(base, layer_s={keys[0]: 5e-3}, regression=reg)
     _, m = chain_model(Coefficients({"cpu": cpu}))
     t = m.tables.t_work[0]

@@ -15,9 +15,13 @@ An entry (:class:`Op`) says, for the op types of one family:
   - data movement (Concat, Reshape, Flatten, Transpose, Slice, Pad, Gather, ...) is free.
 
   An op with no entry is estimated as one MAC per output element and flagged as estimated.
-* ``family``: the cost family its time is modelled and regressed in (``conv_winograd``,
-  ``conv``, ``conv_1x1``, ``conv_grouped``, ``fc``, ``pool``, ``norm``, ``concat``,
-  ``elementwise``), from the layer (op, attributes, weight shapes).
+* ``family``: the cost family its time is modelled and regressed in, from the layer (op,
+  attributes, weight shapes): bound by their MACs (:data:`COMPUTE_FAMILIES`: ``conv_winograd``,
+  ``conv``, ``conv_1x1``, ``conv_grouped``, ``conv_depthwise``, ``conv_transpose``, ``fc``) or
+  by the bytes they move (``pool``, ``norm``, ``concat``, ``activation`` (one tensor in),
+  ``arith`` (several), ``resize``, ``softmax``, ``reduce``, ``movement``; ``elementwise`` for
+  an op without an entry). A layer onnxruntime runs inside another's kernel is costed as
+  ``fused`` whatever its op (:mod:`dse.net.fusion`).
 * ``channels``: how it splits by output channels (Layer-Output-Partitioning), given a constant
   weight: :class:`ChannelSplit`, the weight's input position, the output's channel axis, and
   how the runtime computes one part (``slice``: the nodes computing output channels
@@ -203,6 +207,18 @@ def family(layer: LayerLike) -> str:
     """The cost family of a layer (``elementwise`` for ops without an entry)."""
     entry = REGISTRY.get(layer.op)
     return entry.family(layer) if entry is not None else "elementwise"
+
+
+#: The families whose time follows their MACs; every other family's follows the bytes it
+#: moves (its inputs, constant operands included, and its outputs).
+COMPUTE_FAMILIES = frozenset(
+    {"conv_winograd", "conv", "conv_1x1", "conv_grouped", "conv_depthwise", "conv_transpose", "fc"}
+)
+
+
+def memory_bound(family_name: str) -> bool:
+    """Whether a family's time follows the bytes it moves, not its MACs."""
+    return family_name not in COMPUTE_FAMILIES
 
 
 def channel_split(op: str) -> ChannelSplit | None:

@@ -6,7 +6,7 @@ from dse.errors import DseError
 from dse.net.ops import LayerLike, OpView, RowWindow, family_of, numel, register
 
 
-@register("Identity", "Dropout", family=family_of("elementwise"), local="any", fused=True)
+@register("Identity", "Dropout", family=family_of("movement"), local="any", fused=True)
 @register(
     "Reshape",
     "Flatten",
@@ -14,7 +14,7 @@ from dse.net.ops import LayerLike, OpView, RowWindow, family_of, numel, register
     "Unsqueeze",
     "Transpose",
     "Cast",
-    family=family_of("elementwise"),
+    family=family_of("movement"),
 )
 def _same_elements(v: OpView) -> int:
     # free, but the output holds exactly the input's elements: a Reshape of 48 values to
@@ -37,7 +37,7 @@ def concat_rows(layer: LayerLike) -> RowWindow | None:
 
 
 @register("Concat", family=family_of("concat"), rows=concat_rows)
-@register("Pad", family=family_of("elementwise"), not_parameters=frozenset({1, 2, 3}))
+@register("Pad", family=family_of("movement"), not_parameters=frozenset({1, 2, 3}))
 @register(
     "Slice",
     "Split",
@@ -64,7 +64,7 @@ def concat_rows(layer: LayerLike) -> RowWindow | None:
     "SequenceAt",
     "SplitToSequence",
     "ConcatFromSequence",
-    family=family_of("elementwise"),
+    family=family_of("movement"),
 )
 def _free(v: OpView) -> int:
     return 0

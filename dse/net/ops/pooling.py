@@ -49,7 +49,7 @@ def _global_pool(v: OpView) -> int:
     "ArgMin",
     "TopK",
     "NonZero",
-    family=family_of("elementwise"),
+    family=family_of("reduce"),
 )
 def _reduce(v: OpView) -> int:
     return numel(v.in_shapes[0])

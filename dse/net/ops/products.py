@@ -47,8 +47,10 @@ def is_winograd(layer: LayerLike) -> bool:
 
 
 def conv_family(layer: LayerLike) -> str:
-    if int(layer.attrs.get("group", 1)) > 1:
-        return "conv_grouped"
+    groups = int(layer.attrs.get("group", 1))
+    if groups > 1:  # depthwise: a group per input channel (weight [C_out, 1, k, k])
+        depthwise = bool(layer.weights) and layer.weights[0].shape[1] == 1
+        return "conv_depthwise" if depthwise else "conv_grouped"
     if layer.weights and tuple(layer.weights[0].shape[2:]) == (1, 1):
         return "conv_1x1"
     return "conv_winograd" if is_winograd(layer) else "conv"
@@ -192,7 +194,7 @@ def conv_transpose_rows(layer: LayerLike) -> RowWindow | None:
 
 @register(
     "ConvTranspose",
-    family=conv_family,
+    family=family_of("conv_transpose"),
     channels=ChannelSplit(1, 1, conv_part),
     rows=conv_transpose_rows,
 )
