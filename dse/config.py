@@ -37,6 +37,13 @@ def zoo_names() -> list[str]:
     return list(NETS)
 
 
+def calibration_names() -> list[str]:
+    """The networks calibration profiles by default: the zoo and the calibration networks."""
+    from dse.net.zoo import CALIBRATION_NETS
+
+    return [*zoo_names(), *CALIBRATION_NETS]
+
+
 #: The only classes a config may name with ``_target_``.
 ALLOWED_TARGETS = frozenset(
     {
@@ -273,7 +280,7 @@ class CalibrateConfig(BaseConfig):
 
     # profiled networks: zoo names and ONNX files (FILE.onnx, or {path: FILE.onnx, input_shape:
     # [1,3,H,W]}); layers of other networks are regressed from theirs
-    nets: list[Any] = field(default_factory=zoo_names)
+    nets: list[Any] = field(default_factory=calibration_names)
     runs: int = 10  # profiled runs per network (after the warm-up runs)
     warmup: int = 2  # warm-up runs before profiling, and iterations before each deployment's
     channel_repeats: int = 15  # timed rounds of the one-Conv models (the channel block)

@@ -6,8 +6,11 @@ fused node named after one of them (``relu1_nchwc``, ``fused fc6``, ``layer1.0.b
 them. Mapping, in three steps:
 
 1. a kernel's name, with ``fused `` and the suffixes ``_token_N``, ``_nchwc``, ``_bn`` taken off
-   until it names a layer, is that layer; a layout conversion belongs to the kernel it feeds
-   (``ReorderInput``) or drains (``ReorderOutput``), i.e. the next or previous kernel run;
+   until it names a layer (or its output tensor), is that layer; a layout conversion belongs to
+   the kernel on its plain (NCHW) side, the layer that cannot run in onnxruntime's blocked
+   layout and so makes the conversion necessary: the kernel run before a ``ReorderInput``,
+   the one run after a ``ReorderOutput`` (an Add of a scalar after a Conv pays for taking the
+   Conv's output out of the blocked layout; a Conv after Conv costs the same in every network);
 2. a layer that got no kernel was fused into a neighbour: an activation-like op (BatchNorm, Relu,
    Add, ...) into the layer producing its input, anything else into the layer consuming its
    output; the layers merged this way form a group;
@@ -109,7 +112,7 @@ def attribute(
         own = owners[i]
         if own is None:
             unmapped.append(name)
-            step = -1 if op == "ReorderOutput" else 1
+            step = -1 if op == "ReorderInput" else 1
             j = i + step
             while 0 <= j < len(kernels) and owners[j] is None:
                 j += step

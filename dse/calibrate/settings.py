@@ -89,7 +89,7 @@ def net_configs(entries: Any) -> dict[str, dict[str, Any]]:
     if isinstance(entries, ListConfig | DictConfig):
         entries = OmegaConf.to_container(entries, resolve=True)
     for entry in entries or []:
-        if isinstance(entry, str) and entry in zoo.NETS:
+        if isinstance(entry, str) and entry in (*zoo.NETS, *zoo.CALIBRATION_NETS):
             config: dict[str, Any] = {"name": entry}
         elif isinstance(entry, Mapping) and "path" in entry:
             config = {"name": "onnx", **{str(k): v for k, v in entry.items()}}

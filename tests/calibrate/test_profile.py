@@ -36,6 +36,28 @@ def test_kernel_names_map_to_layers() -> None:
     assert layer_for_kernel("/m.0/conv/Conv_output_0_nchwc", index) is None  # by name only
 
 
+def test_a_layout_conversion_is_paid_by_the_layer_that_needs_it() -> None:
+    """relu0 runs in the plain layout between two blocked convolutions (as an Add of a scalar
+    does in an exported model): converting conv0's output out of the blocked layout and its
+    own back into it are relu0's time, not the convolutions'."""
+    from dse.calibrate.profile import attribute
+    from dse.net.build import build_graph
+    from tests.helpers.onnx_factory import conv_relu_chain
+
+    g = build_graph(conv_relu_chain(), "chain")  # conv0 relu0 conv1 relu1 conv2 relu2
+    kernels = [
+        ("ReorderInput", "ReorderInput", 0.5),  # the network's input: nothing before it
+        ("conv0", "Conv", 1.0),
+        ("ReorderOutput_token_1", "ReorderOutput", 0.2),
+        ("relu0", "Relu", 0.1),
+        ("ReorderInput_token_2", "ReorderInput", 0.3),
+        ("conv1", "Conv", 2.0),
+    ]
+    t, unmapped = attribute(kernels, g)
+    assert list(t[:3]) == pytest.approx([1.5, 0.6, 2.0])
+    assert unmapped == ["ReorderInput", "ReorderOutput_token_1", "ReorderInput_token_2"]
+
+
 @pytest.mark.parametrize("name", ["alexnet", "resnet50", "googlenet", "mobilenetv2", "densenet121"])
 def test_profile_covers_every_layer_of_the_zoo(name: str) -> None:
     """Every layer gets a time, and the layers' times add up to the kernels' (nothing lost or

@@ -292,3 +292,25 @@ def test_pool_shapes_match_onnxruntime(
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (y,) = sess.run(None, {"input": np.ones((1, 2, size, size), np.float32)})
     assert y.shape == (1, *b.shapes[out])
+
+
+def test_opmix_has_the_families_exported_models_use_each_at_several_sizes() -> None:
+    """Calibration's network beside the zoo: at least three layers of each family the zoo
+    lacks run alone (not fused), of more than one size, and its seeded model runs."""
+    import collections
+
+    import onnxruntime as ort
+
+    from dse.config import CalibrateConfig
+    from dse.net.fusion import cost_families
+
+    net = load_net({"name": "opmix"})
+    sizes: dict[str, set[int]] = collections.defaultdict(set)
+    for layer, fam in zip(net.graph, cost_families(net.graph), strict=True):
+        sizes[fam].add(layer.output_bytes)
+    for fam in ("arith", "activation", "resize", "softmax", "conv_depthwise", "conv_transpose"):
+        assert len(sizes[fam]) >= 3, (fam, sizes[fam])
+    assert "opmix" in CalibrateConfig().nets and "opmix" not in NETS
+    sess = ort.InferenceSession(str(materialize("opmix", 0)), providers=["CPUExecutionProvider"])
+    (out,) = sess.run(None, {"input": np.zeros((1, 3, 224, 224), np.float32)})
+    assert out.shape == (1, 16, 112, 112) and np.isfinite(out).all()

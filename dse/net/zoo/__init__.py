@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from dse.net.zoo.builder import NetBuilder
 from dse.net.zoo.materialize import materialize
-from dse.net.zoo.registry import NETS, build
+from dse.net.zoo.registry import CALIBRATION_NETS, NETS, build
 
-__all__ = ["NETS", "NetBuilder", "build", "materialize"]
+__all__ = ["CALIBRATION_NETS", "NETS", "NetBuilder", "build", "materialize"]

@@ -19,7 +19,8 @@ Shape = tuple[int, ...]
 
 
 class Fill(NamedTuple):
-    """How materialize fills one initializer: 'he' (value = fan_in) or 'const' (value)."""
+    """How materialize fills one initializer: 'he' (value = fan_in), 'const' (value) or
+    'scales' (a Resize's [1, 1, value, value])."""
 
     kind: str
     value: float

@@ -40,10 +40,12 @@ def fill_weights(
         if fill.kind == "he":
             arr = rng.standard_normal(dims, dtype=np.float32)
             arr *= np.float32(np.sqrt(2.0 / fill.value))
+        elif fill.kind == "scales":  # a Resize's scales: 1 for batch and channels
+            arr = np.array([1.0, 1.0, fill.value, fill.value], dtype=np.float32)
         else:
             arr = np.full(dims, fill.value, dtype=np.float32)
-        if data is None:
-            init.raw_data = arr.tobytes()
+        if data is None or fill.kind == "scales":  # a shape-like input: onnxruntime reads it
+            init.raw_data = arr.tobytes()  # when it loads the model, so it stays inline
             continue
         append_external(data, init, arr)
 

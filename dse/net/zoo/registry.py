@@ -12,6 +12,7 @@ from dse.net.zoo.builder import Fill, NetBuilder
 from dse.net.zoo.densenet import densenet121
 from dse.net.zoo.googlenet import googlenet
 from dse.net.zoo.mobilenet import mobilenetv2
+from dse.net.zoo.opmix import opmix
 from dse.net.zoo.resnet import resnet50
 from dse.net.zoo.vgg import vgg16
 
@@ -23,7 +24,12 @@ _NETWORKS: dict[str, Callable[[NetBuilder], str]] = {
     "resnet50": resnet50,
     "vgg16": vgg16,
 }
+#: The zoo: six classic ImageNet CNNs.
 NETS: tuple[str, ...] = tuple(sorted(_NETWORKS))
+#: Networks made for calibration to profile beside the zoo (loaded and materialized as zoo
+#: networks are, by name): the layers of exported models the zoo lacks.
+CALIBRATION_NETS: tuple[str, ...] = ("opmix",)
+_NETWORKS["opmix"] = opmix
 
 
 def network(name: str) -> Callable[[NetBuilder], str]:
