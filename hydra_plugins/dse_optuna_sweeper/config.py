@@ -50,8 +50,24 @@ class DseOptunaSweeperConf:
     total_trials: int | None = None
     study_name: str | None = None  # None: <net>-<digest of the command's search space>
     # None: sqlite:///runs/sweeps/<study_name>.db; 'memory': nothing kept; or any RDB URL
-    # (postgresql://user:password@host/db) that several hosts share
+    # that several hosts share, without its password (postgresql://user@host:port/db)
     storage: str | None = None
+    # a file holding the server's password, when neither PGPASSWORD nor ~/.pgpass gives it
+    password_file: str | None = None
+    connect_timeout: int = 10  # seconds to wait for a database server to answer
+    # a running trial beats every heartbeat_interval seconds (null: never); one whose beat is
+    # grace_period seconds old (null: two intervals) is failed, its worker taken for dead
+    heartbeat_interval: int | None = 60
+    grace_period: int | None = None
+    retry_failed: int = 0  # times another worker runs a dead worker's trial again
+    # swept keys that mean something only for some values of another swept key: not sampled
+    # (nor given) otherwise, {key: "other=a,b"}; the encodings' own are there already
+    conditions: dict[str, str] = field(
+        default_factory=lambda: {
+            f"chromosome.{key}": "chromosome=naive,advanced"
+            for key in ("splits", "shares", "spatial")
+        }
+    )
     # search space given in a config file, {key: "interval(5,40)"}; command-line keys win
     params: dict[str, str] | None = None
 
