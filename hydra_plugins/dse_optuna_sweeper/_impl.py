@@ -46,6 +46,7 @@ from hydra_plugins.dse_optuna_sweeper._storage import (
     Options,
     default_url,
     masked,
+    one_at_a_time,
     open_storage,
     retry,
 )
@@ -272,6 +273,7 @@ class SweeperImpl:
             retry_failed=retry_failed,
         )
         self.beats: Heartbeats | None = None
+        self.storage_handle: Any = None
         self.job_idx = 0
         self.completed = 0  # trials this command ran that completed
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
@@ -311,6 +313,7 @@ class SweeperImpl:
         sampler = make_sampler(self.sampler_conf)
         enumerable(space, sampler)  # before the storage: a refused sweep leaves no file
         storage = open_storage(url, self.options)
+        self.storage_handle = storage
         try:
             study = retry(
                 lambda: optuna.create_study(
@@ -453,14 +456,27 @@ class SweeperImpl:
         shown = ", ".join(f"{k}={v:.6g}" for k, v in zip(keys, got.values, strict=True))
         print(f"trial {trial.number}: {shown} -> {attrs.get('run_dir', '?')}")
 
+    def _room(self, study: optuna.Study, size: int) -> int:
+        """How many of ``size`` trials the study takes (``total_trials``)."""
+        if self.total_trials is None:
+            return size
+        held = len(retry(lambda: study.get_trials(deepcopy=False)))
+        return max(0, min(size, self.total_trials - held))
+
     def _batch(
         self, study: optuna.Study, space: SearchSpace, keys: list[str], size: int
-    ) -> Sequence[JobReturn] | None:
-        """Ask for ``size`` trials, run them as one launch, tell their results."""
+    ) -> tuple[int, Sequence[JobReturn] | None]:
+        """Ask for up to ``size`` trials (as many as ``total_trials`` leaves: counted and asked
+        for by one worker at a time), run them as one launch, tell their results; how many
+        were asked for, and the launch's results."""
         batch: list[tuple[Trial, list[str], float]] = []
+        asked: list[tuple[Trial, list[str], float]] = []
         try:
-            for _ in range(size):
-                trial, overrides, spent = self._ask(study, space)
+            with one_at_a_time(self.storage_handle, study.study_name):
+                size = self._room(study, size)
+                for _ in range(size):
+                    asked.append(self._ask(study, space))
+            for trial, overrides, spent in asked:
                 if self._reused(study, trial, keys):
                     continue
                 # a config that does not compose stops the launcher's whole batch: check each
@@ -471,7 +487,7 @@ class SweeperImpl:
                 else:
                     batch.append((trial, overrides, spent))
             if not batch:
-                return None
+                return size, None
             launched = time.perf_counter()
             try:
                 results = self.launcher.launch(
@@ -482,11 +498,11 @@ class SweeperImpl:
                 for trial, _, _ in batch:
                     self._fail(study, trial, one_line(exc))
                 if len(batch) == 1:
-                    return None
+                    return size, None
                 raise
         except (KeyboardInterrupt, SystemExit):
             # Ctrl-C: a run stops at its next generation with complete outputs and exits 130
-            for trial, _, _ in batch:
+            for trial, _, _ in asked:
                 self._fail(study, trial, "interrupted")
             print("sweep interrupted: run the same command to continue the study", file=sys.stderr)
             raise
@@ -494,7 +510,7 @@ class SweeperImpl:
         launch = (time.perf_counter() - launched) / len(batch)
         for (trial, _, spent), ret in zip(batch, results, strict=True):
             self._record(study, trial, ret, keys, spent, launch)
-        return results
+        return size, results
 
     def _sweep(self, arguments: list[str]) -> list[Sequence[JobReturn]]:
         space = parse(arguments, self.params)
@@ -528,15 +544,12 @@ class SweeperImpl:
         returns: list[Sequence[JobReturn]] = []
         done = 0
         while done < self.n_trials:
-            size = min(self.n_jobs, self.n_trials - done)
-            if self.total_trials is not None:
-                held = len(study.get_trials(deepcopy=False))
-                size = min(size, self.total_trials - held)
-                if size <= 0:
-                    print(f"the study holds {held} trials (hydra.sweeper.total_trials)")
-                    break
-            done += size
-            results = self._batch(study, space, keys, size)
+            asked, results = self._batch(study, space, keys, min(self.n_jobs, self.n_trials - done))
+            if not asked:
+                held = len(retry(lambda: study.get_trials(deepcopy=False)))
+                print(f"the study holds {held} trials (hydra.sweeper.total_trials)")
+                break
+            done += asked
             if results is not None:
                 returns.append(results)
         report = _report.summarize(study, keys, space, url)

@@ -99,7 +99,8 @@ class SearchSpace:
 
 def conditional(space: SearchSpace, conditions: dict[str, str]) -> None:
     """Record in ``space`` which swept keys apply only to some choices of another swept key
-    (``{key: "other=a,b"}``); a condition on a key not swept, or on one not swept, is moot."""
+    (``{key: "other=a,b"}``); a condition on a key not swept, or on one not swept, is moot, and
+    so are its choices the command does not sweep."""
     for key, text in conditions.items():
         parent, sep, values = (part.strip() for part in str(text).partition("="))
         parent = parent.lstrip("+~")
@@ -115,11 +116,11 @@ def conditional(space: SearchSpace, conditions: dict[str, str]) -> None:
             raise DseError(
                 f"hydra.sweeper.conditions.{key}={text}: {parent} is not swept as a choice"
             )
-        unknown = sorted(allowed - set(choices))
-        if unknown:
+        if not allowed & set(choices):
             raise DseError(
-                f"hydra.sweeper.conditions.{key}={text}: {parent} has no choice {unknown[0]} "
-                f"(its choices: {','.join(choices)})"
+                f"hydra.sweeper.conditions.{key}={text}: {key} applies to none of {parent}'s "
+                f"choices ({','.join(choices)}): sweep {parent} over one of "
+                f"{','.join(sorted(allowed))}, or do not sweep {key}"
             )
         space.when[key] = (parent, allowed)
     space.order()  # a cycle is refused now, before a study is opened

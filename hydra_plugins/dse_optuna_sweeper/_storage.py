@@ -10,13 +10,14 @@ local disk: over several hosts use a server database (``postgresql://...``).
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import random
 import sqlite3
 import time
 import warnings
-from collections.abc import Callable
-from contextlib import closing
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -343,3 +344,26 @@ def _unreachable(exc: BaseException) -> bool:
             "no pg_hba.conf entry",
         )
     )
+
+
+@contextmanager
+def one_at_a_time(storage: Any, name: str) -> Iterator[None]:
+    """A block that one worker of the study ``name`` runs at a time: on a PostgreSQL server, a
+    session advisory lock (released by the server if the worker dies); elsewhere none, and
+    two workers may each start one more trial than ``total_trials`` leaves."""
+    engine = getattr(storage, "engine", None)
+    if engine is None or engine.dialect.name != "postgresql":
+        yield
+        return
+    from sqlalchemy import text
+
+    key = int.from_bytes(
+        hashlib.sha1(f"dse-study:{name}".encode()).digest()[:8], "big", signed=True
+    )
+    with engine.connect() as conn:
+        retry(lambda: conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key}))
+        try:
+            yield
+        finally:
+            conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+            conn.commit()
