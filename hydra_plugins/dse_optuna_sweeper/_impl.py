@@ -274,6 +274,7 @@ class SweeperImpl:
         )
         self.beats: Heartbeats | None = None
         self.storage_handle: Any = None
+        self.exhausted = False  # the sampler has tried every setting (brute force)
         self.job_idx = 0
         self.completed = 0  # trials this command ran that completed
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
@@ -385,12 +386,23 @@ class SweeperImpl:
             if key in twin.user_attrs:
                 retry(partial(trial.set_user_attr, key, twin.user_attrs[key]))
         retry(partial(trial.set_user_attr, "reused_from", twin.number))
-        retry(lambda: study.tell(trial, values=twin.values, skip_if_finished=True))
+        self._tell(study, trial, values=twin.values)
         self._done(trial)
         self.completed += 1
         shown = ", ".join(f"{k}={v:.6g}" for k, v in zip(keys, twin.values, strict=True))
         print(f"trial {trial.number}: {shown}, the settings of trial {twin.number} (reused)")
         return True
+
+    def _tell(self, study: optuna.Study, trial: Trial, **outcome: Any) -> None:
+        """Record the trial's end. Brute force, its last setting told, asks the study to stop,
+        which Optuna refuses outside ``Study.optimize`` once the trial is recorded: then this
+        sweep stops (:attr:`exhausted`)."""
+        try:
+            retry(lambda: study.tell(trial, skip_if_finished=True, **outcome))
+        except RuntimeError as exc:
+            if "Study.stop" not in str(exc):
+                raise
+            self.exhausted = True
 
     def _done(self, trial: Trial) -> None:
         if self.beats is not None:
@@ -398,7 +410,7 @@ class SweeperImpl:
 
     def _fail(self, study: optuna.Study, trial: Trial, reason: str) -> None:
         retry(lambda: trial.set_user_attr("fail_reason", reason))
-        retry(lambda: study.tell(trial, state=TrialState.FAIL, skip_if_finished=True))
+        self._tell(study, trial, state=TrialState.FAIL)
         self._done(trial)
         print(f"trial {trial.number} failed: {reason}", file=sys.stderr)
 
@@ -450,7 +462,7 @@ class SweeperImpl:
         if got.values is None:
             self._fail(study, trial, str(got.reason))
             return
-        retry(lambda: study.tell(trial, values=got.values, skip_if_finished=True))
+        self._tell(study, trial, values=got.values)
         self._done(trial)
         self.completed += 1
         shown = ", ".join(f"{k}={v:.6g}" for k, v in zip(keys, got.values, strict=True))
@@ -552,6 +564,9 @@ class SweeperImpl:
             done += asked
             if results is not None:
                 returns.append(results)
+            if self.exhausted:
+                print("every setting of the search space has been tried (brute force)")
+                break
         report = _report.summarize(study, keys, space, url)
         print(_report.text(report))
         _report.write(report, self.sweep_dir)

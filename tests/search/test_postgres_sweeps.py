@@ -88,15 +88,17 @@ def test_a_sweep_on_postgres_records_trials_continues_and_records_failures(
     assert "number of devices (2)" in trials[0].user_attrs["fail_reason"]
     assert Path(trials[1].user_attrs["run_dir"]).parent == tmp_path / "a"
 
+    # the next invocation continues the study; its trial (enqueued: splits=2 again) is trial
+    # 1's settings, so its values are reused and nothing runs
+    study.enqueue_trial({"chromosome.splits": 2})
     again = sweep(postgres, postgres.url(db), tmp_path / "b", *space, "hydra.sweeper.n_trials=1")
     assert again.returncode == 0, again.stderr[-2000:]
-    assert f"study 'pg' in {postgres.url(db)}: 2 trials so far" in again.stdout
+    assert f"study 'pg' in {postgres.url(db)}: 3 trials so far" in again.stdout
     assert "Warning" not in first.stderr + again.stderr
     trials = optuna.load_study(study_name="pg", storage=storage(postgres, db)).trials
-    assert len(trials) == 3
-    # the third asked for splits=2 or 3: 2 is the settings of trial 1 (reused, not run again)
-    # and 3 fails again; either way it is recorded
-    assert trials[2].state in (TrialState.COMPLETE, TrialState.FAIL)
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE, TrialState.COMPLETE]
+    assert trials[2].user_attrs["reused_from"] == 1 and trials[2].values == trials[1].values
+    assert not (tmp_path / "b" / "0").exists()
 
 
 def test_two_workers_share_one_postgres_study_within_total_trials(

@@ -388,6 +388,27 @@ def test_no_trial_is_wasted_on_a_setting_already_run_nor_on_a_key_that_does_not_
     )
 
 
+def test_brute_force_tries_each_setting_once_and_stops_when_all_are_tried(tmp_path: Path):
+    """choice(naive,vertical) x splits 2: naive,2 and vertical (which takes no splits), two
+    settings; five trials asked for: two run, then the sweep says brute force is done."""
+    r = sweep(
+        tmp_path,
+        "bf",
+        "hydra/sweeper/sampler=bruteforce",
+        "chromosome=choice(naive,vertical)",
+        "chromosome.splits=choice(2)",
+        "hydra.sweeper.n_trials=5",
+    )
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert r.returncode == 0, r.stderr[-2000:]
+    trials = load(tmp_path, "bf").trials
+    assert sorted(map(str, (t.params for t in trials))) == sorted(
+        map(str, ({"chromosome": "naive", "chromosome.splits": 2}, {"chromosome": "vertical"}))
+    )
+    assert all(t.state == TrialState.COMPLETE for t in trials)
+    assert "every setting of the search space has been tried (brute force)" in r.stdout
+
+
 def test_the_report_lists_the_pareto_trials_of_a_multi_objective_study(tmp_path: Path) -> None:
     study = optuna.create_study(directions=["maximize", "minimize"])
     dist = {"x": IntDistribution(0, 9)}
