@@ -55,10 +55,10 @@ class DseOptunaSweeperConf:
     # a file holding the server's password, when neither PGPASSWORD nor ~/.pgpass gives it
     password_file: str | None = None
     connect_timeout: int = 10  # seconds to wait for a database server to answer
-    # a running trial beats every heartbeat_interval seconds (null: never); one whose beat is
-    # grace_period seconds old (null: two intervals) is failed, its worker taken for dead
+    # seconds between a running trial's heartbeats (null: none); a trial whose worker stopped
+    # beating (killed, its host down) is failed by the next worker that asks for a trial
     heartbeat_interval: int | None = 60
-    grace_period: int | None = None
+    grace_period: int | None = None  # seconds without a beat before that (null: 2 intervals)
     retry_failed: int = 0  # times another worker runs a dead worker's trial again
     # swept keys that mean something only for some values of another swept key: not sampled
     # (nor given) otherwise, {key: "other=a,b"}; the encodings' own are there already
