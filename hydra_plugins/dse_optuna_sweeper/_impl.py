@@ -469,10 +469,12 @@ class SweeperImpl:
         print(f"trial {trial.number}: {shown} -> {attrs.get('run_dir', '?')}")
 
     def _room(self, study: optuna.Study, size: int) -> int:
-        """How many of ``size`` trials the study takes (``total_trials``)."""
+        """How many of ``size`` trials the study takes (``total_trials``: trials run, running
+        or done; an enqueued trial waiting for a worker is one of those to come)."""
         if self.total_trials is None:
             return size
-        held = len(retry(lambda: study.get_trials(deepcopy=False)))
+        states = tuple(s for s in TrialState if s != TrialState.WAITING)
+        held = len(retry(lambda: study.get_trials(deepcopy=False, states=states)))
         return max(0, min(size, self.total_trials - held))
 
     def _batch(
