@@ -136,14 +136,14 @@ def stop(postmaster: int, root: Path, timeout_s: float = 10.0) -> None:
         except ProcessLookupError:
             break
         deadline = time.monotonic() + timeout_s
-        while pid_alive(postmaster) and not _zombie(postmaster) and time.monotonic() < deadline:
+        while pid_alive(postmaster) and not zombie(postmaster) and time.monotonic() < deadline:
             time.sleep(0.05)
-        if not pid_alive(postmaster) or _zombie(postmaster):
+        if not pid_alive(postmaster) or zombie(postmaster):
             break
     shutil.rmtree(root, ignore_errors=True)
 
 
-def _zombie(pid: int) -> bool:
+def zombie(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except (OSError, IndexError):

@@ -18,6 +18,7 @@ from optuna.trial import TrialState
 
 from dse.errors import DseError
 from hydra_plugins.dse_optuna_sweeper._storage import Options, open_storage
+from tests.helpers import postgres as pg
 from tests.helpers.cli import ROOT, reaped, wait_until
 from tests.helpers.postgres import Server, free_port
 
@@ -241,6 +242,28 @@ def test_the_password_is_in_no_file_a_sweep_writes_nor_command_line(
     assert any(p.name == "sweep_report.json" for p in written)
     leaks = [f for f in files_holding(tmp_path, postgres.password) if "secret" not in f]
     assert not leaks
+
+
+def test_a_server_goes_with_its_test_process_even_when_that_is_killed() -> None:
+    """The fixture's server and folder are removed by its watchdog once the process that
+    started it is SIGKILLed (no finalizer runs)."""
+    if pg.missing():
+        pytest.skip(str(pg.missing()))
+    code = (
+        "from tests.helpers import postgres as pg; import time; s = pg.start(); "
+        "print(s.proc.pid, s.root, flush=True); time.sleep(600)"
+    )
+    owner = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    with reaped(owner):
+        assert owner.stdout is not None
+        postmaster, root = owner.stdout.readline().split()
+        assert pg.pid_alive(int(postmaster)) and Path(root).is_dir()
+        owner.kill()
+        owner.wait()
+    assert wait_until(lambda: not Path(root).exists(), 15)
+    assert wait_until(lambda: not pg.pid_alive(int(postmaster)) or pg.zombie(int(postmaster)), 5)
 
 
 # --- bad input: one line each, nothing created --------------------------------------------
