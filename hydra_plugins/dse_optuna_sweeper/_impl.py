@@ -457,8 +457,19 @@ class SweeperImpl:
         job = OmegaConf.select(ret.hydra_cfg, "hydra.job.num") if ret.hydra_cfg else None
         if job is not None and int(job) in self.task.seconds:
             attrs["seconds"]["task"] = round(self.task.seconds.pop(int(job)), 6)
-        for key, value in attrs.items():
-            retry(partial(trial.set_user_attr, key, value))
+        try:
+            for key, value in attrs.items():
+                retry(partial(trial.set_user_attr, key, value))
+        except optuna.exceptions.UpdateFinishedTrialError:
+            # this worker went silent longer than the grace period (suspended, its host's clock
+            # or network stalled): another failed the trial meanwhile, and may be rerunning it
+            self._done(trial)
+            print(
+                f"trial {trial.number} was failed meanwhile by another worker (no heartbeat "
+                "within hydra.sweeper.grace_period): its result is not recorded",
+                file=sys.stderr,
+            )
+            return
         if got.values is None:
             self._fail(study, trial, str(got.reason))
             return

@@ -14,6 +14,7 @@ import hashlib
 import inspect
 import random
 import sqlite3
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -346,11 +347,17 @@ def _unreachable(exc: BaseException) -> bool:
     )
 
 
+#: Seconds a worker waits for another to finish asking for its trials (``one_at_a_time``):
+#: a worker stopped (not dead) while asking would otherwise hold every other one.
+LOCK_WAIT = 30.0
+
+
 @contextmanager
-def one_at_a_time(storage: Any, name: str) -> Iterator[None]:
+def one_at_a_time(storage: Any, name: str, wait_s: float = LOCK_WAIT) -> Iterator[None]:
     """A block that one worker of the study ``name`` runs at a time: on a PostgreSQL server, a
-    session advisory lock (released by the server if the worker dies); elsewhere none, and
-    two workers may each start one more trial than ``total_trials`` leaves."""
+    session advisory lock (released by the server if the worker dies; after ``wait_s`` seconds
+    of waiting the block runs without it, saying so); elsewhere none. Without the lock, two
+    workers may each start one more trial than ``total_trials`` leaves."""
     engine = getattr(storage, "engine", None)
     if engine is None or engine.dialect.name != "postgresql":
         yield
@@ -361,9 +368,30 @@ def one_at_a_time(storage: Any, name: str) -> Iterator[None]:
         hashlib.sha1(f"dse-study:{name}".encode()).digest()[:8], "big", signed=True
     )
     with engine.connect() as conn:
-        retry(lambda: conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key}))
+        deadline = time.monotonic() + wait_s
+        held = False
+        while not held:
+            held = bool(
+                retry(
+                    lambda: conn.execute(
+                        text("SELECT pg_try_advisory_lock(:k)"), {"k": key}
+                    ).scalar()
+                )
+            )
+            conn.commit()
+            if held:
+                break
+            if time.monotonic() > deadline:
+                print(
+                    f"another worker of study '{name}' has been asking for trials for "
+                    f"{wait_s:g} s (stopped?): asking without waiting for it",
+                    file=sys.stderr,
+                )
+                break
+            time.sleep(random.uniform(0.02, 0.1))
         try:
             yield
         finally:
-            conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
-            conn.commit()
+            if held:
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+                conn.commit()

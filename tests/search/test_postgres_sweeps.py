@@ -17,7 +17,7 @@ import pytest
 from optuna.trial import TrialState
 
 from dse.errors import DseError
-from hydra_plugins.dse_optuna_sweeper._storage import Options, open_storage
+from hydra_plugins.dse_optuna_sweeper._storage import Options, one_at_a_time, open_storage
 from tests.helpers import postgres as pg
 from tests.helpers.cli import ROOT, reaped, wait_until
 from tests.helpers.postgres import Server, free_port
@@ -183,6 +183,78 @@ def test_a_worker_killed_mid_trial_is_noticed_and_its_trial_retried_once(
     assert trials[1].params == dead.params  # the same settings, run again
     assert trials[1].user_attrs["retry_of"] == 0
     assert Path(trials[1].user_attrs["run_dir"]).parent == tmp_path / "next"
+
+
+def test_a_worker_silent_past_the_grace_period_finds_its_trial_failed_and_says_so(
+    postgres: Server, tmp_path: Path
+) -> None:
+    """A worker stopped (SIGSTOP) mid-trial past the grace period has its trial failed by the
+    next worker; resumed, it finishes its run and says its result is not recorded, in one
+    line, not a traceback."""
+    db = postgres.database()
+    url = postgres.url(db)
+    beats = ["hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=3"]
+    space = ["algorithm.mutation.eta=interval(5,40)", "hydra.sweeper.n_trials=1"]
+    stalled = subprocess.Popen(
+        [
+            *command(url, tmp_path / "stalled", *space, *beats, platform="jetson_xavier_nx_x8"),
+            "algorithm.n_gen=3000",  # a run of some seconds, over sixteen devices
+        ],
+        cwd=ROOT,
+        env=worker_env(postgres),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    with reaped(stalled):
+        probe = storage(postgres, db)
+
+        def running() -> bool:
+            try:
+                study = optuna.load_study(study_name="pg", storage=probe)
+            except KeyError:
+                return False
+            return [t.state for t in study.trials] == [TrialState.RUNNING]
+
+        assert wait_until(running, 120), "the worker never started its trial"
+        time.sleep(1.5)  # in its run
+        os.killpg(stalled.pid, signal.SIGSTOP)
+        time.sleep(4)  # past the grace period
+        other = sweep(postgres, url, tmp_path / "other", *space, *beats)
+        assert other.returncode == 0, other.stderr[-2000:]
+        os.killpg(stalled.pid, signal.SIGCONT)
+        _, err = stalled.communicate(timeout=TIMEOUT_S)
+    assert "Traceback" not in err, err[-3000:]
+    assert stalled.returncode == 2  # the one trial it ran is not its result: nothing completed
+    assert (
+        "trial 0 was failed meanwhile by another worker (no heartbeat within "
+        "hydra.sweeper.grace_period): its result is not recorded"
+    ) in err.splitlines()
+    trials = optuna.load_study(study_name="pg", storage=probe).trials
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE]
+    assert "run_dir" not in trials[0].user_attrs
+
+
+def test_asking_for_trials_waits_for_another_worker_but_not_for_ever(
+    postgres: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One worker asks at a time (the count against total_trials and the asks); one stopped
+    while asking holds the others only ``wait_s``, then they ask without it, saying so."""
+    held = storage(postgres, postgres.database())
+    with one_at_a_time(held, "s"):
+        started = time.monotonic()
+        with one_at_a_time(held, "s", wait_s=0.5):  # another connection: another worker
+            waited = time.monotonic() - started
+    assert waited >= 0.5
+    assert capsys.readouterr().err == (
+        "another worker of study 's' has been asking for trials for 0.5 s (stopped?): asking "
+        "without waiting for it\n"
+    )
+    started = time.monotonic()
+    with one_at_a_time(held, "s", wait_s=5):  # free again
+        assert time.monotonic() - started < 1
+    assert capsys.readouterr().err == ""
 
 
 def files_holding(root: Path, secret: str) -> list[str]:
