@@ -99,9 +99,11 @@ class SearchSpace:
 
 def conditional(space: SearchSpace, conditions: dict[str, str]) -> None:
     """Record in ``space`` which swept keys apply only to some choices of another swept key
-    (``{key: "other=a,b"}``); a condition on a key not swept, or on one not swept, is moot, and
-    so are its choices the command does not sweep."""
+    (``{key: "other=a,b"}``; an empty condition lifts a default one); a condition on a key not
+    swept, or on one not swept, is moot, and so are its choices the command does not sweep."""
     for key, text in conditions.items():
+        if text is None or not str(text).strip():
+            continue  # a default condition lifted: the key applies to every choice
         parent, sep, values = (part.strip() for part in str(text).partition("="))
         parent = parent.lstrip("+~")
         allowed = frozenset(v.strip() for v in values.split(",") if v.strip())

@@ -60,8 +60,9 @@ class DseOptunaSweeperConf:
     heartbeat_interval: int | None = 60
     grace_period: int | None = None  # seconds without a beat before that (null: 2 intervals)
     retry_failed: int = 0  # times another worker runs a dead worker's trial again
-    # swept keys that mean something only for some values of another swept key: not sampled
-    # (nor given) otherwise, {key: "other=a,b"}; the encodings' own are there already
+    # swept keys that mean something only for some choices of another swept key: not sampled
+    # (nor given) otherwise; the encodings' own are there; add one (or lift one with '') with
+    # '++hydra.sweeper.conditions={KEY: "OTHER=a,b"}'
     conditions: dict[str, str] = field(
         default_factory=lambda: {
             f"chromosome.{key}": "chromosome=naive,advanced"

@@ -100,6 +100,10 @@ def test_a_key_that_does_not_apply_to_a_choice_is_sampled_after_it_and_only_wher
     assert space.applies("chromosome.splits", {"chromosome": "advanced"})
     assert not space.applies("chromosome.splits", {"chromosome": "vertical"})
     assert space.overrides({"chromosome": "vertical"}) == ["chromosome=vertical"]
+    # a default condition lifted: the key applies to every choice
+    lifted = parse(["chromosome=choice(naive,vertical)", "chromosome.splits=range(2,7)"])
+    conditional(lifted, {**ENCODINGS, "chromosome.splits": ""})
+    assert lifted.when == {} and lifted.applies("chromosome.splits", {"chromosome": "vertical"})
     # a condition on keys this command does not sweep is moot
     alone = parse(["chromosome.splits=range(2,7)"])
     conditional(alone, ENCODINGS)
