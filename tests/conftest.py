@@ -10,9 +10,11 @@ import compileall
 import os
 import subprocess
 import tempfile
+from collections.abc import Iterator
 
 import pytest
 
+from tests.helpers import postgres as pg
 from tests.helpers import warm
 from tests.helpers.cli import ROOT
 from tests.helpers.mpi import MPIEXEC
@@ -55,3 +57,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "mpi" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[pg.Server]:
+    """A PostgreSQL server of this test process's own (tests/helpers/postgres.py): a database
+    per test from ``postgres.database()``; stopped at the end, or by its watchdog if the test
+    process is killed."""
+    why = pg.missing()
+    if why:
+        pytest.skip(why)
+    server = pg.start()
+    yield server
+    server.stop()

@@ -8,6 +8,7 @@ import math
 import os
 import socket
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -34,8 +35,21 @@ from dse.cli import one_line as cause_lines
 from dse.cli import run_context
 from dse.errors import DseError
 from hydra_plugins.dse_optuna_sweeper import _report
-from hydra_plugins.dse_optuna_sweeper._space import SearchSpace, describe, parse, same_space
-from hydra_plugins.dse_optuna_sweeper._storage import default_url, open_storage, retry
+from hydra_plugins.dse_optuna_sweeper._space import (
+    SearchSpace,
+    conditional,
+    describe,
+    parse,
+    same_space,
+)
+from hydra_plugins.dse_optuna_sweeper._storage import (
+    Options,
+    default_url,
+    masked,
+    one_at_a_time,
+    open_storage,
+    retry,
+)
 from hydra_plugins.dse_optuna_sweeper.config import SAMPLERS
 
 Direction = Literal["maximize", "minimize"]
@@ -238,12 +252,29 @@ class SweeperImpl:
         study_name: str | None,
         storage: str | None,
         params: Mapping[str, str] | None,
+        password_file: str | None = None,
+        connect_timeout: int = 10,
+        heartbeat_interval: int | None = 60,
+        grace_period: int | None = None,
+        retry_failed: int = 0,
+        conditions: Mapping[str, str] | None = None,
     ) -> None:
         self.sampler_conf = sampler
         self.objective, self.direction = objective, direction
         self.n_trials, self.n_jobs, self.total_trials = n_trials, n_jobs, total_trials
         self.study_name, self.storage = study_name, storage
         self.params = {str(k): str(v) for k, v in (params or {}).items()}
+        self.conditions = {str(k): str(v) for k, v in (conditions or {}).items()}
+        self.options = Options(
+            password_file=password_file,
+            connect_timeout=connect_timeout,
+            heartbeat_interval=heartbeat_interval,
+            grace_period=grace_period,
+            retry_failed=retry_failed,
+        )
+        self.beats: Heartbeats | None = None
+        self.storage_handle: Any = None
+        self.exhausted = False  # the sampler has tried every setting (brute force)
         self.job_idx = 0
         self.completed = 0  # trials this command ran that completed
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
@@ -268,13 +299,22 @@ class SweeperImpl:
     def _open(self, space: SearchSpace) -> tuple[optuna.Study, str, list[str]]:
         if self.n_trials < 0 or self.n_jobs < 1:
             raise DseError("hydra.sweeper.n_trials must be 0 or more and n_jobs 1 or more")
+        if self.options.retry_failed < 0 or (self.options.heartbeat_interval or 0) < 0:
+            raise DseError("hydra.sweeper.retry_failed and heartbeat_interval must be 0 or more")
+        if self.options.retry_failed and not self.options.heartbeat_interval:
+            raise DseError(
+                "hydra.sweeper.retry_failed needs heartbeats to notice a dead worker: give "
+                "hydra.sweeper.heartbeat_interval too"
+            )
+        conditional(space, self.conditions)
         keys, dirs = objectives_and_directions(self.objective, self.direction)
         name = self.study_name or default_study_name(self.config, space, keys, dirs)
         root = Path(str(self.config.hydra.runtime.cwd))
         url = self.storage or default_url(safe_name(name), root)
         sampler = make_sampler(self.sampler_conf)
         enumerable(space, sampler)  # before the storage: a refused sweep leaves no file
-        storage = open_storage(url)
+        storage = open_storage(url, self.options)
+        self.storage_handle = storage
         try:
             study = retry(
                 lambda: optuna.create_study(
@@ -287,34 +327,91 @@ class SweeperImpl:
             )
         except Exception as exc:  # noqa: BLE001 - SQLAlchemy and driver errors are many classes
             raise DseError(
-                f"cannot open study '{name}' in {url}: {one_line(exc)} (give another "
+                f"cannot open study '{name}' in {masked(url)}: {one_line(exc)} (give another "
                 "hydra.sweeper.storage)"
             ) from None
         have = [d.name.lower() for d in study.directions]
         stored = study.user_attrs.get("objectives")
         if have != dirs or (stored is not None and stored != keys):
             raise DseError(
-                f"study '{name}' in {url} optimises {stored or '?'} ({', '.join(have)}), not "
-                f"{keys} ({', '.join(dirs)}): give another hydra.sweeper.study_name"
+                f"study '{name}' in {masked(url)} optimises {stored or '?'} "
+                f"({', '.join(have)}), not {keys} ({', '.join(dirs)}): give another "
+                "hydra.sweeper.study_name"
             )
         if stored is None:
             retry(lambda: study.set_user_attr("objectives", keys))
             retry(lambda: study.set_user_attr("directions", dirs))
-        same_space(study, name, url, space)
-        return study, url, keys
+        same_space(study, name, masked(url), space)
+        if storage is not None and self.options.heartbeat_interval:
+            self.beats = Heartbeats(storage, int(self.options.heartbeat_interval))
+        return study, masked(url), keys
 
     def _ask(self, study: optuna.Study, space: SearchSpace) -> tuple[Trial, list[str], float]:
+        """A new trial (or a waiting one: enqueued, or a dead worker's to retry), its keys
+        sampled in order, a conditional key only where it applies."""
         started = time.perf_counter()
-        trial = retry(study.ask)
-        values = {n: retry(partial(suggest, trial, n, d)) for n, d in space.distributions.items()}
+        with warnings.catch_warnings():  # heartbeats outside Study.optimize: kept by Heartbeats
+            warnings.simplefilter("ignore")
+            if self.beats is not None:
+                retry(partial(optuna.storages.fail_stale_trials, study))
+            trial = retry(study.ask)
+        if self.beats is not None:
+            self.beats.add(trial._trial_id)
+        values: dict[str, Any] = {}
+        for n in space.order():
+            if space.applies(n, values):
+                values[n] = retry(partial(suggest, trial, n, space.params[n].distribution))
         overrides = space.overrides(values)
-        for key, value in (("overrides", overrides), ("worker", self.worker)):
+        attrs: dict[str, Any] = {"overrides": overrides, "worker": self.worker}
+        if self.beats is not None:  # a dead worker's trial, run again: linked to it
+            frozen = retry(partial(study._storage.get_trial, trial._trial_id))
+            with warnings.catch_warnings():  # experimental: chosen, not a surprise
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                repeats = optuna.storages.RetryFailedTrialCallback.retried_trial_number(frozen)
+            if repeats is not None:
+                attrs["retry_of"] = repeats
+        for key, value in attrs.items():
             retry(partial(trial.set_user_attr, key, value))
         return trial, overrides, time.perf_counter() - started
 
+    def _reused(self, study: optuna.Study, trial: Trial, keys: list[str]) -> bool:
+        """Whether the study already completed a trial of the same settings: then ``trial``
+        gets its values (and its run directory), and nothing runs again."""
+        params = trial.params
+        done = retry(lambda: study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+        twin = next((t for t in done if t.params == params and t.number != trial.number), None)
+        if twin is None:
+            return False
+        for key in ("run_dir", "result"):
+            if key in twin.user_attrs:
+                retry(partial(trial.set_user_attr, key, twin.user_attrs[key]))
+        retry(partial(trial.set_user_attr, "reused_from", twin.number))
+        self._tell(study, trial, values=twin.values)
+        self._done(trial)
+        self.completed += 1
+        shown = ", ".join(f"{k}={v:.6g}" for k, v in zip(keys, twin.values, strict=True))
+        print(f"trial {trial.number}: {shown}, the settings of trial {twin.number} (reused)")
+        return True
+
+    def _tell(self, study: optuna.Study, trial: Trial, **outcome: Any) -> None:
+        """Record the trial's end. Brute force, its last setting told, asks the study to stop,
+        which Optuna refuses outside ``Study.optimize`` once the trial is recorded: then this
+        sweep stops (:attr:`exhausted`)."""
+        try:
+            retry(lambda: study.tell(trial, skip_if_finished=True, **outcome))
+        except RuntimeError as exc:
+            if "Study.stop" not in str(exc):
+                raise
+            self.exhausted = True
+
+    def _done(self, trial: Trial) -> None:
+        if self.beats is not None:
+            self.beats.remove(trial._trial_id)
+
     def _fail(self, study: optuna.Study, trial: Trial, reason: str) -> None:
         retry(lambda: trial.set_user_attr("fail_reason", reason))
-        retry(lambda: study.tell(trial, state=TrialState.FAIL, skip_if_finished=True))
+        self._tell(study, trial, state=TrialState.FAIL)
+        self._done(trial)
         print(f"trial {trial.number} failed: {reason}", file=sys.stderr)
 
     def _valid(self, overrides: list[str]) -> str | None:
@@ -360,24 +457,53 @@ class SweeperImpl:
         job = OmegaConf.select(ret.hydra_cfg, "hydra.job.num") if ret.hydra_cfg else None
         if job is not None and int(job) in self.task.seconds:
             attrs["seconds"]["task"] = round(self.task.seconds.pop(int(job)), 6)
-        for key, value in attrs.items():
-            retry(partial(trial.set_user_attr, key, value))
+        try:
+            for key, value in attrs.items():
+                retry(partial(trial.set_user_attr, key, value))
+        except optuna.exceptions.UpdateFinishedTrialError:
+            # this worker went silent longer than the grace period (suspended, its host's clock
+            # or network stalled): another failed the trial meanwhile, and may be rerunning it
+            self._done(trial)
+            print(
+                f"trial {trial.number} was failed meanwhile by another worker (no heartbeat "
+                "within hydra.sweeper.grace_period): its result is not recorded",
+                file=sys.stderr,
+            )
+            return
         if got.values is None:
             self._fail(study, trial, str(got.reason))
             return
-        retry(lambda: study.tell(trial, values=got.values, skip_if_finished=True))
+        self._tell(study, trial, values=got.values)
+        self._done(trial)
         self.completed += 1
         shown = ", ".join(f"{k}={v:.6g}" for k, v in zip(keys, got.values, strict=True))
         print(f"trial {trial.number}: {shown} -> {attrs.get('run_dir', '?')}")
 
+    def _room(self, study: optuna.Study, size: int) -> int:
+        """How many of ``size`` trials the study takes (``total_trials``: trials run, running
+        or done; an enqueued trial waiting for a worker is one of those to come)."""
+        if self.total_trials is None:
+            return size
+        states = tuple(s for s in TrialState if s != TrialState.WAITING)
+        held = len(retry(lambda: study.get_trials(deepcopy=False, states=states)))
+        return max(0, min(size, self.total_trials - held))
+
     def _batch(
         self, study: optuna.Study, space: SearchSpace, keys: list[str], size: int
-    ) -> Sequence[JobReturn] | None:
-        """Ask for ``size`` trials, run them as one launch, tell their results."""
+    ) -> tuple[int, Sequence[JobReturn] | None]:
+        """Ask for up to ``size`` trials (as many as ``total_trials`` leaves: counted and asked
+        for by one worker at a time), run them as one launch, tell their results; how many
+        were asked for, and the launch's results."""
         batch: list[tuple[Trial, list[str], float]] = []
+        asked: list[tuple[Trial, list[str], float]] = []
         try:
-            for _ in range(size):
-                trial, overrides, spent = self._ask(study, space)
+            with one_at_a_time(self.storage_handle, study.study_name):
+                size = self._room(study, size)
+                for _ in range(size):
+                    asked.append(self._ask(study, space))
+            for trial, overrides, spent in asked:
+                if self._reused(study, trial, keys):
+                    continue
                 # a config that does not compose stops the launcher's whole batch: check each
                 # job of a batch first (a batch of one fails alone, without composing twice)
                 bad = self._valid(overrides) if size > 1 else None
@@ -386,7 +512,7 @@ class SweeperImpl:
                 else:
                     batch.append((trial, overrides, spent))
             if not batch:
-                return None
+                return size, None
             launched = time.perf_counter()
             try:
                 results = self.launcher.launch(
@@ -397,11 +523,11 @@ class SweeperImpl:
                 for trial, _, _ in batch:
                     self._fail(study, trial, one_line(exc))
                 if len(batch) == 1:
-                    return None
+                    return size, None
                 raise
         except (KeyboardInterrupt, SystemExit):
             # Ctrl-C: a run stops at its next generation with complete outputs and exits 130
-            for trial, _, _ in batch:
+            for trial, _, _ in asked:
                 self._fail(study, trial, "interrupted")
             print("sweep interrupted: run the same command to continue the study", file=sys.stderr)
             raise
@@ -409,7 +535,7 @@ class SweeperImpl:
         launch = (time.perf_counter() - launched) / len(batch)
         for (trial, _, spent), ret in zip(batch, results, strict=True):
             self._record(study, trial, ret, keys, spent, launch)
-        return results
+        return size, results
 
     def _sweep(self, arguments: list[str]) -> list[Sequence[JobReturn]]:
         space = parse(arguments, self.params)
@@ -423,23 +549,37 @@ class SweeperImpl:
                 "choose another hydra.sweep.dir"
             ) from None
         with_metric_names(study, keys)
-        watch = "" if url == "memory" else f"; watch it with: optuna-dashboard {url}"
+        watch = (
+            ""
+            if url == "memory"
+            else f"; watch it with optuna-dashboard (pip install optuna-dashboard): "
+            f"optuna-dashboard {url}"
+        )
         held = len(study.get_trials(deepcopy=False))
         print(f"study '{study.study_name}' in {url}: {held} trials so far{watch}")
+        try:
+            return self._trials(study, space, keys, url)
+        finally:
+            if self.beats is not None:
+                self.beats.close()
+
+    def _trials(
+        self, study: optuna.Study, space: SearchSpace, keys: list[str], url: str
+    ) -> list[Sequence[JobReturn]]:
         returns: list[Sequence[JobReturn]] = []
         done = 0
         while done < self.n_trials:
-            size = min(self.n_jobs, self.n_trials - done)
-            if self.total_trials is not None:
-                held = len(study.get_trials(deepcopy=False))
-                size = min(size, self.total_trials - held)
-                if size <= 0:
-                    print(f"the study holds {held} trials (hydra.sweeper.total_trials)")
-                    break
-            done += size
-            results = self._batch(study, space, keys, size)
+            asked, results = self._batch(study, space, keys, min(self.n_jobs, self.n_trials - done))
+            if not asked:
+                held = len(retry(lambda: study.get_trials(deepcopy=False)))
+                print(f"the study holds {held} trials (hydra.sweeper.total_trials)")
+                break
+            done += asked
             if results is not None:
                 returns.append(results)
+            if self.exhausted:
+                print("every setting of the search space has been tried (brute force)")
+                break
         report = _report.summarize(study, keys, space, url)
         print(_report.text(report))
         _report.write(report, self.sweep_dir)
@@ -462,3 +602,40 @@ def with_metric_names(study: optuna.Study, keys: list[str]) -> None:
         warnings.simplefilter("ignore")
         if study.metric_names != keys:
             retry(lambda: study.set_metric_names(keys))
+
+
+class Heartbeats:
+    """This worker's running trials, each beaten in the storage every ``interval`` seconds by
+    a thread of its own (Optuna beats only inside ``Study.optimize``; the sweeper asks and
+    tells): a worker that dies stops beating, and the next worker to ask fails its trials."""
+
+    def __init__(self, storage: Any, interval: int) -> None:
+        self.storage, self.interval = storage, interval
+        self.ids: set[int] = set()
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name="dse-heartbeats", daemon=True)
+        self.thread.start()
+
+    def add(self, trial_id: int) -> None:
+        retry(partial(self.storage.record_heartbeat, trial_id))
+        with self.lock:
+            self.ids.add(trial_id)
+
+    def remove(self, trial_id: int) -> None:
+        with self.lock:
+            self.ids.discard(trial_id)
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.thread.join()
+
+    def _beat(self) -> None:
+        while not self.stopped.wait(self.interval):
+            with self.lock:
+                ids = sorted(self.ids)
+            for trial_id in ids:
+                try:
+                    retry(partial(self.storage.record_heartbeat, trial_id))
+                except Exception as exc:  # noqa: BLE001 - a lost beat: the next one may pass
+                    print(f"heartbeat of a trial not recorded: {one_line(exc)}", file=sys.stderr)

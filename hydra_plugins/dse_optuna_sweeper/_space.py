@@ -56,14 +56,76 @@ class Param:
 class SearchSpace:
     params: dict[str, Param] = field(default_factory=dict)
     fixed: list[str] = field(default_factory=list)  # overrides every trial gets
+    # swept keys that apply only when another swept key has one of some choices (their text)
+    when: dict[str, tuple[str, frozenset[str]]] = field(default_factory=dict)
 
     @property
     def distributions(self) -> dict[str, BaseDistribution]:
         return {name: p.distribution for name, p in self.params.items()}
 
     def overrides(self, values: dict[str, Any]) -> list[str]:
-        """A trial's command line: the fixed overrides, then one per swept key."""
-        return [*self.fixed, *(p.override(values[n]) for n, p in self.params.items())]
+        """A trial's command line: the fixed overrides, then one per swept key it has."""
+        return [
+            *self.fixed,
+            *(p.override(values[n]) for n, p in self.params.items() if n in values),
+        ]
+
+    def order(self) -> list[str]:
+        """The swept keys, each conditional one after the key it depends on."""
+        out: list[str] = []
+        pending = list(self.params)
+        while pending:
+            ready = [n for n in pending if n not in self.when or self.when[n][0] in out]
+            if not ready:
+                raise DseError(
+                    f"hydra.sweeper.conditions: {', '.join(pending)} depend on each other: "
+                    "make one of them unconditional"
+                )
+            out += ready
+            pending = [n for n in pending if n not in ready]
+        return out
+
+    def applies(self, name: str, values: dict[str, Any]) -> bool:
+        """Whether the key ``name`` means something given the values sampled so far."""
+        if name not in self.when:
+            return True
+        parent, allowed = self.when[name]
+        if parent not in values:
+            return False
+        p = self.params[parent]
+        text = p.encoded[int(p.distribution.to_internal_repr(values[parent]))]
+        return text in allowed
+
+
+def conditional(space: SearchSpace, conditions: dict[str, str]) -> None:
+    """Record in ``space`` which swept keys apply only to some choices of another swept key
+    (``{key: "other=a,b"}``; an empty condition lifts a default one); a condition on a key not
+    swept, or on one not swept, is moot, and so are its choices the command does not sweep."""
+    for key, text in conditions.items():
+        if text is None or not str(text).strip():
+            continue  # a default condition lifted: the key applies to every choice
+        parent, sep, values = (part.strip() for part in str(text).partition("="))
+        parent = parent.lstrip("+~")
+        allowed = frozenset(v.strip() for v in values.split(",") if v.strip())
+        if not sep or not parent or not allowed:
+            raise DseError(
+                f"hydra.sweeper.conditions.{key}={text}: write it as OTHER_KEY=choice,choice"
+            )
+        if key not in space.params or parent not in space.params:
+            continue
+        choices = space.params[parent].encoded
+        if not isinstance(space.params[parent].distribution, CategoricalDistribution):
+            raise DseError(
+                f"hydra.sweeper.conditions.{key}={text}: {parent} is not swept as a choice"
+            )
+        if not allowed & set(choices):
+            raise DseError(
+                f"hydra.sweeper.conditions.{key}={text}: {key} applies to none of {parent}'s "
+                f"choices ({','.join(choices)}): sweep {parent} over one of "
+                f"{','.join(sorted(allowed))}, or do not sweep {key}"
+            )
+        space.when[key] = (parent, allowed)
+    space.order()  # a cycle is refused now, before a study is opened
 
 
 def _bad(override: Override, why: str) -> DseError:

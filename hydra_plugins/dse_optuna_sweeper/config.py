@@ -50,8 +50,25 @@ class DseOptunaSweeperConf:
     total_trials: int | None = None
     study_name: str | None = None  # None: <net>-<digest of the command's search space>
     # None: sqlite:///runs/sweeps/<study_name>.db; 'memory': nothing kept; or any RDB URL
-    # (postgresql://user:password@host/db) that several hosts share
+    # that several hosts share, without its password (postgresql://user@host:port/db)
     storage: str | None = None
+    # a file holding the server's password, when neither PGPASSWORD nor ~/.pgpass gives it
+    password_file: str | None = None
+    connect_timeout: int = 10  # seconds to wait for a database server to answer
+    # seconds between a running trial's heartbeats (null: none); a trial whose worker stopped
+    # beating (killed, its host down) is failed by the next worker that asks for a trial
+    heartbeat_interval: int | None = 60
+    grace_period: int | None = None  # seconds without a beat before that (null: 2 intervals)
+    retry_failed: int = 0  # times another worker runs a dead worker's trial again
+    # swept keys that mean something only for some choices of another swept key: not sampled
+    # (nor given) otherwise; the encodings' own are there; add one (or lift one with '') with
+    # '++hydra.sweeper.conditions={KEY: "OTHER=a,b"}'
+    conditions: dict[str, str] = field(
+        default_factory=lambda: {
+            f"chromosome.{key}": "chromosome=naive,advanced"
+            for key in ("splits", "shares", "spatial")
+        }
+    )
     # search space given in a config file, {key: "interval(5,40)"}; command-line keys win
     params: dict[str, str] | None = None
 

@@ -3,13 +3,17 @@
 A fenced ``bash`` block is run by ``tests/docs/test_commands.py`` when the line before it (blank
 lines aside) is a marker::
 
-    <!-- run [continue] [slow] [mpi] [with KEY=VALUE ...] -->
+    <!-- run [continue] [slow] [mpi] [postgres] [with KEY=VALUE ...] -->
 
 * each line of the block is one command (a trailing ``\\`` continues it; ``# ...`` comments and
   blank lines are skipped), run by bash in a fresh working directory, one after the other;
 * ``continue``: the block runs after the runnable block before it on the same page, in the same
   directory (a deployment of the mapping a search wrote); the chain is one test;
 * ``slow`` and ``mpi``: the chain gets pytest's marks of those names;
+* ``postgres``: the chain runs against the test session's PostgreSQL server (the ``postgres``
+  fixture): libpq's ``PGHOST``, ``PGPORT`` and ``PGUSER`` name it and its administrator, as
+  ``sudo -u postgres`` on a database host does, ``HOME`` is a folder of the chain's own (for
+  ``~/.pgpass``), and the database host a command names, :data:`DB_HOST`, is that server;
 * ``with KEY=VALUE ...``: small settings the test appends to each ``python -m dse...`` command of
   the block (Hydra takes the last value of a key), so a command documented with the thesis's
   settings is still run as written, only smaller.
@@ -33,7 +37,9 @@ MARKER = re.compile(r"^<!-- run(?P<args>( [^>]*)?) -->$")
 NOT_RUN = re.compile(r"^<!-- not run: .+ -->$")
 #: The README's install and test blocks: .ci/run runs them (in a fresh virtual environment).
 CI = re.compile(r"^<!-- ci:\w+ -->$")
-FLAGS = ("continue", "slow", "mpi")
+FLAGS = ("continue", "slow", "mpi", "postgres")
+#: The database server's host and port as the guides write them (``postgres`` chains).
+DB_HOST = "dbhost:5432"
 
 
 @dataclass
@@ -181,3 +187,8 @@ def with_settings(command: str, settings: list[str]) -> str:
     if not settings or not HYDRA.match(command):
         return command
     return command + " " + " ".join(f"'{s}'" for s in settings)
+
+
+def on_server(command: str, address: str) -> str:
+    """``command`` with the guides' database host (:data:`DB_HOST`) as ``address``."""
+    return command.replace(DB_HOST, address)

@@ -16,8 +16,9 @@ from pathlib import Path
 import onnx
 import pytest
 
-from tests.docs.runnable import PAGES, ROOT, Chain, chains, unmarked, with_settings
+from tests.docs.runnable import PAGES, ROOT, Chain, chains, on_server, unmarked, with_settings
 from tests.helpers.onnx_factory import conv_relu_chain
+from tests.helpers.postgres import SYSTEM_USER
 
 #: A command's time limit (s): a documented command that hangs fails instead of the suite.
 TIMEOUT_S = 900
@@ -26,7 +27,7 @@ TIMEOUT_S = 900
 def params() -> list:
     out = []
     for chain in chains():
-        marks = [getattr(pytest.mark, f) for f in sorted(chain.flags)]
+        marks = [getattr(pytest.mark, f) for f in sorted(chain.flags & {"slow", "mpi"})]
         out.append(pytest.param(chain, marks=marks, id=chain.id))
     return out
 
@@ -52,7 +53,7 @@ def test_the_readme_has_runnable_commands():
 
 
 @pytest.mark.parametrize("chain", params())
-def test_documented_commands_run(chain: Chain, tmp_path: Path):
+def test_documented_commands_run(chain: Chain, tmp_path: Path, request: pytest.FixtureRequest):
     work = tmp_path / "work"
     work.mkdir()
     onnx.save(conv_relu_chain(), work / "model.onnx")
@@ -62,9 +63,20 @@ def test_documented_commands_run(chain: Chain, tmp_path: Path):
         "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
         "DSE_CALIBRATION_DIR": str(tmp_path / "calibration"),
     }
+    server = request.getfixturevalue("postgres") if "postgres" in chain.flags else None
+    if server is not None:
+        (tmp_path / "home").mkdir()
+        env.update(
+            PGHOST=str(server.socket_dir),
+            PGPORT=str(server.port),
+            PGUSER=SYSTEM_USER,
+            HOME=str(tmp_path / "home"),
+        )
     for block in chain.blocks:
         for command in block.commands:
             run = with_settings(command, block.settings)
+            if server is not None:
+                run = on_server(run, f"127.0.0.1:{server.port}")
             done = subprocess.run(
                 ["bash", "-c", run],
                 cwd=work,

@@ -17,7 +17,7 @@ from optuna.trial import TrialState, create_trial
 
 from dse.errors import DseError
 from hydra_plugins.dse_optuna_sweeper import _impl, _report
-from hydra_plugins.dse_optuna_sweeper._space import parse
+from hydra_plugins.dse_optuna_sweeper._space import conditional, parse
 from tests.helpers.cli import ROOT
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -86,6 +86,51 @@ def test_params_from_the_config_yield_to_the_command_line() -> None:
 def test_a_bad_sweep_is_one_line(line: str, why: str) -> None:
     with pytest.raises(DseError, match=why):
         parse([line])
+
+
+ENCODINGS = {
+    f"chromosome.{k}": "chromosome=naive,advanced" for k in ("splits", "shares", "spatial")
+}
+
+
+def test_a_key_that_does_not_apply_to_a_choice_is_sampled_after_it_and_only_where_it_applies():
+    space = parse(["chromosome.splits=range(2,7)", "chromosome=choice(naive,advanced,vertical)"])
+    conditional(space, ENCODINGS)
+    assert space.order() == ["chromosome", "chromosome.splits"]
+    assert space.applies("chromosome.splits", {"chromosome": "advanced"})
+    assert not space.applies("chromosome.splits", {"chromosome": "vertical"})
+    assert space.overrides({"chromosome": "vertical"}) == ["chromosome=vertical"]
+    # a default condition lifted: the key applies to every choice
+    lifted = parse(["chromosome=choice(naive,vertical)", "chromosome.splits=range(2,7)"])
+    conditional(lifted, {**ENCODINGS, "chromosome.splits": ""})
+    assert lifted.when == {} and lifted.applies("chromosome.splits", {"chromosome": "vertical"})
+    # a condition on keys this command does not sweep is moot
+    alone = parse(["chromosome.splits=range(2,7)"])
+    conditional(alone, ENCODINGS)
+    assert alone.when == {} and alone.order() == ["chromosome.splits"]
+
+
+@pytest.mark.parametrize(
+    ("conditions", "message"),
+    [
+        ({"b": "a"}, "hydra.sweeper.conditions.b=a: write it as OTHER_KEY=choice,choice"),
+        (
+            {"b": "a=z"},
+            "hydra.sweeper.conditions.b=a=z: b applies to none of a's choices (x,y): sweep a "
+            "over one of z, or do not sweep b",
+        ),
+        ({"a": "c=1"}, "hydra.sweeper.conditions.a=c=1: c is not swept as a choice"),
+        (
+            {"a": "b=1", "b": "a=x"},
+            "hydra.sweeper.conditions: a, b depend on each other: make one of them unconditional",
+        ),
+    ],
+)
+def test_a_bad_condition_is_one_line(conditions: dict[str, str], message: str) -> None:
+    space = parse(["a=choice(x,y)", "b=choice(1,2)", "c=range(1,3)"])
+    with pytest.raises(DseError) as caught:
+        conditional(space, conditions)
+    assert str(caught.value) == message
 
 
 def test_objectives_and_directions() -> None:
@@ -312,6 +357,60 @@ def test_two_workers_share_one_sqlite_study(tmp_path: Path) -> None:
     # each worker ran its 2 trials, each in its own run directory
     assert sorted(len(v) for v in by_worker.values()) == [2, 2]
     assert len({d for v in by_worker.values() for d in v}) == 4
+
+
+def test_no_trial_is_wasted_on_a_setting_already_run_nor_on_a_key_that_does_not_apply(
+    tmp_path: Path,
+) -> None:
+    """vertical splits no layer: its trial gets no chromosome.splits; the second naive,
+    splits=2 trial is the first one's settings: its values are reused, nothing runs again."""
+    study = optuna.create_study(
+        study_name="w", storage=f"sqlite:///{tmp_path / 'study.db'}", direction="maximize"
+    )
+    study.enqueue_trial({"chromosome": "vertical"})
+    for _ in range(2):
+        study.enqueue_trial({"chromosome": "naive", "chromosome.splits": 2})
+    r = sweep(
+        tmp_path,
+        "w",
+        "chromosome=choice(naive,vertical)",
+        "chromosome.splits=choice(2)",
+        "hydra.sweeper.n_trials=3",
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    vertical, first, again = load(tmp_path, "w").trials
+    assert vertical.params == {"chromosome": "vertical"}
+    assert vertical.user_attrs["overrides"] == [*TINY, "platform=localhost", "chromosome=vertical"]
+    assert first.params == again.params == {"chromosome": "naive", "chromosome.splits": 2}
+    assert [t.state for t in (vertical, first, again)] == [TrialState.COMPLETE] * 3
+    assert again.user_attrs["reused_from"] == first.number
+    assert again.values == first.values
+    assert again.user_attrs["run_dir"] == first.user_attrs["run_dir"]
+    assert sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir()) == ["0", "1"]
+    assert (
+        f"trial 2: hypervolume={first.values[0]:.6g}, the settings of trial 1 (reused)" in r.stdout
+    )
+
+
+def test_brute_force_tries_each_setting_once_and_stops_when_all_are_tried(tmp_path: Path):
+    """choice(naive,vertical) x splits 2: naive,2 and vertical (which takes no splits), two
+    settings; five trials asked for: two run, then the sweep says brute force is done."""
+    r = sweep(
+        tmp_path,
+        "bf",
+        "hydra/sweeper/sampler=bruteforce",
+        "chromosome=choice(naive,vertical)",
+        "chromosome.splits=choice(2)",
+        "hydra.sweeper.n_trials=5",
+    )
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert r.returncode == 0, r.stderr[-2000:]
+    trials = load(tmp_path, "bf").trials
+    assert sorted(map(str, (t.params for t in trials))) == sorted(
+        map(str, ({"chromosome": "naive", "chromosome.splits": 2}, {"chromosome": "vertical"}))
+    )
+    assert all(t.state == TrialState.COMPLETE for t in trials)
+    assert "every setting of the search space has been tried (brute force)" in r.stdout
 
 
 def test_the_report_lists_the_pareto_trials_of_a_multi_objective_study(tmp_path: Path) -> None:
