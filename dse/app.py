@@ -27,7 +27,7 @@ from dse.paths import CALIBRATION_ENV, CONF_DIR, calibrated_path, calibration_di
 from dse.platform import Platform, PlatformFile, load_platform, read_platform
 from dse.runtime.launch.mpiexec import Launcher
 from models_analytical.coefficients import Coefficients, load_coefficients
-from models_analytical.layer_costs import unprofiled_ops
+from models_analytical.layer_costs import layer_key, unprofiled_ops
 from models_analytical.model import AnalyticalModel
 
 
@@ -165,6 +165,16 @@ def unprofiled_warning(net: Net, platform: Platform, coefficients: Coefficients)
     times are a family's regression or a default, fitted on other ops), naming them and the
     calibration that would measure them; None otherwise."""
     ops = unprofiled_ops(net.graph, coefficients)
+    older = coefficients.calibrated and not any(k.profiled_ops for k in coefficients.types.values())
+    if older:  # a file from before profiled_ops: its fits are of other families than today's
+        keys = {key for k in coefficients.types.values() for key in k.layer_s}
+        if all(layer_key(layer) in keys for layer in net.graph):
+            return None
+        return (
+            f"warning: {net.name}'s layers that calibration did not profile are costed by fits "
+            "made before dse costed layers by what bounds them (the file records no "
+            f"profiled_ops): calibrate again (python -m dse.calibrate platform={platform.name})"
+        )
     if not ops:
         return None
     named = ops[0] if len(ops) == 1 else f"{', '.join(ops[:-1])} and {ops[-1]}"

@@ -41,6 +41,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -100,12 +101,20 @@ def model_file(r: Unit) -> Path:
     assert net.path is not None  # a net config has a path
     key = hashlib.sha256(f"{net.path}:{net.path.stat().st_mtime_ns}:{net.fingerprint}".encode())
     copy = cache_root() / "fixed" / f"{net.name}-{key.hexdigest()[:16]}.onnx"
-    if not copy.is_file():  # the weights beside it, then the model under its name
+    if copy.is_file():
+        return copy
+    try:  # both files in a private folder, then moved, the model last: it marks the cache
         copy.parent.mkdir(parents=True, exist_ok=True)
-        tmp = copy.with_name(f"{copy.stem}.{os.getpid()}.tmp")
-        onnx.save(net.weighted_model(), str(tmp), save_as_external_data=True,
-                  location=f"{copy.name}.data")  # fmt: skip
-        os.replace(tmp, copy)
+        with tempfile.TemporaryDirectory(prefix=f".{copy.stem}.", dir=copy.parent) as tmp:
+            onnx.save(net.weighted_model(), str(Path(tmp) / copy.name),
+                      save_as_external_data=True, location=f"{copy.name}.data")  # fmt: skip
+            for name in (f"{copy.name}.data", copy.name):
+                os.replace(Path(tmp) / name, copy.parent / name)
+    except OSError as exc:
+        raise DseError(
+            f"cannot write a copy of {net.path} with its input shapes fixed into {copy.parent} "
+            f"({exc.strerror or exc}): free space there, or set DSE_CACHE to another folder"
+        ) from None
     return copy
 
 

@@ -462,6 +462,8 @@ def unfolded_root(model: ModelProto, name: str, known: Collection[str]) -> NodeP
     producer, the first node none of whose inputs is an unfolded static tensor (each input
     ``known``: folded, an initializer or an activation; or a graph input)."""
     producer = {t: n for n in model.graph.node for t in n.output if t}
+    if name not in producer:  # no node makes it (a graph input taken for a static tensor)
+        return onnx.helper.make_node("Identity", [name], [name], name=name)
     node = producer[name]
     seen = {name}
     while True:

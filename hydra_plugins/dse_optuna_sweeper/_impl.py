@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -44,11 +45,13 @@ from hydra_plugins.dse_optuna_sweeper._space import (
 )
 from hydra_plugins.dse_optuna_sweeper._storage import (
     Options,
+    dashboard_install,
     default_url,
     masked,
     one_at_a_time,
     open_storage,
     retry,
+    with_driver,
 )
 from hydra_plugins.dse_optuna_sweeper.config import SAMPLERS
 
@@ -374,12 +377,25 @@ class SweeperImpl:
             retry(partial(trial.set_user_attr, key, value))
         return trial, overrides, time.perf_counter() - started
 
-    def _reused(self, study: optuna.Study, trial: Trial, keys: list[str]) -> bool:
-        """Whether the study already completed a trial of the same settings: then ``trial``
-        gets its values (and its run directory), and nothing runs again."""
+    def _reused(
+        self, study: optuna.Study, trial: Trial, overrides: list[str], keys: list[str]
+    ) -> bool:
+        """Whether the study already completed a trial of the same settings (the same sampled
+        values and the same overrides, the command's fixed ones included: a worker started
+        with another platform or budget runs its own): then ``trial`` gets its values (and
+        its run directory), and nothing runs again."""
         params = trial.params
         done = retry(lambda: study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
-        twin = next((t for t in done if t.params == params and t.number != trial.number), None)
+        twin = next(
+            (
+                t
+                for t in done
+                if t.params == params
+                and t.user_attrs.get("overrides") == overrides
+                and t.number != trial.number
+            ),
+            None,
+        )
         if twin is None:
             return False
         for key in ("run_dir", "result"):
@@ -481,11 +497,21 @@ class SweeperImpl:
 
     def _room(self, study: optuna.Study, size: int) -> int:
         """How many of ``size`` trials the study takes (``total_trials``: trials run, running
-        or done; an enqueued trial waiting for a worker is one of those to come)."""
+        or done; an enqueued trial waiting for a worker is one of those to come, and a failed
+        trial run again counts once, as its retry)."""
         if self.total_trials is None:
             return size
-        states = tuple(s for s in TrialState if s != TrialState.WAITING)
-        held = len(retry(lambda: study.get_trials(deepcopy=False, states=states)))
+        trials = retry(lambda: study.get_trials(deepcopy=False))
+        with warnings.catch_warnings():  # experimental: chosen, not a surprise
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            repeated = {
+                optuna.storages.RetryFailedTrialCallback.retried_trial_number(t) for t in trials
+            }
+        held = sum(
+            t.state != TrialState.WAITING
+            and not (t.state == TrialState.FAIL and t.number in repeated)
+            for t in trials
+        )
         return max(0, min(size, self.total_trials - held))
 
     def _batch(
@@ -502,7 +528,7 @@ class SweeperImpl:
                 for _ in range(size):
                     asked.append(self._ask(study, space))
             for trial, overrides, spent in asked:
-                if self._reused(study, trial, keys):
+                if self._reused(study, trial, overrides, keys):
                     continue
                 # a config that does not compose stops the launcher's whole batch: check each
                 # job of a batch first (a batch of one fails alone, without composing twice)
@@ -527,8 +553,9 @@ class SweeperImpl:
                 raise
         except (KeyboardInterrupt, SystemExit):
             # Ctrl-C: a run stops at its next generation with complete outputs and exits 130
-            for trial, _, _ in asked:
-                self._fail(study, trial, "interrupted")
+            for trial, _, _ in asked:  # those not recorded yet (reused or refused ones are)
+                with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+                    self._fail(study, trial, "interrupted")
             print("sweep interrupted: run the same command to continue the study", file=sys.stderr)
             raise
         self.job_idx += len(batch)
@@ -552,8 +579,8 @@ class SweeperImpl:
         watch = (
             ""
             if url == "memory"
-            else f"; watch it with optuna-dashboard (pip install optuna-dashboard): "
-            f"optuna-dashboard {url}"
+            else f"; watch it with optuna-dashboard ({dashboard_install(url)}): "
+            f"optuna-dashboard {with_driver(url)}"
         )
         held = len(study.get_trials(deepcopy=False))
         print(f"study '{study.study_name}' in {url}: {held} trials so far{watch}")

@@ -14,6 +14,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from dse.files import write_text
 from hydra_plugins.dse_optuna_sweeper._space import SearchSpace
+from hydra_plugins.dse_optuna_sweeper._storage import with_driver
 
 #: Completed trials needed before importances are worth computing.
 MIN_TRIALS_FOR_IMPORTANCE = 10
@@ -122,7 +123,7 @@ def text(report: dict[str, Any]) -> str:
     elif report["importances_note"]:
         lines.append(f"parameter importances: {report['importances_note']}")
     if report["storage"] != "memory":
-        lines.append(f"all trials: optuna-dashboard {report['storage']}")
+        lines.append(f"all trials: optuna-dashboard {with_driver(report['storage'])}")
     return "\n".join(lines)
 
 
@@ -135,7 +136,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"Objectives: {dirs}. Trials: {t['total']} ({t.get('complete', 0)} complete, "
         f"{t.get('fail', 0)} failed, {t.get('running', 0)} running). Storage: "
-        f"`{report['storage']}` (`optuna-dashboard {report['storage']}`).",
+        f"`{report['storage']}` (`optuna-dashboard {with_driver(report['storage'])}`).",
         "",
         "## " + ("Best trial" if len(keys) == 1 else "Pareto trials"),
         "",

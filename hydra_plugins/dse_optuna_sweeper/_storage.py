@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import inspect
 import random
+import re
+import shlex
 import sqlite3
 import sys
 import time
@@ -174,8 +176,8 @@ def masked(url: str) -> str:
 
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - not a URL SQLAlchemy reads: refused later, shown as is
-        return url
+    except Exception:  # noqa: BLE001 - not a URL SQLAlchemy reads (a bad port): refused later
+        return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", url)
 
 
 def read_password(path: str, url: str) -> str:
@@ -221,6 +223,12 @@ def with_driver(url: str) -> str:
     whichever SQLAlchemy picks by default (its versions differ)."""
     scheme, sep, rest = url.partition("://")
     return f"postgresql+psycopg://{rest}" if sep and scheme == "postgresql" else url
+
+
+def dashboard_install(url: str) -> str:
+    """The pip command that installs optuna-dashboard with the driver ``url`` needs."""
+    package = driver_package(url) if "://" in url and not url.startswith("sqlite") else ""
+    return f"pip install optuna-dashboard{f' {shlex.quote(package)}' if package else ''}"
 
 
 def driver_package(url: str) -> str:

@@ -85,6 +85,19 @@ def test_a_users_onnx_file_is_calibrated_and_other_ops_are_named(tmp_path) -> No
         f"(python -m dse.calibrate platform=localhost nets=[...,{{path:{ocr.path},"
         "input_shape:[1,3,320,320]}])"
     )
+    # a file from before profiled_ops: a network it did not profile whole is warned of that
+    for section in doc.values():
+        if isinstance(section, dict):
+            section.pop("profiled_ops", None)
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps(doc))
+    c = load_coefficients(older)
+    assert unprofiled_warning(net, platform, c) is None  # every layer of it profiled
+    assert unprofiled_warning(ocr, platform, c) == (
+        "warning: ch_PP-OCRv4_det_infer's layers that calibration did not profile are costed by "
+        "fits made before dse costed layers by what bounds them (the file records no "
+        "profiled_ops): calibrate again (python -m dse.calibrate platform=localhost)"
+    )
 
 
 @pytest.mark.slow

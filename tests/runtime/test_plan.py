@@ -500,6 +500,16 @@ def test_a_plans_host_that_ssh_cannot_reach_is_named_once(deployed: Path, tmp_pa
     )
 
 
+def tiny_dir(deployed: Path, tmp_path: Path, expected: dict[str, np.ndarray]) -> Path:
+    """A copy of the deployment whose stored whole-model outputs are ``expected``."""
+    d = tmp_path / "tiny"
+    shutil.copytree(deployed, d, symlinks=True)
+    plan = read_plan(d)
+    arrays = {f"o{i}": expected[o.name].astype(np.float32) for i, o in enumerate(plan.outputs)}
+    np.savez(d / EXPECTED, **arrays)  # type: ignore[arg-type]
+    return d
+
+
 def test_outputs_are_checked_against_the_stored_whole_model(deployed: Path, tmp_path: Path):
     """equivalence() reads the whole model's outputs from the deployment: equal outputs pass,
     outputs off by 1 % or holding NaN fail, and without them nothing passes."""
@@ -512,6 +522,14 @@ def test_outputs_are_checked_against_the_stored_whole_model(deployed: Path, tmp_
     eq = equivalence(plan, off, deployed)
     assert eq.passed is False and eq.max_rel_error == pytest.approx(0.01, rel=1e-3)
     assert verdict(eq).startswith("outputs differ from the whole model: max rel error 0.01")
+    # outputs all near 0 (a saturated probability map): judged on 1e-6 beside 1e-4 of their
+    # largest value, whatever share of it that is; 2e-6 apart fails
+    tiny = {k: v / np.abs(v).max() * 1.2e-5 for k, v in want.items()}
+    small = tiny_dir(deployed, tmp_path, tiny)
+    eq = equivalence(plan, {k: v + 1.5e-7 for k, v in tiny.items()}, small)
+    assert eq.passed is True and eq.max_rel_error == pytest.approx(1.5e-7 / 1.2e-5, rel=1e-2)
+    eq = equivalence(plan, {k: v + 2e-6 for k, v in tiny.items()}, small)
+    assert eq.passed is False
     nan = {k: np.full_like(v, np.nan) for k, v in want.items()}
     eq = equivalence(plan, nan, deployed)
     assert eq.passed is False and "NaN" in verdict(eq)

@@ -357,6 +357,29 @@ def test_a_url_holding_a_password_is_refused_before_anything_is_written(
     assert not (tmp_path / "s").exists()
 
 
+def test_a_url_sqlalchemy_cannot_read_is_shown_without_its_password() -> None:
+    """A port that is not a number: SQLAlchemy refuses the URL, and the line that says so
+    shows it with the password masked all the same."""
+    from hydra_plugins.dse_optuna_sweeper._storage import masked
+
+    assert masked("postgresql://dse:s3cret@dbhost:54x2/optuna") == (
+        "postgresql://dse:***@dbhost:54x2/optuna"
+    )
+    with pytest.raises(DseError) as err:
+        open_storage("postgresql://dse:s3cret@dbhost:54x2/optuna", Options())
+    assert "s3cret" not in str(err.value) and "dse:***@" in str(err.value)
+
+
+def test_the_dashboard_is_named_with_the_driver_it_needs() -> None:
+    """The command the sweeper prints reaches a server with the driver dse installs."""
+    from hydra_plugins.dse_optuna_sweeper._storage import dashboard_install, with_driver
+
+    url = "postgresql://sweeper@dbhost:5432/optuna"
+    assert dashboard_install(url) == "pip install optuna-dashboard 'psycopg[binary]'"
+    assert with_driver(url) == "postgresql+psycopg://sweeper@dbhost:5432/optuna"
+    assert dashboard_install("sqlite:///runs/sweeps/s.db") == "pip install optuna-dashboard"
+
+
 def test_a_server_that_does_not_answer_is_one_line_with_the_time_waited() -> None:
     # a socket that takes connections (the kernel's backlog) and never answers
     with socket.socket() as silent:

@@ -392,6 +392,25 @@ def test_no_trial_is_wasted_on_a_setting_already_run_nor_on_a_key_that_does_not_
     )
 
 
+def test_a_setting_run_under_other_fixed_settings_is_run_again(tmp_path: Path) -> None:
+    """A worker started with another fixed setting (seed=1) on the same study runs naive,
+    splits=2 itself: the first run's values are another command's, not reused."""
+    study = optuna.create_study(
+        study_name="f", storage=f"sqlite:///{tmp_path / 'study.db'}", direction="maximize"
+    )
+    space = ("chromosome=choice(naive)", "chromosome.splits=choice(2)", "hydra.sweeper.n_trials=1")
+    study.enqueue_trial({"chromosome": "naive", "chromosome.splits": 2})
+    assert sweep(tmp_path, "f", *space, out="a").returncode == 0
+    study.enqueue_trial({"chromosome": "naive", "chromosome.splits": 2})
+    r = sweep(tmp_path, "f", *space, "seed=1", out="b")
+    assert r.returncode == 0, r.stderr[-2000:]
+    first, other = load(tmp_path, "f").trials
+    assert first.params == other.params and "reused_from" not in other.user_attrs
+    assert other.user_attrs["overrides"][-1] == "seed=1"
+    assert other.user_attrs["run_dir"] != first.user_attrs["run_dir"]
+    assert other.value == summary_hypervolume(other.user_attrs["run_dir"])
+
+
 def test_brute_force_tries_each_setting_once_and_stops_when_all_are_tried(tmp_path: Path):
     """choice(naive,vertical) x splits 2: naive,2 and vertical (which takes no splits), two
     settings; five trials asked for: two run, then the sweep says brute force is done."""

@@ -2,8 +2,13 @@
 
 The whole model's outputs on the plan's input are stored in the deployment
 (:func:`dse.runtime.deployment.reader.read_expected`), so rank 0 checks a run wherever it runs (a
-board need not hold the whole model). Outputs must agree to ``max|a - b| <= RTOL * max|b|``; a run
-whose outputs cannot be checked is not a valid measurement either.
+board need not hold the whole model). Outputs must agree to ``max|a - b| <= RTOL * max|b| +
+ATOL``; a run whose outputs cannot be checked is not a valid measurement either.
+
+``ATOL`` is for outputs whose values are all near 0 (a text detector's probability map on a
+photo without text: at most 1.2e-5): there float rounding, amplified through a deep network
+whose every layer is split, is a large share of the largest value (1.5e-7 of 1.2e-5) while
+a wrong cut changes the outputs by far more than 1e-6.
 """
 
 from __future__ import annotations
@@ -18,9 +23,13 @@ from dse.runtime.deployment.measurements import Equivalence
 from dse.runtime.deployment.plan import Plan
 from dse.runtime.deployment.reader import read_expected
 
-#: Outputs must agree to max|a - b| <= RTOL * max|b|.
+#: Outputs must agree to max|a - b| <= RTOL * max|b| + ATOL.
 RTOL = 1e-4
-DEFINITION = "max|partitioned - whole| / max|whole| over each output"
+ATOL = 1e-6
+DEFINITION = (
+    "max|partitioned - whole| / max|whole| over each output; passes at most 1e-4 x max|whole| "
+    "+ 1e-6 apart"
+)
 
 
 def equivalence(plan: Plan, outputs: dict[str, np.ndarray], directory: Path) -> Equivalence:
@@ -30,6 +39,7 @@ def equivalence(plan: Plan, outputs: dict[str, np.ndarray], directory: Path) -> 
     except DseError as exc:
         return Equivalence(None, f"not checked: {exc}")
     abs_err = rel_err = 0.0
+    within = True
     for o, r in zip(plan.outputs, expected, strict=True):
         got = np.asarray(outputs[o.name], dtype=np.float64)
         if not np.isfinite(r).all():
@@ -41,8 +51,9 @@ def equivalence(plan: Plan, outputs: dict[str, np.ndarray], directory: Path) -> 
         scale = float(np.abs(r).max()) if r.size else 0.0
         abs_err = max(abs_err, diff)
         rel_err = max(rel_err, diff / scale if scale > 0 else diff)
+        within = within and diff <= RTOL * scale + ATOL
     return Equivalence(
-        passed=math.isfinite(rel_err) and rel_err <= RTOL,
+        passed=math.isfinite(rel_err) and within,
         max_abs_error=abs_err,
         max_rel_error=rel_err,
         tolerance_rel=RTOL,
@@ -58,4 +69,7 @@ def verdict(eq: Equivalence) -> str | None:
         return f"outputs not checked against the whole model: {eq.reason}"
     if eq.max_rel_error is None:
         return f"outputs differ from the whole model: {eq.reason}"
-    return f"outputs differ from the whole model: max rel error {eq.max_rel_error:.3g} > {RTOL:g}"
+    return (
+        f"outputs differ from the whole model: max rel error {eq.max_rel_error:.3g} > {RTOL:g} "
+        f"(max abs error {eq.max_abs_error:.3g}, {ATOL:g} allowed beside)"
+    )
