@@ -54,6 +54,7 @@ def command(args: argparse.Namespace, url: str, sweep_dir: Path, n: int) -> list
         f"+net={args.net}",
         f"algorithm.pop_size={args.pop}",
         f"algorithm.n_gen={args.gens}",
+        *([f"model_threads={args.threads}"] if args.threads else []),
         "progress=false",
         f"platform={args.platform}",
         "hydra/sweeper=dse_optuna",
@@ -118,6 +119,12 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--pop", type=int, default=50)
     parser.add_argument("--gens", type=int, default=600)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="model_threads of every worker (default: dse's, every core "
+        "when the machine is idle, so one worker alone already uses both)",
+    )
     parser.add_argument(
         "--server",
         help="a PostgreSQL database URL without its password (PGPASSWORD or ~/.pgpass gives "
