@@ -108,8 +108,9 @@ def model_file(r: Unit) -> Path:
         with tempfile.TemporaryDirectory(prefix=f".{copy.stem}.", dir=copy.parent) as tmp:
             onnx.save(net.weighted_model(), str(Path(tmp) / copy.name),
                       save_as_external_data=True, location=f"{copy.name}.data")  # fmt: skip
-            for name in (f"{copy.name}.data", copy.name):
-                os.replace(Path(tmp) / name, copy.parent / name)
+            for name in (f"{copy.name}.data", copy.name):  # no data file: weights inline
+                if (Path(tmp) / name).exists():  # (typed fields, as PaddlePaddle's exports)
+                    os.replace(Path(tmp) / name, copy.parent / name)
     except OSError as exc:
         raise DseError(
             f"cannot write a copy of {net.path} with its input shapes fixed into {copy.parent} "
