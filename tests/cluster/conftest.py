@@ -11,7 +11,8 @@ import pytest
 
 from dse.cluster import clusters, down, missing
 from dse.errors import DseError
-from tests.helpers.cluster import TEST_PREFIX, TWO_CPUS, pid_alive
+from tests.helpers.cli import pid_alive
+from tests.helpers.cluster import TEST_PREFIX, TWO_CPUS
 
 
 @pytest.fixture(scope="module")

@@ -66,6 +66,17 @@ def processes_naming(marker: str) -> list[str]:
     return found
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (another user's included)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def wait_until(check, timeout_s: float) -> bool:  # noqa: ANN001
     """Whether ``check()`` holds within ``timeout_s`` (asked every 0.1 s)."""
     deadline = time.monotonic() + timeout_s

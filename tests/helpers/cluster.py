@@ -63,16 +63,6 @@ def make_platform(name: str = "tplat", network: str = "switched") -> dict:
     }
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def wait_on_board(state: State, proc: subprocess.Popen, board: str) -> None:
     """Until the launcher has put ``proc`` on ``board`` (in its network namespace)."""
     deadline = time.monotonic() + 10

@@ -25,6 +25,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.helpers.cli import pid_alive
+
 #: Where Debian's packages put a server's programs, one folder per major version.
 BINDIRS = "/usr/lib/postgresql/*/bin"
 #: The system user Debian's package makes to run servers.
@@ -62,16 +64,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclass
