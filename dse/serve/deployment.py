@@ -27,7 +27,7 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent import futures
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -117,6 +117,9 @@ class Deployment:
         self._proc: subprocess.Popen | None = None
         self._pump: threading.Thread | None = None
         self._heard = dict.fromkeys(range(len(plan.ranks)), time.monotonic())
+        #: Called (by the thread reading the results) with (rank, frame id, seconds its
+        #: sub-models ran) for every rank's every frame; None: the timings are dropped.
+        self.on_timing: Callable[[int, int, float], None] | None = None
 
     @property
     def name(self) -> str:
@@ -388,6 +391,9 @@ class Deployment:
         kind = header["kind"]
         if kind == "error":
             self._fail(f"{self.directory}: {self._rank_words(header)}")
+        elif kind == "timing":
+            if self.on_timing is not None:
+                self.on_timing(rank, int(header["id"]), float(header["compute"]))
         elif kind == "outputs":
             with self._lock:
                 entry = self._pending.get(int(header["id"]))

@@ -18,6 +18,9 @@ Ranks -> application (the results socket, PUSH -> PULL):
 ``alive``    ``{"kind", "rank"}``: sent every :data:`BEAT_S` while the rank lives;
 ``outputs``  ``{"kind", "rank", "id", "arrays"}``: the graph outputs this rank holds, of
              frame ``id``;
+``timing``   ``{"kind", "rank", "id", "compute"}``: the seconds this rank's sub-models ran on
+             frame ``id`` (every rank, every frame: what re-planning compares with the
+             model's prediction, :mod:`dse.serve.monitor`);
 ``error``    ``{"kind", "rank", "message"}``: the rank failed (it then ends).
 """
 

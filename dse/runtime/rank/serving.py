@@ -10,7 +10,8 @@ buffers and steps); only where a frame comes from and where its outputs go diffe
   measured stream: sends are posted and completed later, at most :data:`WINDOW` frames of
   them in flight, and all of them completed whenever no frame is waiting;
 * a rank that holds graph outputs sends them to the application (``RESULTS``) with the frame's
-  id; every rank says it is ready once all have loaded, and that it is alive every
+  id; every rank says, for every frame, how long its sub-models ran on it (``timing``); every
+  rank says it is ready once all have loaded, and that it is alive every
   :data:`~dse.runtime.deployment.wire.BEAT_S` (a thread of its own), so the application
   notices a rank that is gone, or cut off, within a bounded time;
 * a rank that fails says why (``error``) before it ends; the stop message ends every rank
@@ -110,7 +111,8 @@ class Served:
         me = self.me
         while (frame := self.next_frame()) >= 0:
             requests: list[Any] = []
-            me.run_once(requests)
+            timers = me.run_once(requests)
+            self.say({"kind": "timing", "id": frame, "compute": round(timers.compute, 7)})
             if self.mine:
                 self.say({"kind": "outputs", "id": frame}, {n: me.local[n] for n in self.mine})
             me.keep_sending(requests, WINDOW)

@@ -1,0 +1,441 @@
+"""A served plan that follows its hardware: measured against the model frame by frame, searched
+again when the boards or links change, and swapped for a better plan without losing a frame.
+
+:meth:`Adaptive.start` deploys a mapping (``WORKDIR/plan-0``) and serves it
+(:class:`~dse.serve.deployment.Deployment`); ``run``, ``submit`` and ``stream`` are the
+deployment's. Every rank's compute on every frame and every frame's completion go to a
+:class:`~dse.serve.monitor.Monitor`; a controller thread looks at its window every
+:attr:`Settings.check_s` and applies :mod:`dse.serve.drift`:
+
+1. a plan's first full window sets the reference ratios (measured over predicted);
+2. a window that drifts from them is explained by new conditions (devices' speeds, the
+   network's bandwidth: :func:`~dse.serve.drift.rescaled`) fitted on the newest half of the
+   window (the frames after the change), and the model is put under them
+   (:meth:`~models_analytical.model.AnalyticalModel.under`);
+3. a search under them (NSGA-II on period and latency, :attr:`Settings.budget_s` seconds,
+   starting from the usual seeds built for the rescaled devices) looks for a plan of a
+   smaller period; the served plan is its incumbent;
+4. a plan predicted at most ``1 - margin`` of the served plan's period is *clearly better*:
+   with ``mode="replan"`` it is deployed (``WORKDIR/plan-N``, shipped to the hosts that have
+   disks of their own while the old plan still serves), then the service pauses: frames
+   handed over from now wait, the frames in the old plan finish, the old ranks stop, the new
+   ones start and load, and the waiting frames go to them. No frame is lost, none is run
+   twice, and each caller's outputs come in the order of its frames. With ``mode="advise"``
+   the plan is only logged.
+
+Every decision is a line of ``WORKDIR/decisions.jsonl`` (and of :attr:`Adaptive.decisions`),
+with what was measured and predicted: ``reference``, ``drift`` (the ratios and the conditions
+fitted), ``keep`` (no clearly better plan), ``advise``, ``switch`` (the new plan serving: its
+search, deploy and pause times), ``failed`` (a new plan that would not start: the old plan
+is started again). Two plans never run at once: the boards' memory caps are sized for one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from models_analytical.conditions import Conditions
+
+from dse.errors import DseError
+from dse.mapping import Mappings
+from dse.net import Net
+from dse.runtime.launch.mpiexec import Launcher
+from dse.serve.deployment import IN_FLIGHT, Deployment, ServeError, platform_file
+from dse.serve.drift import THRESHOLD, Drift, Expected, Reference, drift, rescaled
+from dse.serve.monitor import Monitor, Window
+from models_analytical.model import AnalyticalModel
+
+LOG = logging.getLogger("dse")
+MODES = ("replan", "advise")
+#: The decision log in the work folder.
+DECISIONS = "decisions.jsonl"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How the service watches and re-plans (the module's docstring)."""
+
+    mode: str = "replan"  # replan | advise (log the better plan, keep serving the old)
+    window: int = 8  # frames the medians are taken over
+    threshold: float = THRESHOLD  # relative drift of a ratio from its reference
+    margin: float = 0.15  # a new plan's predicted period at most (1 - margin) of the served
+    budget_s: float = 2.0  # the re-plan search's time
+    pop_size: int = 48
+    chromosome: str = "advanced"  # vertical | naive | advanced
+    check_s: float = 0.2  # how often the controller looks at the window
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise DseError(f"mode={self.mode!r} is not one of {', '.join(MODES)}")
+        if self.window < 4:
+            raise DseError(f"window={self.window} is too short: give at least 4 frames")
+        if not 0 < self.threshold < 1 or not 0 <= self.margin < 1:
+            raise DseError("threshold must be in (0, 1) and margin in [0, 1)")
+
+
+@dataclass
+class Served:
+    """The plan being served."""
+
+    index: int
+    mapping: Mappings
+    directory: Path
+    deployment: Deployment
+    expected: Expected
+    period_ms: float  # predicted, under the conditions at its start
+    reference: Reference | None = None
+
+
+@dataclass
+class _Frame:
+    outer: Future
+    sent_s: float
+    served: Served
+
+
+@dataclass
+class Adaptive:
+    """A served plan that re-plans itself (the module's docstring); make one with
+    :meth:`start`."""
+
+    net: Net
+    model: AnalyticalModel  # under the calibrated (nominal) conditions
+    platform: str | Mapping[str, Any]
+    workdir: Path
+    settings: Settings
+    in_flight: int
+    launcher: Launcher
+    conditions: Conditions = field(default_factory=Conditions)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._t0 = time.monotonic()
+        self._gate = threading.Condition()  # frames wait on it while the plan is swapped
+        self._paused = False
+        self._outstanding = 0
+        self._stop = threading.Event()
+        self._served: Served | None = None
+        self._plans = 0
+        self._controller: threading.Thread | None = None
+        self.error: str | None = None
+
+    # --- starting -----------------------------------------------------------------------
+
+    @classmethod
+    def start(
+        cls,
+        net: Net,
+        model: AnalyticalModel,
+        mapping: Mappings,
+        workdir: Path | str,
+        platform: str | Mapping[str, Any],
+        settings: Settings | None = None,
+        in_flight: int = IN_FLIGHT,
+    ) -> Adaptive:
+        """Deploy mapping 0 of ``mapping`` in ``workdir/plan-0`` over ``platform`` (a
+        platform file's name or path, or its contents: the platform ``model`` was built
+        for) and serve it; returns once it serves."""
+        workdir = Path(workdir).expanduser().absolute()
+        workdir.mkdir(parents=True, exist_ok=True)
+        cfg = platform_file(platform) if isinstance(platform, str) else platform
+        from dse.cluster import launcher_for
+
+        self = cls(
+            net, model, platform, workdir, settings or Settings(), in_flight, launcher_for(cfg)
+        )
+        self._served = self._start_plan(mapping[:1], self.conditions)
+        self._log("start", plan=self._served.directory.name, period_ms=self._served.period_ms)
+        self._controller = threading.Thread(target=self._control, daemon=True, name="dse-adapt")
+        self._controller.start()
+        return self
+
+    def _deploy(self, mapping: Mappings) -> Path:
+        from dse.runtime.launch.deploy import deploy
+
+        directory = self.workdir / f"plan-{self._plans}"
+        self._plans += 1
+        deploy(self.net, self.model.platform, mapping, directory, launcher=self.launcher)
+        return directory
+
+    def _start_plan(
+        self, mapping: Mappings, conditions: Conditions, directory: Path | None = None
+    ) -> Served:
+        directory = directory or self._deploy(mapping)
+        deployment = Deployment.start(
+            directory, launcher=self.launcher, in_flight=self.in_flight, platform=self.platform
+        )
+        expected, period = self._expected(deployment, mapping, conditions)
+        served = Served(self._plans - 1, mapping, directory, deployment, expected, period)
+        self.monitor = Monitor(len(deployment.plan.ranks), self.settings.window)
+        deployment.on_timing = lambda rank, _frame, s: self.monitor.timing(rank, s)
+        return served
+
+    def _expected(
+        self, deployment: Deployment, mapping: Mappings, conditions: Conditions
+    ) -> tuple[Expected, float]:
+        ev = self.model.under(conditions).evaluate(mapping)
+        by_rank = {r.rank: float(ev.busy_s[0, r.device_index]) for r in deployment.plan.ranks}
+        period = float(_period_s(ev)[0])
+        return Expected(by_rank, period), period * 1e3
+
+    # --- serving ------------------------------------------------------------------------
+
+    def submit(self, inputs: Mapping[str, Any]) -> Future:
+        """As :meth:`Deployment.submit`; a frame handed over while the plan is swapped waits
+        for the new plan."""
+        outer: Future = Future()
+        outer.set_running_or_notify_cancel()
+        with self._gate:
+            while self._paused and not self._stop.is_set():
+                self._gate.wait(0.1)
+            if self._served is None or self.error:
+                raise ServeError(self.error or "the adaptive service is closed")
+            served = self._served
+            self._outstanding += 1
+        try:
+            inner = served.deployment.submit(inputs)
+        except BaseException:
+            with self._gate:
+                self._outstanding -= 1
+                self._gate.notify_all()
+            raise
+        frame = _Frame(outer, time.monotonic(), served)
+        inner.add_done_callback(lambda f: self._done(frame, f))
+        return outer
+
+    def _done(self, frame: _Frame, inner: Future) -> None:
+        now = time.monotonic()
+        with self._gate:
+            others = self._outstanding - 1
+            self._outstanding = others
+            self._gate.notify_all()
+        if inner.exception() is not None:
+            frame.outer.set_exception(inner.exception())  # type: ignore[arg-type]
+            return
+        pressed = others >= self.in_flight - 1
+        if frame.served is self._served:
+            self.monitor.done(now, now - frame.sent_s, pressed)
+        frame.outer.set_result(inner.result())
+
+    def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        return self.submit(inputs).result()
+
+    def stream(
+        self, frames: Iterable[Mapping[str, Any]], in_flight: int | None = None
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """Each frame's outputs in order, up to ``in_flight`` frames in the service at once."""
+        window = min(in_flight or self.in_flight, self.in_flight)
+        ahead: deque[Future] = deque()
+        for inputs in frames:
+            ahead.append(self.submit(inputs))
+            if len(ahead) >= window:
+                yield ahead.popleft().result()
+        while ahead:
+            yield ahead.popleft().result()
+
+    @property
+    def plan(self) -> Path:
+        """The folder of the plan being served."""
+        assert self._served is not None
+        return self._served.directory
+
+    # --- the controller ------------------------------------------------------------------
+
+    def _control(self) -> None:
+        try:
+            while not self._stop.wait(self.settings.check_s):
+                self._look()
+        except Exception as exc:  # noqa: BLE001 - logged; the service goes on unadapted
+            self._log("failed", reason=f"the controller stopped: {exc}")
+            LOG.exception("re-planning stopped")
+
+    def _look(self) -> None:
+        served = self._served
+        if served is None or self._paused:
+            return
+        window = self.monitor.window()
+        if window is None:
+            return
+        if served.reference is None or served.reference.period is None:
+            served.reference = Reference.of(window, served.expected)
+            self._log(
+                "reference",
+                compute_ratio=_rounded(served.reference.compute),
+                period_ratio=_round(served.reference.period),
+                measured=_figures(window),
+            )
+            return
+        found = drift(window, served.expected, served.reference, self.settings.threshold)
+        if found:
+            recent = self.monitor.window(last=self.settings.window // 2) or window
+            self._replan(served, found, recent)
+
+    def _replan(self, served: Served, found: Drift, window: Window) -> None:
+        devices = {r.rank: r.device for r in served.deployment.plan.ranks}
+
+        def period_under(c: Conditions) -> float:
+            return float(_period_s(self.model.under(c).evaluate(served.mapping))[0])
+
+        assert served.reference is not None
+        conditions = rescaled(
+            self.conditions, found, devices, window, served.reference, period_under,
+            self.settings.threshold,
+        )  # fmt: skip
+        self._log(
+            "drift",
+            devices={devices[r]: round(v, 3) for r, v in found.devices.items()},
+            period=_round(found.period),
+            measured=_figures(window),
+            predicted_period_ms=round(served.expected.period_s * 1e3, 3),
+            conditions=_conditions(conditions),
+        )
+        t0 = time.monotonic()
+        best, best_ms, current_ms = self._search(served.mapping, conditions)
+        searched_s = time.monotonic() - t0
+        self.conditions = conditions
+        figures = {
+            "served_period_ms": round(current_ms, 3),
+            "new_period_ms": round(best_ms, 3),
+            "search_s": round(searched_s, 3),
+        }
+        if best is None or best_ms > (1 - self.settings.margin) * current_ms:
+            served.expected, served.period_ms = self._expected(
+                served.deployment, served.mapping, conditions
+            )
+            self._log("keep", **figures)
+            return
+        if self.settings.mode == "advise":
+            served.expected, served.period_ms = self._expected(
+                served.deployment, served.mapping, conditions
+            )
+            self._log("advise", mapping=best.ident(0), **figures)
+            return
+        self._switch(served, best, conditions, figures)
+
+    def _search(
+        self, current: Mappings, conditions: Conditions
+    ) -> tuple[Mappings | None, float, float]:
+        """The best-period plan a search under ``conditions`` finds within the budget, its
+        predicted period and the served plan's (ms)."""
+        from chromosomes import AdvancedChromosome, NaiveChromosome, VerticalChromosome
+        from dse.config import AlgorithmConfig
+        from dse.search import nsga2
+        from dse.search.problem import MappingProblem
+
+        model = self.model.under(conditions)
+        cls = {
+            "vertical": VerticalChromosome,
+            "naive": NaiveChromosome,
+            "advanced": AdvancedChromosome,
+        }[self.settings.chromosome]
+        chrom = cls(self.net.graph, len(model.platform), speed=model.device_speed())
+        problem = MappingProblem(chrom, model, ["period", "latency"])
+        algo = AlgorithmConfig(pop_size=self.settings.pop_size, n_gen=1 << 30, seed_structured=True)
+        state = nsga2.new_search(problem, algo, self.settings.seed)
+        deadline = time.monotonic() + self.settings.budget_s
+        nsga2.run(state, stop=lambda: time.monotonic() > deadline)
+        X, F, G = nsga2.front(state)
+        current_ms = float(problem.evaluate_mappings(current)[0][0, 0])
+        ok = np.flatnonzero(G[:, 0] <= 0)
+        if not len(ok):
+            return None, float("inf"), current_ms
+        i = ok[np.lexsort((F[ok, 1], F[ok, 0]))[0]]
+        mapping = chrom.decode(np.rint(X[i : i + 1]).astype(np.int64))
+        return mapping, float(F[i, 0]), current_ms
+
+    def _switch(
+        self, old: Served, mapping: Mappings, conditions: Conditions, figures: dict
+    ) -> None:
+        t0 = time.monotonic()
+        directory = self._deploy(mapping)
+        deployed_s = time.monotonic() - t0
+        with self._gate:
+            self._paused = True
+        t1 = time.monotonic()
+        try:
+            with self._gate:  # the frames in the old plan finish
+                while self._outstanding and old.deployment.alive:
+                    self._gate.wait(0.05)
+            old.deployment.close()
+            try:
+                served = self._start_plan(mapping, conditions, directory)
+            except DseError as exc:
+                self._log("failed", reason=str(exc), plan=directory.name)
+                served = self._start_plan(old.mapping, conditions, old.directory)
+            with self._gate:
+                self._served = served
+        finally:
+            with self._gate:
+                self._paused = False
+                self._gate.notify_all()
+        self._log(
+            "switch",
+            plan=self._served.directory.name if self._served else None,
+            mapping=mapping.ident(0),
+            deploy_s=round(deployed_s, 3),
+            paused_s=round(time.monotonic() - t1, 3),
+            **figures,
+        )
+
+    # --- the log, the end ------------------------------------------------------------------
+
+    def _log(self, event: str, **figures: Any) -> None:
+        entry = {"t_s": round(time.monotonic() - self._t0, 3), "event": event, **figures}
+        self.decisions.append(entry)
+        with open(self.workdir / DECISIONS, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+        LOG.info("adapt: %s", json.dumps(entry))
+
+    def close(self) -> None:
+        """Stop watching, then stop the plan served after its frames in flight."""
+        self._stop.set()
+        if self._controller is not None and self._controller is not threading.current_thread():
+            self._controller.join()
+        with self._gate:
+            served, self._served = self._served, None
+            self._gate.notify_all()
+        if served is not None:
+            served.deployment.close()
+
+    def __enter__(self) -> Adaptive:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _period_s(ev: Any) -> np.ndarray:
+    from dse.objectives import OBJECTIVES
+
+    return np.asarray(OBJECTIVES["period"].values(ev)) / 1e3
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def _rounded(d: Mapping[int, float]) -> dict[str, float]:
+    return {str(k): round(v, 4) for k, v in d.items()}
+
+
+def _figures(w: Window) -> dict[str, Any]:
+    return {
+        "compute_ms": {str(r): round(s * 1e3, 3) for r, s in w.compute_s.items()},
+        "period_ms": None if w.period_s is None else round(w.period_s * 1e3, 3),
+        "latency_ms": round(w.latency_s * 1e3, 3),
+    }
+
+
+def _conditions(c: Conditions) -> dict[str, Any]:
+    return {"speed": {k: round(v, 4) for k, v in c.speed.items()}, "network": round(c.network, 4)}
