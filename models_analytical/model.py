@@ -10,7 +10,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import cast
+from typing import Any, cast
 
 import numba
 import numpy as np
@@ -21,6 +21,7 @@ from dse.net.graph import LayerGraph
 from dse.objectives import OBJECTIVES
 from dse.platform import Platform
 from models_analytical.coefficients import OP_CLASSES, WEIGHT_CLASSES, Coefficients, port_key
+from models_analytical.conditions import Conditions, scaled_table
 from models_analytical.layer_costs import CONV_OPS, LayerTables, layer_tables
 from models_analytical.schedule import KernelInputs, ScheduleResult, input_csr, simulate
 from models_analytical.threads import ThreadTuner
@@ -181,6 +182,35 @@ def kernel_inputs(
     )
 
 
+#: The kernel inputs with a row per device type (KernelInputs), and those of them in seconds
+#: of a device's own work (what a device's speed divides).
+PER_TYPE = (
+    "t_work",
+    "t_fixed",
+    "channel_block",
+    "part_fixed",
+    "row_fixed",
+    "power_w",
+    "overhead_power_w",
+    "transfer_fixed_s",
+    "transfer_per_byte_s",
+    "transfer_per_byte_same_host_s",
+    "split_work_factor",
+    "shared_host_factor",
+    "segment_run_s",
+    "segment_in_per_byte_s",
+    "segment_out_per_byte_s",
+    "receive_on_device",
+)
+PER_TYPE_SECONDS = (
+    "t_work",
+    "t_fixed",
+    "segment_run_s",
+    "segment_in_per_byte_s",
+    "segment_out_per_byte_s",
+)
+
+
 def split_index(graph: LayerGraph) -> np.ndarray:
     """int64 [L]: each layer's index among the splittable ones (-1: not splittable)."""
     out = np.full(len(graph), -1, dtype=np.int64)
@@ -200,25 +230,36 @@ def type_power(coefficients: Coefficients, classes: tuple[str, ...]) -> np.ndarr
     return np.array([[p[k] for k in classes] for p in power])
 
 
-def link_tables(platform: Platform, coefficients: Coefficients) -> dict[str, np.ndarray]:
+def link_tables(
+    platform: Platform, coefficients: Coefficients, conditions: Conditions | None = None
+) -> dict[str, np.ndarray]:
     """The measured link tables the platform's device pairs use (``link_table`` -1 where a pair's
     link class has none), padded to one length by extending each table's last slope. A table is
     per link class: where one is measured it gives the time of every pair of the class, a
     switched network's port figures included (its queues stay the ports'). On a switched
     network whose boards' ports were measured (``port:BOARD``), a pair of boards takes the
-    slower of its two ports' times at each size instead."""
+    slower of its two ports' times at each size instead. Under ``conditions`` each port's table
+    is scaled by its port's factor before the slower is taken, and a class's table by its
+    pair's factor (:class:`~models_analytical.conditions.Conditions`)."""
     tables = {c: (list(t["bytes"]), list(t["seconds"])) for c, t in coefficients.links.items()}
     n = len(platform.devices)
+    under = conditions or Conditions()
+    factors = under.pair_factors(platform)
     key = [[""] * n for _ in range(n)]
     for a in range(n):
         for b in range(n):
-            cls = platform.link_class(a, b) if a != b else ""
+            cls, factor = platform.link_class(a, b) if a != b else "", float(factors[a, b])
             if cls == "network" and platform.network == "switched":
-                ports = sorted({port_key(platform.devices[d].host) for d in (a, b)})
-                if all(p in tables for p in ports):
-                    name = "|".join(ports)
-                    tables.setdefault(name, slower(*(tables[p] for p in ports)))
-                    cls = name
+                boards = sorted({platform.devices[d].host for d in (a, b)})
+                if all(port_key(h) in tables for h in boards):
+                    each = [(port_key(h), under.port_factor(h)) for h in boards]
+                    cls, factor = "|".join(scaled_name(*p) for p in each), 1.0
+                    if cls not in tables:
+                        tables[cls] = slower(*(scaled_table(tables[p], f) for p, f in each))
+            if cls in tables and factor != 1.0:
+                scaled = scaled_name(cls, factor)
+                tables.setdefault(scaled, scaled_table(tables[cls], factor))
+                cls = scaled
             key[a][b] = cls if cls in tables else ""
     names = sorted(tables)
     cls_of = np.full((n, n), -1, dtype=np.int64)
@@ -239,6 +280,11 @@ def link_tables(platform: Platform, coefficients: Coefficients) -> dict[str, np.
             y.append(y[-1] + slope * (x[-1] - x[-2]))
         xs[i], ys[i] = x, y
     return {"link_table": cls_of, "table_bytes": xs, "table_s": ys}
+
+
+def scaled_name(table: str, factor: float) -> str:
+    """The name of ``table`` at ``factor`` times its bandwidth (the table's own at 1)."""
+    return table if factor == 1.0 else f"{table}*{factor!r}"
 
 
 def slower(*tables: tuple[list[float], list[float]]) -> tuple[list[float], list[float]]:
@@ -295,6 +341,9 @@ class AnalyticalModel:
         self._need_weights = self._by_class or bool(self._mem_load.any())
         self.capacity_mb = np.array([d.memory_mb for d in platform.devices])
         self._units = layer_units(graph)
+        #: what the hardware runs under against the figures (:meth:`under`)
+        self.conditions = Conditions()
+        self._s_per_byte = self.inputs.link_s_per_byte  # the links' own, under no conditions
 
     def with_transfer_costs(
         self, fixed_s: float, per_byte_s: float, per_byte_same_host_s: float | None = None
@@ -338,10 +387,47 @@ class AnalyticalModel:
         )
         return other
 
+    def under(self, conditions: Conditions) -> AnalyticalModel:
+        """This model with the hardware running under ``conditions`` (a device's speed, the
+        network's or a port's bandwidth: :mod:`models_analytical.conditions`), on top of any it
+        runs under already (:attr:`conditions`), built without redoing its layer tables: cheap
+        enough to call for each re-plan. Each device at another speed gets a device type of its
+        own (its type's coefficients, its own work over its speed: its layers, sub-model runs
+        and their copies in and out); each link between boards its bandwidth (and its measured
+        table's per-byte part) times its factor. Memory does not change. Every factor 1 gives
+        the same figures as this model. The copy shares this model's working arrays: evaluate
+        one of them at a time."""
+        conditions.check(self.platform)
+        other = copy.copy(self)
+        other.conditions = self.conditions.times(conditions, conditions.name)
+        i = self.inputs
+        device_type = i.device_type.copy()
+        rows: list[tuple[int, float]] = []  # (type, speed) of each type appended
+        for d, speed in enumerate(conditions.device_speed(self.platform)):
+            if speed != 1.0:
+                key = (int(i.device_type[d]), float(speed))
+                if key not in rows:
+                    rows.append(key)
+                device_type[d] = len(i.t_work) + rows.index(key)
+        fields: dict[str, Any] = link_tables(self.platform, self.coefficients, other.conditions)
+        if rows:
+            of, by = np.array([t for t, _ in rows]), np.array([s for _, s in rows])
+            for name in PER_TYPE:
+                more = getattr(i, name)[of]
+                if name in PER_TYPE_SECONDS:
+                    more = more / (by[:, None] if more.ndim == 2 else by)
+                fields[name] = np.concatenate([getattr(i, name), more])
+        other.inputs = i._replace(
+            device_type=device_type,
+            link_s_per_byte=self._s_per_byte / other.conditions.pair_factors(self.platform),
+            **fields,
+        )
+        return other
+
     def device_speed(self) -> np.ndarray:
         """[L, D] relative throughput of each device on each layer: 1 / its modelled work time
         (1 where a layer costs no work), for sizing a split layer's parts to its devices."""
-        work = self.tables.t_work[self.inputs.device_type].T  # [L, D]: each device's type
+        work = self.inputs.t_work[self.inputs.device_type].T  # [L, D]: each device's type
         return np.where(work > 0, 1.0 / np.where(work > 0, work, 1.0), 1.0)
 
     def evaluate(self, mappings: Mappings) -> Evaluation:
