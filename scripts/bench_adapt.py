@@ -45,7 +45,7 @@ from omegaconf import OmegaConf
 
 from dse import app
 from dse.mapping import Mappings
-from dse.net import Net, load_net
+from dse.net import Net
 from dse.runtime.launch.deploy import deploy
 from dse.serve import Deployment
 from dse.serve.adaptive import Adaptive, Settings
@@ -200,6 +200,7 @@ def main() -> None:
     plan = deploy(net, platform, p0, first)
     shape = [(i.name, tuple(i.shape), np.dtype(i.dtype)) for i in plan.inputs]
     frames = [{n: rng.standard_normal(s).astype(t) for n, s, t in shape} for _ in range(6)]
+    assert plan.reference is not None
     whole = whole_model_session(plan, Path(plan.reference.path))
     names = [o.name for o in plan.outputs]
     expected = [dict(zip(names, whole.run(names, f), strict=True)) for f in frames]
@@ -225,7 +226,7 @@ def main() -> None:
         time.sleep(args.after)
         marks["end"] = time.monotonic()
         s.end()
-        plans = sorted({e.get("plan") for e in service.decisions if e.get("plan")})
+        plans = sorted({str(e["plan"]) for e in service.decisions if e.get("plan")})
     adapted_dir = root / "served" / (settled.get("plan") or "plan-0")
     print("decisions:")
     for e in service.decisions:

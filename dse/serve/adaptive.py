@@ -7,10 +7,12 @@ deployment's. Every rank's compute on every frame and every frame's completion g
 :class:`~dse.serve.monitor.Monitor`; a controller thread looks at its window every
 :attr:`Settings.check_s` and applies :mod:`dse.serve.drift`:
 
-1. a plan's first full window sets the reference ratios (measured over predicted);
-2. a window that drifts from them is explained by new conditions (devices' speeds, the
-   network's bandwidth: :func:`~dse.serve.drift.rescaled`) fitted on the newest half of the
-   window (the frames after the change), and the model is put under them
+1. a plan's first window of frames warms it up; the next full window sets the reference
+   ratios (measured over predicted);
+2. a drift seen on the window and on its newest half alike (a change, not a passing spell)
+   is explained by new conditions (devices' speeds, the network's bandwidth:
+   :func:`~dse.serve.drift.rescaled`) fitted on the newest half (the frames after the
+   change), and the model is put under them
    (:meth:`~models_analytical.model.AnalyticalModel.under`);
 3. a search under them (NSGA-II on period and latency, :attr:`Settings.budget_s` seconds,
    starting from the usual seeds built for the rescaled devices) looks for a plan of a
@@ -32,6 +34,7 @@ is started again). Two plans never run at once: the boards' memory caps are size
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -44,8 +47,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from models_analytical.conditions import Conditions
 
+from chromosomes import CHROMOSOMES
 from dse.errors import DseError
 from dse.mapping import Mappings
 from dse.net import Net
@@ -53,6 +56,7 @@ from dse.runtime.launch.mpiexec import Launcher
 from dse.serve.deployment import IN_FLIGHT, Deployment, ServeError, platform_file
 from dse.serve.drift import THRESHOLD, Drift, Expected, Reference, drift, rescaled
 from dse.serve.monitor import Monitor, Window
+from models_analytical.conditions import Conditions
 from models_analytical.model import AnalyticalModel
 
 LOG = logging.getLogger("dse")
@@ -73,11 +77,14 @@ class Settings:
     pop_size: int = 48
     chromosome: str = "advanced"  # vertical | naive | advanced
     check_s: float = 0.2  # how often the controller looks at the window
+    watch: bool = True  # False: no drift is looked for; only Adaptive.adapt re-plans
     seed: int = 0
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise DseError(f"mode={self.mode!r} is not one of {', '.join(MODES)}")
+        if self.chromosome not in CHROMOSOMES:
+            raise DseError(f"chromosome={self.chromosome!r} is not one of {', '.join(CHROMOSOMES)}")
         if self.window < 4:
             raise DseError(f"window={self.window} is too short: give at least 4 frames")
         if not 0 < self.threshold < 1 or not 0 <= self.margin < 1:
@@ -125,6 +132,7 @@ class Adaptive:
         self._paused = False
         self._outstanding = 0
         self._stop = threading.Event()
+        self._adapting = threading.Lock()  # one search and switch at a time
         self._served: Served | None = None
         self._plans = 0
         self._controller: threading.Thread | None = None
@@ -154,10 +162,11 @@ class Adaptive:
         self = cls(
             net, model, platform, workdir, settings or Settings(), in_flight, launcher_for(cfg)
         )
-        self._served = self._start_plan(mapping[:1], self.conditions)
+        self._served = self._start_plan(mapping.take(slice(0, 1)), self.conditions)
         self._log("start", plan=self._served.directory.name, period_ms=self._served.period_ms)
-        self._controller = threading.Thread(target=self._control, daemon=True, name="dse-adapt")
-        self._controller.start()
+        if self.settings.watch:
+            self._controller = threading.Thread(target=self._control, daemon=True, name="dse-adapt")
+            self._controller.start()
         return self
 
     def _deploy(self, mapping: Mappings) -> Path:
@@ -221,7 +230,7 @@ class Adaptive:
             self._outstanding = others
             self._gate.notify_all()
         if inner.exception() is not None:
-            frame.outer.set_exception(inner.exception())  # type: ignore[arg-type]
+            frame.outer.set_exception(inner.exception())
             return
         pressed = others >= self.in_flight - 1
         if frame.served is self._served:
@@ -265,10 +274,12 @@ class Adaptive:
         if served is None or self._paused:
             return
         window = self.monitor.window()
-        if window is None:
-            return
-        if served.reference is None or served.reference.period is None:
-            served.reference = Reference.of(window, served.expected)
+        if window is None or window.frames < 2 * self.settings.window:
+            return  # the plan's first window of frames warms it up: not judged
+        ref = served.reference
+        if ref is None or (ref.period is None and window.period_s is not None):
+            new = Reference.of(window, served.expected)
+            served.reference = new if ref is None else dataclasses.replace(ref, period=new.period)
             self._log(
                 "reference",
                 compute_ratio=_rounded(served.reference.compute),
@@ -276,10 +287,18 @@ class Adaptive:
                 measured=_figures(window),
             )
             return
-        found = drift(window, served.expected, served.reference, self.settings.threshold)
-        if found:
-            recent = self.monitor.window(last=self.settings.window // 2) or window
-            self._replan(served, found, recent)
+        recent = self.monitor.window(last=self.settings.window // 2)
+        if recent is None:
+            return
+        threshold = self.settings.threshold
+        whole, newest = (drift(w, served.expected, ref, threshold) for w in (window, recent))
+        # drifted on the window and on its newest half alike: a change, not a passing spell
+        confirmed = Drift(
+            {r: v for r, v in newest.devices.items() if r in whole.devices},
+            newest.period if whole.period is not None else None,
+        )
+        if confirmed:
+            self._replan(served, confirmed, recent)
 
     def _replan(self, served: Served, found: Drift, window: Window) -> None:
         devices = {r.rank: r.device for r in served.deployment.plan.ranks}
@@ -300,46 +319,59 @@ class Adaptive:
             predicted_period_ms=round(served.expected.period_s * 1e3, 3),
             conditions=_conditions(conditions),
         )
-        t0 = time.monotonic()
-        best, best_ms, current_ms = self._search(served.mapping, conditions)
-        searched_s = time.monotonic() - t0
-        self.conditions = conditions
-        figures = {
-            "served_period_ms": round(current_ms, 3),
-            "new_period_ms": round(best_ms, 3),
-            "search_s": round(searched_s, 3),
-        }
-        if best is None or best_ms > (1 - self.settings.margin) * current_ms:
-            served.expected, served.period_ms = self._expected(
-                served.deployment, served.mapping, conditions
-            )
-            self._log("keep", **figures)
-            return
-        if self.settings.mode == "advise":
-            served.expected, served.period_ms = self._expected(
-                served.deployment, served.mapping, conditions
-            )
-            self._log("advise", mapping=best.ident(0), **figures)
-            return
-        self._switch(served, best, conditions, figures)
+        self._decide(conditions, served)
+
+    def adapt(self, conditions: Conditions) -> dict[str, Any]:
+        """Re-plan for ``conditions`` now (an application that knows what changed: a link
+        it was told of, a board it throttles), as a drift would: a search under them, and
+        the plan switched or advised when a clearly better one is found. The decision's log
+        entry."""
+        conditions.check(self.model.platform)
+        if self._served is None:
+            raise ServeError(self.error or "the adaptive service is closed")
+        self._log("told", conditions=_conditions(conditions))
+        return self._decide(conditions)
+
+    def _decide(self, conditions: Conditions, seen: Served | None = None) -> dict[str, Any]:
+        """Search under ``conditions``, then keep, advise or switch (the module's docstring).
+        ``seen``: the plan a drift was seen on; nothing is done once another plan serves."""
+        with self._adapting:
+            served = self._served
+            if served is None or (seen is not None and served is not seen):
+                return {"event": "stale"}
+            t0 = time.monotonic()
+            best, best_ms, current_ms = self._search(served.mapping, conditions)
+            figures = {
+                "served_period_ms": round(current_ms, 3),
+                "new_period_ms": round(best_ms, 3),
+                "search_s": round(time.monotonic() - t0, 3),
+            }
+            self.conditions = conditions
+            if best is None or best_ms > (1 - self.settings.margin) * current_ms:
+                served.expected, served.period_ms = self._expected(
+                    served.deployment, served.mapping, conditions
+                )
+                return self._log("keep", **figures)
+            if self.settings.mode == "advise":
+                served.expected, served.period_ms = self._expected(
+                    served.deployment, served.mapping, conditions
+                )
+                return self._log("advise", mapping=best.ident(0), **figures)
+            return self._switch(served, best, conditions, figures)
 
     def _search(
         self, current: Mappings, conditions: Conditions
     ) -> tuple[Mappings | None, float, float]:
         """The best-period plan a search under ``conditions`` finds within the budget, its
         predicted period and the served plan's (ms)."""
-        from chromosomes import AdvancedChromosome, NaiveChromosome, VerticalChromosome
         from dse.config import AlgorithmConfig
         from dse.search import nsga2
         from dse.search.problem import MappingProblem
 
         model = self.model.under(conditions)
-        cls = {
-            "vertical": VerticalChromosome,
-            "naive": NaiveChromosome,
-            "advanced": AdvancedChromosome,
-        }[self.settings.chromosome]
-        chrom = cls(self.net.graph, len(model.platform), speed=model.device_speed())
+        chrom = CHROMOSOMES[self.settings.chromosome](
+            self.net.graph, len(model.platform), speed=model.device_speed()
+        )
         problem = MappingProblem(chrom, model, ["period", "latency"])
         algo = AlgorithmConfig(pop_size=self.settings.pop_size, n_gen=1 << 30, seed_structured=True)
         state = nsga2.new_search(problem, algo, self.settings.seed)
@@ -356,7 +388,7 @@ class Adaptive:
 
     def _switch(
         self, old: Served, mapping: Mappings, conditions: Conditions, figures: dict
-    ) -> None:
+    ) -> dict[str, Any]:
         t0 = time.monotonic()
         directory = self._deploy(mapping)
         deployed_s = time.monotonic() - t0
@@ -379,7 +411,7 @@ class Adaptive:
             with self._gate:
                 self._paused = False
                 self._gate.notify_all()
-        self._log(
+        return self._log(
             "switch",
             plan=self._served.directory.name if self._served else None,
             mapping=mapping.ident(0),
@@ -390,12 +422,13 @@ class Adaptive:
 
     # --- the log, the end ------------------------------------------------------------------
 
-    def _log(self, event: str, **figures: Any) -> None:
+    def _log(self, event: str, **figures: Any) -> dict[str, Any]:
         entry = {"t_s": round(time.monotonic() - self._t0, 3), "event": event, **figures}
         self.decisions.append(entry)
         with open(self.workdir / DECISIONS, "a") as f:
             f.write(json.dumps(entry) + "\n")
         LOG.info("adapt: %s", json.dumps(entry))
+        return entry
 
     def close(self) -> None:
         """Stop watching, then stop the plan served after its frames in flight."""

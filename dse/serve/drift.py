@@ -27,9 +27,8 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from models_analytical.conditions import Conditions
-
 from dse.serve.monitor import Window
+from models_analytical.conditions import Conditions
 
 #: Relative change of a ratio that counts as drift, by default.
 THRESHOLD = 0.25
@@ -95,9 +94,9 @@ def drift(
         if ref and abs(ratio / ref - 1.0) > threshold:
             devices[rank] = ratio / ref
     period = None
-    ratio = _period_ratio(window, expected)
-    if ratio is not None and reference.period and abs(ratio / reference.period - 1) > threshold:
-        period = ratio / reference.period
+    now = _period_ratio(window, expected)
+    if now is not None and reference.period and abs(now / reference.period - 1) > threshold:
+        period = now / reference.period
     return Drift(devices, period)
 
 

@@ -46,7 +46,9 @@ class Monitor:
     def clear(self) -> None:
         """Forget every frame (a new plan's figures are not the old plan's)."""
         with self._lock:
-            self._compute = {r: deque(maxlen=self.size) for r in range(self.ranks)}
+            self._compute: dict[int, deque[float]] = {
+                r: deque(maxlen=self.size) for r in range(self.ranks)
+            }
             self._done: deque[tuple[float, float, bool]] = deque(maxlen=self.size + 1)
             self._frames = 0
 

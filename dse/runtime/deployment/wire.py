@@ -41,7 +41,7 @@ BEAT_S = 0.25
 #: The largest header read (a header lists names, types and shapes only).
 MAX_HEADER_BYTES = 1 << 20
 MAX_DIMS = 16
-KINDS = frozenset({"frame", "stop", "ready", "alive", "outputs", "error"})
+KINDS = frozenset({"frame", "stop", "ready", "alive", "outputs", "timing", "error"})
 
 
 class WireError(DseError):
