@@ -392,6 +392,8 @@ class Adaptive:
         t0 = time.monotonic()
         directory = self._deploy(mapping)
         deployed_s = time.monotonic() - t0
+        shipping = self._ship(directory, old.directory)
+        shipped_s = time.monotonic() - t0 - deployed_s
         with self._gate:
             self._paused = True
         t1 = time.monotonic()
@@ -416,9 +418,27 @@ class Adaptive:
             plan=self._served.directory.name if self._served else None,
             mapping=mapping.ident(0),
             deploy_s=round(deployed_s, 3),
+            ship_s=round(shipped_s, 3),
+            **shipping,
             paused_s=round(time.monotonic() - t1, 3),
             **figures,
         )
+
+    def _ship(self, directory: Path, basis: Path) -> dict[str, Any]:
+        """Ship the new plan to hosts with disks of their own while the old plan serves, built
+        there from the old plan's files (:func:`~dse.runtime.launch.ship.ship`'s ``basis``);
+        its bytes and those sent. Nothing where every host sees this machine's disk."""
+        from dse.runtime.deployment.reader import read_plan
+        from dse.runtime.launch.ship import ship
+
+        remote = self.launcher.remote
+        if remote is None:
+            return {}
+        shipment = ship(directory, read_plan(directory), remote, self.launcher.hosts, basis)
+        return {
+            "ship_bytes": sum(c.file_bytes for c in shipment.hosts),
+            "sent_bytes": sum(c.literal_bytes for c in shipment.hosts),
+        }
 
     # --- the log, the end ------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ the code under test."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -160,6 +161,43 @@ def test_a_run_ships_each_board_only_what_its_ranks_read(hosted, tmp_path: Path)
     assert again_by_hand.returncode == 0, again_by_hand.stderr
     assert f"tb1: {len(sent['tb1']['files'])} files" in again_by_hand.stdout
     assert left_on_boards(state) == []
+
+
+def test_a_new_plan_ships_only_what_changed(hosted, tmp_path: Path) -> None:
+    """A plan shipped with the one before it as its basis: a board whose sub-model did not
+    change is sent none of its bytes, a board whose sub-model changed is sent less than it
+    holds; every file on the boards is the new plan's, byte for byte."""
+    from dse.runtime.launch.ship import ship
+
+    cfg, state = hosted
+    launcher = launcher_for(cfg)
+    assert launcher.remote is not None
+    net, platform = small_net(tmp_path), load_platform(cfg)
+    old, new = tmp_path / "old", tmp_path / "new"
+    # conv1 relu1 on tb0 in both; conv2 relu2 conv3 on tb1_cpu0, then conv3 moves to tb1_cpu1
+    deploy(net, platform, on_devices(net, 3, [[0], [0], [1], [1], [1]]), old, launcher=launcher)
+    plan = deploy(net, platform, on_devices(net, 3, [[0], [0], [1], [1], [2]]), new,
+                  launcher=launcher)  # fmt: skip
+    ship(old, plan_of(old), launcher.remote, launcher.hosts)
+    shipped = ship(new, plan, launcher.remote, launcher.hosts, basis=old)
+    by_host = {c.host: c for c in shipped.hosts}
+    plan_bytes = (new / "plan.json").stat().st_size  # the one file of tb0's that changed
+    assert by_host["tb0"].literal_bytes <= plan_bytes < by_host["tb0"].file_bytes
+    # tb1's sub-models changed: sent as their differences from the old ones
+    assert 0 < by_host["tb1"].literal_bytes < by_host["tb1"].file_bytes - plan_bytes
+    for host, copied in by_host.items():
+        sums = ssh(state, host, f"cd {shipped.directory} && md5sum {' '.join(copied.files)}")
+        assert sums.returncode == 0, sums.stderr
+        for line in sums.stdout.splitlines():
+            digest, name = line.split()
+            assert digest == hashlib.md5((new / name).read_bytes()).hexdigest(), name
+    assert left_on_boards(state) == []
+
+
+def plan_of(directory: Path):
+    from dse.runtime.deployment.reader import read_plan
+
+    return read_plan(directory)
 
 
 def test_a_board_that_cannot_take_the_deployment_is_one_line(hosted, tmp_path: Path) -> None:

@@ -71,13 +71,15 @@ class Remote:
 @dataclass(frozen=True)
 class Copied:
     """One host's copy: its files (names), their bytes, the bytes of those it had to be sent
-    (the others it held already), and the seconds it took."""
+    (the others it held already), of which ``literal_bytes`` went over the link (the rest the
+    host rebuilt from files it held: a basis's), and the seconds it took."""
 
     host: str
     files: list[str]
     file_bytes: int
     sent_bytes: int
     seconds: float
+    literal_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -123,20 +125,29 @@ def rsync_path() -> str:
 
 
 def ship(
-    directory: Path, plan: Plan, remote: Remote, hosts: Mapping[str, str] | None = None
+    directory: Path,
+    plan: Plan,
+    remote: Remote,
+    hosts: Mapping[str, str] | None = None,
+    basis: Path | None = None,
 ) -> Shipment:
     """Copy to each host of the plan the files its ranks read (:func:`host_files`), all hosts
-    at once; ``hosts``: the name ssh knows a platform host by (default: its own). One line
-    naming the first host whose copy failed."""
+    at once; ``hosts``: the name ssh knows a platform host by (default: its own). ``basis``:
+    another deployment (here) already shipped to the hosts, whose files there a host builds
+    its copy from: a file it holds is not sent, and a file like one of them (a sub-model's
+    weights with layers more or fewer) is sent as its differences only (rsync's
+    ``--copy-dest`` and ``--fuzzy``). One line naming the first host whose copy failed."""
     directory = Path(directory).resolve()
     target = remote.directory(directory)
     rsync = rsync_path()
     names = list(dict.fromkeys(r.host for r in plan.ranks))
     hosts = hosts or {}
 
+    near = remote.directory(Path(basis)) if basis is not None else None
+
     def one(host: str) -> Copied:
         files = host_files(plan, directory, host)
-        return _copy(rsync, remote, directory, files, hosts.get(host, host), target)
+        return _copy(rsync, remote, directory, files, hosts.get(host, host), target, near)
 
     with ThreadPoolExecutor(max_workers=len(names)) as pool:
         copies = list(pool.map(one, names))
@@ -168,10 +179,18 @@ def ship_model(path: Path, remote: Remote, host: str) -> str:
 
 
 def _copy(
-    rsync: str, remote: Remote, directory: Path, files: Sequence[str], host: str, target: str
+    rsync: str,
+    remote: Remote,
+    directory: Path,
+    files: Sequence[str],
+    host: str,
+    target: str,
+    basis: str | None = None,
 ) -> Copied:
     cmd = [rsync, "--recursive", "--times", "--checksum", "--mkpath", "--stats"]
     cmd += ["--delete", "--delete-excluded", f"--timeout={IO_TIMEOUT_S}"]
+    if basis is not None:  # its files on the host: copied there, or the base of a delta
+        cmd += [f"--copy-dest={basis}", "--fuzzy", "--fuzzy"]
     cmd += ["--rsh", shlex.join(remote.ssh)]
     cmd += [f"--include=/{name}" for name in files] + ["--exclude=*"]
     cmd += [f"{directory}/", f"{host}:{target}/"]
@@ -180,7 +199,8 @@ def _copy(
     seconds = time.perf_counter() - started
     total = sum((directory / name).stat().st_size for name in files)
     sent = _stat(proc.stdout, "Total transferred file size")
-    return Copied(host, list(files), total, sent, seconds)
+    literal = _stat(proc.stdout, "Literal data")
+    return Copied(host, list(files), total, sent, seconds, literal)
 
 
 def fetch(remote: Remote, host: str, source: str, directory: Path) -> None:
