@@ -8,10 +8,10 @@ them (the token buckets, :func:`dse.cluster.net.reshape`; the cgroups' weights a
 :func:`dse.cluster.cpu.apply_shares`; the devices' pace files and the launcher's scripts,
 :mod:`dse.cluster.launcher`), then saves the new spec in the cluster's state, so that
 ``status`` shows it and ``check`` measures against it; the last self-check, of the old
-figures, is dropped. Transfers and ranks that run keep running: a link's new rate holds from
-its next packet, a device's weight or quota from the kernel's next scheduler decision, a
-paced rank's new speed from its first run that ends a quarter second after the change
-(:mod:`dse.runtime.rank.pace`).
+figures, is dropped; a change that fails midway is undone. Transfers and ranks that run keep
+running: a link's new rate holds from its next packet, a device's weight or quota from the
+kernel's next scheduler decision, a paced rank's new speed from its first run that ends a
+quarter second after the change (:mod:`dse.runtime.rank.pace`).
 
 Under ``cpu_share`` corunner, the co-runners of what already runs on a board were started for
 the shares ``up`` built: a share whose change would need other co-runners (a device's share
@@ -19,6 +19,9 @@ to or from a whole CPU, a CPU's devices to or from all of it) is refused.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
 
 from dse.cluster import cpu, launcher, net
 from dse.cluster.cpu import corunner_groups
@@ -33,7 +36,7 @@ def set_rate(state: State, board: str | None, rate_mbit: float) -> State:
     with machine_lock():
         now = load(state.name)  # the state as saved: changes made since ``state`` stay
         spec = with_rate(now.spec, board, rate_mbit)
-        net.reshape(spec, now.names, board)
+        _all_or_nothing(lambda s: net.reshape(s, now.names, board), now.spec, spec)
         return _saved(now, spec)
 
 
@@ -43,9 +46,27 @@ def set_share(state: State, device: str, share: float) -> State:
         now = load(state.name)
         spec = with_share(now.spec, device, share)
         _same_corunners(now.spec, spec, device)
-        cpu.apply_shares(spec, now.names)
-        launcher.write(now.names, spec)  # the pace files, then the scripts of later ranks
+
+        def apply(s: ClusterSpec) -> None:
+            cpu.apply_shares(s, now.names)
+            launcher.write(now.names, s)  # the pace files, then the scripts of later ranks
+
+        _all_or_nothing(apply, now.spec, spec)
         return _saved(now, spec)
+
+
+def _all_or_nothing(
+    apply: Callable[[ClusterSpec], None], old: ClusterSpec, new: ClusterSpec
+) -> None:
+    """Apply ``new``; if that fails midway, ``old`` again (as far as it goes) before the error."""
+    try:
+        apply(new)
+    except (DseError, OSError) as exc:
+        with contextlib.suppress(DseError, OSError):
+            apply(old)
+        if isinstance(exc, OSError):
+            raise DseError(f"cluster {new.name} is left as it was: {exc}") from None
+        raise
 
 
 def _same_corunners(old: ClusterSpec, new: ClusterSpec, device: str) -> None:

@@ -14,7 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from dse.cluster import CheckSettings, check, down, load, parse_spec, set_rate, set_share, up
+from dse.cluster import (
+    CheckSettings,
+    check,
+    command,
+    down,
+    load,
+    parse_spec,
+    set_rate,
+    set_share,
+    up,
+)
+from dse.cluster import live as live_module
 from dse.cluster.names import CGROUP_ROOT
 from dse.cluster.spec import with_rate, with_share
 from dse.cluster.state import State
@@ -215,13 +226,59 @@ def test_cli_set_and_its_bad_input(cluster: State) -> None:
     assert load(name).spec == cluster.spec
 
 
-def test_a_shared_medium_set_live(cluster_names) -> None:
+def test_a_new_rank_gets_the_new_speed(cluster: State, tmp_path: Path) -> None:
+    """A rank started after a change gets its device's new speed and its pace file's path
+    from the rank script; a whole CPU gets no speed, and its file says none."""
+    program = (
+        "import os; f = os.environ.get('DSE_PACE_FILE');"
+        "print('rank', os.environ.get('DSE_PACE'), f and open(f).read().strip(), flush=True)"
+    )
+    state = set_share(cluster, "tb1_cpu1", 0.2)
+    try:
+        cmd, env = command(
+            state, ["tb0_cpu", "tb1_cpu1"], tmp_path, [sys.executable, "-c", program]
+        )
+        ran = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True,
+                             timeout=120)  # fmt: skip
+    finally:
+        set_share(state, "tb1_cpu1", 0.4)
+    said = sorted(ln for ln in ran.stdout.splitlines() if ln.startswith("rank "))
+    assert said == ["rank 0.2 0.2", "rank None none"], ran.stderr
+
+
+def test_a_change_that_fails_midway_is_undone(
+    cluster: State, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tc refusing the switch's side of tb1's port (simulated): tb1's own side is shaped back
+    to its rate, and the state is as it was."""
+    shape = live_module.net.shape
+
+    def refuse_the_switch(dev: str, ns: str, rate_mbit: float) -> None:
+        if dev == "p1" and rate_mbit == 50:
+            raise DseError("tc refused (simulated)")
+        shape(dev, ns, rate_mbit)
+
+    monkeypatch.setattr(live_module.net, "shape", refuse_the_switch)
+    saved = (cluster.names.state_dir / "state.json").read_bytes()
+    with pytest.raises(DseError, match=r"^tc refused \(simulated\)$"):
+        set_rate(cluster, "tb1", 50)
+    assert "rate 100Mbit" in _qdisc(cluster.names.board_ns("tb1"), "eth0")
+    assert (cluster.names.state_dir / "state.json").read_bytes() == saved
+
+
+def test_a_shared_medium_and_quotas_set_live(cluster_names) -> None:
     """On a shared medium the rate is the medium's: its token bucket (the ifb device), every
-    board's GSO size, and the check follow."""
-    state = up(parse_spec(make_platform(network="shared"), name=cluster_names("air")))
+    board's GSO size, and the check follow; under quotas a share is the device's CFS quota,
+    and no rank is paced (no pace file)."""
+    spec = parse_spec(make_platform(network="shared"), name=cluster_names("air"), cpu_share="quota")
+    state = up(spec)
     slow = set_rate(state, None, 50)
     assert "rate 50Mbit" in _qdisc(state.names.switch_ns, "air")
     assert slow.spec.rate_mbit == 50 and [b.rate_mbit for b in slow.spec.boards] == [50.0, 50.0]
+    slow = set_share(slow, "tb1_cpu1", 0.2)
+    group = CGROUP_ROOT / "cpu" / f"dse.{spec.name}" / "tb1" / "tb1_cpu1"
+    assert (group / "cpu.cfs_quota_us").read_text().strip() == "2000"  # 0.2 x 1 CPU x 10 ms
+    assert not (state.names.state_dir / "pace").exists()
     result = check(slow, CheckSettings(size_mb=0.5, reps=3, rounds=1, chunk_ms=20))
     configured, best = _rates(result)
     assert result["errors"] == [] and configured == 50.0 and 45.0 <= best <= 55.0
