@@ -24,17 +24,18 @@ last): the rank computes at its device's speed from when it could have started. 
 ever delays a run, so a credit cannot make a device faster than the CPU lets it.
 
 **A speed that changes while the rank runs.** An emulated cluster's device may get a new
-share while ranks run on it (``python -m dse.cluster set``, :mod:`dse.cluster.live`). So the
-cluster also gives every rank of a cluster whose ranks are paced :data:`PACE_FILE_ENV`, the
-path of its device's pace file: one line, the device's speed in CPUs, or ``none`` where the
-device has a whole CPU (no pacing), rewritten by a new name and a rename (never seen half
-written). The file, once read, overrides :data:`PACE_ENV`: :class:`Pace` reads it at the
-start and again at the end of a run whose file has changed (its inode or mtime), looking at
-most every :data:`FOLLOW_S`, so a rank paces by a new speed from its first run that ends
-:data:`FOLLOW_S` after the change (a run is paced as a whole, by the speed at its end), and
-a run costs one clock read more. A file that is gone (the cluster went down) leaves the speed
-as it was. Where :data:`PACE_FILE_ENV` is unset, :data:`PACE_ENV` alone says the speed, for
-the process's life.
+share while ranks run on it (``python -m dse.cluster set``, :mod:`dse.cluster.live`). So a
+cluster whose ranks are paced (``cpu_share`` weight, corunner) also gives every rank, on a
+whole CPU too, :data:`PACE_FILE_ENV`: the path of its device's pace file, one line, the
+device's speed in CPUs or ``none`` (a whole CPU: no pacing), rewritten by a new name and a
+rename (never seen half written). The file overrides :data:`PACE_ENV`: :class:`Pace` reads it
+when the process starts and, at the end of each run, again if it changed (its inode or mtime),
+looking at most every :data:`FOLLOW_S`; so a rank paces by a new speed from its first run that
+ends :data:`FOLLOW_S` after the change (a run is paced as a whole, by the speed at its end),
+and a run costs one clock read more. :func:`pace_from_env` is then a :class:`Pace` on a whole
+CPU too, of speed None. A file that is gone (the cluster went down) leaves the speed as it
+was. Where :data:`PACE_FILE_ENV` is unset, :data:`PACE_ENV` alone says the speed, for the
+process's life; where both are unset (a real board, ``localhost``), nothing is paced.
 """
 
 from __future__ import annotations
