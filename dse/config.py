@@ -333,8 +333,8 @@ def check_cpu_share(value: str, where: str = "") -> None:
 
 @dataclass
 class ClusterConfig:
-    """python -m dse.cluster up|status|down platform=NAME: an emulated cluster on this machine
-    (the platform's ``emulation:`` section; see dse/cluster)."""
+    """python -m dse.cluster up|status|check|down|set platform=NAME: an emulated cluster on this
+    machine (the platform's ``emulation:`` section; see dse/cluster)."""
 
     platform: Any = None
     name: str | None = None  # the cluster's name; null: the platform's
@@ -357,6 +357,11 @@ class ClusterConfig:
     check_chunk_ms: float = 100.0  # compute per round at a whole CPU (10 CFS periods)
     tolerance: float = 0.10  # a link further than this from its rate is an error
     format: str = "table"  # table | json
+    # set (a running cluster, while ranks run on it): the board whose port gets rate_mbit
+    board: str | None = None
+    rate_mbit: float | None = None  # set: the port's new rate (a shared medium's, board= left out)
+    device: str | None = None  # set: the device that gets share
+    share: float | None = None  # set: the device's new share of its board's CPUs, in (0, 1]
 
     def __post_init__(self) -> None:
         if self.check_mb <= 0 or self.check_reps < 1 or self.check_rounds < 1:

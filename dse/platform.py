@@ -48,6 +48,7 @@ Name = Annotated[str, Text(255)]
 Seconds = Annotated[float, Range(0)]
 Rate = Annotated[float, Range(0, lo_open=True)]  # bytes per second
 Mbit = Annotated[float, Range(0, lo_open=True)]  # Mbit/s
+Share = Annotated[float, Range(0, 1, lo_open=True)]  # of a board's CPUs
 
 
 @dataclass(frozen=True)
@@ -231,7 +232,7 @@ class BoardEmulation:
 class DeviceEmulation:
     """A device's share of its board's CPUs (null: an equal split of the board)."""
 
-    share: Annotated[float, Range(0, 1, lo_open=True)] | None = None
+    share: Share | None = None
 
 
 @dataclass(frozen=True)

@@ -130,15 +130,18 @@ HELP = {
     ),
     "cluster": Help(
         "python -m dse.cluster up|status|check|down platform=NAME [name=CLUSTER] | "
+        "set platform=NAME [name=CLUSTER] (board=B rate_mbit=R | device=D share=S) | "
         "exec BOARD [name=CLUSTER] -- COMMAND...",
         "Builds (up), shows (status), measures again (check) or removes (down) an emulated edge "
         "cluster on this machine, made as root from the platform's emulation: section: boards "
         "in network namespaces, each with its own disk and sshd, shaped links, CPU shares and "
-        "memory caps; exec runs a command on a board over ssh, as on a real board.",
+        "memory caps; set changes a board's port rate or a device's CPU share while ranks run "
+        "on it; exec runs a command on a board over ssh, as on a real board.",
         "docs/guides/cluster.md",
         ("platform",),
         ("name", "check", "cpu_share", "cfs_period_us", "check_mb", "check_reps")
-        + ("check_rounds", "check_chunk_ms", "tolerance", "format"),
+        + ("check_rounds", "check_chunk_ms", "tolerance", "format")
+        + ("board", "rate_mbit", "device", "share"),
         "ClusterConfig",
     ),
     "serve": Help(

@@ -57,7 +57,7 @@ def worker(pattern: str, nbytes: int) -> None:
     back = np.empty(nbytes // 4, np.float32)
 
     # an exchange's parts are in proportion to the devices' speeds: both take WORK_MS
-    work_s = WORK_MS * 1e-3 * (pace.speed if pace and pattern == "exchange" else 1.0)
+    work_s = WORK_MS * 1e-3 * ((pace.speed or 1.0) if pace and pattern == "exchange" else 1.0)
 
     def compute() -> float:
         credit = pace.start() if pace is not None else 0.0

@@ -127,7 +127,8 @@ def profile_unit(r: Unit) -> Unit:
     prior = g.macs / float(r["prior_rate"]) + g.output_bytes / 1e10
     # ``model``: where the network was shipped to a host with a disk of its own
     path = Path(r["model"]) if r.get("model") else model_file(r)  # see profile_model
-    sliced = pace_from_env() is not None  # a CPU share of an emulated cluster
+    pace = pace_from_env()
+    sliced = pace is not None and pace.speed is not None  # a CPU share of an emulated cluster
     for attempt in range(2):
         before = machine_state()
         wall0, cpu0 = time.perf_counter(), time.process_time()

@@ -14,7 +14,9 @@ platform's ``emulation:`` section. The library, for the runtime and the tests:
 * :func:`oom_kills` (whether a device's cgroup saw an OOM kill), :func:`peak_memory_mb` (the
   most memory charged to a device's cgroup), :func:`stop_processes` (kill whatever still runs
   on the boards after a failed run), :func:`set_link` (cut a board's link), :func:`check`
-  (the self-check).
+  (the self-check);
+* while ranks run: :func:`set_rate` (a port's or the medium's rate), :func:`set_share` (a
+  device's CPU share), :mod:`dse.cluster.live`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from dse.cluster.build import (
 from dse.cluster.check import CheckSettings, check, format_check
 from dse.cluster.cpu import oom_kills as _oom_kills
 from dse.cluster.cpu import peak_memory_mb as _peak_memory_mb
+from dse.cluster.live import set_rate, set_share
 from dse.cluster.mpi import MpiFiles, command, mpiexec_options, rank_prefix, write_mpi_files
 from dse.cluster.runs import RunWatch, cluster_launcher, launcher_for
 from dse.cluster.spec import ClusterSpec, parse_spec
@@ -60,6 +63,8 @@ __all__ = [
     "peak_memory_mb",
     "rank_prefix",
     "set_link",
+    "set_rate",
+    "set_share",
     "stop_processes",
     "up",
     "write_mpi_files",

@@ -1,10 +1,13 @@
-"""`python -m dse.cluster up|status|check|down platform=NAME [name=CLUSTER]`: an emulated cluster.
+"""`python -m dse.cluster up|status|check|down|set platform=NAME [name=CLUSTER]`: an emulated
+cluster.
 
 ``up`` builds it and checks it, ``status`` reprints it and its last check, ``check`` measures it
-again, ``down`` removes it. ``exec BOARD [name=CLUSTER|platform=NAME] -- COMMAND...`` runs
-COMMAND on a board of a running cluster over ssh with the cluster's key and known hosts (as
-``ssh BOARD COMMAND...`` on a real board: the board's shell reads the words; without a
-COMMAND, a login shell), and exits with its status.
+again, ``down`` removes it. ``set`` changes a running cluster's port rate (``board=B
+rate_mbit=R``; a shared medium's: ``rate_mbit=R`` alone) or a device's CPU share (``device=D
+share=S``) while ranks run on it (:mod:`dse.cluster.live`). ``exec BOARD
+[name=CLUSTER|platform=NAME] -- COMMAND...`` runs COMMAND on a board of a running cluster over
+ssh with the cluster's key and known hosts (as ``ssh BOARD COMMAND...`` on a real board: the
+board's shell reads the words; without a COMMAND, a login shell), and exits with its status.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from dse.cli import fail, guarded, output_format, run
 from dse.cluster import hosts
 from dse.cluster.build import clusters, down, leftovers, up
 from dse.cluster.check import CheckSettings, check, format_check
+from dse.cluster.live import set_rate, set_share
 from dse.cluster.net import namespaces
 from dse.cluster.runs import launcher_for
 from dse.cluster.spec import ClusterSpec, describe_shares, parse_spec
@@ -40,7 +44,9 @@ from dse.runtime.launch.preflight import Preflight, format_preflight, memory_by_
 from dse.runtime.launch.ship import Remote
 from dse.usage import HELP
 
-ACTIONS = ("up", "status", "check", "down", "exec")
+ACTIONS = ("up", "status", "check", "down", "set", "exec")
+#: The keys of ``set`` (no other action takes them).
+SET_KEYS = ("board", "rate_mbit", "device", "share")
 USAGE = f"usage: {HELP['cluster'].command}"
 
 
@@ -177,11 +183,45 @@ def do_status(name: str | None, fmt: str) -> dict:
     return {"status": "ok"}
 
 
+def do_set(name: str, conf: ClusterConfig) -> dict:
+    """``set``: one change of a running cluster, then one line saying it (old -> new)."""
+    rate, share = conf.rate_mbit is not None, conf.share is not None
+    if rate == share or (rate and conf.device) or (share and conf.board):
+        raise DseError(
+            "set takes either rate_mbit=R (with board=B on a switched network) or device=D "
+            "share=S: one change at a time"
+        )
+    old = load(name)
+    if conf.rate_mbit is not None:
+        new = set_rate(old, conf.board, conf.rate_mbit)
+        if conf.board is None:
+            what, before, after = "the medium", old.spec.rate_mbit, new.spec.rate_mbit
+        else:
+            what = f"{conf.board}'s port"
+            before, after = (
+                old.spec.board(conf.board).rate_mbit,
+                new.spec.board(conf.board).rate_mbit,
+            )
+        print(f"cluster {name}: {what} {before:g} -> {after:g} Mbit/s")
+    else:
+        if conf.device is None:
+            raise DseError("set share= needs the device: add device=NAME")
+        assert conf.share is not None  # the one change asked for
+        new = set_share(old, conf.device, conf.share)
+        d = new.spec.device(conf.device)
+        before = old.spec.device(conf.device).share
+        print(f"cluster {name}: {d.name}'s share {before:g} -> {d.share:g} of {d.board}'s CPUs")
+    return {"status": "ok", "state": new.as_dict()}
+
+
 @hydra.main(config_path=str(CONF_DIR), config_name="cluster", version_base="1.3")
 @guarded
 def main(cfg: DictConfig) -> dict:
     fmt = output_format(cfg)
     conf = ClusterConfig(**{str(k): v for k, v in cfg.items() if k != "platform"})  # its checks
+    given = [k for k in SET_KEYS if getattr(conf, k) is not None]
+    if given and ACTION != "set":
+        raise DseError(f"{given[0]}= is for set only: python -m dse.cluster set ... {given[0]}=...")
     if ACTION == "up":
         return do_up(cfg, conf, fmt)
     name = cluster_name(cfg)
@@ -189,6 +229,8 @@ def main(cfg: DictConfig) -> dict:
         return do_status(name, fmt)
     if name is None:
         raise DseError("which cluster? add platform=NAME or name=CLUSTER")
+    if ACTION == "set":
+        return do_set(name, conf)
     if ACTION == "check":
         raw = platform_cfg(cfg)
         if raw is not None and not raw.get("emulation"):

@@ -181,6 +181,24 @@ def build(spec: ClusterSpec, names: Names) -> None:
             _write(names.cgroup("cpuset", *group.parts) / "cpuset.mems", mems)
 
 
+def apply_shares(spec: ClusterSpec, names: Names) -> None:
+    """Give a running cluster's cgroups ``spec``'s shares, as :func:`build` made them: each
+    device's CPU weight (and CFS quota under ``quota``), each board's weight (the sum of its
+    devices'), each CPU's rest group's (``corunner``). The co-runner groups themselves must be
+    those :func:`build` made (:func:`corunner_groups` of the spec ``up`` built)."""
+    for board in spec.boards:
+        if spec.weighted:
+            total = sum(d.share for d in spec.devices_of(board.name))
+            _write(names.cgroup("cpu", board.name) / "cpu.shares", str(device_shares(total)))
+        for d in spec.devices_of(board.name):
+            cpu = names.cgroup("cpu", board.name, d.name)
+            if not spec.weighted:
+                _write(cpu / "cpu.cfs_quota_us", str(spec.quota_us(d)))
+            _write(cpu / "cpu.shares", str(device_shares(d.share)))
+        for group in corunner_groups(spec, board.name):
+            _write(names.cgroup("cpu", *group.parts) / "cpu.shares", str(group.weight))
+
+
 def rest_group(cpu: int) -> str:
     """The top-level cgroup of CPU ``cpu``'s unused share (not a board's name: those have no
     '_')."""

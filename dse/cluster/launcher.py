@@ -25,6 +25,13 @@ does real boards. ``up`` writes two small shell scripts per cluster into
     file of its own: mpiexec mistakes a program whose path equals its ssh agent's for the
     agent's argument and takes the rest of its own command line for the program's.)
 
+Where ranks are paced (weights, co-runners), every device has a **pace file**,
+``pace/<device>`` in the same directory: its speed in CPUs, or ``none`` for a whole CPU
+(:data:`~dse.runtime.rank.pace.UNPACED`). Both scripts give a process on a device its path in
+:data:`~dse.runtime.rank.pace.PACE_FILE_ENV`, and a new share (:mod:`dse.cluster.live`)
+rewrites the file and the scripts: a rank that runs follows the file, one that starts later
+gets the new speed from both.
+
 Under weights and co-runners, every rank runs under ``SCHED_BATCH`` (``chrt -b``: the rank
 script sets it, and the launcher for all it starts, which inherits it): a
 process of that policy that wakes does not preempt the one running, it waits for the
@@ -53,10 +60,11 @@ from dse.cluster.cpu import (
 from dse.cluster.names import CGROUP_ROOT, CONTROLLERS, PREFIX, Names
 from dse.cluster.net import NETNS_DIR
 from dse.cluster.spec import ClusterSpec
-from dse.runtime.rank.pace import PACE_ENV
+from dse.runtime.rank.pace import PACE_ENV, PACE_FILE_ENV, UNPACED
 
 LAUNCHER = "launcher"
 RANK = "rank"
+PACE_DIR = "pace"
 
 COMMON = r"""#!/bin/sh
 # @WHAT@ of the emulated cluster @CLUSTER@ (written by dse.cluster up, removed by down).
@@ -129,16 +137,39 @@ def corun_function(spec: ClusterSpec, names: Names) -> str:
     return "\n".join(lines)
 
 
-def pace_function(spec: ClusterSpec) -> str:
+def pace_function(spec: ClusterSpec, names: Names) -> str:
     """Both scripts' ``pace BOARD/DEVICE``: export :data:`~dse.runtime.rank.pace.PACE_ENV`, the
-    speed a rank on the device is paced to (:func:`dse.cluster.cpu.pace_speed`), if any."""
+    speed a rank on the device is paced to (:func:`dse.cluster.cpu.pace_speed`), if any, and
+    where ranks are paced the device's pace file (:data:`PACE_FILE_ENV`)."""
     lines = ["pace() {", '  case "$1" in']
     for d in spec.devices:
         speed = pace_speed(spec, d.name)
-        if speed is not None:
-            lines.append(f"    {d.board}/{d.name}) export {PACE_ENV}={speed:g} ;;")
+        exports = [] if speed is None else [f"{PACE_ENV}={speed:g}"]
+        if spec.weighted:
+            exports.append(f"{PACE_FILE_ENV}={shlex.quote(str(pace_file(names, d.name)))}")
+        if exports:
+            lines.append(f"    {d.board}/{d.name}) export {' '.join(exports)} ;;")
     lines += ["  esac", "}", ""]
     return "\n".join(lines)
+
+
+def pace_file(names: Names, device: str) -> Path:
+    """The device's pace file (read by :class:`dse.runtime.rank.pace.Pace`)."""
+    return names.state_dir / PACE_DIR / device
+
+
+def write_pace_files(names: Names, spec: ClusterSpec) -> None:
+    """Where ranks are paced, each device's pace file: its speed, or ``none`` (a whole CPU);
+    each written by a new name and renamed (a rank never reads one half written)."""
+    if not spec.weighted:
+        return
+    (names.state_dir / PACE_DIR).mkdir(parents=True, exist_ok=True)
+    for d in spec.devices:
+        speed = pace_speed(spec, d.name)
+        p = pace_file(names, d.name)
+        tmp = p.with_name(f".{p.name}.tmp")
+        tmp.write_text(f"{UNPACED if speed is None else f'{speed:g}'}\n")
+        tmp.replace(p)
 
 
 def policy_line(spec: ClusterSpec) -> str:
@@ -155,7 +186,7 @@ def script(names: Names, which: str, spec: ClusterSpec) -> str:
     """The ``launcher`` or ``rank`` script of the cluster ``names.cluster`` (its name is
     letters, digits, _ and -: safe inside the script's quotes)."""
     body = LAUNCHER_BODY if which == LAUNCHER else RANK_BODY
-    body = pace_function(spec) + body
+    body = pace_function(spec, names) + body
     if which == LAUNCHER:
         body = corun_function(spec, names) + body
     values = {
@@ -179,8 +210,9 @@ def path(names: Names, which: str = LAUNCHER) -> Path:
 
 
 def write(names: Names, spec: ClusterSpec) -> None:
-    """Write the cluster's launcher and rank scripts into its state directory."""
+    """Write the cluster's pace files, launcher and rank scripts into its state directory."""
     names.state_dir.mkdir(parents=True, exist_ok=True)
+    write_pace_files(names, spec)
     for which in (LAUNCHER, RANK):
         p = path(names, which)
         tmp = p.with_suffix(".tmp")

@@ -160,6 +160,26 @@ def build(spec: ClusterSpec, names: Names, subnet: ipaddress.IPv4Network) -> Non
     ip("link", "set", names.head_link, "up")
 
 
+def reshape(spec: ClusterSpec, names: Names, board: str | None) -> None:
+    """Give a running cluster's links ``spec``'s rate, as :func:`build` does: ``board``'s port
+    (both directions) on a switched network, the medium on a shared one (``board`` None); and
+    the boards' GSO packets their size at that rate. ``tc qdisc replace`` changes each token
+    bucket in place: the links carry traffic throughout."""
+    index = {b.name: i for i, b in enumerate(spec.boards)}
+    if spec.network == "shared":
+        shape(MEDIUM, names.switch_ns, spec.rate_mbit)
+        changed = [b.name for b in spec.boards]
+    else:
+        assert board is not None, "a switched network's rates are its ports'"
+        rate = spec.board(board).rate_mbit
+        shape(BOARD_IF, names.board_ns(board), rate)
+        shape(port(index[board]), names.switch_ns, rate)
+        changed = [board]
+    for name in changed:
+        gso = str(bucket(spec.board(name).rate_mbit)[2])
+        ip("link", "set", BOARD_IF, "gso_max_size", gso, ns=names.board_ns(name))
+
+
 def wait_ready(
     spec: ClusterSpec, names: Names, subnet: ipaddress.IPv4Network, timeout_s: float = 15.0
 ) -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ from dse import records
 from dse.cluster.names import MAX_BOARDS, check_board_name, check_cluster_name
 from dse.config import check_cpu_share
 from dse.errors import DseError
-from dse.platform import Device, Emulation, read_platform, resolve
+from dse.platform import Device, Emulation, Mbit, Share, read_platform, resolve
 
 #: The kernel refuses a CFS quota under 1 ms and a period over 1 s.
 MIN_QUOTA_US = 1000
@@ -220,6 +220,12 @@ def _devices(
         own = section.devices.get(dev.name)
         share = 1.0 / on_board if own is None or own.share is None else own.share
         devices.append(DeviceShare(dev.name, dev.host, share, dev.memory_mb))
+    check_cpu_load(devices, boards, where)
+    return tuple(devices)
+
+
+def check_cpu_load(devices: Sequence[DeviceShare], boards: Sequence[Board], where: str) -> None:
+    """A CPU's devices (of every board holding it) may ask for at most all of it."""
     load: dict[int, list[DeviceShare]] = {}
     for d in devices:
         for c in next(b for b in boards if b.name == d.board).cpus:
@@ -231,7 +237,18 @@ def _devices(
                 f"{where}: CPU {c} is oversubscribed: its devices ask for "
                 f"{sum(d.share for d in on):g} of it ({asked}); lower their shares"
             )
-    return tuple(devices)
+
+
+def check_quotas(spec: ClusterSpec, prefix: str) -> None:
+    """Under ``cpu_share`` quota, every device's CFS quota is at least the kernel's minimum (an
+    error starts with ``prefix`` and the device's name)."""
+    for d in spec.devices:
+        if spec.cpu_share == "quota" and spec.quota_us(d) < MIN_QUOTA_US:
+            raise DseError(
+                f"{prefix}{d.name}: a share of {d.share:g} is a CFS quota of "
+                f"{spec.quota_us(d)} us per {spec.cfs_period_us} us period, under the kernel's "
+                "1 ms minimum: raise the share or cfs_period_us, or use cpu_share=weight"
+            )
 
 
 def parse_spec(
@@ -276,11 +293,45 @@ def parse_spec(
         cfs_period_us=int(cfs_period_us),
         cpu_share=cpu_share,
     )
-    for d in spec.devices:
-        if cpu_share == "quota" and spec.quota_us(d) < MIN_QUOTA_US:
-            raise DseError(
-                f"{where}.devices.{d.name}: a share of {d.share:g} is a CFS quota of "
-                f"{spec.quota_us(d)} us per {cfs_period_us} us period, under the kernel's 1 ms "
-                "minimum: raise the share or cfs_period_us, or use cpu_share=weight"
-            )
+    check_quotas(spec, f"{where}.devices.")
     return spec
+
+
+def with_rate(spec: ClusterSpec, board: str | None, rate_mbit: float) -> ClusterSpec:
+    """``spec`` with a new rate: on a switched network ``board``'s port's, on a shared one
+    (``board`` None) the medium's (every board's); checked as :func:`parse_spec` checks it."""
+    where = f"cluster {spec.name}"
+    rate = records.read(Mbit, rate_mbit, f"{where}: rate_mbit")
+    names = ", ".join(b.name for b in spec.boards)
+    if spec.network == "shared":
+        if board is not None:
+            raise DseError(
+                f"{where} is one shared medium: its boards talk at the medium's rate, not one of "
+                "their own: leave out the board to set the medium's rate"
+            )
+        boards = tuple(replace(b, rate_mbit=rate) for b in spec.boards)
+        return replace(spec, rate_mbit=rate, boards=boards)
+    if board is None:
+        raise DseError(
+            f"{where} is switched: each port has its own rate: name its board (board=, one of "
+            f"{names})"
+        )
+    if board not in [b.name for b in spec.boards]:
+        raise DseError(f"{where} has no board '{board}' (its boards: {names})")
+    boards = tuple(replace(b, rate_mbit=rate) if b.name == board else b for b in spec.boards)
+    return replace(spec, boards=boards)
+
+
+def with_share(spec: ClusterSpec, device: str, share: float) -> ClusterSpec:
+    """``spec`` with ``device``'s new share of its board's CPUs, checked as :func:`parse_spec`
+    checks the shares (a CPU's devices ask for at most all of it; quotas of at least 1 ms)."""
+    where = f"cluster {spec.name}"
+    if device not in [d.name for d in spec.devices]:
+        names = ", ".join(d.name for d in spec.devices)
+        raise DseError(f"{where} has no device '{device}' (its devices: {names})")
+    value = records.read(Share, share, f"{where}: {device}.share")
+    devices = tuple(replace(d, share=value) if d.name == device else d for d in spec.devices)
+    changed = replace(spec, devices=devices)
+    check_cpu_load(changed.devices, changed.boards, where)
+    check_quotas(changed, f"{where}: ")
+    return changed

@@ -37,6 +37,7 @@ from dse.cluster import (
     peak_memory_mb,
     rank_prefix,
     set_link,
+    set_share,
     stop_processes,
     up,
     write_mpi_files,
@@ -436,6 +437,20 @@ def test_self_check_passes(cluster: State) -> None:
     # runs (give or take a 4 ms scheduler tick); its speed depends on the machine's load
     assert got["tb1_cpu0"] <= 0.6 + 0.1 and got["tb1_cpu1"] <= 0.4 + 0.1
     assert [d["expected"] for d in result["devices"]] == [1.0, 0.6, 0.4]
+
+
+def test_a_share_that_needs_other_corunners_is_refused_live(cluster: State) -> None:
+    """Under co-runners, halving tb0's whole-CPU device would need a co-runner beside what
+    already runs on tb0: refused, nothing changed (dse.cluster.live)."""
+    saved = (cluster.names.state_dir / "state.json").read_bytes()
+    with pytest.raises(DseError) as err:
+        set_share(cluster, "tb0_cpu", 0.5)
+    assert str(err.value) == (
+        f"cluster {cluster.name}: under cpu_share=corunner, a share of 0.5 for tb0_cpu needs "
+        "other co-runners on board tb0 than the running ones: bring the cluster up again with "
+        "it (platform.emulation.devices.tb0_cpu.share=...), or use cpu_share=weight"
+    )
+    assert (cluster.names.state_dir / "state.json").read_bytes() == saved
 
 
 PROGRAM = textwrap.dedent(

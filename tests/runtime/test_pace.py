@@ -133,3 +133,53 @@ def test_a_credited_run_is_paced_from_that_much_earlier(monkeypatch: pytest.Monk
         # passed when its work ends
         assert bool(yields) is paced
         assert (time.perf_counter() - wall0 >= 0.1) is paced
+
+
+def test_a_pace_file_is_followed_as_it_changes(
+    speed, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the cluster gives a pace file, its speed overrides PACE_ENV and is read again once
+    the file changes (looked at every FOLLOW_S at most); ``none``: not paced; a file gone
+    leaves the speed as it was; anything else is one line."""
+    file = tmp_path / "edge0_cpu"
+
+    def write(text: str) -> None:  # as the cluster writes it: a new name, renamed
+        (tmp_path / ".new").write_text(text)
+        (tmp_path / ".new").replace(file)
+
+    yields = []
+    monkeypatch.setattr(pace.os, "sched_yield", lambda: yields.append(1))
+
+    def run() -> bool:
+        """5 ms of work, paced: whether the pacer yielded."""
+        yields.clear()
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        while time.process_time() - cpu0 < 0.005:
+            pass
+        p.until(wall0, cpu0)
+        return bool(yields)
+
+    write("none\n")
+    monkeypatch.setenv(pace.PACE_FILE_ENV, str(file))
+    speed(None)  # a whole CPU: no DSE_PACE, but a pace file
+    p = pace.pace_from_env()
+    assert p is not None and (p.speed, p.source) == (None, file)
+    assert run() is False
+    write("0.25\n")
+    assert run() is False  # looked at less than FOLLOW_S ago
+    time.sleep(pace.FOLLOW_S)
+    assert run() is True and p.speed == 0.25
+    monkeypatch.setattr(pace, "FOLLOW_S", 0.0)
+    file.unlink()
+    assert run() is True and p.speed == 0.25
+    write("0.5\n")
+    speed("0.4")  # the file, once read, says the speed
+    p = pace.pace_from_env()
+    assert p is not None and p.speed == 0.5
+    write("fast\n")
+    with pytest.raises(DseError) as err:
+        p.follow()
+    assert str(err.value) == (
+        f"DSE_PACE_FILE={file} holds 'fast', not a device speed in CPUs or none: unset "
+        "DSE_PACE_FILE to pace by DSE_PACE alone"
+    )

@@ -22,13 +22,29 @@ earlier by the time the rank sat in the run queue since its last run (:class:`Ru
 for the queueing of its waits before their messages were there (all of a wait's sleeps but the
 last): the rank computes at its device's speed from when it could have started. Pacing only
 ever delays a run, so a credit cannot make a device faster than the CPU lets it.
+
+**A speed that changes while the rank runs.** An emulated cluster's device may get a new
+share while ranks run on it (``python -m dse.cluster set``, :mod:`dse.cluster.live`). So a
+cluster whose ranks are paced (``cpu_share`` weight, corunner) also gives every rank, on a
+whole CPU too, :data:`PACE_FILE_ENV`: the path of its device's pace file, one line, the
+device's speed in CPUs or ``none`` (a whole CPU: no pacing), rewritten by a new name and a
+rename (never seen half written). The file overrides :data:`PACE_ENV`: :class:`Pace` reads it
+when the process starts and, at the end of each run, again if it changed (its inode or mtime),
+looking at most every :data:`FOLLOW_S`; so a rank paces by a new speed from its first run that
+ends :data:`FOLLOW_S` after the change (a run is paced as a whole, by the speed at its end),
+and a run costs one clock read more. :func:`pace_from_env` is then a :class:`Pace` on a whole
+CPU too, of speed None. A file that is gone (the cluster went down) leaves the speed as it
+was. Where :data:`PACE_FILE_ENV` is unset, :data:`PACE_ENV` alone says the speed, for the
+process's life; where both are unset (a real board, ``localhost``), nothing is paced.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from dse.errors import DseError
@@ -36,6 +52,13 @@ from dse.errors import DseError
 #: The environment variable of a device's speed in CPUs (its share times its board's CPUs),
 #: set by an emulated cluster for each rank on a device of a share below a whole CPU.
 PACE_ENV = "DSE_PACE"
+#: The environment variable of the path of a device's pace file (its speed, which may change
+#: while the rank runs), set by an emulated cluster whose ranks are paced.
+PACE_FILE_ENV = "DSE_PACE_FILE"
+#: How often (s) at most a :class:`Pace` looks whether its pace file changed.
+FOLLOW_S = 0.25
+#: What a pace file holds for a device of a whole CPU: no pacing.
+UNPACED = "none"
 
 
 class RunQueue:
@@ -58,17 +81,60 @@ class RunQueue:
             return 0.0
 
 
-class Pace:
-    """Makes runs last at least their CPU time over ``speed`` (CPUs), counted from the run's
-    start less its credit (:meth:`start`); ``spent_s``: the CPU time this process has spent
-    yielding to do so (a rank leaves it out of its own CPU time)."""
+def read_speed(raw: str, unpaced: bool = False) -> float | None:
+    """A device's speed in CPUs from its text (with ``unpaced``, :data:`UNPACED`: None); a
+    ValueError if it is not one."""
+    text = raw.strip()
+    if unpaced and text == UNPACED:
+        return None
+    speed = float(text)
+    if not 0.0 < speed < 1e3:
+        raise ValueError(text)
+    return speed
 
-    def __init__(self, speed: float) -> None:
+
+class Pace:
+    """Makes runs last at least their CPU time over ``speed`` (CPUs; None: not paced), counted
+    from the run's start less its credit (:meth:`start`); ``spent_s``: the CPU time this
+    process has spent yielding to do so (a rank leaves it out of its own CPU time). With
+    ``source``, a pace file: the speed it says, followed as it changes (module docstring)."""
+
+    def __init__(self, speed: float | None, source: Path | None = None) -> None:
         self.speed = speed
+        self.source = source
         self.spent_s = 0.0
         self.queued_s = RunQueue()
         self._since: float | None = None  # queued_s at the end of the last run
         self._idle = 0.0  # of it since, queued while it slept for a message not yet there
+        self._seen: tuple[int, int] | None = None  # the pace file's (inode, mtime) last read
+        self._looked = -math.inf  # when (monotonic) it last looked
+        self.follow()
+
+    def follow(self) -> None:
+        """Take the pace file's speed if the file changed since it was last read (looking at
+        most every :data:`FOLLOW_S`)."""
+        if self.source is None:
+            return
+        now = time.monotonic()
+        if now - self._looked < FOLLOW_S:
+            return
+        self._looked = now
+        try:
+            st = os.stat(self.source)
+            seen = (st.st_ino, st.st_mtime_ns)
+            if seen == self._seen:
+                return
+            raw = self.source.read_text()
+        except OSError:
+            return  # gone with its cluster: the speed stays
+        try:
+            self.speed = read_speed(raw, unpaced=True)
+        except ValueError:
+            raise DseError(
+                f"{PACE_FILE_ENV}={self.source} holds {raw.strip()!r}, not a device speed in "
+                f"CPUs or {UNPACED}: unset {PACE_FILE_ENV} to pace by {PACE_ENV} alone"
+            ) from None
+        self._seen = seen
 
     def slept(self, idle_s: float) -> None:
         """A wait sat ``idle_s`` in the run queue before its message was there (its sleeps
@@ -88,27 +154,29 @@ class Pace:
         (process_time) has lasted its CPU time over the speed, counted from ``credit``
         seconds before ``wall0``."""
         now_cpu = time.process_time()
-        due = wall0 - credit + (now_cpu - cpu0) / self.speed
-        while time.perf_counter() < due:
-            os.sched_yield()
-        self.spent_s += time.process_time() - now_cpu
+        self.follow()
+        if self.speed is not None:
+            due = wall0 - credit + (now_cpu - cpu0) / self.speed
+            while time.perf_counter() < due:
+                os.sched_yield()
+            self.spent_s += time.process_time() - now_cpu
         self._since, self._idle = self.queued_s(), 0.0
 
 
 @cache
 def pace_from_env() -> Pace | None:
-    """This process's :class:`Pace` from :data:`PACE_ENV`, or None where it is unset."""
+    """This process's :class:`Pace` from :data:`PACE_ENV` and :data:`PACE_FILE_ENV`, or None
+    where both are unset."""
     raw = os.environ.get(PACE_ENV, "").strip()
-    if not raw:
-        return None
+    source = os.environ.get(PACE_FILE_ENV, "").strip()
     try:
-        speed = float(raw)
+        speed = read_speed(raw) if raw else None
     except ValueError:
-        speed = 0.0
-    if not 0.0 < speed < 1e3:
         why = "is not a device speed in CPUs: unset it, or give one (e.g. 0.4)"
-        raise DseError(f"{PACE_ENV}={raw!r} {why}")
-    return Pace(speed)
+        raise DseError(f"{PACE_ENV}={raw!r} {why}") from None
+    if not source:
+        return None if speed is None else Pace(speed)
+    return Pace(speed, Path(source))
 
 
 class PacedSession:
