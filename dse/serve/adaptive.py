@@ -7,8 +7,8 @@ deployment's. Every rank's compute on every frame and every frame's completion g
 :class:`~dse.serve.monitor.Monitor`; a controller thread looks at its window every
 :attr:`Settings.check_s` and applies :mod:`dse.serve.drift`:
 
-1. a plan's first window of frames warms it up; the next full window sets the reference
-   ratios (measured over predicted);
+1. a plan's first window of frames (and first :data:`WARMUP_S`) warms it up; the next full
+   window sets the reference ratios (measured over predicted);
 2. a drift seen on the window and on its newest half alike (a change, not a passing spell)
    is explained by new conditions (devices' speeds, the network's bandwidth:
    :func:`~dse.serve.drift.rescaled`) fitted on the newest half (the frames after the
@@ -27,9 +27,11 @@ deployment's. Every rank's compute on every frame and every frame's completion g
 
 Every decision is a line of ``WORKDIR/decisions.jsonl`` (and of :attr:`Adaptive.decisions`),
 with what was measured and predicted: ``reference``, ``drift`` (the ratios and the conditions
-fitted), ``keep`` (no clearly better plan), ``advise``, ``switch`` (the new plan serving: its
-search, deploy and pause times), ``failed`` (a new plan that would not start: the old plan
-is started again). Two plans never run at once: the boards' memory caps are sized for one.
+fitted), ``unexplained`` (a drift neither a device nor the network explains: the next window
+becomes the reference), ``keep`` (no clearly better plan), ``advise``, ``switch`` (the new
+plan serving: its search, deploy, ship and pause times), ``failed`` (a new plan that would
+not start: the old plan is started again). Two plans never run at once: a board's memory is
+sized for one plan, and an emulated cluster runs one run at a time.
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ from models_analytical.model import AnalyticalModel
 
 LOG = logging.getLogger("dse")
 MODES = ("replan", "advise")
+#: A new plan is not judged in its first seconds (nor its first window of frames).
+WARMUP_S = 1.0
 #: The decision log in the work folder.
 DECISIONS = "decisions.jsonl"
 
@@ -95,13 +99,14 @@ class Settings:
 class Served:
     """The plan being served."""
 
-    index: int
     mapping: Mappings
     directory: Path
     deployment: Deployment
     expected: Expected
     period_ms: float  # predicted, under the conditions at its start
+    monitor: Monitor
     reference: Reference | None = None
+    since: float = field(default_factory=time.monotonic)  # serving since (monotonic s)
 
 
 @dataclass
@@ -185,10 +190,9 @@ class Adaptive:
             directory, launcher=self.launcher, in_flight=self.in_flight, platform=self.platform
         )
         expected, period = self._expected(deployment, mapping, conditions)
-        served = Served(self._plans - 1, mapping, directory, deployment, expected, period)
-        self.monitor = Monitor(len(deployment.plan.ranks), self.settings.window)
-        deployment.on_timing = lambda rank, _frame, s: self.monitor.timing(rank, s)
-        return served
+        monitor = Monitor(len(deployment.plan.ranks), self.settings.window)
+        deployment.on_timing = lambda rank, _frame, s: monitor.timing(rank, s)
+        return Served(mapping, directory, deployment, expected, period, monitor)
 
     def _expected(
         self, deployment: Deployment, mapping: Mappings, conditions: Conditions
@@ -233,8 +237,7 @@ class Adaptive:
             frame.outer.set_exception(inner.exception())
             return
         pressed = others >= self.in_flight - 1
-        if frame.served is self._served:
-            self.monitor.done(now, now - frame.sent_s, pressed)
+        frame.served.monitor.done(now, now - frame.sent_s, pressed)
         frame.outer.set_result(inner.result())
 
     def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -273,9 +276,10 @@ class Adaptive:
         served = self._served
         if served is None or self._paused:
             return
-        window = self.monitor.window()
-        if window is None or window.frames < 2 * self.settings.window:
-            return  # the plan's first window of frames warms it up: not judged
+        window = served.monitor.window()
+        warm = time.monotonic() - served.since >= WARMUP_S
+        if window is None or window.frames < 2 * self.settings.window or not warm:
+            return  # the plan's first window of frames (and second) warms it up: not judged
         ref = served.reference
         if ref is None or (ref.period is None and window.period_s is not None):
             new = Reference.of(window, served.expected)
@@ -287,7 +291,7 @@ class Adaptive:
                 measured=_figures(window),
             )
             return
-        recent = self.monitor.window(last=self.settings.window // 2)
+        recent = served.monitor.window(last=self.settings.window // 2)
         if recent is None:
             return
         threshold = self.settings.threshold
@@ -311,6 +315,15 @@ class Adaptive:
             self.conditions, found, devices, window, served.reference, period_under,
             self.settings.threshold,
         )  # fmt: skip
+        if conditions == self.conditions:  # neither a device nor the network explains it
+            served.reference = None  # the next window is the new normal
+            self._log(
+                "unexplained",
+                period=_round(found.period),
+                measured=_figures(window),
+                predicted_period_ms=round(served.expected.period_s * 1e3, 3),
+            )
+            return
         self._log(
             "drift",
             devices={devices[r]: round(v, 3) for r, v in found.devices.items()},
@@ -389,38 +402,48 @@ class Adaptive:
     def _switch(
         self, old: Served, mapping: Mappings, conditions: Conditions, figures: dict
     ) -> dict[str, Any]:
-        t0 = time.monotonic()
+        """Deploy and ship ``mapping`` while ``old`` serves, then pause, drain, stop ``old`` and
+        start the new plan (``old`` started again if it will not start)."""
+        clock = time.monotonic
+        t0 = clock()
         directory = self._deploy(mapping)
-        deployed_s = time.monotonic() - t0
+        steps = {"deploy_s": clock() - t0}
         shipping = self._ship(directory, old.directory)
-        shipped_s = time.monotonic() - t0 - deployed_s
+        steps["ship_s"] = clock() - t0 - steps["deploy_s"]
         with self._gate:
             self._paused = True
-        t1 = time.monotonic()
+        t1 = clock()
+        event, why = "switch", None
         try:
             with self._gate:  # the frames in the old plan finish
                 while self._outstanding and old.deployment.alive:
                     self._gate.wait(0.05)
+            steps["drain_s"] = clock() - t1
             old.deployment.close()
+            steps["stop_s"] = clock() - t1 - steps["drain_s"]
             try:
                 served = self._start_plan(mapping, conditions, directory)
-            except DseError as exc:
-                self._log("failed", reason=str(exc), plan=directory.name)
-                served = self._start_plan(old.mapping, conditions, old.directory)
+            except DseError as exc:  # the old plan serves again
+                event, why = "failed", str(exc)
+                served = self._start_plan(old.mapping, self.conditions, old.directory)
+            steps["start_s"] = clock() - t1 - steps["drain_s"] - steps["stop_s"]
             with self._gate:
                 self._served = served
+        except BaseException as exc:
+            self.error = f"re-planning left no plan serving: {exc}"
+            raise
         finally:
             with self._gate:
                 self._paused = False
                 self._gate.notify_all()
+        steps["paused_s"] = clock() - t1
         return self._log(
-            "switch",
-            plan=self._served.directory.name if self._served else None,
+            event,
+            **({"reason": why} if why else {}),
+            plan=served.directory.name,
             mapping=mapping.ident(0),
-            deploy_s=round(deployed_s, 3),
-            ship_s=round(shipped_s, 3),
+            **{k: round(v, 3) for k, v in steps.items()},
             **shipping,
-            paused_s=round(time.monotonic() - t1, 3),
             **figures,
         )
 

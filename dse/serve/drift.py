@@ -13,7 +13,11 @@ The rule, on a window of frames (:class:`~dse.serve.monitor.Window`):
   each drifted device's speed factor scaled by how much slower or faster it computes, then, if
   the period still drifts, the network's bandwidth factor found by bisection so that the
   predicted period times its reference is the measured period. On a switched network every
-  board's port is scaled alike: a period does not say which port slowed.
+  board's port is scaled alike: a period does not say which port slowed. A period no
+  bandwidth within :data:`NETWORK_RANGE` gives (a plan on one board, whose period the network
+  does not set; a period longer than the slowest network makes it) leaves the network as it
+  was: its drift is not the network's, and the conditions come back unchanged (the caller's
+  cue that the model cannot explain it: the application's pace, the machine's other work).
 
 Ranks whose compute is under :data:`MIN_COMPUTE_S`, predicted or measured, are not judged
 (their ratios are noise). The period is judged only from windows where the service was pressed
@@ -35,7 +39,7 @@ THRESHOLD = 0.25
 #: A rank computing less than this (s) a frame is not judged.
 MIN_COMPUTE_S = 2e-3
 #: The network's bandwidth factor is looked for between these (of the calibrated bandwidth).
-NETWORK_RANGE = (1 / 200, 2.0)
+NETWORK_RANGE = (1e-4, 2.0)
 
 
 @dataclass(frozen=True)
@@ -120,7 +124,8 @@ def rescaled(
     measured, ref = window.period_s, reference.period
     if measured is None or not ref:
         return new
-    if abs(measured / (period_under(new) * ref) - 1.0) <= threshold:
+    now = period_under(new)
+    if abs(measured / (now * ref) - 1.0) <= threshold:
         return new  # the devices' new speeds explain the period
     return _fit_network(new, measured / ref, period_under)
 
@@ -130,16 +135,15 @@ def _fit_network(
 ) -> Conditions:
     """``conditions`` with the network's bandwidth factor at which the predicted period is
     ``target_s`` (the predicted period falls as the bandwidth rises; bisection on its log
-    within :data:`NETWORK_RANGE`, the nearer end where none gives it)."""
+    within :data:`NETWORK_RANGE`); ``conditions`` as they are when no factor there gives
+    it."""
 
     def at(log_f: float) -> Conditions:
         return dataclasses.replace(conditions, network=math.exp(log_f))
 
     lo, hi = math.log(NETWORK_RANGE[0]), math.log(NETWORK_RANGE[1])
-    if period_under(at(hi)) >= target_s:
-        return at(hi)
-    if period_under(at(lo)) <= target_s:
-        return at(lo)
+    if not period_under(at(hi)) <= target_s <= period_under(at(lo)):
+        return conditions  # not the network's
     for _ in range(40):  # the factor within 2e-10 of its log range
         mid = (lo + hi) / 2
         if period_under(at(mid)) > target_s:

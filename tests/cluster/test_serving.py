@@ -116,3 +116,67 @@ def test_a_board_cut_off_mid_stream_is_named_in_bounded_time(
     assert text.startswith("board edge1's link is down; "), text
     assert "on board edge1 (device edge1_cpu" in text and "has not been heard from" in text, text
     assert left_on_boards(state) == []
+
+
+def test_a_served_plan_re_plans_when_a_port_slows_down(
+    edge3: tuple[dict, State], tmp_path: Path
+) -> None:
+    """The classifier served split across the boards; edge1's port cut from 1000 to 5 Mbit/s
+    mid-stream: the service sees the period drift with the devices' compute unchanged, puts it
+    on the network, finds a plan that crosses less of it and switches; every frame's outputs
+    are the whole model's, in order, none lost."""
+    from dse.cluster import set_rate
+    from dse.serve.adaptive import Adaptive, Settings
+    from models_analytical.coefficients import load_coefficients
+    from models_analytical.model import AnalyticalModel
+    from tests.helpers.trained import mapping
+
+    cfg, state = edge3
+    net, whole = trained_net("orientation"), Whole(model_path("orientation"))
+    frames = [{"x": as_input(p, (224, 224))} for p in photos().values()]
+    refs = [whole(f) for f in frames]
+    coefficients = load_coefficients(Path(__file__).parents[2] / "conf/platform/edge3.json")
+    model = AnalyticalModel(net.graph, load_platform(cfg), coefficients)
+    got: list[dict] = []
+    stop = threading.Event()
+
+    def feed(service: Adaptive) -> None:
+        def frames_until_stopped():  # noqa: ANN202
+            i = 0
+            while not stop.is_set():
+                yield frames[i % 2]
+                i += 1
+
+        got.extend(service.stream(frames_until_stopped(), in_flight=4))
+
+    settings = Settings(budget_s=1.0, window=8)
+    service = Adaptive.start(net, model, mapping(net, "vertical", 3), tmp_path, cfg, settings)
+    feeder = threading.Thread(target=feed, args=(service,))
+    try:
+        feeder.start()
+        until(lambda: any(e["event"] == "reference" for e in service.decisions), 60)
+        set_rate(state, "edge1", 5)
+        until(lambda: any(e["event"] == "switch" for e in service.decisions), 60)
+        time.sleep(1.0)  # frames on the new plan
+    finally:
+        stop.set()
+        feeder.join(120)
+        service.close()
+        set_rate(state, "edge1", 1000)
+    events = [e["event"] for e in service.decisions]
+    assert events[:2] == ["start", "reference"] and "drift" in events, service.decisions
+    drift = next(e for e in service.decisions if e["event"] == "drift")
+    assert drift["period"] > 1.25 and drift["conditions"]["network"] < 0.5, drift
+    switch = next(e for e in service.decisions if e["event"] == "switch")
+    assert switch["new_period_ms"] <= 0.85 * switch["served_period_ms"], switch
+    assert len(got) > 40
+    for i, out in enumerate(got):
+        assert_same(out, refs[i % 2])
+    assert left_on_boards(state) == []
+
+
+def until(condition, timeout_s: float) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)

@@ -100,3 +100,18 @@ def test_no_period_is_judged_from_a_window_that_was_not_pressed() -> None:
     ref = Reference.of(window((1.1, 1.2), None), EXPECTED)
     assert ref.period is None
     assert not drift(window((1.1, 1.2), 9.0), EXPECTED, ref)
+
+
+def test_a_period_the_network_does_not_set_is_not_put_on_the_network(served) -> None:
+    # both layers on h0: 2 s a frame whatever the network; a period twice as long is not the
+    # network's, and the conditions come back as they were
+    model, _ = served
+    one_board = from_device_lists(model.graph, 2, [[[0], [0]]])
+    period = period_under(model, one_board)
+    assert period(Conditions()) == period(Conditions(network=0.01)) == pytest.approx(2.0)
+    expected = Expected({0: 2.0}, 2.0)
+    ref = Reference.of(Window({0: 2.0}, 5.0, 2.0, 20), expected)
+    slow = Window({0: 2.0}, 5.0, 4.0, 40)
+    found = drift(slow, expected, ref)
+    assert found.period == pytest.approx(2.0) and not found.devices
+    assert rescaled(Conditions(), found, {0: "h0_cpu0"}, slow, ref, period) == Conditions()
