@@ -7,10 +7,12 @@ profile's conditions (:meth:`models_analytical.model.AnalyticalModel.under`). Un
 ``robust=mean`` their mean, under ``robust=none`` the nominal's (the profiles are then only
 shown in the outputs). The memory constraint is the nominal's: no condition changes memory.
 
-Only what a profile changes is computed again: a mapping is the nominal's under a profile that
-slows none of the devices it uses and, where it uses one board only, whatever the profile does
-to the network (no transfer of it crosses a board); the others are scheduled under the
-profile, in one batch.
+Only what a profile changes is computed again. A mapping is the nominal's under a profile
+that changes the speed of no device that works in it (every cost a device's speed scales is
+part of its busy time) and, where it uses one board only, whatever the profile does to the
+network (no transfer of it crosses a board); the others are scheduled under the profile, in
+one batch. A profile whose model has the same inputs as an earlier one's (``edge1`` at 50
+Mbit/s and the whole network at 50 Mbit/s, when edge1 is one of two boards) takes its figures.
 """
 
 from __future__ import annotations
@@ -56,6 +58,11 @@ class Profiles:
         self.rule = rule
         self.conditions = list(conditions or profile_conditions(model.platform))
         self.models = [model, *(model.under(c) for c in self.conditions[1:])]
+        #: each profile's first profile of the same model inputs (itself, or an earlier one)
+        self.same = [
+            next(k for k in range(s + 1) if same_inputs(self.models[k], self.models[s]))
+            for s in range(len(self.models))
+        ]
         hosts = [d.host for d in model.platform.devices]
         self._board = np.unique(hosts, return_inverse=True)[1]
         self._touch = [self._touched(c) for c in self.conditions]
@@ -72,12 +79,13 @@ class Profiles:
         links = c.network != 1.0 or any(f != 1.0 for f in c.ports.values())
         return slowed, links
 
-    def changed(self, index: int, used: np.ndarray) -> np.ndarray:
-        """bool [P]: the mappings (by the devices each uses, ``used`` [P, D]) whose figures
-        profile ``index`` may change: it slows a device they use, or it changes a link between
-        boards and they use more than one board."""
+    def changed(self, index: int, ev: Evaluation) -> np.ndarray:
+        """bool [P]: the mappings (by their nominal figures ``ev``) whose figures profile
+        ``index`` may change: it changes the speed of a device that works in them (busy), or a
+        link between boards and they use more than one board."""
         slowed, links = self._touch[index]
-        out = (used & slowed).any(axis=1)
+        used = ev.used
+        out = ((ev.busy_s > 0) & slowed).any(axis=1)
         if links:
             boards = np.where(used, self._board, -1)
             lo = np.where(used, self._board, np.iinfo(np.int64).max).min(axis=1)
@@ -96,7 +104,10 @@ class Profiles:
         if self.rule == "none" and not every:
             return out, ev
         for s in range(1, len(self.models)):
-            which = np.flatnonzero(self.changed(s, ev.used))
+            if self.same[s] != s:
+                out[s] = out[self.same[s]]
+                continue
+            which = np.flatnonzero(self.changed(s, ev))
             if len(which) == len(mappings):
                 out[s] = objectives.values(names, self.models[s].evaluate(mappings))
             elif len(which):
@@ -109,3 +120,15 @@ class Profiles:
         :class:`Evaluation` (its memory is every profile's)."""
         per_profile, ev = self.evaluate(names, mappings)
         return combine(self.rule, per_profile), ev
+
+
+def same_inputs(a: AnalyticalModel, b: AnalyticalModel) -> bool:
+    """Whether two models of one graph and platform have the same kernel inputs (the same
+    figures for every mapping)."""
+    for x, y in zip(a.inputs, b.inputs, strict=True):
+        if isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
+            if not (x.shape == y.shape and np.array_equal(x, y)):
+                return False
+        elif x != y:
+            return False
+    return True

@@ -95,9 +95,24 @@ def test_a_mapping_a_profile_does_not_touch_keeps_its_nominal_figures_bit_for_bi
     for s in range(1, len(PROFILES)):
         alone = objectives.values(p.objectives, prof.models[s].evaluate(mappings))
         assert np.array_equal(per[s], alone), PROFILES[s].name
-        untouched = ~prof.changed(s, ev.used)
+        untouched = ~prof.changed(s, ev)
         assert untouched.any(), PROFILES[s].name  # some mappings were not scheduled again
         assert np.array_equal(per[s][untouched], per[0][untouched])
+
+
+def test_a_profile_the_same_as_an_earlier_one_takes_its_figures():
+    # every port at half on a network of device pairs: every link between boards at half,
+    # as the network at half
+    p = cases.problem("two_boards", "advanced", 2)
+    mappings = cases.every_mapping(p.chromosome)
+    ports = Conditions("ports", ports={"a": 0.5, "b": 0.5, "c": 0.5})
+    prof = Profiles(p.model, "mean", [Conditions(), Conditions("net", network=0.5), ports])
+    assert prof.same == [0, 1, 1]
+    per, _ = prof.evaluate(p.objectives, mappings)
+    half = hardware(p.model, Conditions(network=0.5))
+    alone = objectives.values(p.objectives, half.evaluate(mappings))
+    assert np.allclose(per[2], alone, rtol=1e-12, atol=0)
+    assert not np.array_equal(per[2], per[0])
 
 
 def test_combine():
