@@ -60,6 +60,17 @@ class Conditions:
         for board, f in self.ports.items():
             _check_factor(f"{where}: port of '{board}'", f)
 
+    def __hash__(self) -> int:
+        """By value (a key of a cache of models under conditions)."""
+        return hash(
+            (
+                self.name,
+                tuple(sorted(self.speed.items())),
+                self.network,
+                tuple(sorted(self.ports.items())),
+            )
+        )
+
     @property
     def nominal(self) -> bool:
         """Every factor 1: the hardware as the figures say."""

@@ -173,6 +173,8 @@ def test_conditions_compose():
     assert both == Conditions(
         "a+b", speed={"a_cpu0": 0.4, "c_cpu3": 2.0}, network=0.5, ports={"b": 0.5, "c": 0.25}
     )
+    assert {both: 1}[Conditions("a+b", {"c_cpu3": 2.0, "a_cpu0": 0.4}, 0.5, both.ports)] == 1
+    assert Conditions().nominal and not a.nominal and Conditions("x", {"a_cpu0": 1.0}).nominal
     twice = p.model.under(a).under(b)
     assert twice.conditions.speed == both.speed
     once = p.model.under(both).evaluate(mappings)
