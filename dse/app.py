@@ -26,6 +26,7 @@ from dse.net import Net, load_net
 from dse.paths import CALIBRATION_ENV, CONF_DIR, calibrated_path, calibration_dir, shown
 from dse.platform import Platform, PlatformFile, load_platform, read_platform
 from dse.runtime.launch.mpiexec import Launcher
+from dse.search.robust import Profiles
 from models_analytical.coefficients import Coefficients, load_coefficients
 from models_analytical.layer_costs import layer_key, unprofiled_ops
 from models_analytical.model import AnalyticalModel
@@ -205,6 +206,23 @@ def model_from(cfg: DictConfig) -> tuple[Net, Platform, AnalyticalModel]:
     coefficients = coefficients_from(cfg, platform)
     model = AnalyticalModel(net.graph, platform, coefficients, cfg.get("model_threads"))
     return net, platform, model
+
+
+def profiles_from(cfg: DictConfig, model: AnalyticalModel) -> Profiles | None:
+    """The model under each of the platform's profiles and ``cfg.robust``'s rule
+    (:mod:`dse.search.robust`); None when the platform has no profiles, which ``robust=worst``
+    or ``mean`` need (one line)."""
+    rule = str(cfg.get("robust") or "none")
+    platform = model.platform
+    if not platform.profiles:
+        if rule != "none":
+            raise DseError(
+                f"robust={rule} needs the platform's profiles, the conditions a plan must hold "
+                f"under, and platform '{platform.name}' has none: add profiles: to its file "
+                "(docs/reference/platforms.md), or drop robust"
+            )
+        return None
+    return Profiles(model, rule)
 
 
 def chromosome_from(cfg: DictConfig, net: Net, model: AnalyticalModel) -> Chromosome:

@@ -145,6 +145,9 @@ MUTATIONS = {
 #: algorithm.refill options: what fills the offspring slots breeding leaves without a new mapping
 #: (dse.search.refill, where each is described and measured).
 REFILLS = ("mutation", "immigrants", "restart", "mating")
+#: robust options: how an objective is made of its values under the platform's profiles
+#: (dse.search.robust combines them).
+ROBUST = ("none", "worst", "mean")
 #: algorithm.crowding options: how survival cuts the front that does not fit whole
 #: (dse.search.nsga2.survive).
 CROWDINGS = ("cd", "2nn")
@@ -241,6 +244,10 @@ class BaseConfig:
     objectives: list[str] = field(default_factory=lambda: ["latency", "memory", "energy"])
     coefficients: str | None = None  # a coefficients JSON; None: the platform's own
     model_threads: int | None = None  # model threads on large batches; null: all cores if idle
+    # plans that hold under the platform's profiles (its profiles: key; the nominal is always
+    # one): each objective the worst (largest) of its values under them, or their mean; none:
+    # the nominal's, the profiles only shown in the outputs (dse.search.robust)
+    robust: str = "none"
     phase2: Phase2Config = field(default_factory=Phase2Config)
     resume: str | None = None  # a run directory to continue from its checkpoint
     progress: bool = True  # progress bar on stderr
@@ -388,6 +395,8 @@ def check(cfg: Any) -> None:
             value = cfg.net.get(key)
             if value is not None and not value > 0:  # also catches nan
                 raise DseError(f"net.{key}={value} must be a positive number")
+    if cfg.get("robust") is not None and cfg.robust not in ROBUST:
+        raise DseError(f"robust={cfg.robust} must be one of {', '.join(ROBUST)}")
     if "seed" in cfg and not 0 <= int(cfg.seed) < 2**32:
         raise DseError(f"seed={cfg.seed} must be a whole number from 0 to 2^32 - 1")
     if "objectives" in cfg:

@@ -49,6 +49,7 @@ Seconds = Annotated[float, Range(0)]
 Rate = Annotated[float, Range(0, lo_open=True)]  # bytes per second
 Mbit = Annotated[float, Range(0, lo_open=True)]  # Mbit/s
 Share = Annotated[float, Range(0, 1, lo_open=True)]  # of a board's CPUs
+Factor = Annotated[float, Range(0, lo_open=True)]  # against a calibrated figure: 1 as it is
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,33 @@ class Link:
 
 
 @dataclass(frozen=True)
+class PortProfile:
+    """A board's port under a profile: its rate, or a factor on its bandwidth (one of them)."""
+
+    rate_mbit: Mbit | None = None
+    factor: Factor | None = None
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Conditions a plan must hold under (``profiles:``), besides the nominal: the network
+    between boards at a rate (``network_mbit``: every port and link between boards at it) or
+    a factor on its bandwidth (``network``), a board's port at its own rate or factor
+    (``ports``, over the network's), a device at a factor of its calibrated speed (``speed``:
+    0.5, its work takes twice as long). Made the model's conditions by
+    :func:`models_analytical.conditions.profile_conditions`."""
+
+    network_mbit: Mbit | None = None
+    network: Factor | None = None
+    ports: dict[Name, PortProfile] = field(default_factory=dict)
+    speed: dict[Name, Factor] = field(default_factory=dict)
+
+
+#: The name of the conditions the platform's figures describe: always one of its profiles.
+NOMINAL = "nominal"
+
+
+@dataclass(frozen=True)
 class Platform:
     name: str
     devices: tuple[Device, ...]
@@ -84,6 +112,8 @@ class Platform:
     pair_links: dict[tuple[int, int], Link] = field(default_factory=dict)
     #: switched: each board's port (host -> figures); a board absent has the network class's
     ports: dict[str, Link] = field(default_factory=dict)
+    #: conditions a plan must hold under besides the nominal, by name (their names checked)
+    profiles: dict[str, Profile] = field(default_factory=dict)
 
     @property
     def keys(self) -> list[str]:
@@ -278,6 +308,7 @@ class PlatformFile:
     ports: dict[Name, Port] = field(default_factory=dict)
     emulation: Emulation | None = None
     reach: Reach = field(default_factory=Reach)
+    profiles: dict[Name, Profile] = field(default_factory=dict)
 
 
 def load_platform(cfg: Mapping[str, Any]) -> Platform:
@@ -326,6 +357,7 @@ def resolve(f: PlatformFile) -> Platform:
         network=network,
         pair_links=pairs,
         ports=_ports(f, where, network, [d.host for d in devices]),
+        profiles=_profiles(f, where, devices),
     )
 
 
@@ -414,3 +446,41 @@ def _ports(f: PlatformFile, where: str, network: str, hosts: list[str]) -> dict[
             raise _fail(where, f"ports.{board} has no {missing}: set it or links.network")
         ports[board] = Link(lat, bw, default.energy_J_per_byte if default else 0.0)
     return ports
+
+
+def _profiles(f: PlatformFile, where: str, devices: list[Device]) -> dict[str, Profile]:
+    """The profiles, each setting something, of the platform's devices and boards, the
+    network's only where there is one."""
+    names = [d.name for d in devices]
+    boards = list(dict.fromkeys(d.host for d in devices))
+    for name, p in f.profiles.items():
+        at = f"profiles.{name}"
+        if name == NOMINAL:
+            raise _fail(
+                where,
+                f"{at}: the nominal conditions (the platform's figures) are always a profile: "
+                "give this one another name",
+            )
+        if p.network is not None and p.network_mbit is not None:
+            raise _fail(where, f"{at}: give network_mbit or network, not both")
+        if not (p.ports or p.speed) and p.network is None and p.network_mbit is None:
+            raise _fail(where, f"{at} sets nothing: give network_mbit, network, ports or speed")
+        if (p.network is not None or p.network_mbit is not None or p.ports) and len(boards) < 2:
+            raise _fail(where, f"{at}: the platform has one board, no network: set speed only")
+        for device in p.speed:
+            if device not in names:
+                raise _fail(
+                    where,
+                    f"{at}.speed.{device}: '{device}' is not a device of the platform (its "
+                    f"devices: {', '.join(names)})",
+                )
+        for board, port in p.ports.items():
+            if board not in boards:
+                raise _fail(
+                    where,
+                    f"{at}.ports.{board}: '{board}' is not a board of the platform (its "
+                    f"boards: {', '.join(boards)})",
+                )
+            if (port.rate_mbit is None) == (port.factor is None):
+                raise _fail(where, f"{at}.ports.{board}: give rate_mbit or factor, one of them")
+    return dict(f.profiles)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dse.errors import DseError
-from dse.platform import Platform
+from dse.platform import NOMINAL, Platform, Profile
 
 Table = tuple[list[float], list[float]]  # (bytes increasing, seconds)
 
@@ -43,7 +43,7 @@ def _check_factor(what: str, value: float) -> None:
 class Conditions:
     """How the hardware runs compared with the figures the model was built with."""
 
-    name: str = "nominal"
+    name: str = NOMINAL
     #: device name -> speed factor (>0): 0.5 = half speed, its compute takes twice as long
     speed: Mapping[str, float] = field(default_factory=dict)
     #: factor on the bandwidth of every transfer between boards (ports, the medium, pairs of
@@ -59,6 +59,17 @@ class Conditions:
             _check_factor(f"{where}: speed of '{device}'", f)
         for board, f in self.ports.items():
             _check_factor(f"{where}: port of '{board}'", f)
+
+    def __hash__(self) -> int:
+        """By value (a key of a cache of models under conditions)."""
+        return hash(
+            (
+                self.name,
+                tuple(sorted(self.speed.items())),
+                self.network,
+                tuple(sorted(self.ports.items())),
+            )
+        )
 
     @property
     def nominal(self) -> bool:
@@ -142,3 +153,37 @@ def scaled_table(table: Table, factor: float) -> Table:
     t0 = y[0] if len(x) == 1 else y[0] - x[0] * (y[1] - y[0]) / (x[1] - x[0])
     t0 = min(max(t0, 0.0), y[0])
     return list(x), [t0 + (t - t0) / factor for t in y]
+
+
+def profile_conditions(platform: Platform) -> list[Conditions]:
+    """The conditions of each of the platform's profiles (``profiles:``), the nominal first."""
+    return [Conditions()] + [of_profile(platform, n, p) for n, p in platform.profiles.items()]
+
+
+def mbit_Bps(rate_mbit: float) -> float:
+    """Bytes per second of a rate in Mbit/s."""
+    return rate_mbit * 1e6 / 8
+
+
+def of_profile(platform: Platform, name: str, profile: Profile) -> Conditions:
+    """The conditions of a profile (:class:`dse.platform.Profile`), its rates made factors
+    against the platform's own figures (``bandwidth_Bps``): ``network_mbit`` against the
+    ``network`` link class's, each board's port on a switched network set to it too where the
+    port has figures of its own (a device pair's own link between boards takes the network's
+    factor); a port's ``rate_mbit`` against its port's figure (the network class's where it
+    has none) under the profile's network."""
+    network = 1.0 if profile.network is None else profile.network
+    ports: dict[str, float] = {}
+    if profile.network_mbit is not None:
+        rate = mbit_Bps(profile.network_mbit)
+        network = rate / platform.links["network"].bandwidth_Bps
+        if platform.network == "switched":
+            for board in platform.ports:
+                ports[board] = rate / (platform.port(board).bandwidth_Bps * network)
+    for board, port in profile.ports.items():
+        if port.factor is not None:
+            ports[board] = port.factor
+        elif port.rate_mbit is not None:
+            base = platform.port(board).bandwidth_Bps * network
+            ports[board] = mbit_Bps(port.rate_mbit) / base
+    return Conditions(name, dict(profile.speed), network, ports)

@@ -178,6 +178,22 @@ def plot_pareto(
     _save(pareto_figure(f, feasible, objectives), path, title)
 
 
+def plot_profiles(
+    path: Path, latency: Sequence[Sequence[float]], names: Sequence[str], title: str
+) -> None:
+    """Each front point's latency (``latency[s][i]``, ms) under each profile ``names[s]``, the
+    points in the front's order: how far each plan moves when the conditions change."""
+    fig, (ax,) = _grid(1, ncols=1, size=(7.0, 3.6))
+    for s, name in enumerate(names):
+        ys = np.asarray(latency[s], dtype=float)
+        ax.plot(np.arange(len(ys)), ys, marker=BEST_MARKERS[s % len(BEST_MARKERS)], label=name)
+    ax.set_xlabel("front point (pareto.csv's point)")
+    ax.set_ylabel(axis_label("latency") + " under each profile", fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper right")
+    _save(fig, path, title)
+
+
 def plain_log_ticks(ax) -> None:  # noqa: ANN001 - a matplotlib Axes
     """Log axes labelled 20, 50, 100 (not 2x10^1): ticks at 1, 2 and 5 of each decade, more
     where the axis spans less than a decade, printed as plain numbers."""

@@ -121,6 +121,54 @@ def times(summary: Mapping[str, Any]) -> str:
     )
 
 
+#: What each robust rule makes of an objective's values under the profiles, for the report.
+RULE_WORDS = {
+    "none": "each objective is the nominal's; the profiles are shown, not searched for",
+    "worst": "each objective is the worst (largest) of its values under the profiles",
+    "mean": "each objective is the mean of its values under the profiles",
+}
+
+
+def _conditions(c: Mapping[str, Any]) -> str:
+    """``network x0.056; port edge1 x0.5; edge0_cpu at 0.5 of its speed`` (bandwidth factors
+    against the platform's figures)."""
+    words = [f"network x{c['network']:.3g}"] if c.get("network", 1.0) != 1.0 else []
+    words += [f"port {b} x{f:.3g}" for b, f in c.get("ports", {}).items()]
+    words += [f"{d} at {f:.3g} of its speed" for d, f in c.get("speed", {}).items()]
+    return "; ".join(words) or "the platform's figures"
+
+
+def profiles_section(profiles: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
+    """The front under each profile: the rule, each profile's conditions and best latency, and
+    each shown front point's latency and regret under each profile."""
+    names = list(profiles["conditions"])
+    head = ("profile", "conditions", "best latency (ms)")
+    table = [
+        (n, _conditions(profiles["conditions"][n]), f"{profiles['best_latency_ms'][n]:.2f}")
+        for n in names
+    ]
+    per_point = [
+        [r["point"]]
+        + [f"{r[f'latency_ms@{n}']:.2f}" for n in names]
+        + [f"{r[f'regret_ms@{n}']:.2f}" for n in names]
+        for r in rows
+    ]
+    return (
+        "<h2>Under each profile</h2>"
+        f"<p>robust={html.escape(str(profiles['robust']))}: "
+        f"{RULE_WORDS.get(str(profiles['robust']), '')}. A profile's best latency is the best "
+        f"found by {html.escape(str(profiles['best_by']))}; a point's regret under a profile is "
+        "its latency there less that best (columns <code>latency_ms@PROFILE</code> and "
+        "<code>regret_ms@PROFILE</code> of <code>pareto.csv</code>).</p>"
+        + _table(head, table)
+        + _table(
+            ["point", *(f"latency ms @{n}" for n in names), *(f"regret ms @{n}" for n in names)],
+            per_point,
+        )
+        + '<img src="profiles.png" alt="latency under each profile">'
+    )
+
+
 def render(
     summary: Mapping[str, Any],
     title: str,
@@ -190,6 +238,8 @@ def render(
     parts.append(_table(keys, [[cell(k, r[k]) for k in keys] for r in shown]))
     if len(pareto_rows) > max_rows:
         parts.append(f"<p>{len(pareto_rows) - max_rows} more rows in <code>pareto.csv</code>.</p>")
+    if summary.get("profiles"):
+        parts.append(profiles_section(summary["profiles"], shown))
     if summary.get("phase2"):
         rows2 = summary["phase2"]
         parts.append("<h2>Measured (phase two)</h2>")

@@ -22,16 +22,33 @@ def _columns(objectives: list[str]) -> list[str]:
     return [OBJECTIVES[n].column for n in objectives]
 
 
-def write_pareto(path: Path, problem: MappingProblem, genes: np.ndarray) -> list[dict]:
+def profile_column(figure: str, profile: str) -> str:
+    """The column of a figure under a profile: ``latency_ms@wifi_50``."""
+    return f"{figure}@{profile}"
+
+
+def write_pareto(
+    path: Path, problem: MappingProblem, genes: np.ndarray, bests: np.ndarray | None = None
+) -> list[dict]:
     """One row per Pareto point: objectives, feasibility, devices used, split layers (and,
-    where the encoding splits by rows, how many of them by rows), data sent.
+    where the encoding splits by rows, how many of them by rows), data sent; where the
+    platform has profiles, its latency under each (``latency_ms@PROFILE``) and, given each
+    profile's best latency ``bests`` [S] (ms, :func:`dse.search.regret.profile_bests`), its
+    regret there (``regret_ms@PROFILE``: its latency less that best).
 
     Distinct mappings with the same objectives (the same work on another, identical board) are
     one row; ``same_cost_mappings`` counts them.
     """
     mappings = problem.chromosome.decode(genes)
-    ev = problem.model.evaluate(mappings)
-    values = {n: OBJECTIVES[n].values(ev) for n in problem.objectives}
+    f, ev = problem.scores(mappings)
+    values = {n: f[:, k] for k, n in enumerate(problem.objectives)}
+    under: dict[str, np.ndarray] = {}
+    if problem.profiles is not None:
+        latency = problem.profiles.evaluate(["latency"], mappings, every=True)[0][:, :, 0]
+        for s, name in enumerate(problem.profiles.names):
+            under[profile_column("latency_ms", name)] = latency[s]
+            if bests is not None:
+                under[profile_column("regret_ms", name)] = latency[s] - bests[s]
     split = (mappings.sizes > 0).sum(axis=2) > 1
     rows: dict[tuple, dict[str, Any]] = {}
     for i in range(len(genes)):
@@ -52,6 +69,7 @@ def write_pareto(path: Path, problem: MappingProblem, genes: np.ndarray) -> list
                     else {}
                 ),
                 "sent_MB": round(float(ev.bytes_sent[i].sum()) / 1e6, 6),
+                **{column: round(float(v[i]), 6) for column, v in under.items()},
                 "same_cost_mappings": 1,
                 "genes": " ".join(map(str, genes[i].tolist())),
             }

@@ -150,7 +150,8 @@ def prepare(cfg: DictConfig, out: Path, job: Job) -> Prepared:
     # phase two's launcher before the search: a cluster that is not up is one line, not a
     # surprise after the search
     launcher = app.launcher_from(cfg) if cfg.phase2.enabled else None
-    problem = MappingProblem(app.chromosome_from(cfg, net, model), model, cfg.objectives)
+    chromosome = app.chromosome_from(cfg, net, model)
+    problem = MappingProblem(chromosome, model, cfg.objectives, app.profiles_from(cfg, model))
     settings = cast(AlgorithmConfig, OmegaConf.to_object(cfg.algorithm))
     ident = checkpoint.identity(problem, net.fingerprint, platform.keys)
     stored = {k: v for k, v in app.plain(cfg).items() if k not in ("resume", "progress")}

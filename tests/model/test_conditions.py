@@ -10,8 +10,9 @@ import pytest
 
 from dse.errors import DseError
 from dse.mapping import from_device_lists
+from dse.platform import load_platform
 from models_analytical.coefficients import port_key
-from models_analytical.conditions import Conditions, scaled_table
+from models_analytical.conditions import Conditions, profile_conditions, scaled_table
 from models_analytical.model import AnalyticalModel
 from tests.helpers import cases
 from tests.helpers.graphs import MB, boards, fork_join, relus
@@ -172,6 +173,8 @@ def test_conditions_compose():
     assert both == Conditions(
         "a+b", speed={"a_cpu0": 0.4, "c_cpu3": 2.0}, network=0.5, ports={"b": 0.5, "c": 0.25}
     )
+    assert {both: 1}[Conditions("a+b", {"c_cpu3": 2.0, "a_cpu0": 0.4}, 0.5, both.ports)] == 1
+    assert Conditions().nominal and not a.nominal and Conditions("x", {"a_cpu0": 1.0}).nominal
     twice = p.model.under(a).under(b)
     assert twice.conditions.speed == both.speed
     once = p.model.under(both).evaluate(mappings)
@@ -207,3 +210,115 @@ def test_bad_conditions_are_one_line_each(conditions, message):
     with pytest.raises(DseError) as e:
         model.under(conditions())
     assert str(e.value) == message
+
+
+# --- a platform's profiles -----------------------------------------------------------------------
+
+
+def platform_file(**extra) -> dict:
+    """Two boards a and b, one device each; the network 1e8 B/s (800 Mbit/s); b's port 5e7."""
+    return {
+        "name": "p",
+        "devices": [
+            {"name": "a_cpu", "host": "a", "kind": "cpu", "memory_mb": 100},
+            {"name": "b_cpu", "host": "b", "kind": "cpu", "memory_mb": 100},
+        ],
+        "links": {"network": {"latency_s": 1e-4, "bandwidth_Bps": 1e8}},
+        "network": "switched",
+        "ports": {"b": {"bandwidth_Bps": 5e7}},
+        **extra,
+    }
+
+
+def test_profiles_are_read_and_made_conditions_against_the_platforms_figures():
+    # wifi: 80 Mbit/s = 1e7 B/s, a tenth of the network class's; b's own port (5e7) at it too:
+    # 5e7 x 0.1 x 2. b_slow: b's port at 40 Mbit/s = 5e6 B/s, a tenth of its 5e7. hot: a_cpu
+    # at half speed. half: every link at half, a's port at half of that.
+    profiles = {
+        "wifi": {"network_mbit": 80},
+        "b_slow": {"ports": {"b": {"rate_mbit": 40}}},
+        "hot": {"speed": {"a_cpu": 0.5}},
+        "half": {"network": 0.5, "ports": {"a": {"factor": 0.5}}},
+    }
+    plat = load_platform(platform_file(profiles=profiles))
+    got = profile_conditions(plat)
+    assert [c.name for c in got] == ["nominal", "wifi", "b_slow", "hot", "half"]
+    assert got[0] == Conditions()
+    assert got[1].network == pytest.approx(0.1) and got[1].ports == {"b": pytest.approx(2.0)}
+    assert got[2].network == 1.0 and got[2].ports == {"b": pytest.approx(0.1)}
+    assert got[3] == Conditions("hot", speed={"a_cpu": 0.5})
+    assert got[4] == Conditions("half", network=0.5, ports={"a": 0.5})
+    # the pair a-b goes at its slower port: 5e7 as it is, 1e7 under wifi, 5e6 under b_slow,
+    # under half min(1e8 x 0.25, 5e7 x 0.5)
+    model = AnalyticalModel(chain(), plat, coefficients())
+    rates = [1 / model.under(c).inputs.link_s_per_byte[0, 1] for c in got]
+    assert rates == pytest.approx([5e7, 1e7, 5e6, 5e7, 2.5e7])
+
+
+def test_a_platform_without_profiles_has_the_nominal_only():
+    assert profile_conditions(load_platform(platform_file())) == [Conditions()]
+
+
+ONE_BOARD = {"devices": [{"name": "a_cpu", "host": "a", "kind": "cpu", "memory_mb": 100}]}
+
+#: profiles -> the one line (after "platform 'p': ")
+BAD_PROFILES = [
+    (
+        {"nominal": {"network": 0.5}},
+        "profiles.nominal: the nominal conditions (the platform's figures) are always a "
+        "profile: give this one another name",
+    ),
+    ({"x": {}}, "profiles.x sets nothing: give network_mbit, network, ports or speed"),
+    (
+        {"x": {"network": 0.5, "network_mbit": 10}},
+        "profiles.x: give network_mbit or network, not both",
+    ),
+    (
+        {"x": {"speed": {"c_cpu": 0.5}}},
+        "profiles.x.speed.c_cpu: 'c_cpu' is not a device of the platform (its devices: a_cpu, "
+        "b_cpu)",
+    ),
+    (
+        {"x": {"ports": {"c": {"factor": 0.5}}}},
+        "profiles.x.ports.c: 'c' is not a board of the platform (its boards: a, b)",
+    ),
+    ({"x": {"ports": {"a": {}}}}, "profiles.x.ports.a: give rate_mbit or factor, one of them"),
+    (
+        {"x": {"ports": {"a": {"factor": 0.5, "rate_mbit": 5}}}},
+        "profiles.x.ports.a: give rate_mbit or factor, one of them",
+    ),
+]
+
+
+@pytest.mark.parametrize(("profiles", "message"), BAD_PROFILES, ids=lambda x: str(x)[:40])
+def test_bad_profiles_are_one_line_each(profiles, message):
+    with pytest.raises(DseError) as e:
+        load_platform(platform_file(profiles=profiles))
+    assert str(e.value) == f"platform 'p': {message}"
+
+
+@pytest.mark.parametrize(
+    ("profiles", "words"),
+    [
+        ({"x": {"speed": {"a_cpu": 0}}}, "profiles.x.speed.a_cpu: 0 is out of range"),
+        ({"x": {"network_mbit": -5}}, "profiles.x.network_mbit: -5 is out of range"),
+        ({"x": {"bandwidth": 5}}, "profiles.x: unknown key 'bandwidth'"),
+        ({"x": {"ports": {"a": {"rate": 5}}}}, "profiles.x.ports.a: unknown key 'rate'"),
+        ({"x": {"speed": [1]}}, "profiles.x.speed: expected an object, not a list"),
+    ],
+)
+def test_wrong_profile_values_are_one_line_naming_them(profiles, words):
+    with pytest.raises(DseError) as e:
+        load_platform(platform_file(profiles=profiles))
+    text = str(e.value)
+    assert words in text and "platform 'p'" in text and "\n" not in text, text
+
+
+def test_a_profile_of_the_network_on_one_board_is_refused():
+    with pytest.raises(DseError) as e:
+        load_platform({"name": "p", **ONE_BOARD, "profiles": {"x": {"network_mbit": 10}}})
+    assert str(e.value) == (
+        "platform 'p': profiles.x: the platform has one board, no network: set speed only"
+    )
+    hot = load_platform({"name": "p", **ONE_BOARD, "profiles": {"x": {"speed": {"a_cpu": 2}}}})
+    assert profile_conditions(hot)[1] == Conditions("x", speed={"a_cpu": 2.0})
