@@ -19,6 +19,7 @@ from dse.cluster import (
     check,
     command,
     down,
+    launcher_for,
     load,
     parse_spec,
     set_rate,
@@ -285,3 +286,16 @@ def test_a_shared_medium_and_quotas_set_live(cluster_names) -> None:
     with pytest.raises(DseError, match="is one shared medium"):
         set_rate(slow, "tb1", 50)
     down(state.name)
+
+
+def test_a_cluster_changed_live_is_still_its_platforms(cluster_names) -> None:
+    """After a port's rate and a share are set, runs on the platform still start there (on
+    the figures set); a platform that differs in what set cannot change is refused."""
+    cfg = make_platform(cluster_names("asbuilt"))
+    state = set_share(set_rate(up(parse_spec(cfg)), "tb1", 50), "tb1_cpu1", 0.2)
+    launcher = launcher_for(cfg)
+    assert launcher.remote is not None and launcher.head == str(state.head)
+    other = make_platform(state.name)
+    other["emulation"]["boards"]["tb1"]["disk_mb"] = 512
+    with pytest.raises(DseError, match="runs another version of its platform"):
+        launcher_for(other)
