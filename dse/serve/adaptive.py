@@ -141,6 +141,7 @@ class Adaptive:
         self._served: Served | None = None
         self._plans = 0
         self._controller: threading.Thread | None = None
+        self._seed: str | None = None  # the whole model's weights on every host
         self.error: str | None = None
 
     # --- starting -----------------------------------------------------------------------
@@ -167,7 +168,11 @@ class Adaptive:
         self = cls(
             net, model, platform, workdir, settings or Settings(), in_flight, launcher_for(cfg)
         )
-        self._served = self._start_plan(mapping.take(slice(0, 1)), self.conditions)
+        first = mapping.take(slice(0, 1))
+        directory = self._deploy(first)
+        self._seed = self._stage(directory)
+        self._ship(directory)
+        self._served = self._start_plan(first, self.conditions, directory)
         self._log("start", plan=self._served.directory.name, period_ms=self._served.period_ms)
         if self.settings.watch:
             self._controller = threading.Thread(target=self._control, daemon=True, name="dse-adapt")
@@ -447,17 +452,39 @@ class Adaptive:
             **figures,
         )
 
-    def _ship(self, directory: Path, basis: Path) -> dict[str, Any]:
-        """Ship the new plan to hosts with disks of their own while the old plan serves, built
-        there from the old plan's files (:func:`~dse.runtime.launch.ship.ship`'s ``basis``);
-        its bytes and those sent. Nothing where every host sees this machine's disk."""
+    def _stage(self, directory: Path) -> str | None:
+        """Stage the whole model on every host with a disk of its own (once, at the start):
+        every plan's weights are then shipped as their differences from it. Its path there."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from dse.runtime.deployment.reader import read_plan
+        from dse.runtime.launch.ship import staged_seed
+
+        remote, plan = self.launcher.remote, read_plan(directory)
+        if remote is None or plan.reference is None:
+            return None
+        whole = Path(plan.reference.path)
+        hosts = [self.launcher.hosts.get(h, h) for h in self.model.platform.hosts]
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
+            seeds = list(pool.map(lambda h: staged_seed(whole, remote, h), hosts))
+        self._log("staged", model=whole.name, hosts=hosts, seconds=round(time.monotonic() - t0, 3))
+        return seeds[0]
+
+    def _ship(self, directory: Path, basis: Path | None = None) -> dict[str, Any]:
+        """Ship a plan to the hosts with disks of their own while the old plan serves, each
+        weights file as its differences from the staged whole model, each other file from the
+        old plan's (:func:`~dse.runtime.launch.ship.ship`'s ``seed`` and ``basis``); its bytes
+        and those sent. Nothing where every host sees this machine's disk."""
         from dse.runtime.deployment.reader import read_plan
         from dse.runtime.launch.ship import ship
 
         remote = self.launcher.remote
         if remote is None:
             return {}
-        shipment = ship(directory, read_plan(directory), remote, self.launcher.hosts, basis)
+        shipment = ship(
+            directory, read_plan(directory), remote, self.launcher.hosts, basis, self._seed
+        )
         return {
             "ship_bytes": sum(c.file_bytes for c in shipment.hosts),
             "sent_bytes": sum(c.literal_bytes for c in shipment.hosts),

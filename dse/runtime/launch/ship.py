@@ -130,13 +130,18 @@ def ship(
     remote: Remote,
     hosts: Mapping[str, str] | None = None,
     basis: Path | None = None,
+    seed: str | None = None,
 ) -> Shipment:
     """Copy to each host of the plan the files its ranks read (:func:`host_files`), all hosts
     at once; ``hosts``: the name ssh knows a platform host by (default: its own). ``basis``:
     another deployment (here) already shipped to the hosts, whose files there a host builds
     its copy from: a file it holds is not sent, and a file like one of them (a sub-model's
     weights with layers more or fewer) is sent as its differences only (rsync's
-    ``--copy-dest`` and ``--fuzzy``). One line naming the first host whose copy failed."""
+    ``--copy-dest`` and ``--fuzzy``). ``seed``: a file on every host holding every weight of
+    the net (the whole model, staged there by :func:`ship_model`): each weights file a host
+    lacks starts there as a link to it, so only what differs crosses the link (a sub-model's
+    weights are the whole model's, cut and padded). One line naming the first host whose copy
+    failed."""
     directory = Path(directory).resolve()
     target = remote.directory(directory)
     rsync = rsync_path()
@@ -147,7 +152,10 @@ def ship(
 
     def one(host: str) -> Copied:
         files = host_files(plan, directory, host)
-        return _copy(rsync, remote, directory, files, hosts.get(host, host), target, near)
+        reach = hosts.get(host, host)
+        if seed is not None:
+            _seed(remote, reach, target, [f for f in files if f.endswith(".data")], seed)
+        return _copy(rsync, remote, directory, files, reach, target, near)
 
     with ThreadPoolExecutor(max_workers=len(names)) as pool:
         copies = list(pool.map(one, names))
@@ -176,6 +184,29 @@ def ship_model(path: Path, remote: Remote, host: str) -> str:
     target = f"{remote.directory(path.parent)}-{path.stem}"  # one folder a model
     _copy(rsync_path(), remote, path.parent, [path.name, *_weights_files(path)], host, target)
     return f"{target}/{path.name}"
+
+
+def staged_seed(path: Path, remote: Remote, host: str) -> str:
+    """Stage the whole model at ``path`` on ``host`` (:func:`ship_model`); the path there of its
+    largest file (its weights, inline or external): the ``seed`` of :func:`ship`."""
+    path = Path(path).resolve()
+    where = ship_model(path, remote, host)
+    largest = max(
+        [path.name, *_weights_files(path)], key=lambda n: (path.parent / n).stat().st_size
+    )
+    return f"{where.rsplit('/', 1)[0]}/{largest}"
+
+
+def _seed(remote: Remote, host: str, target: str, names: Sequence[str], seed: str) -> None:
+    """On ``host``, each of ``names`` that ``target`` lacks made a link to (or, across file
+    systems, a copy of) ``seed``: the base rsync sends its file's differences from."""
+    q = shlex.quote
+    links = " ".join(
+        f"{{ [ -e {q(n)} ] || ln {q(seed)} {q(n)} 2>/dev/null || cp {q(seed)} {q(n)}; }} &&"
+        for n in names
+    )
+    command = f"mkdir -p {q(target)} && cd {q(target)} && {links} true"
+    _run([*remote.ssh, host, command], host, "preparing the deployment's folder on")
 
 
 def _copy(
