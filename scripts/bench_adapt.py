@@ -44,9 +44,12 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from dse import app
+from dse.cluster import launcher_for
 from dse.mapping import Mappings
 from dse.net import Net
+from dse.runtime.deployment.reader import read_plan
 from dse.runtime.launch.deploy import deploy
+from dse.runtime.launch.mpiexec import shipped
 from dse.serve import Deployment
 from dse.serve.adaptive import Adaptive, Settings
 from dse.serve.deployment import platform_file
@@ -209,6 +212,7 @@ def main() -> None:
           f"re-plan search {args.budget_s:g} s, {IN_FLIGHT} frames in flight")  # fmt: skip
     settings = Settings(window=args.window, budget_s=args.budget_s)
     marks: dict[str, float] = {}
+    adapted = p0
     with Adaptive.start(net, model, p0, root / "served", args.platform, settings) as service:
         s = Stream(service, frames, expected)
         time.sleep(args.before)
@@ -217,6 +221,7 @@ def main() -> None:
         notice = event_after(service, marks["change"], ("drift",), 60)
         settled = event_after(service, marks["change"], ("switch", "keep", "failed"), 60)
         marks["adapted"] = service._t0 + settled.get("t_s", 0.0) if settled else time.monotonic()
+        adapted = service.mapping
         time.sleep(args.after)
         marks["undo"] = time.monotonic()
         cluster_set(args.platform, *undo)
@@ -226,20 +231,22 @@ def main() -> None:
         time.sleep(args.after)
         marks["end"] = time.monotonic()
         s.end()
-        plans = sorted({str(e["plan"]) for e in service.decisions if e.get("plan")})
-    adapted_dir = root / "served" / (settled.get("plan") or "plan-0")
     print("decisions:")
     for e in service.decisions:
         print(f"  {e}")
     lost = s.sent - len(s.done)
     print(f"frames: {s.sent} sent, {len(s.done)} back, {lost} lost, {s.wrong} wrong or out of "
-          f"order{'; error: ' + s.error if s.error else ''}; plans served: {plans}")  # fmt: skip
+          f"order{'; error: ' + s.error if s.error else ''}")  # fmt: skip
 
-    # the static plans under each condition, measured now
+    # the static plans under each condition, shipped while the network is as calibrated
+    best_dir, adapted_dir = root / "changed-best", root / "adapted"
+    deploy(net, platform, best_plan(net, model.under(change), args.search_s), best_dir)
+    deploy(net, platform, adapted, adapted_dir)
+    launcher = launcher_for(cfg_platform)
+    for d in (first, best_dir, adapted_dir):
+        shipped(read_plan(d), d, launcher)
     cluster_set(args.platform, *apply)
     static_old = static(first, args.platform, frames, expected, args.after)
-    best_dir = root / "changed-best"
-    deploy(net, platform, best_plan(net, model.under(change), args.search_s), best_dir)
     best_new = static(best_dir, args.platform, frames, expected, args.after)
     cluster_set(args.platform, *undo)
     static_adapted = static(adapted_dir, args.platform, frames, expected, args.after)

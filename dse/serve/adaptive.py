@@ -9,27 +9,32 @@ deployment's. Every rank's compute on every frame and every frame's completion g
 
 1. a plan's first window of frames (and first :data:`WARMUP_S`) warms it up; the next full
    window sets the reference ratios (measured over predicted);
-2. a drift seen on the window and on its newest half alike (a change, not a passing spell)
-   is explained by new conditions (devices' speeds, the network's bandwidth:
-   :func:`~dse.serve.drift.rescaled`) fitted on the newest half (the frames after the
+2. a drift seen on the window and on its newest half alike, for :attr:`Settings.confirm_s` (a
+   change, not a passing spell), is explained by new conditions (devices' speeds, the network's
+   bandwidth: :func:`~dse.serve.drift.rescaled`) fitted on the newest half (the frames after the
    change), and the model is put under them
    (:meth:`~models_analytical.model.AnalyticalModel.under`);
 3. a search under them (NSGA-II on period and latency, :attr:`Settings.budget_s` seconds,
-   starting from the usual seeds built for the rescaled devices) looks for a plan of a
-   smaller period; the served plan is its incumbent;
-4. a plan predicted at most ``1 - margin`` of the served plan's period is *clearly better*:
-   with ``mode="replan"`` it is deployed (``WORKDIR/plan-N``, shipped to the hosts that have
-   disks of their own while the old plan still serves), then the service pauses: frames
-   handed over from now wait, the frames in the old plan finish, the old ranks stop, the new
-   ones start and load, and the waiting frames go to them. No frame is lost, none is run
-   twice, and each caller's outputs come in the order of its frames. With ``mode="advise"``
-   the plan is only logged.
+   starting from the usual seeds built for the rescaled devices) looks for a plan of a smaller
+   period; the served plan is its incumbent;
+4. a plan predicted at most ``1 - margin`` of the served plan's period is *clearly better*: with
+   ``mode="replan"`` it is deployed (``WORKDIR/plan-N``, shipped to the hosts that have disks of
+   their own while the old plan still serves), then the service pauses: frames handed over from
+   now wait, the frames in the old plan finish, the old ranks stop, the new ones start and load,
+   and the waiting frames go to them. No frame is lost, none is run twice, and each caller's
+   outputs come in the order of its frames. With ``mode="advise"`` the plan is only logged.
+
+Where boards are reached by ssh, each board's port is also probed from here every
+:attr:`Settings.probe_s` (:mod:`dse.serve.probe`): a port slower than at the start, or back
+to it, is what a plan that does not cross it cannot see; the conditions take the probed
+ports' factors and the plan is searched again as after a drift.
 
 Every decision is a line of ``WORKDIR/decisions.jsonl`` (and of :attr:`Adaptive.decisions`),
-with what was measured and predicted: ``reference``, ``drift`` (the ratios and the conditions
-fitted), ``unexplained`` (a drift neither a device nor the network explains: the next window
-becomes the reference), ``keep`` (no clearly better plan), ``advise``, ``switch`` (the new
-plan serving: its search, deploy, ship and pause times), ``failed`` (a new plan that would
+with what was measured and predicted: ``staged``, ``probed`` (the ports' rates at the start;
+later, factors that differ from the conditions), ``reference``, ``drift`` (the ratios and the
+conditions fitted), ``unexplained`` (a drift neither a device nor the network explains: the next
+window becomes the reference), ``keep`` (no clearly better plan), ``advise``, ``switch`` (the
+new plan serving: its search, deploy, ship and pause times), ``failed`` (a new plan that would
 not start: the old plan is started again). Two plans never run at once: a board's memory is
 sized for one plan, and an emulated cluster runs one run at a time.
 """
@@ -82,6 +87,8 @@ class Settings:
     chromosome: str = "advanced"  # vertical | naive | advanced
     check_s: float = 0.2  # how often the controller looks at the window
     watch: bool = True  # False: no drift is looked for; only Adaptive.adapt re-plans
+    confirm_s: float = 1.0  # a drift is acted on once it has lasted this long
+    probe_s: float = 15.0  # boards reached by ssh: their ports probed this often (0: never)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -107,6 +114,7 @@ class Served:
     monitor: Monitor
     reference: Reference | None = None
     since: float = field(default_factory=time.monotonic)  # serving since (monotonic s)
+    suspect: float | None = None  # a drift seen since (monotonic s), not yet acted on
 
 
 @dataclass
@@ -142,6 +150,7 @@ class Adaptive:
         self._plans = 0
         self._controller: threading.Thread | None = None
         self._seed: str | None = None  # the whole model's weights on every host
+        self._rates: dict[str, float] = {}  # each board's port (B/s) as serving started
         self.error: str | None = None
 
     # --- starting -----------------------------------------------------------------------
@@ -171,6 +180,9 @@ class Adaptive:
         first = mapping.take(slice(0, 1))
         directory = self._deploy(first)
         self._seed = self._stage(directory)
+        self._rates = self._probed(repeats=3) if self.settings.probe_s > 0 else {}
+        if self._rates:
+            self._log("probed", mbit={b: round(r * 8e-6, 1) for b, r in self._rates.items()})
         self._ship(directory)
         self._served = self._start_plan(first, self.conditions, directory)
         self._log("start", plan=self._served.directory.name, period_ms=self._served.period_ms)
@@ -267,12 +279,23 @@ class Adaptive:
         assert self._served is not None
         return self._served.directory
 
+    @property
+    def mapping(self) -> Mappings:
+        """The mapping being served."""
+        assert self._served is not None
+        return self._served.mapping
+
     # --- the controller ------------------------------------------------------------------
 
     def _control(self) -> None:
         try:
+            probed = time.monotonic()
             while not self._stop.wait(self.settings.check_s):
                 self._look()
+                every = self.settings.probe_s
+                if self._rates and every > 0 and time.monotonic() - probed >= every:
+                    self._probe()
+                    probed = time.monotonic()
         except Exception as exc:  # noqa: BLE001 - logged; the service goes on unadapted
             self._log("failed", reason=f"the controller stopped: {exc}")
             LOG.exception("re-planning stopped")
@@ -306,7 +329,13 @@ class Adaptive:
             {r: v for r, v in newest.devices.items() if r in whole.devices},
             newest.period if whole.period is not None else None,
         )
-        if confirmed:
+        now = time.monotonic()
+        if not confirmed:
+            served.suspect = None
+        elif served.suspect is None:
+            served.suspect = now  # acted on once it has lasted confirm_s
+        elif now - served.suspect >= self.settings.confirm_s:
+            served.suspect = None
             self._replan(served, confirmed, recent)
 
     def _replan(self, served: Served, found: Drift, window: Window) -> None:
@@ -442,6 +471,8 @@ class Adaptive:
                 self._paused = False
                 self._gate.notify_all()
         steps["paused_s"] = clock() - t1
+        if event == "switch":
+            self._forget(old.directory)
         return self._log(
             event,
             **({"reason": why} if why else {}),
@@ -451,6 +482,42 @@ class Adaptive:
             **shipping,
             **figures,
         )
+
+    def _probed(self, repeats: int = 1) -> dict[str, float]:
+        """Each board's link rate from here (:mod:`dse.serve.probe`), where boards are
+        reached by ssh; else nothing."""
+        from dse.serve.probe import rates
+
+        remote = self.launcher.remote
+        if remote is None:
+            return {}
+        hosts = {b: self.launcher.hosts.get(b, b) for b in self.model.platform.hosts}
+        return rates(remote.ssh, hosts, repeats)
+
+    def _probe(self) -> None:
+        """Re-plan when a board's port is no longer what the conditions say: slower than at
+        the start by more than the threshold, or back to it (a plan that stopped crossing a
+        port cannot see it recover)."""
+        served = self._served
+        if served is None or self._paused:
+            return
+        factors = {b: r / self._rates[b] for b, r in self._probed().items()}
+        limit = 1 - self.settings.threshold
+        seen = {b: round(f, 3) for b, f in factors.items() if f < limit}  # the slowed ports
+        c = self.conditions
+        now = {b: c.network * c.ports.get(b, 1.0) for b in factors}
+        believed = {b: round(f, 3) for b, f in now.items() if f < limit}
+        if set(seen) == set(believed) and all(
+            abs(seen[b] / believed[b] - 1) <= self.settings.threshold for b in seen
+        ):
+            return
+        conditions = dataclasses.replace(c, network=1.0, ports=seen)
+        self._log(
+            "probed",
+            factors={b: round(f, 3) for b, f in factors.items()},
+            conditions=_conditions(conditions),
+        )
+        self._decide(conditions, served)
 
     def _stage(self, directory: Path) -> str | None:
         """Stage the whole model on every host with a disk of its own (once, at the start):
@@ -490,6 +557,23 @@ class Adaptive:
             "sent_bytes": sum(c.literal_bytes for c in shipment.hosts),
         }
 
+    def _forget(self, directory: Path) -> None:
+        """A replaced plan's sub-models gone, here and on the hosts it was shipped to (its
+        plan and logs stay here); a host that cannot be reached is logged, not fatal."""
+        from dse.runtime.deployment.layout import SUBMODELS
+        from dse.runtime.launch.ship import unship
+
+        for pattern in SUBMODELS:
+            for f in directory.glob(pattern):
+                f.unlink(missing_ok=True)
+        remote = self.launcher.remote
+        if remote is not None:
+            hosts = [self.launcher.hosts.get(h, h) for h in self.model.platform.hosts]
+            try:
+                unship(directory, remote, hosts)
+            except DseError as exc:
+                self._log("failed", reason=f"{directory.name} left on a host: {exc}")
+
     # --- the log, the end ------------------------------------------------------------------
 
     def _log(self, event: str, **figures: Any) -> dict[str, Any]:
@@ -501,7 +585,8 @@ class Adaptive:
         return entry
 
     def close(self) -> None:
-        """Stop watching, then stop the plan served after its frames in flight."""
+        """Stop watching, then stop the plan served after its frames in flight; its sub-models
+        leave the hosts (the whole model staged on them stays: the next start reuses it)."""
         self._stop.set()
         if self._controller is not None and self._controller is not threading.current_thread():
             self._controller.join()
@@ -510,6 +595,7 @@ class Adaptive:
             self._gate.notify_all()
         if served is not None:
             served.deployment.close()
+            self._forget(served.directory)
 
     def __enter__(self) -> Adaptive:
         return self
@@ -541,4 +627,8 @@ def _figures(w: Window) -> dict[str, Any]:
 
 
 def _conditions(c: Conditions) -> dict[str, Any]:
-    return {"speed": {k: round(v, 4) for k, v in c.speed.items()}, "network": round(c.network, 4)}
+    return {
+        "speed": {k: round(v, 4) for k, v in c.speed.items()},
+        "network": round(c.network, 4),
+        "ports": {k: round(v, 4) for k, v in c.ports.items()},
+    }

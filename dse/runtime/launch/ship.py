@@ -162,6 +162,15 @@ def ship(
     return Shipment(target, copies)
 
 
+def unship(directory: Path, remote: Remote, hosts: Sequence[str]) -> None:
+    """Remove the deployment at ``directory`` (here) from ``hosts`` (as ssh knows them): the
+    folder :func:`ship` copied it to, and nothing else. One line naming the first host where
+    that failed."""
+    target = remote.directory(Path(directory))
+    for host in hosts:
+        _run([*remote.ssh, host, f"rm -rf -- {shlex.quote(target)}"], host, "removing a plan from")
+
+
 def ship_whole(directory: Path, plan: Plan, remote: Remote, host: str) -> tuple[str, str]:
     """Copy every rank's files of the deployment (:func:`host_files` of each of its hosts), and
     the whole model the plan names (:func:`ship_model`), to the one host ``host`` (as ssh
