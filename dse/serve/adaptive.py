@@ -8,7 +8,8 @@ deployment's. Every rank's compute on every frame and every frame's completion g
 :attr:`Settings.check_s` and applies :mod:`dse.serve.drift`:
 
 1. a plan's first window of frames (and first :data:`WARMUP_S`) warms it up; the next full
-   window sets the reference ratios (measured over predicted);
+   window sets the reference ratios (measured over predicted): the period's for this plan, each
+   device's compute the first time the device is judged, whatever the plan;
 2. a drift seen on the window and on its newest half alike, for :attr:`Settings.confirm_s` (a
    change, not a passing spell), is explained by new conditions (devices' speeds, the network's
    bandwidth: :func:`~dse.serve.drift.rescaled`) fitted on the newest half (the frames after the
@@ -83,7 +84,7 @@ class Settings:
     window: int = 8  # frames the medians are taken over
     threshold: float = THRESHOLD  # relative drift of a ratio from its reference
     margin: float = 0.15  # a new plan's predicted period at most (1 - margin) of the served
-    budget_s: float = 2.0  # the re-plan search's time
+    budget_s: float = 1.0  # the re-plan search's time
     pop_size: int = 48
     chromosome: str = "advanced"  # vertical | naive | advanced
     check_s: float = 0.2  # how often the controller looks at the window
@@ -152,6 +153,7 @@ class Adaptive:
         self._controller: threading.Thread | None = None
         self._seed: str | None = None  # the whole model's weights on every host
         self._rates: dict[str, float] = {}  # each board's port (B/s) as serving started
+        self._device_ref: dict[str, float] = {}  # each device's compute ratio, first judged
         self.error: str | None = None
 
     # --- starting -----------------------------------------------------------------------
@@ -311,15 +313,13 @@ class Adaptive:
             return  # the plan's first window of frames (and second) warms it up: not judged
         ref = served.reference
         if ref is None or (ref.period is None and window.period_s is not None):
-            new = Reference.of(window, served.expected)
-            served.reference = new if ref is None else dataclasses.replace(ref, period=new.period)
+            ref = served.reference = self._reference(served, window, ref)
             self._log(
                 "reference",
-                compute_ratio=_rounded(served.reference.compute),
-                period_ratio=_round(served.reference.period),
+                compute_ratio=_rounded(ref.compute),
+                period_ratio=_round(ref.period),
                 measured=_figures(window),
             )
-            return
         recent = served.monitor.window(last=self.settings.window // 2)
         if recent is None:
             return
@@ -338,6 +338,20 @@ class Adaptive:
         elif now - served.suspect >= self.settings.confirm_s:
             served.suspect = None
             self._replan(served, confirmed, recent)
+
+    def _reference(self, served: Served, window: Window, old: Reference | None) -> Reference:
+        """The served plan's reference: its period's ratio from ``window``; each device's
+        compute ratio from the first window it was judged on, whatever the plan (the model's
+        error on a device's layers is the device's; the period's is the plan's), so a device
+        that changed while plans were swapped is still seen to have changed."""
+        new = Reference.of(window, served.expected)
+        if old is not None:
+            return dataclasses.replace(old, period=new.period)
+        device = {r.rank: r.device for r in served.deployment.plan.ranks}
+        for rank, ratio in new.compute.items():
+            self._device_ref.setdefault(device[rank], ratio)
+        compute = {rank: self._device_ref[device[rank]] for rank in new.compute}
+        return dataclasses.replace(new, compute=compute)
 
     def _replan(self, served: Served, found: Drift, window: Window) -> None:
         devices = {r.rank: r.device for r in served.deployment.plan.ranks}
