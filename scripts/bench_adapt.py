@@ -7,8 +7,8 @@ model's in onnxruntime, in order). After ``--before`` seconds the cluster is cha
 ``python -m dse.cluster set`` does, in this process): ``--change port`` reshapes a board's
 port (default ``edge1`` from 1000 to 50 Mbit/s), ``--change share`` sets a device's CPU share
 (default ``edge0_cpu`` from 1.0 to 0.5). The service notices, re-plans and switches;
-``--after`` seconds later the change is undone and it adapts again. Then, for each of the two conditions, the static
-plans it is compared with are measured in the same run, under that condition: the plan that
+``--after`` seconds later the change is undone and it adapts again. Then, for each of the two
+conditions, the static plans it is compared with are measured in the same run, under that condition: the plan that
 was served before the change (the *static* plan), and the best plan a fresh search finds for
 the condition, told the change exactly (``--search-s`` seconds).
 

@@ -72,6 +72,9 @@ LOG = logging.getLogger("dse")
 MODES = ("replan", "advise")
 #: A new plan is not judged in its first seconds (nor its first window of frames).
 WARMUP_S = 1.0
+#: Probes of a port kept: the fastest of them is the port's rate (a probe reads a port slower
+#: than it is when its board's CPU is busy, never faster).
+PROBES_KEPT = 3
 #: The decision log in the work folder.
 DECISIONS = "decisions.jsonl"
 
@@ -154,6 +157,7 @@ class Adaptive:
         self._seed: str | None = None  # the whole model's weights on every host
         self._rates: dict[str, float] = {}  # each board's port (B/s) as serving started
         self._device_ref: dict[str, float] = {}  # each device's compute ratio, first judged
+        self._probes: dict[str, deque[float]] = {}  # each port's last factors, since a drift
         self.error: str | None = None
 
     # --- starting -----------------------------------------------------------------------
@@ -360,6 +364,7 @@ class Adaptive:
             return float(_period_s(self.model.under(c).evaluate(served.mapping))[0])
 
         assert served.reference is not None
+        self._probes.clear()  # what the ports read before this drift says nothing of now
         conditions = rescaled(
             self.conditions, found, devices, window, served.reference, period_under,
             self.settings.threshold,
@@ -511,16 +516,19 @@ class Adaptive:
 
     def _probe(self) -> None:
         """While the conditions hold the network slower than at the start, re-plan once every
-        board's port probes back within the threshold of its rate at the start: a plan that
-        stopped crossing a slow port cannot see it recover. (A probe only ever reads a port
-        slower than it is, never faster: a board whose CPU is busy answers late. So it is
-        trusted to say a port is back, not that it slowed: a drift says that.)"""
+        board's port probes back within the threshold of its rate at the start (the fastest of
+        its last :data:`PROBES_KEPT` probes since the drift): a plan that stopped crossing a
+        slow port cannot see it recover. (A probe only ever reads a port slower than it is,
+        never faster: a board whose CPU is busy answers late. So it is trusted to say a port
+        is back, not that it slowed: a drift says that.)"""
         served, c = self._served, self.conditions
         limit = 1 - self.settings.threshold
         slowed = c.network < limit or any(f < limit for f in c.ports.values())
         if served is None or self._paused or not slowed:
             return
-        factors = {b: r / self._rates[b] for b, r in self._probed().items()}
+        for b, r in self._probed().items():
+            self._probes.setdefault(b, deque(maxlen=PROBES_KEPT)).append(r / self._rates[b])
+        factors = {b: max(seen) for b, seen in self._probes.items()}  # none reads too fast
         if min(factors.values()) < limit:
             return
         conditions = dataclasses.replace(c, network=1.0, ports={})
