@@ -1,16 +1,16 @@
 """Re-planning while serving, measured on an emulated cluster: a change, then the change undone.
 
-One session (:class:`dse.serve.adaptive.Adaptive`, ``mode=replan``) serves the search's
-best-period plan for the calibrated conditions, frames streamed without a pause (``in_flight``
-in the service, six distinct frames in turn, each frame's outputs checked against the whole
-model's in onnxruntime, in order). After ``--before`` seconds the cluster is changed (what
-``python -m dse.cluster set`` does, in this process): ``--change port`` reshapes a board's
-port (default ``edge1`` from 1000 to 50 Mbit/s), ``--change share`` sets a device's CPU share
-(default ``edge0_cpu`` from 1.0 to 0.5). The service notices, re-plans and switches;
-``--after`` seconds later the change is undone and it adapts again. Then, for each of the two
-conditions, the static plans it is compared with are measured in the same run, under that condition: the plan that
-was served before the change (the *static* plan), and the best plan a fresh search finds for
-the condition, told the change exactly (``--search-s`` seconds).
+One session (:class:`dse.serve.adaptive.Adaptive`, ``mode=replan``) serves the search's best-
+period plan for the calibrated conditions, frames streamed without a pause (``in_flight`` in the
+service, six distinct frames in turn, each frame's outputs checked against the whole model's in
+onnxruntime, in order). After ``--before`` seconds the cluster is changed (what ``python -m
+dse.cluster set`` does, in this process): ``--change port`` reshapes a board's port (default
+``edge1`` from 1000 to 50 Mbit/s), ``--change share`` sets a device's CPU share (default
+``edge0_cpu`` from 1.0 to 0.5). The service notices, re-plans and switches; ``--after`` seconds
+later the change is undone and it adapts again. Then, for each of the two conditions, the static
+plans it is compared with are measured in the same run, under that condition: the plan that was
+served before the change (the *static* plan), and the best plan a fresh search finds for the
+condition, told the change exactly (``--search-s`` seconds).
 
 Printed: throughput and latency before the change, with the static plan after it, after the
 re-plan, and of the best static plan; the time to notice (the change to the drift's log line)
