@@ -158,6 +158,7 @@ class Adaptive:
         self._rates: dict[str, float] = {}  # each board's port (B/s) as serving started
         self._device_ref: dict[str, float] = {}  # each device's compute ratio, first judged
         self._probes: dict[str, deque[float]] = {}  # each port's last factors, since a drift
+        self._forgetting: list[threading.Thread] = []  # replaced plans leaving the hosts
         self.error: str | None = None
 
     # --- starting -----------------------------------------------------------------------
@@ -491,8 +492,10 @@ class Adaptive:
                 self._paused = False
                 self._gate.notify_all()
         steps["paused_s"] = clock() - t1
-        if event == "switch":
-            self._forget(old.directory)
+        if event == "switch":  # meanwhile the new plan serves
+            forget = threading.Thread(target=self._forget, args=(old.directory,), daemon=True)
+            forget.start()
+            self._forgetting.append(forget)
         return self._log(
             event,
             **({"reason": why} if why else {}),
@@ -616,6 +619,8 @@ class Adaptive:
         if served is not None:
             served.deployment.close()
             self._forget(served.directory)
+        for forget in self._forgetting:
+            forget.join()
 
     def __enter__(self) -> Adaptive:
         return self
