@@ -65,6 +65,7 @@ from dse.runtime.launch.mpiexec import Launcher
 from dse.serve.deployment import IN_FLIGHT, Deployment, ServeError, platform_file
 from dse.serve.drift import THRESHOLD, Drift, Expected, Reference, drift, rescaled
 from dse.serve.monitor import Monitor, Window
+from dse.serve.plans import Plans
 from models_analytical.conditions import Conditions
 from models_analytical.model import AnalyticalModel
 
@@ -152,9 +153,8 @@ class Adaptive:
         self._stop = threading.Event()
         self._adapting = threading.Lock()  # one search and switch at a time
         self._served: Served | None = None
-        self._plans = 0
+        self.plans = Plans(self.net, self.model.platform, self.launcher, self.workdir)
         self._controller: threading.Thread | None = None
-        self._seed: str | None = None  # the whole model's weights on every host
         self._rates: dict[str, float] = {}  # each board's port (B/s) as serving started
         self._device_ref: dict[str, float] = {}  # each device's compute ratio, first judged
         self._probes: dict[str, deque[float]] = {}  # each port's last factors, since a drift
@@ -186,12 +186,14 @@ class Adaptive:
             net, model, platform, workdir, settings or Settings(), in_flight, launcher_for(cfg)
         )
         first = mapping.take(slice(0, 1))
-        directory = self._deploy(first)
-        self._seed = self._stage(directory)
-        self._rates = self._probed(repeats=3) if self.settings.probe_s > 0 else {}
+        directory = self.plans.deploy(first)
+        t0 = time.monotonic()
+        if self.plans.stage(directory):
+            self._log("staged", hosts=self.plans.hosts, seconds=round(time.monotonic() - t0, 3))
+        self._rates = self.plans.port_rates(repeats=3) if self.settings.probe_s > 0 else {}
         if self._rates:
             self._log("probed", mbit={b: round(r * 8e-6, 1) for b, r in self._rates.items()})
-        self._ship(directory)
+        self.plans.ship(directory)
         self._served = self._start_plan(first, self.conditions, directory)
         self._log("start", plan=self._served.directory.name, period_ms=self._served.period_ms)
         if self.settings.watch:
@@ -199,18 +201,10 @@ class Adaptive:
             self._controller.start()
         return self
 
-    def _deploy(self, mapping: Mappings) -> Path:
-        from dse.runtime.launch.deploy import deploy
-
-        directory = self.workdir / f"plan-{self._plans}"
-        self._plans += 1
-        deploy(self.net, self.model.platform, mapping, directory, launcher=self.launcher)
-        return directory
-
     def _start_plan(
         self, mapping: Mappings, conditions: Conditions, directory: Path | None = None
     ) -> Served:
-        directory = directory or self._deploy(mapping)
+        directory = directory or self.plans.deploy(mapping)
         deployment = Deployment.start(
             directory, launcher=self.launcher, in_flight=self.in_flight, platform=self.platform
         )
@@ -461,9 +455,9 @@ class Adaptive:
         start the new plan (``old`` started again if it will not start)."""
         clock = time.monotonic
         t0 = clock()
-        directory = self._deploy(mapping)
+        directory = self.plans.deploy(mapping)
         steps = {"deploy_s": clock() - t0}
-        shipping = self._ship(directory, old.directory)
+        shipping = self.plans.ship(directory, old.directory)
         steps["ship_s"] = clock() - t0 - steps["deploy_s"]
         with self._gate:
             self._paused = True
@@ -506,17 +500,6 @@ class Adaptive:
             **figures,
         )
 
-    def _probed(self, repeats: int = 1) -> dict[str, float]:
-        """Each board's link rate from here (:mod:`dse.serve.probe`), where boards are
-        reached by ssh; else nothing."""
-        from dse.serve.probe import rates
-
-        remote = self.launcher.remote
-        if remote is None:
-            return {}
-        hosts = {b: self.launcher.hosts.get(b, b) for b in self.model.platform.hosts}
-        return rates(remote.ssh, hosts, repeats)
-
     def _probe(self) -> None:
         """While the conditions hold the network slower than at the start, re-plan once every
         board's port probes back within the threshold of its rate at the start (the fastest of
@@ -529,7 +512,7 @@ class Adaptive:
         slowed = c.network < limit or any(f < limit for f in c.ports.values())
         if served is None or self._paused or not slowed:
             return
-        for b, r in self._probed().items():
+        for b, r in self.plans.port_rates().items():
             self._probes.setdefault(b, deque(maxlen=PROBES_KEPT)).append(r / self._rates[b])
         factors = {b: max(seen) for b, seen in self._probes.items()}  # none reads too fast
         if min(factors.values()) < limit:
@@ -542,60 +525,11 @@ class Adaptive:
         )
         self._decide(conditions, served)
 
-    def _stage(self, directory: Path) -> str | None:
-        """Stage the whole model on every host with a disk of its own (once, at the start):
-        every plan's weights are then shipped as their differences from it. Its path there."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        from dse.runtime.deployment.reader import read_plan
-        from dse.runtime.launch.ship import staged_seed
-
-        remote, plan = self.launcher.remote, read_plan(directory)
-        if remote is None or plan.reference is None:
-            return None
-        whole = Path(plan.reference.path)
-        hosts = [self.launcher.hosts.get(h, h) for h in self.model.platform.hosts]
-        t0 = time.monotonic()
-        with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
-            seeds = list(pool.map(lambda h: staged_seed(whole, remote, h), hosts))
-        self._log("staged", model=whole.name, hosts=hosts, seconds=round(time.monotonic() - t0, 3))
-        return seeds[0]
-
-    def _ship(self, directory: Path, basis: Path | None = None) -> dict[str, Any]:
-        """Ship a plan to the hosts with disks of their own while the old plan serves, each
-        weights file as its differences from the staged whole model, each other file from the
-        old plan's (:func:`~dse.runtime.launch.ship.ship`'s ``seed`` and ``basis``); its bytes
-        and those sent. Nothing where every host sees this machine's disk."""
-        from dse.runtime.deployment.reader import read_plan
-        from dse.runtime.launch.ship import ship
-
-        remote = self.launcher.remote
-        if remote is None:
-            return {}
-        shipment = ship(
-            directory, read_plan(directory), remote, self.launcher.hosts, basis, self._seed
-        )
-        return {
-            "ship_bytes": sum(c.file_bytes for c in shipment.hosts),
-            "sent_bytes": sum(c.literal_bytes for c in shipment.hosts),
-        }
-
     def _forget(self, directory: Path) -> None:
-        """A replaced plan's sub-models gone, here and on the hosts it was shipped to (its
-        plan and logs stay here); a host that cannot be reached is logged, not fatal."""
-        from dse.runtime.deployment.layout import SUBMODELS
-        from dse.runtime.launch.ship import unship
-
-        for pattern in SUBMODELS:
-            for f in directory.glob(pattern):
-                f.unlink(missing_ok=True)
-        remote = self.launcher.remote
-        if remote is not None:
-            hosts = [self.launcher.hosts.get(h, h) for h in self.model.platform.hosts]
-            try:
-                unship(directory, remote, hosts)
-            except DseError as exc:
-                self._log("failed", reason=f"{directory.name} left on a host: {exc}")
+        try:
+            self.plans.forget(directory)
+        except DseError as exc:  # logged: the service goes on
+            self._log("failed", reason=f"{directory.name} left on a host: {exc}")
 
     # --- the log, the end ------------------------------------------------------------------
 
