@@ -79,6 +79,12 @@ def as_input(photo: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return np.ascontiguousarray(x.transpose(2, 0, 1)[None])
 
 
+def photo_frames(size: tuple[int, int] = (224, 224)) -> list[dict[str, np.ndarray]]:
+    """scikit-learn's two photos, and each mirrored: four real frames of input ``x``."""
+    pics = [as_input(p, size) for p in photos().values()]
+    return [{"x": x} for x in pics + [np.ascontiguousarray(x[..., ::-1]) for x in pics]]
+
+
 def mapping(net: Net, kind: str, n_dev: int = 2) -> Mappings:
     """A mapping of ``net`` over ``n_dev`` devices: ``vertical`` (the first half of the
     layers on device 0, the rest on the last device), ``channels`` (its first four split

@@ -8,7 +8,6 @@ import json
 import threading
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from dse.serve.adaptive import DECISIONS, Adaptive, Settings
@@ -17,16 +16,10 @@ from models_analytical.conditions import Conditions
 from models_analytical.model import AnalyticalModel
 from tests.helpers.calibrate import platform_localhost
 from tests.helpers.serving import Whole, assert_same, rank_pids
-from tests.helpers.trained import as_input, mapping, model_path, photos, trained_net
+from tests.helpers.trained import mapping, model_path, trained_net
 
 pytestmark = pytest.mark.mpi
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def frames() -> list[dict[str, np.ndarray]]:
-    pics = [as_input(p, (224, 224)) for p in photos().values()]
-    return [{"x": x} for x in pics + [np.ascontiguousarray(x[..., ::-1]) for x in pics]]
 
 
 @pytest.fixture(scope="module")

@@ -25,17 +25,10 @@ from tests.helpers.calibrate import platform_localhost
 from tests.helpers.cli import processes_naming, wait_until
 from tests.helpers.mpi import flaky_mpiexec
 from tests.helpers.serving import Whole, assert_same, rank_pids
-from tests.helpers.trained import as_input, deployed, model_path, photos, trained_net
+from tests.helpers.trained import deployed, model_path, trained_net
 
 pytestmark = pytest.mark.mpi
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def frames() -> list[dict[str, np.ndarray]]:
-    """scikit-learn's two photos, and each mirrored: four real frames."""
-    pics = [as_input(p, (224, 224)) for p in photos().values()]
-    return [{"x": x} for x in pics + [np.ascontiguousarray(x[..., ::-1]) for x in pics]]
 
 
 @pytest.fixture(scope="module")
