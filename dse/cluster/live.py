@@ -83,7 +83,7 @@ def _same_corunners(old: ClusterSpec, new: ClusterSpec, device: str) -> None:
 
 
 def _saved(now: State, spec: ClusterSpec) -> State:
-    changed = State(spec, now.subnet)
+    changed = State(spec, now.subnet, now.as_built)
     (now.names.state_dir / CHECK).unlink(missing_ok=True)  # measured the old figures
     save(changed)
     return changed

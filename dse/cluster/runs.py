@@ -35,7 +35,7 @@ from dse.cluster.hosts import ssh_command
 from dse.cluster.mpi import board_slot, mpiexec_options
 from dse.cluster.names import Names
 from dse.cluster.net import namespaces
-from dse.cluster.spec import ClusterSpec, as_built, parse_spec
+from dse.cluster.spec import ClusterSpec, parse_spec
 from dse.cluster.state import STATE, State, load, one_run
 from dse.errors import DseError
 from dse.platform import read_platform, resolve
@@ -65,10 +65,10 @@ def launcher_for(
     expected = parse_spec(
         platform_cfg, name, state.spec.cfs_period_us, cpu_share=state.spec.cpu_share
     )
-    if expected != as_built(state.spec, expected):  # rates and shares set live are its own
+    if expected != state.as_built:  # rates and shares set live since are its own
         raise DseError(
             f"cluster '{name}' runs another version of its platform "
-            f"({difference(expected, state.spec)}): run python -m dse.cluster up {given} again"
+            f"({difference(expected, state.as_built)}): run python -m dse.cluster up {given} again"
         )
     present = set(namespaces())
     gone = [b.name for b in state.spec.boards if state.names.board_ns(b.name) not in present]

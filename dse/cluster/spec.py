@@ -322,24 +322,6 @@ def with_rate(spec: ClusterSpec, board: str | None, rate_mbit: float) -> Cluster
     return replace(spec, boards=boards)
 
 
-def as_built(running: ClusterSpec, platform: ClusterSpec) -> ClusterSpec:
-    """``running`` with the figures ``python -m dse.cluster set`` changes (ports' and the
-    medium's rates, devices' shares) as ``platform`` gives them: what the running cluster was
-    built as, for telling whether it is the platform's cluster (a live change does not make it
-    another)."""
-    if len(running.boards) != len(platform.boards) or len(running.devices) != len(platform.devices):
-        return running
-    boards = tuple(
-        replace(b, rate_mbit=p.rate_mbit) if b.name == p.name else b
-        for b, p in zip(running.boards, platform.boards, strict=True)
-    )
-    devices = tuple(
-        replace(d, share=p.share) if d.name == p.name else d
-        for d, p in zip(running.devices, platform.devices, strict=True)
-    )
-    return replace(running, rate_mbit=platform.rate_mbit, boards=boards, devices=devices)
-
-
 def with_share(spec: ClusterSpec, device: str, share: float) -> ClusterSpec:
     """``spec`` with ``device``'s new share of its board's CPUs, checked as :func:`parse_spec`
     checks the shares (a CPU's devices ask for at most all of it; quotas of at least 1 ms)."""

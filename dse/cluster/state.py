@@ -31,8 +31,14 @@ CHECK = "check.json"
 
 @dataclass(frozen=True)
 class State:
-    spec: ClusterSpec
+    spec: ClusterSpec  # as it runs (rates and shares as python -m dse.cluster set left them)
     subnet: ipaddress.IPv4Network
+    built: ClusterSpec | None = None  # as up built it, where set changed it since
+
+    @property
+    def as_built(self) -> ClusterSpec:
+        """The cluster as ``up`` built it from its platform (a live change aside)."""
+        return self.built or self.spec
 
     @property
     def names(self) -> Names:
@@ -61,7 +67,9 @@ class State:
         return scripts.path(self.names, scripts.RANK)
 
     def as_dict(self) -> dict[str, Any]:
+        built = {"built": self.built.as_dict()} if self.built is not None else {}
         return {
+            **built,
             "spec": self.spec.as_dict(),
             "subnet": str(self.subnet),
             "head": str(self.head),
@@ -86,7 +94,8 @@ def load(name: str) -> State:
     try:
         data = json.loads(path.read_text())
         spec = ClusterSpec.from_dict(data["spec"], str(path))
-        return State(spec, ipaddress.IPv4Network(data["subnet"]))
+        built = ClusterSpec.from_dict(data["built"], str(path)) if "built" in data else None
+        return State(spec, ipaddress.IPv4Network(data["subnet"]), built)
     except FileNotFoundError:
         raise DseError(
             f"cluster '{name}' is not up: run python -m dse.cluster up platform=PLATFORM "

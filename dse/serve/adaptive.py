@@ -44,7 +44,6 @@ sized for one plan, and an emulated cluster runs one run at a time.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import threading
 import time
@@ -62,7 +61,15 @@ from dse.errors import DseError
 from dse.mapping import Mappings
 from dse.net import Net
 from dse.runtime.launch.mpiexec import Launcher
-from dse.serve.deployment import IN_FLIGHT, Deployment, ServeError, platform_file
+from dse.serve.decisions import (
+    by_rank,
+    conditions_of,
+    figures,
+    logged,
+    period_s,
+    rounded,
+)
+from dse.serve.deployment import IN_FLIGHT, MAX_IN_FLIGHT, Deployment, ServeError, platform_file
 from dse.serve.drift import THRESHOLD, Drift, Expected, Reference, drift, rescaled
 from dse.serve.monitor import Monitor, Window
 from dse.serve.plans import Plans
@@ -76,8 +83,8 @@ WARMUP_S = 1.0
 #: Probes of a port kept: the fastest of them is the port's rate (a probe reads a port slower
 #: than it is when its board's CPU is busy, never faster).
 PROBES_KEPT = 3
-#: The decision log in the work folder.
-DECISIONS = "decisions.jsonl"
+#: A probe's factor is taken as at most this (its rate at the start may have read low).
+PROBE_CAP = 1.5
 
 
 @dataclass(frozen=True)
@@ -106,6 +113,16 @@ class Settings:
             raise DseError(f"window={self.window} is too short: give at least 4 frames")
         if not 0 < self.threshold < 1 or not 0 <= self.margin < 1:
             raise DseError("threshold must be in (0, 1) and margin in [0, 1)")
+        if not isinstance(self.window, int) or not isinstance(self.pop_size, int):
+            raise DseError("window and pop_size must be whole numbers")
+        if self.pop_size < 2:
+            raise DseError(f"pop_size={self.pop_size}: the search needs at least 2")
+        for name in ("budget_s", "check_s"):
+            if not getattr(self, name) > 0:  # NaN too
+                raise DseError(f"{name}={getattr(self, name)} must be a number of seconds above 0")
+        for name in ("confirm_s", "probe_s"):
+            if not getattr(self, name) >= 0:
+                raise DseError(f"{name}={getattr(self, name)} must be 0 or more seconds")
 
 
 @dataclass
@@ -177,6 +194,10 @@ class Adaptive:
         """Deploy mapping 0 of ``mapping`` in ``workdir/plan-0`` over ``platform`` (a
         platform file's name or path, or its contents: the platform ``model`` was built
         for) and serve it; returns once it serves."""
+        if not 1 <= in_flight <= MAX_IN_FLIGHT:
+            raise DseError(
+                f"in_flight={in_flight} is out of range: give 1 to {MAX_IN_FLIGHT} frames"
+            )
         workdir = Path(workdir).expanduser().absolute()
         workdir.mkdir(parents=True, exist_ok=True)
         cfg = platform_file(platform) if isinstance(platform, str) else platform
@@ -208,7 +229,11 @@ class Adaptive:
         deployment = Deployment.start(
             directory, launcher=self.launcher, in_flight=self.in_flight, platform=self.platform
         )
-        expected, period = self._expected(deployment, mapping, conditions)
+        try:
+            expected, period = self._expected(deployment, mapping, conditions)
+        except BaseException:
+            deployment.close()
+            raise
         monitor = Monitor(len(deployment.plan.ranks), self.settings.window)
         deployment.on_timing = lambda rank, _frame, s: monitor.timing(rank, s)
         return Served(mapping, directory, deployment, expected, period, monitor)
@@ -218,7 +243,7 @@ class Adaptive:
     ) -> tuple[Expected, float]:
         ev = self.model.under(conditions).evaluate(mapping)
         by_rank = {r.rank: float(ev.busy_s[0, r.device_index]) for r in deployment.plan.ranks}
-        period = float(_period_s(ev)[0])
+        period = float(period_s(ev)[0])
         return Expected(by_rank, period), period * 1e3
 
     # --- serving ------------------------------------------------------------------------
@@ -229,7 +254,7 @@ class Adaptive:
         outer: Future = Future()
         outer.set_running_or_notify_cancel()
         with self._gate:
-            while self._paused and not self._stop.is_set():
+            while self._paused:
                 self._gate.wait(0.1)
             if self._served is None or self.error:
                 raise ServeError(self.error or "the adaptive service is closed")
@@ -267,6 +292,8 @@ class Adaptive:
     ) -> Iterator[dict[str, np.ndarray]]:
         """Each frame's outputs in order, up to ``in_flight`` frames in the service at once."""
         window = min(in_flight or self.in_flight, self.in_flight)
+        if window < 1:
+            raise DseError(f"in_flight={in_flight} must be at least 1")
         ahead: deque[Future] = deque()
         for inputs in frames:
             ahead.append(self.submit(inputs))
@@ -293,11 +320,14 @@ class Adaptive:
         try:
             probed = time.monotonic()
             while not self._stop.wait(self.settings.check_s):
-                self._look()
-                every = self.settings.probe_s
-                if self._rates and every > 0 and time.monotonic() - probed >= every:
-                    self._probe()
-                    probed = time.monotonic()
+                try:
+                    self._look()
+                    every = self.settings.probe_s
+                    if self._rates and every > 0 and time.monotonic() - probed >= every:
+                        probed = time.monotonic()
+                        self._probe()
+                except DseError as exc:  # a host that did not answer, a copy cut short
+                    self._log("failed", reason=str(exc))
         except Exception as exc:  # noqa: BLE001 - logged; the service goes on unadapted
             self._log("failed", reason=f"the controller stopped: {exc}")
             LOG.exception("re-planning stopped")
@@ -315,9 +345,9 @@ class Adaptive:
             ref = served.reference = self._reference(served, window, ref)
             self._log(
                 "reference",
-                compute_ratio=_rounded(ref.compute),
-                period_ratio=_round(ref.period),
-                measured=_figures(window),
+                compute_ratio=by_rank(ref.compute),
+                period_ratio=rounded(ref.period),
+                measured=figures(window),
             )
         recent = served.monitor.window(last=self.settings.window // 2)
         if recent is None:
@@ -356,7 +386,7 @@ class Adaptive:
         devices = {r.rank: r.device for r in served.deployment.plan.ranks}
 
         def period_under(c: Conditions) -> float:
-            return float(_period_s(self.model.under(c).evaluate(served.mapping))[0])
+            return float(period_s(self.model.under(c).evaluate(served.mapping))[0])
 
         assert served.reference is not None
         self._probes.clear()  # what the ports read before this drift says nothing of now
@@ -368,18 +398,18 @@ class Adaptive:
             served.reference = None  # the next window is the new normal
             self._log(
                 "unexplained",
-                period=_round(found.period),
-                measured=_figures(window),
+                period=rounded(found.period),
+                measured=figures(window),
                 predicted_period_ms=round(served.expected.period_s * 1e3, 3),
             )
             return
         self._log(
             "drift",
             devices={devices[r]: round(v, 3) for r, v in found.devices.items()},
-            period=_round(found.period),
-            measured=_figures(window),
+            period=rounded(found.period),
+            measured=figures(window),
             predicted_period_ms=round(served.expected.period_s * 1e3, 3),
-            conditions=_conditions(conditions),
+            conditions=conditions_of(conditions),
         )
         self._decide(conditions, served)
 
@@ -391,7 +421,7 @@ class Adaptive:
         conditions.check(self.model.platform)
         if self._served is None:
             raise ServeError(self.error or "the adaptive service is closed")
-        self._log("told", conditions=_conditions(conditions))
+        self._log("told", conditions=conditions_of(conditions))
         return self._decide(conditions)
 
     def _decide(self, conditions: Conditions, seen: Served | None = None) -> dict[str, Any]:
@@ -457,7 +487,11 @@ class Adaptive:
         t0 = clock()
         directory = self.plans.deploy(mapping)
         steps = {"deploy_s": clock() - t0}
-        shipping = self.plans.ship(directory, old.directory)
+        try:
+            shipping = self.plans.ship(directory, old.directory)
+        except DseError as exc:  # the old plan goes on serving
+            self._forget_later(directory)
+            return self._log("failed", reason=str(exc), plan=directory.name, **figures)
         steps["ship_s"] = clock() - t0 - steps["deploy_s"]
         with self._gate:
             self._paused = True
@@ -486,10 +520,8 @@ class Adaptive:
                 self._paused = False
                 self._gate.notify_all()
         steps["paused_s"] = clock() - t1
-        if event == "switch":  # meanwhile the new plan serves
-            forget = threading.Thread(target=self._forget, args=(old.directory,), daemon=True)
-            forget.start()
-            self._forgetting.append(forget)
+        # meanwhile a plan serves: the one replaced, or the one that would not start, goes
+        self._forget_later(old.directory if event == "switch" else directory)
         return self._log(
             event,
             **({"reason": why} if why else {}),
@@ -513,7 +545,8 @@ class Adaptive:
         if served is None or self._paused or not slowed:
             return
         for b, r in self.plans.port_rates().items():
-            self._probes.setdefault(b, deque(maxlen=PROBES_KEPT)).append(r / self._rates[b])
+            factor = min(r / self._rates[b], PROBE_CAP) if self._rates[b] > 0 else 0.0
+            self._probes.setdefault(b, deque(maxlen=PROBES_KEPT)).append(factor)
         factors = {b: max(seen) for b, seen in self._probes.items()}  # none reads too fast
         if min(factors.values()) < limit:
             return
@@ -521,9 +554,14 @@ class Adaptive:
         self._log(
             "probed",
             factors={b: round(f, 3) for b, f in factors.items()},
-            conditions=_conditions(conditions),
+            conditions=conditions_of(conditions),
         )
         self._decide(conditions, served)
+
+    def _forget_later(self, directory: Path) -> None:
+        forget = threading.Thread(target=self._forget, args=(directory,), daemon=True)
+        forget.start()
+        self._forgetting.append(forget)
 
     def _forget(self, directory: Path) -> None:
         try:
@@ -536,9 +574,7 @@ class Adaptive:
     def _log(self, event: str, **figures: Any) -> dict[str, Any]:
         entry = {"t_s": round(time.monotonic() - self._t0, 3), "event": event, **figures}
         self.decisions.append(entry)
-        with open(self.workdir / DECISIONS, "a") as f:
-            f.write(json.dumps(entry) + "\n")
-        LOG.info("adapt: %s", json.dumps(entry))
+        logged(self.workdir, entry)
         return entry
 
     def close(self) -> None:
@@ -547,7 +583,7 @@ class Adaptive:
         self._stop.set()
         if self._controller is not None and self._controller is not threading.current_thread():
             self._controller.join()
-        with self._gate:
+        with self._adapting, self._gate:  # after a switch adapt() may be making
             served, self._served = self._served, None
             self._gate.notify_all()
         if served is not None:
@@ -561,33 +597,3 @@ class Adaptive:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _period_s(ev: Any) -> np.ndarray:
-    from dse.objectives import OBJECTIVES
-
-    return np.asarray(OBJECTIVES["period"].values(ev)) / 1e3
-
-
-def _round(x: float | None) -> float | None:
-    return None if x is None else round(x, 4)
-
-
-def _rounded(d: Mapping[int, float]) -> dict[str, float]:
-    return {str(k): round(v, 4) for k, v in d.items()}
-
-
-def _figures(w: Window) -> dict[str, Any]:
-    return {
-        "compute_ms": {str(r): round(s * 1e3, 3) for r, s in w.compute_s.items()},
-        "period_ms": None if w.period_s is None else round(w.period_s * 1e3, 3),
-        "latency_ms": round(w.latency_s * 1e3, 3),
-    }
-
-
-def _conditions(c: Conditions) -> dict[str, Any]:
-    return {
-        "speed": {k: round(v, 4) for k, v in c.speed.items()},
-        "network": round(c.network, 4),
-        "ports": {k: round(v, 4) for k, v in c.ports.items()},
-    }

@@ -122,8 +122,8 @@ def rescaled(
         speed[name] = speed.get(name, 1.0) / slower
     new = dataclasses.replace(conditions, speed=speed)
     measured, ref = window.period_s, reference.period
-    if measured is None or not ref:
-        return new
+    if found.period is None or measured is None or not ref:
+        return new  # the period did not drift: nothing to put on the network
     now = period_under(new)
     if abs(measured / (now * ref) - 1.0) <= threshold:
         return new  # the devices' new speeds explain the period

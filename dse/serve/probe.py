@@ -26,7 +26,8 @@ PROBE_BYTES = 4 << 20
 PROBE_TIMEOUT_S = 30.0
 
 
-def _timed(ssh: Sequence[str], host: str, payload: bytes) -> float:
+def _timed(ssh: Sequence[str], host: str, payload: bytes) -> float | None:
+    """Seconds ``ssh HOST 'cat > /dev/null'`` took on ``payload``; None past the limit."""
     t0 = time.perf_counter()
     try:
         done = subprocess.run(
@@ -36,7 +37,7 @@ def _timed(ssh: Sequence[str], host: str, payload: bytes) -> float:
             timeout=PROBE_TIMEOUT_S,
         )
     except subprocess.TimeoutExpired:
-        return PROBE_TIMEOUT_S
+        return None
     if done.returncode != 0:
         said = done.stderr.decode(errors="replace").strip().splitlines()
         raise DseError(f"probing host {host}'s link failed: {said[-1] if said else done}")
@@ -45,14 +46,17 @@ def _timed(ssh: Sequence[str], host: str, payload: bytes) -> float:
 
 def rate_Bps(ssh: Sequence[str], host: str, repeats: int = 3) -> float:
     """Bytes per second from this machine to ``host`` (as ssh knows it): the median of
-    ``repeats`` probes, each :data:`PROBE_BYTES` timed less an empty one."""
+    ``repeats`` probes, each :data:`PROBE_BYTES` timed less an empty one. A probe past the
+    time limit, or whose empty run took as long as its full one (ssh's start varies), is
+    not a reading; with none, 0 (a port that did not carry the bytes)."""
     payload = bytes(PROBE_BYTES)
     rates = []
     for _ in range(repeats):
         empty = _timed(ssh, host, b"")
         full = _timed(ssh, host, payload)
-        rates.append(PROBE_BYTES / max(full - empty, 1e-4))
-    return statistics.median(rates)
+        if empty is not None and full is not None and full > empty:
+            rates.append(PROBE_BYTES / (full - empty))
+    return statistics.median(rates) if rates else 0.0
 
 
 def rates(ssh: Sequence[str], hosts: Mapping[str, str], repeats: int = 3) -> dict[str, float]:

@@ -299,3 +299,8 @@ def test_a_cluster_changed_live_is_still_its_platforms(cluster_names) -> None:
     other["emulation"]["boards"]["tb1"]["disk_mb"] = 512
     with pytest.raises(DseError, match="runs another version of its platform"):
         launcher_for(other)
+    # a rate edited in the platform file is not a live change: the cluster runs another
+    edited = make_platform(state.name)
+    edited["emulation"]["boards"]["tb1"]["rate_mbit"] = 50
+    with pytest.raises(DseError, match="runs another version of its platform"):
+        launcher_for(edited)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dse.serve.adaptive import DECISIONS, Adaptive, Settings
+from dse.serve.adaptive import Adaptive, Settings
+from dse.serve.decisions import DECISIONS
 from models_analytical.coefficients import load_coefficients
 from models_analytical.conditions import Conditions
 from models_analytical.model import AnalyticalModel
@@ -93,3 +94,9 @@ def test_settings_refuse_what_they_cannot_do() -> None:
         Settings(mode="fix")
     with pytest.raises(DseError, match="window=2 is too short: give at least 4 frames"):
         Settings(window=2)
+    with pytest.raises(DseError, match="check_s=0 must be a number of seconds above 0"):
+        Settings(check_s=0)
+    with pytest.raises(DseError, match="pop_size=1: the search needs at least 2"):
+        Settings(pop_size=1)
+    with pytest.raises(DseError, match="probe_s=-1 must be 0 or more seconds"):
+        Settings(probe_s=-1)

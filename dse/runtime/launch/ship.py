@@ -208,7 +208,10 @@ def staged_seed(path: Path, remote: Remote, host: str) -> str:
 
 def _seed(remote: Remote, host: str, target: str, names: Sequence[str], seed: str) -> None:
     """On ``host``, each of ``names`` that ``target`` lacks made a link to (or, across file
-    systems, a copy of) ``seed``: the base rsync sends its file's differences from."""
+    systems, a copy of) ``seed``: the base rsync sends its file's differences from. Even where
+    the basis holds a file of that name: the basis's may hold other layers, whose weights
+    would then cross the link (a slow one, when a re-plan follows a slow port); the whole
+    model holds every weight, at the cost of reading it on the host once per file."""
     q = shlex.quote
     links = " ".join(
         f"{{ [ -e {q(n)} ] || ln {q(seed)} {q(n)} 2>/dev/null || cp {q(seed)} {q(n)}; }} &&"
