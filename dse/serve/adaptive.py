@@ -69,7 +69,14 @@ from dse.serve.decisions import (
     period_s,
     rounded,
 )
-from dse.serve.deployment import IN_FLIGHT, MAX_IN_FLIGHT, Deployment, ServeError, platform_file
+from dse.serve.deployment import (
+    IN_FLIGHT,
+    MAX_IN_FLIGHT,
+    Deployment,
+    ServeError,
+    in_order,
+    platform_file,
+)
 from dse.serve.drift import THRESHOLD, Drift, Expected, Reference, drift, rescaled
 from dse.serve.monitor import Monitor, Window
 from dse.serve.plans import Plans
@@ -291,16 +298,7 @@ class Adaptive:
         self, frames: Iterable[Mapping[str, Any]], in_flight: int | None = None
     ) -> Iterator[dict[str, np.ndarray]]:
         """Each frame's outputs in order, up to ``in_flight`` frames in the service at once."""
-        window = min(in_flight or self.in_flight, self.in_flight)
-        if window < 1:
-            raise DseError(f"in_flight={in_flight} must be at least 1")
-        ahead: deque[Future] = deque()
-        for inputs in frames:
-            ahead.append(self.submit(inputs))
-            if len(ahead) >= window:
-                yield ahead.popleft().result()
-        while ahead:
-            yield ahead.popleft().result()
+        return in_order(frames, self.submit, Future.result, in_flight, self.in_flight)
 
     @property
     def plan(self) -> Path:

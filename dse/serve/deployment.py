@@ -303,16 +303,7 @@ class Deployment:
         """Each frame's outputs, in order, with up to ``in_flight`` frames (default the
         service's) in the deployment at once: its devices work on several frames at a
         time. Each frame's arrays are copied as they are sent: an iterable may reuse them."""
-        window = min(in_flight or self._in_flight, self._in_flight)
-        if window < 1:
-            raise DseError(f"in_flight={in_flight} must be at least 1")
-        ahead: deque[Future] = deque()
-        for inputs in frames:
-            ahead.append(self.submit(inputs))
-            if len(ahead) >= window:
-                yield self._outputs(ahead.popleft())
-        while ahead:
-            yield self._outputs(ahead.popleft())
+        return in_order(frames, self.submit, self._outputs, in_flight, self._in_flight)
 
     def _outputs(self, future: Future) -> dict[str, np.ndarray]:
         """``future``'s outputs. The calling thread reads the results itself while no other
@@ -495,6 +486,36 @@ class Deployment:
         if rank is not None and rank < len(self.plan.ranks):
             text = f"rank {rank} on {self._board(rank)} ended: {text}"
         return f"{self.directory}: {text}"
+
+
+def in_order(
+    frames: Iterable[Mapping[str, Any]],
+    submit: Callable[[Mapping[str, Any]], Future],
+    outputs: Callable[[Future], dict[str, np.ndarray]],
+    in_flight: int | None,
+    most: int,
+) -> Iterator[dict[str, np.ndarray]]:
+    """Each frame's outputs (``outputs`` of its future from ``submit``), in order, with up to
+    ``in_flight`` frames (None: ``most``; at most ``most``) submitted and not yet yielded."""
+    window = min(in_flight or most, most)
+    if window < 1:
+        raise DseError(f"in_flight={in_flight} must be at least 1")
+    return _in_order(frames, submit, outputs, window)
+
+
+def _in_order(
+    frames: Iterable[Mapping[str, Any]],
+    submit: Callable[[Mapping[str, Any]], Future],
+    outputs: Callable[[Future], dict[str, np.ndarray]],
+    window: int,
+) -> Iterator[dict[str, np.ndarray]]:
+    ahead: deque[Future] = deque()
+    for inputs in frames:
+        ahead.append(submit(inputs))
+        if len(ahead) >= window:
+            yield outputs(ahead.popleft())
+    while ahead:
+        yield outputs(ahead.popleft())
 
 
 def launcher_of(plan: Plan, platform: str | Mapping[str, Any] | None) -> Launcher:

@@ -35,6 +35,7 @@ from dse.runtime.launch.deploy import deploy
 from dse.runtime.launch.mpiexec import launch
 from dse.runtime.launch.preflight import format_preflight, preflight
 from tests.helpers.cli import run_module
+from tests.helpers.cluster import board_ssh as ssh
 from tests.helpers.cluster import left_on_boards, make_platform
 from tests.helpers.nets import heavy_net, on_devices, small_net
 
@@ -49,12 +50,6 @@ def hosted(cluster_names) -> tuple[dict, State]:
     cfg = make_platform(cluster_names("hosts"))
     cfg["emulation"]["boards"]["tb1"]["disk_mb"] = TB1_DISK_MB
     return cfg, up(parse_spec(cfg))
-
-
-def ssh(state: State, board: str, command: str) -> subprocess.CompletedProcess[str]:
-    """``command`` on ``board`` with plain ssh and the cluster's client config."""
-    cmd = ["ssh", "-F", str(ssh_config(state.names)), board, command]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
 
 def test_boards_are_hosts_with_disks_of_their_own(hosted, tmp_path: Path) -> None:

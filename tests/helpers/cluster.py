@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from dse.cluster import parse_spec, up
+from dse.cluster.hosts import ssh_config
 from dse.cluster.names import CGROUP_ROOT, CONTROLLERS
 from dse.cluster.state import State
 
@@ -121,3 +122,9 @@ def wait_for_ranks(state: State, board: str, timeout_s: float = 30.0) -> bool:
                 return True
         time.sleep(0.05)
     return False
+
+
+def board_ssh(state: State, board: str, command: str) -> subprocess.CompletedProcess[str]:
+    """``command`` on ``board`` with plain ssh and the cluster's client config."""
+    cmd = ["ssh", "-F", str(ssh_config(state.names)), board, command]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
