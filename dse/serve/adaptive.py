@@ -140,7 +140,6 @@ class Served:
     directory: Path
     deployment: Deployment
     expected: Expected
-    period_ms: float  # predicted, under the conditions at its start
     monitor: Monitor
     reference: Reference | None = None
     since: float = field(default_factory=time.monotonic)  # serving since (monotonic s)
@@ -223,7 +222,8 @@ class Adaptive:
             self._log("probed", mbit={b: round(r * 8e-6, 1) for b, r in self._rates.items()})
         self.plans.ship(directory)
         self._served = self._start_plan(first, self.conditions, directory)
-        self._log("start", plan=self._served.directory.name, period_ms=self._served.period_ms)
+        period_ms = self._served.expected.period_s * 1e3
+        self._log("start", plan=self._served.directory.name, period_ms=period_ms)
         if self.settings.watch:
             self._controller = threading.Thread(target=self._control, daemon=True, name="dse-adapt")
             self._controller.start()
@@ -237,21 +237,20 @@ class Adaptive:
             directory, launcher=self.launcher, in_flight=self.in_flight, platform=self.platform
         )
         try:
-            expected, period = self._expected(deployment, mapping, conditions)
+            expected = self._expected(deployment, mapping, conditions)
         except BaseException:
             deployment.close()
             raise
         monitor = Monitor(len(deployment.plan.ranks), self.settings.window)
         deployment.on_timing = lambda rank, _frame, s: monitor.timing(rank, s)
-        return Served(mapping, directory, deployment, expected, period, monitor)
+        return Served(mapping, directory, deployment, expected, monitor)
 
     def _expected(
         self, deployment: Deployment, mapping: Mappings, conditions: Conditions
-    ) -> tuple[Expected, float]:
+    ) -> Expected:
         ev = self.model.under(conditions).evaluate(mapping)
         by_rank = {r.rank: float(ev.busy_s[0, r.device_index]) for r in deployment.plan.ranks}
-        period = float(period_s(ev)[0])
-        return Expected(by_rank, period), period * 1e3
+        return Expected(by_rank, float(period_s(ev)[0]))
 
     # --- serving ------------------------------------------------------------------------
 
@@ -438,14 +437,10 @@ class Adaptive:
             }
             self.conditions = conditions
             if best is None or best_ms > (1 - self.settings.margin) * current_ms:
-                served.expected, served.period_ms = self._expected(
-                    served.deployment, served.mapping, conditions
-                )
+                served.expected = self._expected(served.deployment, served.mapping, conditions)
                 return self._log("keep", **figures)
             if self.settings.mode == "advise":
-                served.expected, served.period_ms = self._expected(
-                    served.deployment, served.mapping, conditions
-                )
+                served.expected = self._expected(served.deployment, served.mapping, conditions)
                 return self._log("advise", mapping=best.ident(0), **figures)
             return self._switch(served, best, conditions, figures)
 
