@@ -37,7 +37,7 @@ class Plans:
     @property
     def hosts(self) -> list[str]:
         """The platform's boards as ssh knows them."""
-        return [self.launcher.hosts.get(h, h) for h in self.platform.hosts]
+        return [self.launcher.host(h) for h in self.platform.hosts]
 
     def deploy(self, mapping: Mappings) -> Path:
         """Mapping 0 of ``mapping`` deployed in the next plan's folder; the folder."""
